@@ -1,0 +1,77 @@
+"""Launch helpers shared by the versions' host wrappers."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from .budget import Config, fit_stages
+from .gpu import facts, has_gpu, interpreting
+
+# (kernel name, dtype, D, config) -> the config that actually launched
+_fitted: dict[tuple, Config] = {}
+
+
+def allocate_outputs(Q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """O in Q's dtype and L (B, N_q) in float32, natural-log units."""
+    O = torch.empty_like(Q, memory_format=torch.contiguous_format)
+    L = torch.empty(Q.shape[:2], device=Q.device, dtype=torch.float32)
+    return O, L
+
+
+def strides(*tensors: torch.Tensor) -> list[int]:
+    return [s for t in tensors for s in t.stride()]
+
+
+def smem_limit() -> int | None:
+    return facts().smem_per_block if has_gpu() and not interpreting() else None
+
+
+def launch_with_fallback(kernel, grid_of, args: tuple, cfg: Config, **meta):
+    """Launch `kernel` with a fixed configuration; if it cannot fit this GPU's shared memory,
+    fall back to fewer stages (as the article's v1 did for fp32 at D = 128) instead of raising.
+
+    `grid_of(cfg)` returns the grid for a configuration; args[0] is Q and meta holds D.
+    """
+    D, elem_bytes = meta["D"], args[0].element_size()
+    key = (getattr(kernel, "__name__", str(kernel)), elem_bytes, D, cfg)
+    use = _fitted.get(key)
+    if use is None:
+        limit = smem_limit()
+        use = (fit_stages(cfg, limit, D, elem_bytes) or cfg) if limit else cfg
+    while True:
+        try:
+            kernel[grid_of(use)](*args, Q_TILE_SIZE=use.q_tile, K_TILE_SIZE=use.k_tile,
+                                 num_warps=use.num_warps, num_stages=use.num_stages, **meta)
+        except triton.runtime.errors.OutOfResources:
+            if use.num_stages <= 1:
+                raise
+            use = use.with_stages(use.num_stages - 1)
+            continue
+        _fitted[key] = use
+        return use
+
+
+def autotune_configs(configs: list[Config]) -> list[triton.Config]:
+    return [triton.Config({"Q_TILE_SIZE": c.q_tile, "K_TILE_SIZE": c.k_tile},
+                          num_warps=c.num_warps, num_stages=c.num_stages) for c in configs]
+
+
+def prune_to_fit(configs, named_args, **kwargs):
+    """early_config_prune for @triton.autotune: fit each candidate to this GPU's shared memory
+    by dropping stages (duplicates removed), so no candidate fails with OutOfResources."""
+    limit = smem_limit()
+    if limit is None:
+        return configs
+    q = named_args.get("Q_ptr")
+    elem_bytes = q.element_size() if q is not None else 2
+    D = kwargs.get("D", named_args.get("D", 64))
+    out, seen = [], set()
+    for c in configs:
+        cfg = Config(c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"], c.num_warps, c.num_stages)
+        fitted = fit_stages(cfg, limit, D, elem_bytes)
+        if fitted is None or fitted in seen:
+            continue
+        seen.add(fitted)
+        out.append(triton.Config(dict(c.kwargs), num_warps=fitted.num_warps, num_stages=fitted.num_stages))
+    return out or configs

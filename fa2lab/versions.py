@@ -1,0 +1,86 @@
+"""The one registry of kernel versions: tasks, harness, sweeps and figures read it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parent.parent
+KERNELS = REPO / "kernels"
+KERNEL_FILE = "flashattention_autograd_function_triton.py"
+MODULE_NAME = "flashattention_autograd_function_triton"
+
+
+@dataclass(frozen=True)
+class Version:
+    name: str          # folder name under kernels/
+    label: str         # short label for tables and figures
+    changed: str       # what changed against the previous version
+    round: int         # the article's round that produced it
+    autotuned: bool    # wraps its kernel in @triton.autotune
+    kernel_of: str     # the version whose kernel body it runs (v2 runs v1's)
+
+    @property
+    def folder(self) -> Path:
+        return KERNELS / self.name
+
+    @property
+    def path(self) -> Path:
+        return self.folder / KERNEL_FILE
+
+
+VERSIONS: tuple[Version, ...] = (
+    Version("v0_baseline", "v0 baseline", "the previous article's kernel: 16x16 tiles, 4 warps, 3 stages, "
+            "one loop that masks every tile, tl.exp", 0, False, "v0_baseline"),
+    Version("v1_tiles", "v1 tiles", "the same body with the Round 1 sweep winner (tiles, warps, stages) "
+            "as class attributes, read from the per-architecture table", 1, False, "v1_tiles"),
+    Version("v2_autotune", "v2 autotune", "v1 wrapped in @triton.autotune over the sweep's per-shape winners; "
+            "the grid depends on the chosen query tile", 3, True, "v1_tiles"),
+    Version("v3_causal_skip", "v3 causal skip", "the key loop split into unmasked tiles, diagonal (masked) tiles "
+            "and nothing above the diagonal", 4, False, "v3_causal_skip"),
+    Version("v4_exp2", "v4 exp2", "softmax scale and log2(e) folded into one multiply-add, exp2, "
+            "L converted back to natural log", 4, False, "v4_exp2"),
+    Version("v5_final", "v5 final", "v4 wrapped in @triton.autotune over the second sweep's short list",
+            5, True, "v4_exp2"),
+)
+BY_NAME = {v.name: v for v in VERSIONS}
+NAMES = tuple(BY_NAME)
+
+
+def get(name: str) -> Version:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown kernel version {name!r}; known: {', '.join(NAMES)}") from None
+
+
+def resolve(selection: str) -> list[Version]:
+    """'all', one name, or a comma-separated list of names."""
+    if selection == "all":
+        return list(VERSIONS)
+    return [get(s.strip()) for s in selection.split(",") if s.strip()]
+
+
+def load(name: str) -> ModuleType:
+    """Import one version's kernel file under a unique module name.
+
+    The harness and the test file import the module by its plain name from
+    PYTHONPATH; scripts that need several versions in one process use this.
+    """
+    version = get(name)
+    mod_name = f"fa2_kernels_{version.name}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, version.path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def of_module(module: ModuleType) -> Version:
+    """The version a loaded kernel module belongs to, from the folder it lives in."""
+    return get(Path(module.__file__).resolve().parent.name)
