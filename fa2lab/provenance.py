@@ -1,0 +1,136 @@
+"""Where a number came from: GPU, driver, versions, commit, date, and the clocks during the run."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import platform
+import statistics
+import subprocess
+import threading
+import time
+
+from .versions import REPO
+
+
+@functools.lru_cache(maxsize=None)
+def git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _nvml():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # noqa: BLE001 - NVML missing or no driver: provenance says 'unknown'
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def driver_version() -> str:
+    nv = _nvml()
+    if nv is not None:
+        try:
+            v = nv.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else v
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def environment() -> dict:
+    """The provenance columns every results row carries."""
+    import torch
+    import triton
+
+    env = {
+        "gpu": "none",
+        "arch": "none",
+        "driver": "none",
+        "cuda": torch.version.cuda or "none",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "git_commit": git_commit(),
+    }
+    if torch.cuda.is_available():
+        from .gpu import facts
+
+        f = facts()
+        env.update(gpu=f.name, arch=f.arch, driver=driver_version(), sm_count=f.sm_count,
+                   max_sm_clock_mhz=f.sm_clock_mhz)
+    return env
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class ClockSampler:
+    """Samples the SM clock, power and temperature (NVML) in a thread while a block runs.
+
+    with ClockSampler() as s: ...; s.summary() -> {'sm_clock_mhz_median': ..., ...}
+    Without NVML the summary is empty, and results say nothing about clocks.
+    """
+
+    def __init__(self, interval_s: float = 0.02, device: int = 0):
+        self.interval_s = interval_s
+        self.device = device
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nv = _nvml()
+
+    def _run(self):
+        nv = self._nv
+        handle = nv.nvmlDeviceGetHandleByIndex(self.device)
+        while not self._stop.is_set():
+            try:
+                clk = nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)
+                pwr = nv.nvmlDeviceGetPowerUsage(handle) / 1000.0
+                tmp = nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)
+                self.samples.append((float(clk), pwr, float(tmp)))
+            except Exception:  # noqa: BLE001 - a failed sample is skipped, not fatal
+                pass
+            time.sleep(self.interval_s)
+
+    def __enter__(self):
+        self.samples.clear()
+        self._stop.clear()
+        if self._nv is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return False
+
+    def summary(self) -> dict:
+        if not self.samples:
+            return {}
+        clk, pwr, tmp = zip(*self.samples)
+        return {
+            "sm_clock_mhz_median": statistics.median(clk),
+            "sm_clock_mhz_min": min(clk),
+            "sm_clock_mhz_max": max(clk),
+            "power_w_median": round(statistics.median(pwr), 1),
+            "temp_c_max": max(tmp),
+        }
