@@ -10,6 +10,14 @@ from .gpu import facts, has_gpu, interpreting
 
 # (kernel name, dtype, D, config) -> the config that actually launched
 _fitted: dict[tuple, Config] = {}
+_strict = False
+
+
+def strict_configs(on: bool) -> None:
+    """In strict mode a fixed configuration is launched exactly as given, and one that does
+    not fit raises OutOfResources: the sweep measures what it asks for, never a fallback."""
+    global _strict
+    _strict = bool(on)
 
 
 def allocate_outputs(Q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,6 +42,10 @@ def launch_with_fallback(kernel, grid_of, args: tuple, cfg: Config, **meta):
     `grid_of(cfg)` returns the grid for a configuration; args[0] is Q and meta holds D.
     """
     D, elem_bytes = meta["D"], args[0].element_size()
+    if _strict:
+        kernel[grid_of(cfg)](*args, Q_TILE_SIZE=cfg.q_tile, K_TILE_SIZE=cfg.k_tile,
+                             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **meta)
+        return cfg
     key = (getattr(kernel, "__name__", str(kernel)), elem_bytes, D, cfg)
     use = _fitted.get(key)
     if use is None:

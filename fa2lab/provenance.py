@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import os
 import platform
 import statistics
 import subprocess
@@ -15,6 +16,10 @@ from .versions import REPO
 
 @functools.lru_cache(maxsize=None)
 def git_commit() -> str:
+    """The checkout's commit (with -dirty for uncommitted changes). A copy of the tree without
+    .git (the lent GPU machine gets one) passes it in FA2_GIT_COMMIT."""
+    if os.environ.get("FA2_GIT_COMMIT"):
+        return os.environ["FA2_GIT_COMMIT"]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
                              text=True, check=True).stdout.strip()

@@ -1,0 +1,78 @@
+"""From a sweep CSV to the configurations the tuned versions use (nothing picked by hand).
+
+- the single winner: the configuration with the best geometric mean of (best time / its time)
+  over every shape, among those that ran correctly at all of them (v1, and v3/v4, which keep it);
+- the per-shape winners: each shape's fastest configuration, deduplicated (v2);
+- the greedy short list: add, one at a time, the configuration that most raises the worst
+  shape's ratio to its best, until every shape is within `within` of its best (v5).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .budget import Config
+
+SHAPE = ["N", "causal"]
+CFG = ["q_tile", "k_tile", "num_warps", "num_stages"]
+
+
+def ratio_table(df):
+    """Rows: configurations that ran OK at every shape; columns: shapes; values: best_ms / ms (<= 1)."""
+    ok = df[df["status"] == "ok"].copy()
+    if ok.empty:
+        raise ValueError("the sweep has no successful configuration")
+    ok["ms"] = ok["ms"].astype(float)
+    ok = ok.groupby(SHAPE + CFG, as_index=False)["ms"].min()  # a re-measured row keeps its best
+    best = ok.groupby(SHAPE)["ms"].transform("min")
+    ok["ratio"] = best / ok["ms"]
+    table = ok.pivot_table(index=CFG, columns=SHAPE, values="ratio")
+    return table.dropna()
+
+
+def _cfg(index) -> Config:
+    return Config(*(int(x) for x in index))
+
+
+def single_winner(df) -> tuple[Config, float]:
+    table = ratio_table(df)
+    geo = table.apply(lambda r: math.exp(sum(math.log(x) for x in r) / len(r)), axis=1)
+    best = geo.idxmax()
+    return _cfg(best), float(geo[best])
+
+
+def per_shape_winners(df) -> list[tuple[tuple[int, int], Config, float]]:
+    ok = df[df["status"] == "ok"].copy()
+    ok["ms"] = ok["ms"].astype(float)
+    out = []
+    for (N, causal), g in ok.groupby(SHAPE):
+        r = g.loc[g["ms"].idxmin()]
+        out.append(((int(N), int(causal)), Config(*(int(r[c]) for c in CFG)), float(r["tflops"])))
+    return out
+
+
+def greedy_shortlist(df, within: float = 0.01, max_size: int = 8) -> tuple[list[Config], float]:
+    """Returns the list and the worst shape's ratio to its best that it achieves."""
+    table = ratio_table(df)
+    chosen: list = []
+    cover = None
+    while len(chosen) < max_size:
+        if cover is not None and cover.min() >= 1 - within:
+            break
+        best_idx, best_worst, best_cover = None, -1.0, None
+        for idx, row in table.iterrows():
+            if idx in chosen:
+                continue
+            new = row if cover is None else cover.combine(row, max)
+            worst = float(new.min())
+            if worst > best_worst + 1e-12:
+                best_idx, best_worst, best_cover = idx, worst, new
+        if best_idx is None:
+            break
+        chosen.append(best_idx)
+        cover = best_cover
+    return [_cfg(i) for i in chosen], float(cover.min()) if cover is not None else float("nan")
+
+
+def dedupe(configs: list[Config]) -> list[Config]:
+    return list(dict.fromkeys(configs))

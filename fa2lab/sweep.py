@@ -1,0 +1,241 @@
+"""The configuration sweep (Rounds 1 and 5), as a reusable, resumable tool.
+
+Phase 1 compiles every configuration in worker processes with `kernel.warmup(...)`
+into Triton's on-disk cache, without launching, and reads registers, spills and
+shared memory from the loaded binary (OutOfResources there means out_of_smem).
+Phase 2 benchmarks one configuration at a time in this process, exactly as the
+harness does: FlashAttentionTriton.apply under do_bench (median), same inputs,
+SDPA timed in the same run, each configuration checked against SDPA first.
+
+Every result is appended to the CSV as soon as it is measured; a rerun skips what
+the CSV already holds, so an interrupted sweep loses nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import budget, shapes
+from .budget import Config
+
+TILES = (16, 32, 64, 128, 256)
+WARPS = (1, 2, 4, 8, 16)
+STAGES = (1, 2, 3, 4, 5)
+ALL_CONFIGS = tuple(Config(*c) for c in itertools.product(TILES, TILES, WARPS, STAGES))
+CHECK_ATOL = CHECK_RTOL = 2e-2
+
+# Statuses a row can have.
+OK, WRONG, OUT_OF_SMEM, SKIPPED, COMPILE_ERROR, RUN_ERROR = (
+    "ok", "wrong", "out_of_smem", "skipped_registers", "compile_error", "run_error")
+
+
+@dataclass(frozen=True)
+class CompileInfo:
+    status: str
+    n_regs: int | None = None
+    n_spills: int | None = None
+    shared: int | None = None
+    error: str = ""
+
+
+def _kernel_args(module, B: int, N: int, D: int, dtype):
+    """Arguments for warmup: dtypes stand in for tensors, strides of contiguous (B, N, D) tensors."""
+    st3 = (N * D, D, 1)
+    scale = 1.0 / math.sqrt(D)
+    return (dtype, dtype, dtype, dtype, __import__("torch").float32,
+            *st3, *st3, *st3, *st3, N, 1, N, N, scale)
+
+
+def compile_one(version: str, cfg: Config, causal: bool, N: int, D: int = shapes.HEAD_DIM,
+                dtype: str = "bfloat16") -> CompileInfo:
+    """Compile one configuration without launching it (runs in a worker process)."""
+    import torch
+    import triton
+
+    from .versions import load
+
+    module = load(version)
+    kernel = module.flash_fwd_kernel
+    try:
+        compiled = kernel.warmup(*_kernel_args(module, shapes.BATCH * shapes.HEADS, N, D, getattr(torch, dtype)),
+                                 grid=(triton.cdiv(N, cfg.q_tile), shapes.BATCH * shapes.HEADS),
+                                 D=D, Q_TILE_SIZE=cfg.q_tile, K_TILE_SIZE=cfg.k_tile, is_causal=causal,
+                                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        shared = int(compiled.metadata.shared)
+        compiled._init_handles()  # loads the binary: fills n_regs and n_spills, checks shared memory
+        return CompileInfo(OK, int(compiled.n_regs), int(compiled.n_spills), shared)
+    except triton.runtime.errors.OutOfResources as e:
+        return CompileInfo(OUT_OF_SMEM, shared=locals().get("shared"), error=str(e)[:200])
+    except Exception as e:  # noqa: BLE001 - a configuration that fails to compile is recorded, not fatal
+        return CompileInfo(COMPILE_ERROR, error=f"{type(e).__name__}: {str(e)[:200]}")
+
+
+def _init_worker():
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
+
+def compile_all(version: str, jobs: list[tuple[Config, bool]], N: int, workers: int,
+                progress=None) -> dict[tuple[Config, bool], CompileInfo]:
+    """Phase 1: compile every (config, causal) in parallel worker processes."""
+    import multiprocessing as mp
+
+    out: dict[tuple[Config, bool], CompileInfo] = {}
+    pending = list(jobs)
+    while pending:
+        ctx = mp.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool:
+            futures = {pool.submit(compile_one, version, cfg, causal, N): (cfg, causal) for cfg, causal in pending}
+            try:
+                for fut in as_completed(futures):
+                    key = futures[fut]
+                    try:
+                        out[key] = fut.result()
+                    except Exception as e:  # noqa: BLE001 - a crashed worker (BrokenProcessPool)
+                        out[key] = CompileInfo(COMPILE_ERROR, error=f"worker died: {type(e).__name__}")
+                    if progress:
+                        progress(key, out[key])
+            except KeyboardInterrupt:
+                pool.shutdown(cancel_futures=True)
+                raise
+        pending = [j for j in pending if j not in out]
+    return out
+
+
+def done_keys(csv_path: Path) -> set[tuple]:
+    """(N, causal, q_tile, k_tile, warps, stages) already in the CSV."""
+    if not csv_path.exists():
+        return set()
+    import csv
+
+    with csv_path.open(newline="") as f:
+        return {(int(r["N"]), int(r["causal"]), int(r["q_tile"]), int(r["k_tile"]), int(r["num_warps"]),
+                 int(r["num_stages"])) for r in csv.DictReader(f)}
+
+
+def occupancy_columns(cfg: Config, info: CompileInfo, D: int, elem_bytes: int = 2) -> dict:
+    from .gpu import facts
+
+    f = facts()
+    row = {"shared_formula": budget.formula_shared_bytes(cfg, D, elem_bytes), "n_regs": info.n_regs,
+           "n_spills": info.n_spills, "shared_compiled": info.shared}
+    if info.shared is not None:
+        row["progs_per_sm_smem"] = f.programs_per_sm_by_smem(info.shared)
+    if info.n_regs is not None:
+        row["progs_per_sm_regs"] = f.programs_per_sm_by_regs(info.n_regs, cfg.num_warps)
+    return row
+
+
+def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_minutes: float | None,
+              configs=ALL_CONFIGS, log=print) -> dict:
+    """Compile, then measure, every configuration not yet in out_csv. Returns counts."""
+    import torch
+    import torch.nn.functional as F
+    from tqdm import tqdm
+
+    from . import timing
+    from .launch import strict_configs
+    from .provenance import ClockSampler, environment, now
+    from .results import append_rows
+    from .versions import load
+
+    t_start = time.monotonic()
+    deadline = t_start + limit_minutes * 60 if limit_minutes else None
+    module = load(version)
+    cls = module.FlashAttentionTriton
+    if not hasattr(cls, "Q_TILE_SIZE"):
+        raise ValueError(f"{version} is autotuned; sweep a fixed-configuration body (v0_baseline or v4_exp2)")
+    D = shapes.HEAD_DIM
+    env = environment()
+    done = done_keys(out_csv)
+    todo = [(N, c, cfg) for c in masks for N in Ns for cfg in configs
+            if (N, int(c), cfg.q_tile, cfg.k_tile, cfg.num_warps, cfg.num_stages) not in done]
+    counts = {"done_before": len(done), "todo": len(todo)}
+    if not todo:
+        log(f"nothing to do: {out_csv} already holds every requested configuration")
+        return counts
+
+    # Phase 1: compile what is left (one compile per config and mask: every harness N is a
+    # multiple of 16, so Triton specialises them identically).
+    jobs = sorted({(cfg, c) for N, c, cfg in todo if budget.skip_reason(cfg, D) is None})
+    t0 = time.monotonic()
+    bar = tqdm(total=len(jobs), desc="compile", unit="cfg", file=sys.stdout, mininterval=2)
+    fails = {"n": 0}
+
+    def tick(key, info):
+        fails["n"] += info.status != OK
+        bar.update(1)
+        bar.set_postfix(failed=fails["n"])
+
+    infos = compile_all(version, jobs, max(Ns), workers, tick) if jobs else {}
+    bar.close()
+    counts["compile_s"] = round(time.monotonic() - t0, 1)
+    log(f"compiled {len(jobs)} (config, mask) pairs in {counts['compile_s']} s with {workers} workers")
+
+    # Phase 2: measure one at a time, exactly as the harness times.
+    strict_configs(True)  # the sweep measures the configuration asked for, never a fallback
+    saved = (cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES)
+    bar = tqdm(total=len(todo), desc="measure", unit="cfg", file=sys.stdout, mininterval=2)
+    status_counts: dict[str, int] = {}
+    interrupted = False
+    try:
+        for (N, causal), group in itertools.groupby(todo, key=lambda t: (t[0], t[1])):
+            group = list(group)
+            B, H = shapes.BATCH, shapes.HEADS
+            q, k, v = (torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
+            ref = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal).view(B * H, N, D)
+            sdpa_ms = timing.bench_ms(lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal))
+            flop = shapes.flops(B, H, N, D, causal)
+            for _, _, cfg in group:
+                if deadline and time.monotonic() > deadline:
+                    interrupted = True
+                    break
+                row = {"version": version, "date": now(), "N": N, "causal": int(causal), "B": B, "H": H, "D": D,
+                       "dtype": shapes.DTYPE_NAME, "q_tile": cfg.q_tile, "k_tile": cfg.k_tile,
+                       "num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "sdpa_ms": sdpa_ms,
+                       "shared_formula": budget.formula_shared_bytes(cfg, D)}
+                reason = budget.skip_reason(cfg, D)
+                info = infos.get((cfg, causal))
+                if reason:
+                    row.update(status=SKIPPED, error=reason)
+                elif info is None or info.status != OK:
+                    info = info or CompileInfo(COMPILE_ERROR, error="not compiled")
+                    row.update(status=info.status, error=info.error, **occupancy_columns(cfg, info, D))
+                else:
+                    row.update(occupancy_columns(cfg, info, D))
+                    cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES = (
+                        cfg.q_tile, cfg.k_tile, cfg.num_warps, cfg.num_stages)
+                    try:
+                        o = cls.apply(q, k, v, causal)
+                        if not torch.allclose(o.float(), ref.float(), atol=CHECK_ATOL, rtol=CHECK_RTOL):
+                            row.update(status=WRONG, error=f"max abs err {(o.float() - ref.float()).abs().max():.3g}")
+                        else:
+                            with ClockSampler() as clocks:
+                                ms = timing.bench_ms(lambda: cls.apply(q, k, v, causal))
+                            row.update(status=OK, ms=ms, tflops=shapes.tflops(flop, ms),
+                                       pct_of_sdpa=100.0 * sdpa_ms / ms, **clocks.summary())
+                    except Exception as e:  # noqa: BLE001 - recorded, not fatal
+                        status = OUT_OF_SMEM if "OutOfResources" in type(e).__name__ else RUN_ERROR
+                        row.update(status=status, error=f"{type(e).__name__}: {str(e)[:200]}")
+                row.update(env)
+                append_rows(out_csv, [row])
+                status_counts[row["status"]] = status_counts.get(row["status"], 0) + 1
+                bar.update(1)
+                bar.set_postfix(failed=sum(v for s, v in status_counts.items() if s != OK), N=N, causal=int(causal))
+            if interrupted:
+                break
+    finally:
+        bar.close()
+        strict_configs(False)
+        cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES = saved
+    counts.update(status_counts)
+    counts["interrupted_by_limit"] = interrupted
+    counts["elapsed_s"] = round(time.monotonic() - t_start, 1)
+    return counts

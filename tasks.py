@@ -1,0 +1,134 @@
+"""Tasks for the FlashAttention-2 rounds artifact. `invoke --list`; `invoke --help TASK`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import invoke.parser.context as _invoke_context
+from invoke import Exit, task
+
+# Invoke turns one-letter parameters into short flags (-N); the harness and the article say
+# --N and --D, so those two names get long flags.
+_to_flag = _invoke_context.to_flag
+_invoke_context.to_flag = lambda name: "--" + name if name in ("N", "D") else _to_flag(name)
+
+REPO = Path(__file__).resolve().parent
+sys.path.insert(0, str(REPO))
+
+from fa2lab import versions  # noqa: E402
+from fa2lab.gpu import has_gpu  # noqa: E402
+
+KERNEL_HELP = "a version (e.g. v5_final), a comma-separated list, or 'all'"
+
+
+def _run(cmd: list[str], env: dict | None = None) -> int:
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, env=env, cwd=REPO).returncode
+
+
+def _need_gpu(what: str, instead: str) -> None:
+    if not has_gpu():
+        raise Exit(f"{what} needs a CUDA GPU, and none is visible here. Instead: {instead}", code=2)
+
+
+@task(help={"kernel": KERNEL_HELP, "unit": "also run the repo's own unit tests (tests/)", "k": "pytest -k filter"})
+def test(c, kernel="all", unit=True, k=""):
+    """Run the test file for each chosen version (its folder on PYTHONPATH), then the unit tests.
+
+    Without a GPU the kernels run on the CPU under Triton's interpreter (TRITON_INTERPRET=1).
+    """
+    from fa2lab.protocol import TEST_FILE, version_env
+
+    extra = {} if has_gpu() else {"TRITON_INTERPRET": "1"}
+    if extra:
+        print("no CUDA GPU visible: running the kernels under Triton's CPU interpreter (TRITON_INTERPRET=1)")
+    failed = []
+    for v in versions.resolve(kernel):
+        print(f"\n=== {v.name}: {v.changed}")
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(TEST_FILE)]
+        if k:
+            cmd += ["-k", k]
+        if _run(cmd, version_env(v, **extra)) != 0:
+            failed.append(v.name)
+    if unit:
+        print("\n=== unit tests (tests/)")
+        if _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                dict(os.environ, **extra)) != 0:
+            failed.append("tests/")
+    if failed:
+        raise Exit(f"failed: {', '.join(failed)}", code=1)
+    print("\nall test runs passed")
+
+
+@task(help={"kernel": KERNEL_HELP, "runs": "harness runs per version (fresh processes)",
+            "pause": "seconds to pause before each run", "N": "comma-separated sequence lengths (default: harness)",
+            "causal": "both, 0 or 1", "graphs": "also time CUDA-graph replay and host time per call"})
+def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=True):
+    """Run the unchanged harness for one or more versions and print medians of the per-run ratio to SDPA.
+
+    With several versions or runs this is the article's protocol: fresh processes, versions
+    interleaved across runs, a pause before each. Rows go to results/<gpu>/bench/<version>.csv.
+    """
+    _need_gpu("invoke bench", "`invoke test` runs every version on the CPU under the interpreter, and "
+              "`invoke report` / `invoke figures` read the committed H200 results")
+    from fa2lab.protocol import format_summary, read_bench_rows, run_protocol, summarise
+    from fa2lab.results import gpu_dir
+
+    args = ["--causal", causal] + (["--N", *N.split(",")] if N else []) + ([] if graphs else ["--no-graphs"])
+    chosen = versions.resolve(kernel)
+    pid = run_protocol(chosen, int(runs), float(pause), args)
+    rows = read_bench_rows(gpu_dir() / "bench")
+    print(f"\nprotocol {pid}: medians over {runs} run(s); spread = min-max of the per-run % of SDPA")
+    print(format_summary(summarise(rows, pid)))
+
+
+@task(help={"kernel": "version whose kernel body is swept (v0_baseline for Round 1, v4_exp2 for Round 5)",
+            "N": "comma-separated sequence lengths (default: all four)", "causal": "both, 0 or 1",
+            "limit_minutes": "stop measuring after this many minutes (rerun to resume)",
+            "workers": "compile worker processes", "fresh": "start a new CSV instead of resuming",
+            "max_configs": "only the first K configurations (smoke test)"})
+def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0, fresh=False, max_configs=0):
+    """Sweep 625 tile/warp/stage configurations at the harness shapes; resumable, appends as it goes."""
+    _need_gpu("invoke sweep", "the committed results/<gpu>/sweep/*.csv feed `invoke pick-configs` and `invoke figures`")
+    cmd = [sys.executable, "sweeps/sweep.py", "--kernel", kernel, "--causal", causal]
+    cmd += ["--N", *N.split(",")] if N else []
+    cmd += ["--limit-minutes", str(limit_minutes)] if float(limit_minutes) else []
+    cmd += ["--workers", str(workers)] if int(workers) else []
+    cmd += ["--max-configs", str(max_configs)] if int(max_configs) else []
+    cmd += ["--fresh"] if fresh else []
+    if _run(cmd) != 0:
+        raise Exit("sweep failed", code=1)
+
+
+@task(help={"kernel": "the swept version (v0_baseline: writes v1-v4 tables; v4_exp2: writes v5's)",
+            "gpu": "results folder to read (default: this GPU's, or the only one present)",
+            "dry_run": "print what would be written, write nothing"})
+def pick_configs(c, kernel="v4_exp2", gpu="", dry_run=False):
+    """Derive the single winner, per-shape winners and the greedy 1% short list from a sweep CSV,
+    and write them into the kernels' per-architecture configs.json tables."""
+    cmd = [sys.executable, "sweeps/pick_configs.py", "--kernel", kernel] + (["--gpu", gpu] if gpu else [])
+    cmd += ["--dry-run"] if dry_run else []
+    if _run(cmd) != 0:
+        raise Exit("pick-configs failed", code=1)
+
+
+@task(help={"configs": "semicolon-separated Q,K,WARPS,STAGES (default: the article's budget-table rows)",
+            "kernel": "version whose kernel is compiled", "D": "head dimension", "dtype": "bf16, fp16 or fp32"})
+def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
+    """Print the shared-memory budget table: formula bytes against compiled bytes, programs per SM
+    by shared memory and by registers, registers and spills, on the current GPU."""
+    _need_gpu("invoke budget", "fa2lab.budget.formula_shared_bytes gives the formula side on any machine")
+    cmd = [sys.executable, "sweeps/budget_table.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype]
+    cmd += ["--configs", configs] if configs else []
+    if _run(cmd) != 0:
+        raise Exit("budget failed", code=1)
+
+
+@task
+def list_versions(c):
+    """List the kernel versions: name, round, and what changed."""
+    for v in versions.VERSIONS:
+        print(f"{v.name:<16} round {v.round}  {'autotuned ' if v.autotuned else ''}{v.changed}")

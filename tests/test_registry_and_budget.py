@@ -1,0 +1,99 @@
+"""Unit tests of the shared machinery that need no GPU."""
+
+import json
+
+import pytest
+
+from fa2lab import budget, shapes, versions
+from fa2lab.budget import Config
+from fa2lab.configs import load_table, select, write_entry
+from fa2lab.sweep import ALL_CONFIGS
+
+
+def test_registry_matches_the_kernel_folders():
+    folders = sorted(p.name for p in versions.KERNELS.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    assert folders == sorted(versions.NAMES)
+    for v in versions.VERSIONS:
+        assert v.path.exists(), v.path
+        assert versions.get(v.kernel_of)
+
+
+def test_resolve_rejects_unknown_versions():
+    assert [v.name for v in versions.resolve("v0_baseline,v5_final")] == ["v0_baseline", "v5_final"]
+    assert len(versions.resolve("all")) == len(versions.VERSIONS)
+    with pytest.raises(ValueError, match="unknown kernel version 'v9'"):
+        versions.resolve("v9")
+
+
+def test_flops_is_the_harness_count():
+    assert shapes.flops(4, 8, 4096, 64, False) == 4 * 32 * 4096**2 * 64 == 137438953472
+    assert shapes.flops(4, 8, 4096, 64, True) == 137438953472 / 2
+    assert len(list(shapes.harness_shapes())) == 8
+
+
+def test_budget_formula_matches_the_article():
+    # The article's table: 64x32 with 3 stages is 24,576 bytes, 128x128 with 4 stages 114,688.
+    assert budget.formula_shared_bytes(Config(64, 32, 4, 3)) == 24576
+    assert budget.formula_shared_bytes(Config(64, 32, 4, 5)) == 40960
+    assert budget.formula_shared_bytes(Config(128, 128, 8, 4)) == 114688
+    assert budget.formula_shared_bytes(Config(256, 64, 16, 5)) == 98304
+
+
+def test_register_skip_rule_skips_60_of_625():
+    assert len(ALL_CONFIGS) == 625
+    assert sum(budget.skip_reason(c) is not None for c in ALL_CONFIGS) == 60
+    # 128x64 with 1 warp sits exactly at 512 registers: kept, as in the article.
+    assert budget.skip_reason(Config(128, 64, 1, 3)) is None
+
+
+def test_fit_stages_drops_stages_until_it_fits():
+    # fp32 at D = 128 on Ada (101,376 bytes): the article's 3-stage 64x32 needed 107,520.
+    fitted = budget.fit_stages(Config(64, 32, 4, 3), 101376, D=128, elem_bytes=4)
+    assert fitted == Config(64, 32, 4, 2)
+    assert budget.fit_stages(Config(256, 256, 8, 3), 1000, D=128, elem_bytes=4) is None
+
+
+def test_config_parse():
+    assert Config.parse("64,128,4,2") == Config(64, 128, 4, 2)
+    with pytest.raises(ValueError, match="Q_TILE,K_TILE,WARPS,STAGES"):
+        Config.parse("64,128")
+
+
+def test_every_table_has_ada_and_hopper_entries():
+    for v in versions.VERSIONS:
+        path = v.folder / "configs.json"
+        if not path.exists():
+            continue
+        table = load_table(path)
+        assert {"sm_89", "sm_90"} <= set(table["arches"]), path
+        for arch, entry in table["arches"].items():
+            assert entry["configs"] and entry["source"], (path, arch)
+
+
+def test_select_uses_own_entry_or_nearest_within_budget(tmp_path):
+    path = versions.get("v5_final").folder / "configs.json"
+    table = load_table(path)
+    arch, cfgs = select(table, "sm_89")
+    assert arch == "sm_89" and Config(64, 128, 4, 2) in cfgs
+    with pytest.warns(UserWarning, match="sweep on this GPU"):
+        arch, cfgs = select(table, "sm_86", smem_limit=101376, D=128, elem_bytes=4)
+    assert arch == "sm_89"
+    assert all(budget.formula_shared_bytes(c, 128, 4) <= 101376 for c in cfgs)
+
+
+def test_write_entry_keeps_other_arches(tmp_path):
+    path = tmp_path / "configs.json"
+    path.write_text(json.dumps({"version": "x", "arches": {"sm_89": {"configs": [[64, 32, 4, 3]], "source": "a"}}}))
+    write_entry(path, "sm_90", [Config(128, 64, 8, 3)], gpu="NVIDIA H200", source="s.csv")
+    table = load_table(path)
+    assert table["arches"]["sm_89"]["configs"] == [[64, 32, 4, 3]]
+    assert table["arches"]["sm_90"]["configs"] == [[128, 64, 8, 3]]
+
+
+def test_bad_table_is_a_clear_error(tmp_path):
+    bad = tmp_path / "configs.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_table(bad)
+    with pytest.raises(FileNotFoundError, match="missing"):
+        load_table(tmp_path / "nope.json")
