@@ -171,7 +171,7 @@ def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_min
     def tick(key, info):
         fails["n"] += info.status != OK
         bar.update(1)
-        bar.set_postfix(failed=fails["n"])
+        bar.set_postfix(failed=fails["n"], refresh=False)
 
     infos = compile_all(version, jobs, max(Ns), workers, tick) if jobs else {}
     bar.close()
@@ -228,7 +228,7 @@ def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_min
                 append_rows(out_csv, [row])
                 status_counts[row["status"]] = status_counts.get(row["status"], 0) + 1
                 bar.update(1)
-                bar.set_postfix(failed=sum(v for s, v in status_counts.items() if s != OK), N=N, causal=int(causal))
+                bar.set_postfix(failed=sum(v for s, v in status_counts.items() if s != OK), N=N, causal=int(causal), refresh=False)
             if interrupted:
                 break
     finally:
