@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 from .budget import Config, fit_stages
-from .gpu import arch_name, interpreting
+from .gpu import arch_name
 
 _warned: set[tuple[str, str]] = set()
 
@@ -74,7 +74,7 @@ def select(table: dict, arch: str | None = None, smem_limit: int | None = None,
         fitted = [fit_stages(c, smem_limit, D, elem_bytes) for c in configs]
         configs = list(dict.fromkeys(c for c in fitted if c is not None)) or configs
     key = (table.get("version", "?"), arch)
-    if key not in _warned and not interpreting():
+    if key not in _warned:
         _warned.add(key)
         warnings.warn(
             f"{table.get('version', 'this version')}: no configuration entry for {arch}; using {nearest}'s "
