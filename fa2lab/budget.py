@@ -1,10 +1,11 @@
 """The shared-memory and register budget of one configuration (Round 1).
 
-The formula counts what the TTGIR of the kernel allocates: the Q tile, parked in
-shared memory for the whole loop, and num_stages - 1 buffers each of K and V
-for the asynchronous copies. The compiled size can exceed it when the warps lie
-along the key axis (P makes a trip through shared memory) and with one stage
-(Triton still stages a V tile); `explain` says which applies.
+The article's formula counts what the TTGIR allocates on Ada: the Q tile, parked in
+shared memory for the whole loop, and num_stages - 1 buffers each of K and V for the
+asynchronous copies. The compiled size exceeds it when the warps lie along the key axis
+(P makes a trip through shared memory), with one stage, and, as the H200 sweep showed
+(results/nvidia-h200/sweep/v4_exp2.csv), on Hopper's wgmma path, which keeps num_stages
+buffers of K and V. `predicted_shared_bytes` adds those; `explain` says which applies.
 """
 
 from __future__ import annotations
@@ -63,33 +64,50 @@ def skip_reason(cfg: Config, D: int = 64) -> str | None:
     return None
 
 
-def explain(cfg: Config, compiled_shared: int, D: int = 64, elem_bytes: int = 2) -> str:
-    """Why the compiled shared memory differs from the formula, as far as Round 1 knows."""
-    predicted = formula_shared_bytes(cfg, D, elem_bytes)
-    diff = compiled_shared - predicted
+def uses_wgmma(cfg: Config, arch: str | None) -> bool:
+    """Hopper's warpgroup MMA: Triton uses it when whole warpgroups (4 warps) tile 64-row blocks."""
+    return arch == "sm_90" and cfg.num_warps >= 4 and cfg.q_tile >= 64
+
+
+def p_buffer_bytes(cfg: Config, D: int = 64, elem_bytes: int = 2, arch: str | None = None) -> int:
+    """P's trip through shared memory: on the mma.sync path, with several warps and a query tile
+    shorter than the head dimension, Triton lays the warps along the key axis and no warp owns
+    whole rows of P. (A warpgroup on Hopper's wgmma path owns whole rows.)"""
+    if uses_wgmma(cfg, arch) or cfg.num_warps == 1 or cfg.q_tile >= D:
+        return 0
+    return elem_bytes * cfg.q_tile * cfg.k_tile
+
+
+def predicted_shared_bytes(cfg: Config, D: int = 64, elem_bytes: int = 2, arch: str | None = None) -> int:
+    """The formula plus what the H200 sweep showed the compiler adds (stages >= 2):
+    the P buffer when the warps lie along the key axis, and on Hopper's wgmma path one more
+    K and V buffer (num_stages of each instead of num_stages - 1)."""
+    extra_stage = 2 * elem_bytes * D * cfg.k_tile if uses_wgmma(cfg, arch) else 0
+    return formula_shared_bytes(cfg, D, elem_bytes) + p_buffer_bytes(cfg, D, elem_bytes, arch) + extra_stage
+
+
+def explain(cfg: Config, compiled_shared: int, D: int = 64, elem_bytes: int = 2, arch: str | None = None) -> str:
+    """Why the compiled shared memory differs from the Round 1 formula."""
+    diff = compiled_shared - formula_shared_bytes(cfg, D, elem_bytes)
     if diff == 0:
         return "matches"
-    reasons = []
+    parts = []
+    if p_buffer_bytes(cfg, D, elem_bytes, arch):
+        parts.append(f"P buffer, warps along the key axis ({p_buffer_bytes(cfg, D, elem_bytes, arch)} B)")
+    if uses_wgmma(cfg, arch):
+        parts.append(f"wgmma pipeline keeps num_stages K and V buffers, one more of each "
+                     f"({2 * elem_bytes * D * cfg.k_tile} B)")
     if cfg.num_stages == 1:
-        reasons.append(f"1 stage: a V tile is still staged ({elem_bytes * D * cfg.k_tile} B)")
-    if cfg.q_tile < D or cfg.q_tile < 16 * cfg.num_warps:
-        reasons.append(f"warps along the key axis: P passes through shared memory ({elem_bytes * cfg.q_tile * cfg.k_tile} B)")
-    if diff < 0:
-        reasons.append("compiler reused or dropped a buffer")
-    if not reasons:
-        reasons.append("unexplained by the Round 1 formula (e.g. barriers or layout scratch)")
-    return f"{diff:+d} B: " + "; ".join(reasons)
+        parts.append("1 stage: a K/V tile is still staged")
+    known = compiled_shared == predicted_shared_bytes(cfg, D, elem_bytes, arch)
+    tail = "" if known else " (not fully explained by these)"
+    return f"{diff:+d} B: " + ("; ".join(parts) or "unexplained") + tail
 
 
-def fit_stages(cfg: Config, smem_limit: int, D: int, elem_bytes: int) -> Config | None:
-    """The article's fallback: the same tiles with fewer stages until the formula fits."""
+def fit_stages(cfg: Config, smem_limit: int, D: int, elem_bytes: int, arch: str | None = None) -> Config | None:
+    """The article's fallback: the same tiles with fewer stages until the prediction fits."""
     for stages in range(cfg.num_stages, 0, -1):
         candidate = cfg.with_stages(stages)
-        if formula_shared_bytes(candidate, D, elem_bytes) + _p_buffer(candidate, D, elem_bytes) <= smem_limit:
+        if predicted_shared_bytes(candidate, D, elem_bytes, arch) <= smem_limit:
             return candidate
     return None
-
-
-def _p_buffer(cfg: Config, D: int, elem_bytes: int) -> int:
-    # A margin for P's trip through shared memory when the warps cannot own whole rows.
-    return elem_bytes * cfg.q_tile * cfg.k_tile if cfg.q_tile < D else 0

@@ -71,7 +71,7 @@ def select(table: dict, arch: str | None = None, smem_limit: int | None = None,
     nearest = min(arches, key=lambda a: (abs(_arch_number(a) - _arch_number(arch)), -_arch_number(a)))
     configs = [Config(*c) for c in arches[nearest]["configs"]]
     if smem_limit is not None:
-        fitted = [fit_stages(c, smem_limit, D, elem_bytes) for c in configs]
+        fitted = [fit_stages(c, smem_limit, D, elem_bytes, arch) for c in configs]
         configs = list(dict.fromkeys(c for c in fitted if c is not None)) or configs
     key = (table.get("version", "?"), arch)
     if key not in _warned:

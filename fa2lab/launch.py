@@ -35,6 +35,10 @@ def smem_limit() -> int | None:
     return facts().smem_per_block if has_gpu() and not interpreting() else None
 
 
+def device_arch() -> str | None:
+    return facts().arch if has_gpu() and not interpreting() else None
+
+
 def launch_with_fallback(kernel, grid_of, args: tuple, cfg: Config, **meta):
     """Launch `kernel` with a fixed configuration; if it cannot fit this GPU's shared memory,
     fall back to fewer stages (as the article's v1 did for fp32 at D = 128) instead of raising.
@@ -50,7 +54,7 @@ def launch_with_fallback(kernel, grid_of, args: tuple, cfg: Config, **meta):
     use = _fitted.get(key)
     if use is None:
         limit = smem_limit()
-        use = (fit_stages(cfg, limit, D, elem_bytes) or cfg) if limit else cfg
+        use = (fit_stages(cfg, limit, D, elem_bytes, device_arch()) or cfg) if limit else cfg
     while True:
         try:
             kernel[grid_of(use)](*args, Q_TILE_SIZE=use.q_tile, K_TILE_SIZE=use.k_tile,
@@ -81,7 +85,7 @@ def prune_to_fit(configs, named_args, **kwargs):
     out, seen = [], set()
     for c in configs:
         cfg = Config(c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"], c.num_warps, c.num_stages)
-        fitted = fit_stages(cfg, limit, D, elem_bytes)
+        fitted = fit_stages(cfg, limit, D, elem_bytes, device_arch())
         if fitted is None or fitted in seen:
             continue
         seen.add(fitted)

@@ -40,17 +40,18 @@ def main(argv=None) -> int:
     dtype, elem = DTYPES[args.dtype]
     print(f"{f.name} ({f.arch}): {f.smem_per_block} B shared per block, {f.smem_per_sm} B per SM, "
           f"{f.regs_per_sm} registers per SM; {args.dtype}, D = {args.D}")
-    print(f"{'config':<22}{'formula':>9}{'compiled':>10}{'prog/SM smem':>13}{'regs':>6}{'spills':>7}"
+    print(f"{'config':<22}{'formula':>9}{'predicted':>10}{'compiled':>10}{'prog/SM smem':>13}{'regs':>6}{'spills':>7}"
           f"{'prog/SM regs':>13}  difference")
     rows = []
     for text in args.configs.split(";"):
         cfg = Config.parse(text)
         info = compile_one(args.kernel, cfg, bool(args.causal), 4096, args.D, dtype)
         cols = occupancy_columns(cfg, info, args.D, elem)
-        why = budget.explain(cfg, info.shared, args.D, elem) if info.shared is not None else info.status
+        why = budget.explain(cfg, info.shared, args.D, elem, f.arch) if info.shared is not None else info.status
         if info.status != "ok":
             why = f"{info.status}: {why}"
-        print(f"{str(cfg):<22}{cols['shared_formula']:>9}{str(info.shared or '-'):>10}"
+        cols["shared_predicted"] = budget.predicted_shared_bytes(cfg, args.D, elem, f.arch)
+        print(f"{str(cfg):<22}{cols['shared_formula']:>9}{cols['shared_predicted']:>10}{str(info.shared or '-'):>10}"
               f"{str(cols.get('progs_per_sm_smem', '-')):>13}{str(info.n_regs or '-'):>6}"
               f"{str(info.n_spills if info.n_spills is not None else '-'):>7}"
               f"{str(cols.get('progs_per_sm_regs', '-')):>13}  {why}")

@@ -97,3 +97,33 @@ def test_bad_table_is_a_clear_error(tmp_path):
         load_table(bad)
     with pytest.raises(FileNotFoundError, match="missing"):
         load_table(tmp_path / "nope.json")
+
+
+def test_prediction_matches_every_compiled_size_of_the_h200_sweep():
+    """The H200 sweep's compiled shared bytes (stages >= 2) against predicted_shared_bytes."""
+    from fa2lab.results import RESULTS, read_csv
+
+    path = RESULTS / "nvidia-h200" / "sweep" / "v4_exp2.csv"
+    df = read_csv(path, required=("shared_compiled", "q_tile", "k_tile", "num_warps", "num_stages", "D", "arch"))
+    df = df[df["shared_compiled"].notna() & (df["num_stages"] >= 2)].drop_duplicates(
+        ["q_tile", "k_tile", "num_warps", "num_stages"])
+    assert len(df) > 400
+    wrong = [(r.q_tile, r.k_tile, r.num_warps, r.num_stages, r.shared_compiled)
+             for r in df.itertuples()
+             if budget.predicted_shared_bytes(Config(r.q_tile, r.k_tile, r.num_warps, r.num_stages), int(r.D), 2,
+                                              r.arch) != int(r.shared_compiled)]
+    assert wrong == []
+    # The formula alone (Ada's) matches exactly the mma.sync rows whose warps own whole rows:
+    # one warp, or two warps on a tile at least as tall as the head dimension.
+    formula_ok = sum(budget.formula_shared_bytes(Config(r.q_tile, r.k_tile, r.num_warps, r.num_stages)) ==
+                     int(r.shared_compiled) for r in df.itertuples())
+    owns_rows = (df["num_warps"] == 1) | ((df["num_warps"] == 2) & (df["q_tile"] >= 64))
+    assert formula_ok == int(owns_rows.sum()) > 100
+
+
+def test_explain_names_the_hopper_extra_stage_and_the_p_buffer():
+    assert budget.explain(Config(64, 32, 4, 3), 24576) == "matches"
+    assert "one more of each" in budget.explain(Config(64, 32, 4, 3), 32768, arch="sm_90")
+    assert "P buffer" in budget.explain(Config(16, 16, 4, 3), 10752, arch="sm_90")
+    # fp32 at D = 128 on the H200 (budget table): 131,072 compiled, explained by the extra stage alone.
+    assert budget.predicted_shared_bytes(Config(64, 32, 4, 3), 128, 4, "sm_90") == 131072
