@@ -1,0 +1,215 @@
+"""What profile_driver.py and compare_driver.py share: options, inputs, pinning a configuration,
+the warm-up, and the captured region (the article's "A small program to profile").
+
+The captured region is what `nsys --capture-range=cudaProfilerApi` and
+`ncu --profile-from-start off` record: everything between cudaProfilerStart and
+cudaProfilerStop. Compiling and autotuning happen before it, in the warm-up, which also
+keeps the GPU busy for about a second so its clocks have ramped up when the capture starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from fa2lab import shapes
+from fa2lab.budget import Config
+
+
+def add_common_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--N", type=int, default=4096, help="sequence length (queries = keys)")
+    ap.add_argument("--causal", type=int, choices=(0, 1), default=0)
+    ap.add_argument("--iters", type=int, default=3, help="calls of each kernel inside the captured region")
+    ap.add_argument("--sdpa", type=int, choices=(0, 1), default=1, help="also run SDPA on the same inputs")
+    ap.add_argument("--config", default="", help="Q_TILE,K_TILE,WARPS,STAGES: run exactly this configuration "
+                    "(an autotuned version keeps only it; a fixed one gets it as class attributes)")
+    ap.add_argument("--warmup-s", type=float, default=1.0, help="seconds of GPU work before the capture")
+    ap.add_argument("--fresh-cache", type=int, choices=(0, 1), default=0,
+                    help="point TRITON_CACHE_DIR at an empty folder first, so the binary's line info names "
+                         "this checkout's file (the article's stale-cache trap)")
+    ap.add_argument("--dry-run", action="store_true", help="print what would run and exit, without CUDA")
+
+
+def version_name(text: str) -> str:
+    """'v0_baseline' or a path like 'kernels/v0_baseline' (the article's command line) -> 'v0_baseline'."""
+    from fa2lab.versions import get
+
+    return get(Path(text.rstrip("/")).name).name
+
+
+def range_name(label: str, N: int, causal: bool) -> str:
+    """NVTX range name: f'{version} N={N} causal={c}', or 'sdpa N=... causal=...'."""
+    return f"{label} N={N} causal={int(causal)}"
+
+
+def use_fresh_cache() -> str:
+    """Set TRITON_CACHE_DIR to a new empty folder (before anything compiles) and return it."""
+    path = tempfile.mkdtemp(prefix="triton-cache-profile-")
+    os.environ["TRITON_CACHE_DIR"] = path
+    return path
+
+
+def pin_config(module, cfg: Config) -> str:
+    """Make a loaded version launch exactly `cfg`. Returns how (for the log).
+
+    Autotuned (flash_fwd_kernel is a triton Autotuner): its candidate list becomes [cfg], so
+    nothing is benchmarked or pruned (Autotuner.run times and prunes only with > 1 config).
+    Fixed: the class attributes the forward reads, plus fa2lab.launch strict mode, so a
+    configuration that does not fit raises instead of silently dropping stages.
+    """
+    import triton
+
+    kernel = module.flash_fwd_kernel
+    launches = getattr(module.FlashAttentionTriton, "launches", None)  # v5's cached launches (fa2lab.hostpath)
+    if launches is not None and hasattr(launches, "entries"):
+        launches.entries.clear()
+    if hasattr(kernel, "configs") and hasattr(kernel, "fn"):
+        kernel.configs = [triton.Config({"Q_TILE_SIZE": cfg.q_tile, "K_TILE_SIZE": cfg.k_tile},
+                                        num_warps=cfg.num_warps, num_stages=cfg.num_stages)]
+        kernel.cache = {}
+        return f"autotuner configs = [{cfg}]"
+    from fa2lab.launch import strict_configs
+
+    cls = module.FlashAttentionTriton
+    cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES = (
+        cfg.q_tile, cfg.k_tile, cfg.num_warps, cfg.num_stages)
+    strict_configs(True)
+    return f"class attributes = {cfg} (strict: no stage fallback)"
+
+
+def describe_config(module) -> str:
+    """The configuration(s) a loaded version will launch, for the log."""
+    kernel = module.flash_fwd_kernel
+    if hasattr(kernel, "configs") and hasattr(kernel, "fn"):
+        cfgs = [Config(c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"], c.num_warps, c.num_stages)
+                for c in kernel.configs]
+        return "autotuned over " + "; ".join(map(str, cfgs))
+    cls = module.FlashAttentionTriton
+    return str(Config(cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES))
+
+
+@dataclass
+class Call:
+    """One thing to run: its NVTX range name and a zero-argument callable."""
+
+    name: str
+    fn: Callable[[], object]
+
+
+def make_inputs(N: int, D: int = shapes.HEAD_DIM):
+    """Q, K, V as the kernels take them, (B*H, N, D) bf16, and (B, H, N, D) views of the same memory for SDPA."""
+    import torch
+
+    B, H = shapes.BATCH, shapes.HEADS
+    q, k, v = (torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    return (q, k, v), tuple(t.view(B, H, N, D) for t in (q, k, v))
+
+
+def build_calls(modules: dict, N: int, causal: bool, sdpa: bool) -> list[Call]:
+    """The calls of one iteration: each version's FlashAttentionTriton.apply, then SDPA, on shared inputs."""
+    import torch.nn.functional as F
+
+    (q, k, v), (q4, k4, v4) = make_inputs(N)
+    calls = [Call(range_name(name, N, causal), lambda m=m: m.FlashAttentionTriton.apply(q, k, v, causal))
+             for name, m in modules.items()]
+    if sdpa:
+        calls.append(Call(range_name("sdpa", N, causal),
+                          lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)))
+    return calls
+
+
+def warm_up(calls: list[Call], seconds: float) -> int:
+    """Compile (and autotune) every call once, then keep the GPU busy for `seconds`. Returns rounds run."""
+    import torch
+
+    for c in calls:
+        c.fn()
+    torch.cuda.synchronize()
+    rounds, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for c in calls:
+            c.fn()
+        torch.cuda.synchronize()
+        rounds += 1
+    return rounds
+
+
+def capture(calls: list[Call], iters: int) -> None:
+    """The profiled region: cudaProfilerStart, `iters` rounds of NVTX-ranged calls, cudaProfilerStop."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for _ in range(iters):
+        for c in calls:
+            torch.cuda.nvtx.range_push(c.name)
+            c.fn()
+            torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def load_versions(names: list[str], config: str) -> tuple[dict, list[str]]:
+    """Load each version (fa2lab.versions.load) and pin --config if given. Returns modules and log lines."""
+    from fa2lab.versions import load
+
+    modules, log = {}, []
+    cfg = Config.parse(config) if config else None
+    for name in names:
+        m = load(name)
+        how = pin_config(m, cfg) if cfg else "its own configuration"
+        modules[name] = m
+        log.append(f"{name}: {how}; launches {describe_config(m)}")
+    return modules, log
+
+
+def plan(script: str, names: list[str], args, log: list[str]) -> str:
+    """What a run would do, and the article's commands to profile it (for --dry-run and the log)."""
+    causal = bool(args.causal)
+    ranges = [range_name(n, args.N, causal) for n in names + (["sdpa"] if args.sdpa else [])]
+    which = f"--kernel {names[0]}" if script == "profile_driver.py" else f"--kernels {','.join(names)}"
+    cmd = f"python profiling/{script} {which} --N {args.N} --causal {args.causal}"
+    cmd += f" --config {args.config}" if args.config else ""
+    tag = names[0] if len(names) == 1 else "compare"
+    lines = [
+        f"{script}: B={shapes.BATCH} H={shapes.HEADS} N={args.N} D={shapes.HEAD_DIM} bf16, causal={args.causal}",
+        *[f"  {line}" for line in log],
+        f"  warm-up: compile/autotune each call once, then ~{args.warmup_s:g} s of GPU work, outside the capture",
+        f"  capture: cudaProfilerStart; {args.iters} x [{', '.join(ranges)}] as NVTX ranges; cudaProfilerStop",
+        "  profile it with:",
+        f"    nsys profile --trace=cuda,nvtx --capture-range=cudaProfilerApi --capture-range-end=stop "
+        f"-o results/nsys/{tag}_N{args.N}_c{args.causal} {cmd}",
+        f"    ncu --set full --import-source yes --profile-from-start off "
+        f"-o results/ncu/{tag}_N{args.N}_c{args.causal} {cmd} --iters 1 --sdpa 0",
+    ]
+    return "\n".join(lines)
+
+
+def run(script: str, names: list[str], args) -> int:
+    """Shared body of both drivers."""
+    if args.fresh_cache and not args.dry_run:
+        print(f"TRITON_CACHE_DIR={use_fresh_cache()}")
+    modules, log = load_versions(names, args.config)
+    print(plan(script, names, args, log), flush=True)
+    if args.dry_run:
+        print("dry run: nothing launched")
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA GPU visible: the drivers only run on a GPU (use --dry-run to see the plan)")
+        return 2
+    calls = build_calls(modules, args.N, bool(args.causal), bool(args.sdpa))
+    rounds = warm_up(calls, args.warmup_s)
+    print(f"warm-up: {rounds} rounds after the first (compiling) one", flush=True)
+    capture(calls, args.iters)
+    for name, m in modules.items():
+        best = getattr(m.flash_fwd_kernel, "best_config", None)
+        print(f"{name}: ran {best if best is not None else describe_config(m)}")
+    print("captured region done")
+    return 0
