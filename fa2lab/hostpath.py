@@ -58,7 +58,7 @@ class LaunchCache:
         self.stats: Counter = Counter()
 
     @staticmethod
-    def signature(Q, K, V, causal: bool):
+    def signature(Q, K, V, mode):
         """The cache key, or None when this input must take the normal path."""
         if not (isinstance(Q, torch.Tensor) and isinstance(K, torch.Tensor) and isinstance(V, torch.Tensor)):
             return None
@@ -68,17 +68,18 @@ class LaunchCache:
                 or V.stride(-1) != 1:
             return None
         return (Q.shape, K.shape, V.shape, Q.stride(), K.stride(), V.stride(), Q.dtype, K.dtype, V.dtype,
-                Q.device, causal)
+                Q.device, mode)
 
-    def __call__(self, Q, K, V, causal: bool, slow: Callable):
-        """`slow(Q, K, V, causal)` runs the normal path and returns (O, L, Launch or None)."""
-        key = self.signature(Q, K, V, causal)
+    def __call__(self, Q, K, V, mode, slow: Callable):
+        """`mode` is whatever else selects the kernel (the mask, a window: hashable);
+        `slow(Q, K, V, mode)` runs the normal path and returns (O, L, Launch or None)."""
+        key = self.signature(Q, K, V, mode)
         launch = self.entries.get(key) if key is not None else None
         if launch is not None:
             self.stats["fast"] += 1
             return launch(Q, K, V)
         self.stats["slow"] += 1
-        O, L, launch = slow(Q, K, V, causal)
+        O, L, launch = slow(Q, K, V, mode)
         if key is not None and launch is not None:
             self.entries[key] = launch
         return O, L

@@ -45,6 +45,10 @@ VERSIONS: tuple[Version, ...] = (
             "L converted back to natural log", 4, False, "v4_exp2"),
     Version("v5_final", "v5 final", "v4 wrapped in @triton.autotune over the second sweep's short list",
             5, True, "v4_exp2"),
+    # Beyond the article (issue 6).
+    Version("v6_longest_first", "v6 longest first", "v5 with the head on the grid's first axis and the query "
+            "tiles reversed (longest causal tiles first); optional sliding window; no -1e6 sentinel",
+            6, True, "v6_longest_first"),
 )
 BY_NAME = {v.name: v for v in VERSIONS}
 NAMES = tuple(BY_NAME)

@@ -25,7 +25,7 @@ from fa2lab.versions import REPO, get  # noqa: E402
 TARGETS = {
     "v0_baseline": [("v1_tiles", "single"), ("v3_causal_skip", "single"), ("v4_exp2", "single"),
                     ("v2_autotune", "per_shape")],
-    "v4_exp2": [("v5_final", "shortlist")],
+    "v4_exp2": [("v5_final", "shortlist"), ("v6_longest_first", "shortlist")],
 }
 
 
