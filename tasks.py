@@ -107,8 +107,10 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
             "gpu": "results folder to read (default: this GPU's, or the only one present)",
             "dry_run": "print what would be written, write nothing"})
 def pick_configs(c, kernel="v4_exp2", gpu="", dry_run=False):
-    """Derive the single winner, per-shape winners and the greedy 1% short list from a sweep CSV,
-    and write them into the kernels' per-architecture configs.json tables."""
+    """Write the tuned versions' configs.json entries from a sweep CSV (winner, per-shape, 1% short list).
+
+    The single winner (v1, v3, v4), the per-shape winners (v2) and the greedy short list that keeps
+    every shape within 1% of its best (v5, v6), for the sweep's GPU architecture."""
     cmd = [sys.executable, "sweeps/pick_configs.py", "--kernel", kernel] + (["--gpu", gpu] if gpu else [])
     cmd += ["--dry-run"] if dry_run else []
     if _run(cmd) != 0:
@@ -118,8 +120,9 @@ def pick_configs(c, kernel="v4_exp2", gpu="", dry_run=False):
 @task(help={"configs": "semicolon-separated Q,K,WARPS,STAGES (default: the article's budget-table rows)",
             "kernel": "version whose kernel is compiled", "D": "head dimension", "dtype": "bf16, fp16 or fp32"})
 def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
-    """Print the shared-memory budget table: formula bytes against compiled bytes, programs per SM
-    by shared memory and by registers, registers and spills, on the current GPU."""
+    """Print the shared-memory budget table on this GPU: formula, prediction and compiled bytes.
+
+    Also programs per SM by shared memory and by registers, registers and spills."""
     _need_gpu("invoke budget", "fa2lab.budget.formula_shared_bytes gives the formula side on any machine")
     cmd = [sys.executable, "sweeps/budget_table.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype]
     cmd += ["--configs", configs] if configs else []
@@ -132,3 +135,59 @@ def list_versions(c):
     """List the kernel versions: name, round, and what changed."""
     for v in versions.VERSIONS:
         print(f"{v.name:<16} round {v.round}  {'autotuned ' if v.autotuned else ''}{v.changed}")
+
+
+@task(help={"kernel": KERNEL_HELP, "quick": "only the small subset CI runs",
+            "save": "append one row per case to results/<gpu>/checks/nonsquare.csv (GPU only)"})
+def check_nonsquare(c, kernel="all", quick=False, save=False):
+    """The article's non-square causal check for every version: passed / failed / skipped (shared memory).
+
+    Queries longer and shorter than keys, ragged lengths, D 16 to 128, bf16 and fp32, through apply
+    and explicit tile configurations. Without a GPU it runs under the interpreter (slow: use --quick).
+    """
+    cmd = [sys.executable, "harness/check_nonsquare.py", "--kernel", kernel]
+    cmd += (["--quick"] if quick else []) + (["--save"] if save else [])
+    if _run(cmd) != 0:
+        raise Exit("non-square check failed", code=1)
+
+
+@task(help={"kernel": "version to compile", "config": "Q_TILE,K_TILE,WARPS,STAGES (default: the version's own)",
+            "causal": "compile the causal kernel", "D": "head dimension", "dtype": "bf16, fp16 or fp32",
+            "arch": "target architecture for an offline compile, e.g. sm_90 (default: this GPU, else sm_90)"})
+def inspect(c, kernel="v1_tiles", config="", causal=False, D=64, dtype="bf16", arch=""):
+    """Compile one configuration without launching it and summarise what the compiler made.
+
+    Writes registers, spills, shared bytes, TTGIR, PTX, SASS and a one-screen summary (MMA layout,
+    loop contents, key instruction counts) under results/. Works without a GPU by compiling for an
+    explicit target (offline)."""
+    cmd = [sys.executable, "profiling/inspect_kernel.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype,
+           "--causal", str(int(causal))]
+    cmd += (["--config", config] if config else []) + (["--arch", arch] if arch else [])
+    if _run(cmd, {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}) != 0:
+        raise Exit("inspect failed", code=1)
+
+
+@task(help={"tool": "ncu (counters), nsys (timeline) or torch (timeline via torch.profiler)",
+            "kernel": KERNEL_HELP + " ('all' leaves out v2, whose kernel and configurations are v1's)",
+            "N": "sequence length", "causal": "causal attention", "config": "Q,K,WARPS,STAGES for every version",
+            "dry_run": "print the commands only"})
+def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", dry_run=False):
+    """Profile versions next to SDPA at the harness shape (Nsight Compute, nsys or torch.profiler).
+
+    ncu runs the full section set with clocks left alone and a fresh Triton cache, and its numbers
+    are exported to results/<gpu>/ncu/*.csv; nsys and torch give a timeline."""
+    if not dry_run:
+        _need_gpu("invoke profile", "`invoke profile --dry-run` prints the commands; `invoke inspect` works offline")
+    cmd = [sys.executable, "profiling/run_profile.py", "--tool", tool, "--kernel", kernel, "--N", str(N)]
+    cmd += (["--causal"] if causal else []) + (["--config", config] if config else [])
+    cmd += ["--dry-run"] if dry_run else []
+    if _run(cmd) != 0:
+        raise Exit("profile failed", code=1)
+
+
+@task(help={"gpu": "results folder to draw (default: every GPU under results/)"})
+def figures(c, gpu=""):
+    """Draw every figure from results/ alone (nothing is measured) into figures/out/<gpu>/."""
+    cmd = [sys.executable, "figures/make_all.py"] + (["--gpu", gpu] if gpu else [])
+    if _run(cmd) != 0:
+        raise Exit("no figure could be drawn", code=1)

@@ -33,6 +33,8 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
                     help="point TRITON_CACHE_DIR at an empty folder first, so the binary's line info names "
                          "this checkout's file (the article's stale-cache trap)")
     ap.add_argument("--dry-run", action="store_true", help="print what would run and exit, without CUDA")
+    ap.add_argument("--torch-trace", default="", help="also capture the region with torch.profiler (CUPTI) and "
+                    "write a Chrome/Perfetto trace here: the timeline where nsys is not available")
 
 
 def version_name(text: str) -> str:
@@ -154,6 +156,23 @@ def capture(calls: list[Call], iters: int) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
+def capture_torch(calls: list[Call], iters: int, path: str) -> None:
+    """The same region under torch.profiler: kernels from CUPTI, each call in a record_function
+    range named like its NVTX range; written as a Chrome trace (open in Perfetto)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            for c in calls:
+                with record_function(c.name):
+                    c.fn()
+        torch.cuda.synchronize()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(path)
+
+
 def load_versions(names: list[str], config: str) -> tuple[dict, list[str]]:
     """Load each version (fa2lab.versions.load) and pin --config if given. Returns modules and log lines."""
     from fa2lab.versions import load
@@ -208,6 +227,9 @@ def run(script: str, names: list[str], args) -> int:
     rounds = warm_up(calls, args.warmup_s)
     print(f"warm-up: {rounds} rounds after the first (compiling) one", flush=True)
     capture(calls, args.iters)
+    if args.torch_trace:
+        capture_torch(calls, args.iters, args.torch_trace)
+        print(f"torch.profiler trace: {args.torch_trace}")
     for name, m in modules.items():
         best = getattr(m.flash_fwd_kernel, "best_config", None)
         print(f"{name}: ran {best if best is not None else describe_config(m)}")

@@ -1,0 +1,198 @@
+"""The backward benchmark (issue 7), for a version whose backward runs the Triton kernels
+of kernels/_shared/flash_backward_triton.py. The version is whichever kernels/<version>
+folder is on PYTHONPATH:
+
+    PYTHONPATH=kernels/v6_... python harness/bench_flashattention_backward.py
+
+For each harness shape (B = 4, H = 8, D = 64, bf16; N = 512..4096; non-causal then
+causal) it times, with do_bench medians in this process on the same inputs,
+  - forward + backward: FlashAttentionTriton.apply, then torch.autograd.grad for Q, K, V;
+  - backward only: torch.autograd.grad on a graph kept from one forward (retain_graph);
+and the same two for SDPA (default backend, and the FLASH_ATTENTION backend). FLOPs: the
+backward counts 2.5x the forward's (fa2lab.shapes.flops: five matrix products of the size
+of the forward's two), forward + backward 3.5x. It checks the gradients against SDPA's,
+prints a table, and appends one CSV row per shape, with provenance, to
+results/<gpu>/bench_bwd/<version>.csv.
+
+A version that still uses the PyTorch recompute (fa2lab.reference.autograd_backward, v0-v5)
+can be measured too, as the baseline: the backward_impl column says which backward ran.
+If the version's FlashAttentionTriton has the class attributes BACKWARD_DQ_MODE and
+BACKWARD_CONFIG, --dq-mode and --config override them (the atomic vs separate dQ
+comparison, and one point of a backward sweep).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the fa2lab package, uninstalled
+
+from fa2lab import shapes  # noqa: E402
+
+BWD_FLOP_FACTOR = 2.5      # backward: 5 matrix products (S, dV, dP, dQ, dK) against the forward's 2
+FWD_BWD_FLOP_FACTOR = 3.5  # forward + backward
+
+
+def backward_impl(cls) -> str:
+    """Where FlashAttentionTriton.backward comes from: 'module.function'."""
+    fn = getattr(cls.backward, "__func__", cls.backward)
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}"
+
+
+def measure(FlashAttentionTriton, shape: shapes.Shape) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from fa2lab import timing
+    from fa2lab.provenance import ClockSampler
+    from fa2lab.reference import relative_error
+
+    B, H, N, D, causal = shape.B, shape.H, shape.N, shape.D, shape.causal
+    q, k, v = (torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    # SDPA gets its own leaves, (B, H, N, D) views of the same values.
+    q4, k4, v4 = (t.detach().view(B, H, N, D).requires_grad_() for t in (q, k, v))
+    dO = torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16)
+    dO4 = dO.view(B, H, N, D)
+
+    def ours_fwd_bwd():
+        return torch.autograd.grad(FlashAttentionTriton.apply(q, k, v, causal), (q, k, v), dO)
+
+    def sdpa_fwd_bwd():
+        return torch.autograd.grad(F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal), (q4, k4, v4), dO4)
+
+    def flash_fwd_bwd():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return torch.autograd.grad(F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal),
+                                       (q4, k4, v4), dO4)
+
+    # Backward only: one forward each, its graph kept for repeated backward calls.
+    O_ours = FlashAttentionTriton.apply(q, k, v, causal)
+    O_sdpa = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+
+    def ours_bwd():
+        return torch.autograd.grad(O_ours, (q, k, v), dO, retain_graph=True)
+
+    def sdpa_bwd():
+        return torch.autograd.grad(O_sdpa, (q4, k4, v4), dO4, retain_graph=True)
+
+    # Correctness against SDPA's gradients (default backend), relative Frobenius error.
+    ours_g, sdpa_g = ours_bwd(), sdpa_bwd()
+    errs = {f"rel_err_d{n}_vs_sdpa": relative_error(a.view(B, H, N, D), b) for n, a, b in zip("qkv", ours_g, sdpa_g)}
+
+    row: dict = {}
+    with ClockSampler() as clocks:
+        row["fwd_bwd_ms"] = timing.bench_ms(ours_fwd_bwd)
+        row["bwd_ms"] = timing.bench_ms(ours_bwd)
+        row["sdpa_fwd_bwd_ms"] = timing.bench_ms(sdpa_fwd_bwd)
+        row["sdpa_bwd_ms"] = timing.bench_ms(sdpa_bwd)
+        try:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                O_flash = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+
+            def flash_bwd():
+                return torch.autograd.grad(O_flash, (q4, k4, v4), dO4, retain_graph=True)
+
+            row["sdpa_flash_fwd_bwd_ms"] = timing.bench_ms(flash_fwd_bwd)
+            row["sdpa_flash_bwd_ms"] = timing.bench_ms(flash_bwd)
+        except RuntimeError as e:  # the backend may not support this GPU or shape
+            row["sdpa_flash_fwd_bwd_ms"] = row["sdpa_flash_bwd_ms"] = float("nan")
+            print(f"  SDPA FLASH_ATTENTION backend unavailable: {e}", file=sys.stderr)
+    row.update(clocks.summary())
+    row.update(errs)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--N", type=int, nargs="*", default=list(shapes.SEQ_LENS), help="sequence lengths")
+    ap.add_argument("--causal", choices=["both", "0", "1"], default="both", help="which masks")
+    ap.add_argument("--dq-mode", choices=["default", "separate", "atomic"], default="default",
+                    help="override FlashAttentionTriton.BACKWARD_DQ_MODE (versions that have it)")
+    ap.add_argument("--config", default=None,
+                    help="override FlashAttentionTriton.BACKWARD_CONFIG: 'DKDV_Q,DKDV_K,DQ_Q,DQ_K,WARPS,STAGES'")
+    ap.add_argument("--run-id", default=os.environ.get("FA2_RUN_ID", ""), help="groups rows of one protocol run")
+    ap.add_argument("--no-save", action="store_true", help="print only; write no CSV")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="CSV path (default results/<gpu>/bench_bwd/<version>.csv)")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("bench_flashattention_backward.py needs a CUDA GPU; without one, run the tests under the "
+              "interpreter (python -m pytest tests/test_backward.py).", file=sys.stderr)
+        return 2
+
+    import flashattention_autograd_function_triton as kernel_module
+    from fa2lab.provenance import environment, now
+    from fa2lab.results import append_rows, gpu_dir
+    from fa2lab.versions import of_module
+
+    FlashAttentionTriton = kernel_module.FlashAttentionTriton
+    for option, attr, value in (("--dq-mode", "BACKWARD_DQ_MODE", None if args.dq_mode == "default" else args.dq_mode),
+                                ("--config", "BACKWARD_CONFIG", args.config)):
+        if value is None:
+            continue
+        if not hasattr(FlashAttentionTriton, attr):
+            print(f"{option}: this version's FlashAttentionTriton has no {attr}", file=sys.stderr)
+            return 2
+        if attr == "BACKWARD_CONFIG":
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "kernels" / "_shared"))
+            from flash_backward_triton import BackwardConfig
+
+            value = BackwardConfig.parse(value)
+        setattr(FlashAttentionTriton, attr, value)
+
+    version = of_module(kernel_module)
+    impl = backward_impl(FlashAttentionTriton)
+    dq_mode = getattr(FlashAttentionTriton, "BACKWARD_DQ_MODE", "")
+    bwd_config = str(getattr(FlashAttentionTriton, "BACKWARD_CONFIG", "") or "")
+    masks = {"both": (False, True), "0": (False,), "1": (True,)}[args.causal]
+    env = environment()
+    rows = []
+    print(f"{version.name} on {env['gpu']} (driver {env['driver']}, torch {env['torch']}, triton {env['triton']})")
+    print(f"backward: {impl}" + (f", dq_mode {dq_mode}" if dq_mode else "") + (f", {bwd_config}" if bwd_config else ""))
+    print(f"{'N':>6} {'causal':>6} {'bwd ms':>8} {'bwd TF':>7} {'SDPA':>8} {'% SDPA':>7} {'FA2':>8} {'% FA2':>6} "
+          f"{'f+b ms':>8} {'f+b TF':>7} {'SDPA':>8} {'% SDPA':>7} {'FA2':>8} {'% FA2':>6} {'max err':>8}")
+    for shape in shapes.harness_shapes(args.N, masks):
+        m = measure(FlashAttentionTriton, shape)
+        fwd_flop = shape.flops
+        bwd_flop, fb_flop = BWD_FLOP_FACTOR * fwd_flop, FWD_BWD_FLOP_FACTOR * fwd_flop
+        row = {
+            "version": version.name, "run_id": args.run_id, "date": now(),
+            "backward_impl": impl, "dq_mode": dq_mode, "bwd_config": bwd_config,
+            "B": shape.B, "H": shape.H, "N": shape.N, "D": shape.D, "dtype": shapes.DTYPE_NAME,
+            "causal": int(shape.causal), "fwd_flops": fwd_flop, "bwd_flops": bwd_flop, "fwd_bwd_flops": fb_flop,
+            **m,
+            "bwd_tflops": shapes.tflops(bwd_flop, m["bwd_ms"]),
+            "fwd_bwd_tflops": shapes.tflops(fb_flop, m["fwd_bwd_ms"]),
+            "sdpa_bwd_tflops": shapes.tflops(bwd_flop, m["sdpa_bwd_ms"]),
+            "sdpa_fwd_bwd_tflops": shapes.tflops(fb_flop, m["sdpa_fwd_bwd_ms"]),
+            "bwd_pct_of_sdpa": 100.0 * m["sdpa_bwd_ms"] / m["bwd_ms"],
+            "bwd_pct_of_sdpa_flash": 100.0 * m["sdpa_flash_bwd_ms"] / m["bwd_ms"],
+            "fwd_bwd_pct_of_sdpa": 100.0 * m["sdpa_fwd_bwd_ms"] / m["fwd_bwd_ms"],
+            "fwd_bwd_pct_of_sdpa_flash": 100.0 * m["sdpa_flash_fwd_bwd_ms"] / m["fwd_bwd_ms"],
+            **env,
+        }
+        rows.append(row)
+        err = max(m["rel_err_dq_vs_sdpa"], m["rel_err_dk_vs_sdpa"], m["rel_err_dv_vs_sdpa"])
+        print(f"{shape.N:>6} {'yes' if shape.causal else 'no':>6} "
+              f"{row['bwd_ms']:8.3f} {row['bwd_tflops']:7.1f} {row['sdpa_bwd_ms']:8.3f} {row['bwd_pct_of_sdpa']:6.0f}% "
+              f"{row['sdpa_flash_bwd_ms']:8.3f} {row['bwd_pct_of_sdpa_flash']:5.0f}% "
+              f"{row['fwd_bwd_ms']:8.3f} {row['fwd_bwd_tflops']:7.1f} {row['sdpa_fwd_bwd_ms']:8.3f} "
+              f"{row['fwd_bwd_pct_of_sdpa']:6.0f}% {row['sdpa_flash_fwd_bwd_ms']:8.3f} "
+              f"{row['fwd_bwd_pct_of_sdpa_flash']:5.0f}% {err:8.1e}", flush=True)
+    if not args.no_save:
+        out = args.out or gpu_dir() / "bench_bwd" / f"{version.name}.csv"
+        append_rows(out, rows)
+        print(f"wrote {len(rows)} rows to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The non-square causal check for every version (issue 6): passed / failed / skipped-for-shared-memory.
+
+    python harness/check_nonsquare.py --kernel all          # the full set (GPU; slow under the interpreter)
+    python harness/check_nonsquare.py --kernel all --quick  # the CI subset
+
+See fa2lab/nonsquare.py for the cases. With --save (GPU only) one row per case goes to
+results/<gpu>/checks/nonsquare.csv with provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
+
+
+def main(argv=None) -> int:
+    from tqdm import tqdm
+
+    from fa2lab.nonsquare import cases, check_version, explicit_configs
+    from fa2lab.versions import resolve
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernel", default="all", help="a version, a comma-separated list, or 'all'")
+    ap.add_argument("--quick", action="store_true", help="the small subset CI runs")
+    ap.add_argument("--save", action="store_true", help="append rows to results/<gpu>/checks/nonsquare.csv")
+    args = ap.parse_args(argv)
+
+    if not torch.cuda.is_available():
+        from fa2lab.interpret import patch_interpreter
+
+        patch_interpreter()
+        print("no CUDA GPU: running under Triton's CPU interpreter")
+    chosen = resolve(args.kernel)
+    summary, all_rows = [], []
+    for v in chosen:
+        total = len(cases(args.quick)) * (1 + len(explicit_configs(v.round >= 4, args.quick)))
+        with tqdm(total=total, desc=v.name, unit="case", file=sys.stdout, mininterval=2) as bar:
+            counts, rows = check_version(v.name, args.quick, progress=lambda r: bar.update(1))
+        summary.append((v.name, counts))
+        all_rows.extend(rows)
+        for r in rows:
+            if r["status"] == "failed":
+                why = r.get("error") or "relative error {:.2e}".format(r["rel_err"])
+                print(f"  FAILED {r['config']} {r['n_q']}x{r['n_k']} D={r['D']} {r['dtype']} causal={r['causal']}: {why}")
+    print(f"\n{'version':<18}{'passed':>8}{'failed':>8}{'skipped (smem)':>16}")
+    for name, c in summary:
+        print(f"{name:<18}{c['passed']:>8}{c['failed']:>8}{c['skipped_smem']:>16}")
+    if args.save:
+        if not torch.cuda.is_available():
+            print("--save needs a GPU: interpreter runs are checks, not results", file=sys.stderr)
+            return 2
+        from fa2lab.provenance import environment, now
+        from fa2lab.results import append_rows, gpu_dir
+
+        env, date = environment(), now()
+        out = append_rows(gpu_dir() / "checks" / "nonsquare.csv", [{**r, "date": date, **env} for r in all_rows])
+        print(f"wrote {len(all_rows)} rows to {out}")
+    return 1 if any(c["failed"] for _, c in summary) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

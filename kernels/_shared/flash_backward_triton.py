@@ -1,0 +1,525 @@
+"""The FlashAttention-2 backward pass in Triton (issue 7).
+
+Every version's forward saves O and L, the log-sum-exp of each query row's scaled
+scores. Given dO = dLoss/dO, the backward needs, per (batch*head) slice,
+
+    S  = scale * Q K^T                  (N_q, N_k), scale = 1/sqrt(D)
+    P  = exp(S - L)                     the softmax, recomputed from L: no second pass over keys
+    dV = P^T dO
+    dP = dO V^T
+    dS = P * (dP - Delta),  Delta = rowsum(dO * O)   (= rowsum(P * dP), one number per query)
+    dQ = scale * dS K
+    dK = scale * dS^T Q
+
+without ever holding a whole (N_q, N_k) matrix. Three kernels do it:
+
+1. `_bwd_preprocess_kernel`: Delta = rowsum(dO * O) in fp32, one value per query row.
+2. `_bwd_dkdv_kernel`: one program per (key tile, batch*head). It keeps its K and V tiles
+   and the fp32 accumulators dK and dV on chip, and streams the query tiles past them,
+   recomputing P^T for the tile pair (`_dkdv_query_tiles`). With causal masking the loop
+   starts at the first query tile that can see the key tile (query i sees key j iff
+   j <= i), runs the tiles straddling the diagonal with the mask, then the rest without.
+   dK is multiplied by the scale once, at the end. In dq_mode="atomic" the same loop also
+   adds each tile's dS Q-side product (dS K, scaled) into an fp32 dQ buffer with
+   tl.atomic_add: no second pass over the keys, but the order of the additions, hence
+   dQ's last bits, varies from run to run.
+3. `_bwd_dq_kernel` (dq_mode="separate", the default: deterministic): one program per
+   (query tile, batch*head), looping over key tiles like the forward (`_dq_key_tiles`),
+   recomputing P and dP a second time and accumulating dQ in fp32.
+
+Units of L. The forward works in log2 units internally: with qk_scale = scale * log2(e),
+exp(scale * s - m) == exp2(s * qk_scale - m * log2(e)), one multiply-add and an exp2 per
+score. It converts its L back to natural log on the way out (L_nat = L_log2 * ln 2),
+because that is what `fa2lab.reference.backward_from_lse` and the tests take. These kernels
+take the natural-log L as saved and convert each row's value back to log2 units when
+loading it (L * log2(e)), so the recomputation is again one FFMA and one exp2 per score:
+
+    P = exp2(S_raw * qk_scale - L * log2(e)),   S_raw = Q K^T (unscaled).
+
+Tiling notes (GPU): every product is a tl.dot with fp32 accumulation; P and dS are cast
+to the input dtype before their dots (what FlashAttention-2 does); tile sizes are constexpr,
+so each configuration is its own compiled kernel, and warps and stages come from
+`BackwardConfig`. Tiles entirely inside the tensors and below the causal diagonal run a
+loop copy without compares, selects or load masks (MASKED=False); only the diagonal tiles
+and the ragged last tile along each axis pay for the mask. Pointers are plain
+base + offsets * strides with load/store masks (no tl.make_block_ptr, which newer Triton
+removes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import triton
+import triton.language as tl
+
+from fa2lab.checks import SUPPORTED_DTYPES, validate_qkv
+from fa2lab.launch import device_arch
+
+LOG2E = 1.4426950408889634  # log2(e): natural-log L -> log2 units
+DQ_MODES = ("separate", "atomic")
+
+
+# ----------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------
+
+@triton.jit
+def _bwd_preprocess_kernel(
+    # pointers
+    O_ptr, dO_ptr, Delta_ptr,
+    # strides (batch, sequence, head dim)
+    stride_ob, stride_oq, stride_od,
+    stride_dob, stride_doq, stride_dod,
+    stride_deltab, stride_deltaq,
+    # sizes
+    N_QUERIES,
+    # compile-time meta-parameters
+    D: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+):
+    """Delta[b, i] = sum_d dO[b, i, d] * O[b, i, d], in fp32."""
+    q_start = tl.program_id(0) * BLOCK_Q
+    batch_index = tl.program_id(1)
+    offs_q = q_start + tl.arange(0, BLOCK_Q)
+    offs_d = tl.arange(0, D)
+    q_mask = offs_q < N_QUERIES
+
+    o = tl.load(O_ptr + batch_index * stride_ob + offs_q[:, None] * stride_oq + offs_d[None, :] * stride_od,
+                mask=q_mask[:, None], other=0.0)
+    do = tl.load(dO_ptr + batch_index * stride_dob + offs_q[:, None] * stride_doq + offs_d[None, :] * stride_dod,
+                 mask=q_mask[:, None], other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(Delta_ptr + batch_index * stride_deltab + offs_q * stride_deltaq, delta, mask=q_mask)
+
+
+@triton.jit
+def _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k,
+                      Q_ptr, dO_ptr, L_ptr, Delta_ptr, dQacc_ptr,
+                      stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
+                      stride_dqq, stride_dqd,
+                      start, stop, N_QUERIES, N_KEYS, qk_scale, scale,
+                      D: tl.constexpr, BLOCK_Q: tl.constexpr,
+                      MASKED: tl.constexpr, is_causal: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+    """Fold the query tiles in [start, stop) into one key tile's dK and dV accumulators.
+
+    Works in the transposed orientation (keys along rows), so P^T and dS^T come out of the
+    dots in the shape dV and dK need. The pointer arguments are already offset to the
+    (batch*head) slice. MASKED is a compile-time flag: the unmasked copy of this loop has
+    no compare, no select and no bounds checks on its loads; it is only used on tiles that
+    lie entirely inside the tensors and entirely below the causal diagonal.
+    """
+    offs_d = tl.arange(0, D)
+    for q_start in range(start, stop, BLOCK_Q):
+        offs_q = q_start + tl.arange(0, BLOCK_Q)
+        # Q^T (D, BLOCK_Q) is loaded transposed through its pointers; dO (BLOCK_Q, D) as is.
+        qT_ptrs = Q_ptr + offs_q[None, :] * stride_qq + offs_d[:, None] * stride_qd
+        do_ptrs = dO_ptr + offs_q[:, None] * stride_doq + offs_d[None, :] * stride_dod
+        if MASKED:
+            q_in = offs_q < N_QUERIES
+            qT = tl.load(qT_ptrs, mask=q_in[None, :], other=0.0)
+            do = tl.load(do_ptrs, mask=q_in[:, None], other=0.0)
+            l_i = tl.load(L_ptr + offs_q * stride_lq, mask=q_in, other=0.0)
+            delta_i = tl.load(Delta_ptr + offs_q * stride_deltaq, mask=q_in, other=0.0)
+        else:
+            qT = tl.load(qT_ptrs)
+            do = tl.load(do_ptrs)
+            l_i = tl.load(L_ptr + offs_q * stride_lq)
+            delta_i = tl.load(Delta_ptr + offs_q * stride_deltaq)
+
+        # P^T = exp(scale * K Q^T - L), in log2 units: one FFMA and one exp2 per score.
+        sT = tl.dot(K_j, qT)                                                  # (BLOCK_K, BLOCK_Q) fp32
+        pT = tl.math.exp2(sT * qk_scale - (l_i * 1.4426950408889634)[None, :])
+        if MASKED:
+            keep = (offs_q[None, :] < N_QUERIES) & (offs_k[:, None] < N_KEYS)
+            if is_causal:
+                keep = keep & (offs_k[:, None] <= offs_q[None, :])
+            pT = tl.where(keep, pT, 0.0)
+
+        dV_acc = tl.dot(pT.to(do.dtype), do, acc=dV_acc)                      # dV += P^T dO
+        dpT = tl.dot(V_j, tl.trans(do))                                       # dP^T = V dO^T
+        dsT = pT * (dpT - delta_i[None, :])                                   # dS^T, unscaled
+        dsT = dsT.to(qT.dtype)
+        dK_acc = tl.dot(dsT, tl.trans(qT), acc=dK_acc)                        # dK += dS^T Q
+
+        if ATOMIC_DQ:
+            # dQ[q tile] += scale * dS K_j, added by every key tile's program.
+            dq = tl.dot(tl.trans(dsT), K_j) * scale                           # (BLOCK_Q, D) fp32
+            dq_ptrs = dQacc_ptr + offs_q[:, None] * stride_dqq + offs_d[None, :] * stride_dqd
+            if MASKED:
+                tl.atomic_add(dq_ptrs, dq, mask=(offs_q < N_QUERIES)[:, None], sem="relaxed")
+            else:
+                tl.atomic_add(dq_ptrs, dq, sem="relaxed")
+    return dK_acc, dV_acc
+
+
+@triton.jit
+def _bwd_dkdv_kernel(
+    # pointers: inputs (Q, K, V, dO in the input dtype; L, Delta fp32), outputs (dK, dV in
+    # the input dtype), and the fp32 dQ accumulator (used only when ATOMIC_DQ)
+    Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr,
+    dK_ptr, dV_ptr, dQacc_ptr,
+    # strides (batch, sequence, head dim); L and Delta (batch, sequence)
+    stride_qb, stride_qq, stride_qd,
+    stride_kb, stride_kk, stride_kd,
+    stride_vb, stride_vk, stride_vd,
+    stride_dob, stride_doq, stride_dod,
+    stride_lb, stride_lq,
+    stride_deltab, stride_deltaq,
+    stride_dkb, stride_dkk, stride_dkd,
+    stride_dvb, stride_dvk, stride_dvd,
+    stride_dqb, stride_dqq, stride_dqd,
+    # sizes and the softmax scale
+    N_QUERIES, N_KEYS,
+    scale,
+    # compile-time meta-parameters
+    D: tl.constexpr,
+    BLOCK_Q: tl.constexpr,     # query tile streamed through the loop
+    BLOCK_K: tl.constexpr,     # key tile this program owns
+    is_causal: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,   # also accumulate dQ with atomics (dq_mode="atomic")
+):
+    key_tile_index = tl.program_id(0)
+    batch_index = tl.program_id(1)
+    k_start = key_tile_index * BLOCK_K
+    offs_k = k_start + tl.arange(0, BLOCK_K)
+    offs_d = tl.arange(0, D)
+    k_in = offs_k < N_KEYS
+
+    K_j = tl.load(K_ptr + batch_index * stride_kb + offs_k[:, None] * stride_kk + offs_d[None, :] * stride_kd,
+                  mask=k_in[:, None], other=0.0)
+    V_j = tl.load(V_ptr + batch_index * stride_vb + offs_k[:, None] * stride_vk + offs_d[None, :] * stride_vd,
+                  mask=k_in[:, None], other=0.0)
+    dK_acc = tl.zeros((BLOCK_K, D), dtype=tl.float32)
+    dV_acc = tl.zeros((BLOCK_K, D), dtype=tl.float32)
+    qk_scale = scale * 1.4426950408889634
+
+    # The query tiles in three ranges, each a multiple of BLOCK_Q apart from 0:
+    #   [lo, diag_stop)          masked: the tiles straddling the causal diagonal (query i
+    #                            sees key j iff j <= i), or every tile when the key tile is
+    #                            ragged (keys past N_KEYS must not leak into atomic dQ);
+    #   [diag_stop, full_stop)   unmasked: whole tiles entirely below the diagonal;
+    #   [tail_start, N_QUERIES)  masked: the ragged last query tile.
+    full_stop = (N_QUERIES // BLOCK_Q) * BLOCK_Q
+    if is_causal:
+        # Query tiles wholly above the diagonal (all i < k_start) are skipped.
+        lo = (k_start // BLOCK_Q) * BLOCK_Q
+        # The first query tile whose first row sees the key tile's last key, rounded up to
+        # a tile boundary so the unmasked range stays aligned when BLOCK_K < BLOCK_Q.
+        diag_stop = tl.cdiv(k_start + BLOCK_K, BLOCK_Q) * BLOCK_Q
+    else:
+        lo = 0
+        diag_stop = 0
+    diag_stop = tl.where(k_start + BLOCK_K > N_KEYS, N_QUERIES, diag_stop)
+    diag_stop = tl.minimum(diag_stop, N_QUERIES)
+    tail_start = tl.maximum(diag_stop, full_stop)
+
+    Q_b = Q_ptr + batch_index * stride_qb
+    dO_b = dO_ptr + batch_index * stride_dob
+    L_b = L_ptr + batch_index * stride_lb
+    Delta_b = Delta_ptr + batch_index * stride_deltab
+    dQ_b = dQacc_ptr + batch_index * stride_dqb
+    dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b,
+                                       stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
+                                       stride_dqq, stride_dqd, lo, diag_stop, N_QUERIES, N_KEYS, qk_scale, scale,
+                                       D=D, BLOCK_Q=BLOCK_Q, MASKED=True, is_causal=is_causal,
+                                       ATOMIC_DQ=ATOMIC_DQ)
+    dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b,
+                                       stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
+                                       stride_dqq, stride_dqd, diag_stop, full_stop, N_QUERIES, N_KEYS, qk_scale,
+                                       scale, D=D, BLOCK_Q=BLOCK_Q, MASKED=False, is_causal=is_causal,
+                                       ATOMIC_DQ=ATOMIC_DQ)
+    dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b,
+                                       stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
+                                       stride_dqq, stride_dqd, tail_start, N_QUERIES, N_QUERIES, N_KEYS, qk_scale,
+                                       scale, D=D, BLOCK_Q=BLOCK_Q, MASKED=True, is_causal=is_causal,
+                                       ATOMIC_DQ=ATOMIC_DQ)
+
+    # The softmax scale, once per element of dK instead of once per score.
+    dK_acc = dK_acc * scale
+    tl.store(dK_ptr + batch_index * stride_dkb + offs_k[:, None] * stride_dkk + offs_d[None, :] * stride_dkd,
+             dK_acc.to(dK_ptr.dtype.element_ty), mask=k_in[:, None])
+    tl.store(dV_ptr + batch_index * stride_dvb + offs_k[:, None] * stride_dvk + offs_d[None, :] * stride_dvd,
+             dV_acc.to(dV_ptr.dtype.element_ty), mask=k_in[:, None])
+
+
+@triton.jit
+def _dq_key_tiles(dQ_acc, Q_i, dO_i, l2_i, delta_i, offs_q,
+                  K_ptr, V_ptr, stride_kk, stride_kd, stride_vk, stride_vd,
+                  start, stop, N_KEYS, qk_scale,
+                  D: tl.constexpr, BLOCK_K: tl.constexpr,
+                  MASKED: tl.constexpr, is_causal: tl.constexpr):
+    """Fold the key tiles in [start, stop) into one query tile's dQ accumulator (unscaled).
+
+    l2_i is the tile's L in log2 units, shape (BLOCK_Q, 1). K^T and V^T (D, BLOCK_K) are
+    loaded transposed through their pointers. MASKED as in `_dkdv_query_tiles`.
+    """
+    offs_d = tl.arange(0, D)
+    for k_start in range(start, stop, BLOCK_K):
+        offs_k = k_start + tl.arange(0, BLOCK_K)
+        kT_ptrs = K_ptr + offs_k[None, :] * stride_kk + offs_d[:, None] * stride_kd
+        vT_ptrs = V_ptr + offs_k[None, :] * stride_vk + offs_d[:, None] * stride_vd
+        if MASKED:
+            k_in = offs_k < N_KEYS
+            kT = tl.load(kT_ptrs, mask=k_in[None, :], other=0.0)
+            vT = tl.load(vT_ptrs, mask=k_in[None, :], other=0.0)
+        else:
+            kT = tl.load(kT_ptrs)
+            vT = tl.load(vT_ptrs)
+
+        s = tl.dot(Q_i, kT)                                                   # (BLOCK_Q, BLOCK_K) fp32
+        p = tl.math.exp2(s * qk_scale - l2_i)
+        if MASKED:
+            keep = offs_k[None, :] < N_KEYS
+            if is_causal:
+                keep = keep & (offs_k[None, :] <= offs_q[:, None])
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(dO_i, vT)                                                 # dP = dO V^T
+        ds = p * (dp - delta_i)                                               # dS, unscaled
+        dQ_acc = tl.dot(ds.to(kT.dtype), tl.trans(kT), acc=dQ_acc)            # dQ += dS K
+    return dQ_acc
+
+
+@triton.jit
+def _bwd_dq_kernel(
+    # pointers: inputs (Q, K, V, dO in the input dtype; L, Delta fp32), output dQ (input dtype)
+    Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr,
+    dQ_ptr,
+    # strides (batch, sequence, head dim); L and Delta (batch, sequence)
+    stride_qb, stride_qq, stride_qd,
+    stride_kb, stride_kk, stride_kd,
+    stride_vb, stride_vk, stride_vd,
+    stride_dob, stride_doq, stride_dod,
+    stride_lb, stride_lq,
+    stride_deltab, stride_deltaq,
+    stride_dqb, stride_dqq, stride_dqd,
+    # sizes and the softmax scale
+    N_QUERIES, N_KEYS,
+    scale,
+    # compile-time meta-parameters
+    D: tl.constexpr,
+    BLOCK_Q: tl.constexpr,     # query tile this program owns
+    BLOCK_K: tl.constexpr,     # key tile streamed through the loop
+    is_causal: tl.constexpr,
+):
+    query_tile_index = tl.program_id(0)
+    batch_index = tl.program_id(1)
+    q_start = query_tile_index * BLOCK_Q
+    offs_q = q_start + tl.arange(0, BLOCK_Q)
+    offs_d = tl.arange(0, D)
+    q_in = offs_q < N_QUERIES
+
+    # Rows past N_QUERIES load as zeros (Q, dO, L, Delta); they give finite values that the
+    # masked store drops.
+    Q_i = tl.load(Q_ptr + batch_index * stride_qb + offs_q[:, None] * stride_qq + offs_d[None, :] * stride_qd,
+                  mask=q_in[:, None], other=0.0)
+    dO_i = tl.load(dO_ptr + batch_index * stride_dob + offs_q[:, None] * stride_doq + offs_d[None, :] * stride_dod,
+                   mask=q_in[:, None], other=0.0)
+    l_i = tl.load(L_ptr + batch_index * stride_lb + offs_q * stride_lq, mask=q_in, other=0.0)
+    delta_i = tl.load(Delta_ptr + batch_index * stride_deltab + offs_q * stride_deltaq, mask=q_in, other=0.0)
+    l2_i = (l_i * 1.4426950408889634)[:, None]
+    delta_i = delta_i[:, None]
+    qk_scale = scale * 1.4426950408889634
+    dQ_acc = tl.zeros((BLOCK_Q, D), dtype=tl.float32)
+
+    # As in the forward (v3/v4): whole key tiles below the tile's first query need no mask;
+    # from there (rounded down to a key-tile boundary) to the tile's last query they straddle
+    # the diagonal; nothing beyond. Without causal masking only a ragged last key tile is masked.
+    full_stop = (N_KEYS // BLOCK_K) * BLOCK_K
+    if is_causal:
+        unmasked_stop = tl.minimum((q_start // BLOCK_K) * BLOCK_K, full_stop)
+        masked_stop = tl.minimum(q_start + BLOCK_Q, N_KEYS)
+    else:
+        unmasked_stop = full_stop
+        masked_stop = N_KEYS
+
+    K_b = K_ptr + batch_index * stride_kb
+    V_b = V_ptr + batch_index * stride_vb
+    dQ_acc = _dq_key_tiles(dQ_acc, Q_i, dO_i, l2_i, delta_i, offs_q, K_b, V_b,
+                           stride_kk, stride_kd, stride_vk, stride_vd, 0, unmasked_stop, N_KEYS, qk_scale,
+                           D=D, BLOCK_K=BLOCK_K, MASKED=False, is_causal=is_causal)
+    dQ_acc = _dq_key_tiles(dQ_acc, Q_i, dO_i, l2_i, delta_i, offs_q, K_b, V_b,
+                           stride_kk, stride_kd, stride_vk, stride_vd, unmasked_stop, masked_stop, N_KEYS, qk_scale,
+                           D=D, BLOCK_K=BLOCK_K, MASKED=True, is_causal=is_causal)
+
+    dQ_acc = dQ_acc * scale
+    tl.store(dQ_ptr + batch_index * stride_dqb + offs_q[:, None] * stride_dqq + offs_d[None, :] * stride_dqd,
+             dQ_acc.to(dQ_ptr.dtype.element_ty), mask=q_in[:, None])
+
+
+# ----------------------------------------------------------------------------------------
+# Launch configuration
+# ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BackwardConfig:
+    """Tile sizes, warps and stages of the backward's kernels (one value of a future sweep).
+
+    The dK/dV kernel owns a key tile of `dkdv_k_tile` rows and streams query tiles of
+    `dkdv_q_tile`; the dQ kernel owns a query tile of `dq_q_tile` and streams key tiles of
+    `dq_k_tile`. Tiles are powers of two >= 16 (tl.dot's minimum). num_warps and num_stages
+    apply to both main kernels; the preprocessing kernel uses `preprocess_q_tile` rows and
+    4 warps.
+    """
+
+    dkdv_q_tile: int = 32
+    dkdv_k_tile: int = 128
+    dq_q_tile: int = 128
+    dq_k_tile: int = 32
+    num_warps: int = 4
+    num_stages: int = 3
+    preprocess_q_tile: int = 64
+
+    @classmethod
+    def parse(cls, text: str) -> "BackwardConfig":
+        """'DKDV_Q,DKDV_K,DQ_Q,DQ_K,WARPS,STAGES' (the command-line form)."""
+        parts = [int(p) for p in str(text).replace("x", ",").split(",") if p.strip()]
+        if len(parts) != 6:
+            raise ValueError(f"a backward configuration is 'DKDV_Q,DKDV_K,DQ_Q,DQ_K,WARPS,STAGES', got {text!r}")
+        return cls(*parts)
+
+    def __str__(self) -> str:
+        return (f"dkdv {self.dkdv_q_tile}x{self.dkdv_k_tile}, dq {self.dq_q_tile}x{self.dq_k_tile}, "
+                f"{self.num_warps}w, {self.num_stages}s")
+
+    def with_stages(self, stages: int) -> "BackwardConfig":
+        return replace(self, num_stages=stages)
+
+    def validate(self) -> None:
+        for name in ("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "preprocess_q_tile"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 16 or v & (v - 1):
+                raise ValueError(f"BackwardConfig.{name} must be a power of two >= 16, got {v!r}")
+        if not isinstance(self.num_warps, int) or self.num_warps < 1 or self.num_warps & (self.num_warps - 1):
+            raise ValueError(f"BackwardConfig.num_warps must be a power of two, got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"BackwardConfig.num_stages must be >= 1, got {self.num_stages!r}")
+
+
+# Provisional until a sweep on the H200 replaces them (the GPU session's job).
+# sm_90, D <= 64, 16-bit: the shape of Triton's fused-attention tutorial on Hopper (key tile
+# 128 in dK/dV, query tile 128 in dQ, 32 on the streamed axis), with fewer stages.
+SM90_DEFAULT = BackwardConfig(32, 128, 128, 32, num_warps=4, num_stages=3)
+# D = 128 or fp32: the dK and dV accumulators of a 128-key tile alone would take 256 fp32
+# registers per thread at 4 warps; halve the owned tiles.
+SM90_WIDE = BackwardConfig(32, 64, 64, 32, num_warps=4, num_stages=2)
+# Any other GPU, and the last resort when a configuration does not fit.
+FALLBACK = BackwardConfig(16, 64, 64, 16, num_warps=4, num_stages=1)
+
+
+def default_config(D: int, dtype: torch.dtype, arch: str | None = None) -> BackwardConfig:
+    """The configuration used when none is given: by architecture, head dimension and dtype.
+    Under the interpreter (arch None) the sm_90 choice, so the tests run what the H200 will."""
+    arch = arch if arch is not None else device_arch()
+    cc = int(arch.removeprefix("sm_").rstrip("a")) if arch else None
+    wide = D > 64 or dtype == torch.float32
+    if cc is None or cc >= 90:
+        return SM90_WIDE if wide else SM90_DEFAULT
+    if cc >= 80:
+        return SM90_WIDE
+    return FALLBACK
+
+
+# ----------------------------------------------------------------------------------------
+# Host side
+# ----------------------------------------------------------------------------------------
+
+def _strides(*tensors: torch.Tensor) -> list[int]:
+    return [s for t in tensors for s in t.stride()]
+
+
+def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    # Any strides work for the pointer arithmetic; a unit stride along D gives vector loads
+    # (and Triton specialises a stride of 1 at compile time). Expanded gradients (stride 0,
+    # e.g. from .sum()) are copied too.
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _launch(kernel, grid, args, meta, cfg: BackwardConfig):
+    """Launch with cfg's warps and stages; if it does not fit this GPU's shared memory, drop
+    stages, then fall back to FALLBACK's tiles. `meta(cfg)` gives the tile constexprs."""
+    tried = []
+    for c in [cfg.with_stages(s) for s in range(cfg.num_stages, 0, -1)] + [FALLBACK]:
+        try:
+            kernel[grid(c)](*args, **meta(c), num_warps=c.num_warps, num_stages=c.num_stages)
+            return c
+        except triton.runtime.errors.OutOfResources as e:
+            tried.append(f"{c}: {e}")
+    raise triton.runtime.errors.OutOfResources(0, 0, "no backward configuration fits: " + "; ".join(tried))
+
+
+def validate_backward_inputs(Q, K, V, O, L, dO) -> None:
+    """Raise TypeError or ValueError naming the problem with the backward's inputs."""
+    validate_qkv(Q, K, V)
+    B, N_q, D = Q.shape
+    for name, t in (("O", O), ("dO", dO), ("L", L)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device != Q.device:
+            raise ValueError(f"{name} is on {t.device} but Q is on {Q.device}")
+    for name, t in (("O", O), ("dO", dO)):
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; supported: bfloat16, float16, float32")
+        if t.dtype != Q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but Q, K, V are {Q.dtype}")
+        if tuple(t.shape) != (B, N_q, D):
+            raise ValueError(f"{name} must have Q's shape {(B, N_q, D)}, got {tuple(t.shape)}")
+    if L.dtype != torch.float32:
+        raise TypeError(f"L must be float32 (the forward's natural-log log-sum-exp), got {L.dtype}")
+    if tuple(L.shape) != (B, N_q):
+        raise ValueError(f"L must have shape (batch, N_q) = {(B, N_q)}, got {tuple(L.shape)}")
+
+
+def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor,
+                             L: torch.Tensor, dO: torch.Tensor, is_causal: bool = False, *,
+                             config: BackwardConfig | None = None,
+                             dq_mode: str = "separate") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV of O = softmax(Q K^T / sqrt(D)) V (SDPA's top-left causal mask if is_causal).
+
+    Q (B, N_q, D), K and V (B, N_k, D), O and dO like Q, all in one dtype (bf16, fp16, fp32);
+    L (B, N_q) float32, the forward's natural-log log-sum-exp of the scaled scores.
+    dq_mode "separate" (default) computes dQ in its own kernel, deterministically; "atomic"
+    accumulates it with fp32 atomics inside the dK/dV kernel. Gradients come back in Q's dtype.
+    """
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode must be one of {', '.join(DQ_MODES)}, got {dq_mode!r}")
+    validate_backward_inputs(Q, K, V, O, L, dO)
+    if config is None:
+        config = default_config(Q.shape[2], Q.dtype)
+    elif not isinstance(config, BackwardConfig):
+        raise TypeError(f"config must be a BackwardConfig, got {type(config).__name__}")
+    config.validate()
+
+    Q, K, V, O, dO = (_last_dim_contiguous(t) for t in (Q, K, V, O, dO))
+    B, N_q, D = Q.shape
+    N_k = K.shape[1]
+    scale = 1.0 / math.sqrt(D)
+    causal = bool(is_causal)
+    atomic = dq_mode == "atomic"
+
+    Delta = torch.empty((B, N_q), device=Q.device, dtype=torch.float32)
+    dK = torch.empty_like(K, memory_format=torch.contiguous_format)
+    dV = torch.empty_like(V, memory_format=torch.contiguous_format)
+    dQ_buf = (torch.zeros(Q.shape, device=Q.device, dtype=torch.float32) if atomic
+              else torch.empty_like(Q, memory_format=torch.contiguous_format))
+
+    pre = config.preprocess_q_tile
+    _bwd_preprocess_kernel[(triton.cdiv(N_q, pre), B)](
+        O, dO, Delta, *_strides(O, dO, Delta), N_q, D=D, BLOCK_Q=pre, num_warps=4)
+
+    common = (*_strides(Q, K, V, dO, L, Delta),)
+    _launch(_bwd_dkdv_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile), B),
+            (Q, K, V, dO, L, Delta, dK, dV, dQ_buf, *common, *_strides(dK, dV, dQ_buf), N_q, N_k, scale),
+            lambda c: dict(D=D, BLOCK_Q=c.dkdv_q_tile, BLOCK_K=c.dkdv_k_tile, is_causal=causal, ATOMIC_DQ=atomic),
+            config)
+    if atomic:
+        dQ = dQ_buf if Q.dtype == torch.float32 else dQ_buf.to(Q.dtype)
+    else:
+        _launch(_bwd_dq_kernel, lambda c: (triton.cdiv(N_q, c.dq_q_tile), B),
+                (Q, K, V, dO, L, Delta, dQ_buf, *common, *_strides(dQ_buf), N_q, N_k, scale),
+                lambda c: dict(D=D, BLOCK_Q=c.dq_q_tile, BLOCK_K=c.dq_k_tile, is_causal=causal),
+                config)
+        dQ = dQ_buf
+    return dQ, dK, dV

@@ -1,0 +1,82 @@
+"""From Nsight Compute's raw CSV export (`ncu --import R --csv --page raw`) to the numbers the
+article reads, one row per profiled kernel, beside the algorithm's predictions.
+
+The raw page has one header row of metric names, one row of units, then one row per kernel
+launch. Metric names differ between architectures and Nsight Compute versions, so columns are
+picked by pattern and every match is kept under its own name; the derived columns say what
+they were computed from.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+
+from fa2lab import shapes
+
+# Patterns of the metrics the article reads (duration, tensor work and peak, instructions,
+# registers, shared memory, occupancy, L2 -> SM bytes, DRAM bytes, stalls).
+PATTERNS = [
+    r"^gpu__time_duration\.sum$",
+    r"^launch__registers_per_thread$",
+    r"^launch__shared_mem_per_block_(static|dynamic)$",
+    r"^launch__grid_size$",
+    r"^launch__block_size$",
+    r"^sm__maximum_warps_per_active_cycle_pct$",          # theoretical occupancy
+    r"^sm__warps_active\.avg\.pct_of_peak_sustained_active$",  # achieved occupancy
+    r"^smsp__inst_executed\.sum$",
+    r"^sm__inst_executed_pipe_tensor.*\.sum$",
+    r"^sm__pipe_tensor.*pct_of_peak_sustained_active$",
+    r"^sm__ops_path_tensor.*\.sum$",
+    r"^sm__.*tensor.*op.*\.sum(\.per_second)?$",
+    r"^l1tex__m_xbar2l1tex_read_bytes\.sum$",             # bytes from L2 into the SMs
+    r"^lts__t_bytes\.sum$",
+    r"^dram__bytes_read\.sum$",
+    r"^dram__bytes_write\.sum$",
+    r"^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$",
+    r"^sm__cycles_elapsed\.avg\.per_second$",             # the SM clock during the kernel
+]
+
+
+def read_raw(path: str | Path) -> tuple[list[str], dict[str, str], list[dict[str, str]]]:
+    """Header, units and kernel rows of a raw export. Raises ValueError naming the file if malformed."""
+    path = Path(path)
+    with path.open(newline="") as f:
+        lines = [line for line in f if not line.startswith("==")]   # ncu's own log lines
+    rows = list(csv.reader(lines))
+    if len(rows) < 3 or "Kernel Name" not in rows[0]:
+        raise ValueError(f"{path} is not an ncu raw CSV export (no 'Kernel Name' header, or no kernel rows)")
+    header, units = rows[0], dict(zip(rows[0], rows[1]))
+    return header, units, [dict(zip(header, r)) for r in rows[2:] if len(r) == len(header)]
+
+
+def _num(text: str) -> float | None:
+    try:
+        return float(str(text).replace(",", ""))
+    except ValueError:
+        return None
+
+
+def summarise_raw(path, N: int, causal: bool, config: str = "") -> list[dict]:
+    header, units, kernels = read_raw(path)
+    picked = [c for c in header if any(re.search(p, c) for p in PATTERNS)]
+    predicted_flops = shapes.flops(shapes.BATCH, shapes.HEADS, N, shapes.HEAD_DIM, causal)
+    out = []
+    for k in kernels:
+        row = {"kernel": k["Kernel Name"][:120], "N": N, "causal": int(causal), "config": config,
+               "predicted_flops": predicted_flops}
+        for c in picked:
+            row[f"{c} [{units.get(c, '')}]".replace(" []", "")] = _num(k[c]) if _num(k[c]) is not None else k[c]
+        stalls = {c: _num(k[c]) for c in picked if "issue_stalled" in c and _num(k[c]) is not None}
+        for i, (c, v) in enumerate(sorted(stalls.items(), key=lambda kv: -kv[1])[:3]):
+            reason = re.sub(r"^smsp__average_warps_issue_stalled_|_per_issue_active\.ratio$", "", c)
+            row[f"stall_{i + 1}"] = f"{reason} ({v:.2f})"
+        if config and "l1tex__m_xbar2l1tex_read_bytes.sum" in picked:
+            q_tile = int(config.split(",")[0])
+            programs = shapes.BATCH * shapes.HEADS * math.ceil(N / q_tile)
+            per_program = (2 * N * shapes.HEAD_DIM + q_tile * shapes.HEAD_DIM) * 2   # K, V and the Q tile, bf16
+            row["predicted_l2_to_sm_bytes"] = programs * per_program
+        out.append(row)
+    return out

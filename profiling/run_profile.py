@@ -1,0 +1,132 @@
+"""`invoke profile`: run the profile drivers under Nsight Compute, Nsight Systems or torch.profiler.
+
+    python profiling/run_profile.py --tool ncu --N 4096 --kernel v5_final [--causal 1]
+    python profiling/run_profile.py --tool ncu --kernel all          # every version (v2 aside) + SDPA, one report
+    python profiling/run_profile.py --tool nsys --kernel all
+    python profiling/run_profile.py --tool torch --kernel all        # timeline where nsys does not work
+
+ncu runs with the full section set, source import, capture limited to the profiler range,
+clocks left alone (--clock-control none) and an empty TRITON_CACHE_DIR (so source lines
+point at this checkout). The report (.ncu-rep, kept out of git) is exported with
+`ncu --import ... --csv --page raw`, and the numbers the article reads are written to
+results/<gpu>/ncu/<tag>.csv beside the algorithm's predictions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fa2lab import versions  # noqa: E402
+
+REPO = versions.REPO
+
+
+def find_nsys() -> str | None:
+    """nsys on the PATH, or the one bundled with Nsight Compute."""
+    found = shutil.which("nsys")
+    if found:
+        return found
+    bundled = sorted(glob.glob("/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"))
+    return bundled[-1] if bundled else None
+
+
+def driver_command(names: list[str], args, extra: list[str]) -> list[str]:
+    script = "compare_driver.py" if len(names) > 1 else "profile_driver.py"
+    which = ["--kernels", ",".join(names)] if len(names) > 1 else ["--kernel", names[0]]
+    cmd = [sys.executable, str(REPO / "profiling" / script), *which, "--N", str(args.N),
+           "--causal", str(int(args.causal))]
+    return cmd + (["--config", args.config] if args.config else []) + extra
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tool", choices=("ncu", "nsys", "torch"), default="ncu")
+    ap.add_argument("--kernel", default="v5_final", help="a version, a comma-separated list, or 'all'")
+    ap.add_argument("--N", type=int, default=4096)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--config", default="", help="Q,K,WARPS,STAGES for every version profiled")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = ap.parse_args(argv)
+
+    names = [v.name for v in versions.resolve(args.kernel)]
+    if args.kernel == "all":   # v2 runs v1's kernel with v1's configurations (the article leaves it out too)
+        names = [n for n in names if n != "v2_autotune"]
+    tag = (names[0] if len(names) == 1 else "all") + f"_N{args.N}_{'causal' if args.causal else 'noncausal'}"
+    if not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("profiling needs a CUDA GPU; the committed results/<gpu>/ncu/*.csv can be read without one",
+                  file=sys.stderr)
+            return 2
+    from fa2lab.results import RESULTS, gpu_dir
+
+    out = (gpu_dir() if not args.dry_run else RESULTS / "GPU") / args.tool
+    out.mkdir(parents=True, exist_ok=True) if not args.dry_run else None
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+
+    if args.tool == "ncu":
+        rep = out / f"{tag}.ncu-rep"
+        cmd = ["ncu", "--set", "full", "--import-source", "yes", "--profile-from-start", "off",
+               "--clock-control", "none", "-f", "-o", str(rep.with_suffix(""))]
+        cmd += driver_command(names, args, ["--iters", "1", "--sdpa", "1", "--fresh-cache", "1", "--warmup-s", "1"])
+        export = ["ncu", "--import", str(rep), "--csv", "--page", "raw"]
+        print("+", " ".join(cmd), "\n+", " ".join(export), "> RAW.csv")
+        if args.dry_run:
+            return 0
+        if subprocess.run(cmd, env=env).returncode != 0:
+            return 1
+        raw = subprocess.run(export, capture_output=True, text=True)
+        if raw.returncode != 0:
+            print(raw.stderr, file=sys.stderr)
+            return 1
+        raw_path = out / f"{tag}.raw.csv"
+        raw_path.write_text(raw.stdout)
+        from profiling.ncu_export import summarise_raw
+
+        rows = summarise_raw(raw_path, N=args.N, causal=args.causal, config=args.config)
+        from fa2lab.results import append_rows
+
+        dest = append_rows(out / f"{tag}.csv", rows)
+        print(f"wrote {len(rows)} kernel rows to {dest} (raw export: {raw_path})")
+        return 0
+
+    if args.tool == "nsys":
+        nsys = find_nsys()
+        base = out / tag
+        cmd = [nsys or "nsys", "profile", "--trace=cuda,nvtx", "--capture-range=cudaProfilerApi",
+               "--capture-range-end=stop", "--force-overwrite=true", "-o", str(base)]
+        cmd += driver_command(names, args, ["--iters", "2"])
+        stats = [nsys or "nsys", "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
+                 "--output", str(base), f"{base}.nsys-rep"]
+        print("+", " ".join(cmd), "\n+", " ".join(stats))
+        if args.dry_run:
+            return 0
+        if nsys is None:
+            print("Nsight Systems (nsys) is not on the PATH nor bundled with Nsight Compute here; "
+                  "use --tool torch for a timeline from torch.profiler", file=sys.stderr)
+            return 2
+        if subprocess.run(cmd, env=env).returncode != 0 or subprocess.run(stats, env=env).returncode != 0:
+            print("nsys could not record or report here (its bundled copy needs libdw.so.1 and libelf.so.1 on "
+                  "LD_LIBRARY_PATH); use --tool torch for a timeline from torch.profiler", file=sys.stderr)
+            return 1
+        return 0
+
+    trace = out / f"{tag}.trace.json"
+    cmd = driver_command(names, args, ["--iters", "2", "--torch-trace", str(trace)])
+    print("+", " ".join(cmd))
+    if args.dry_run:
+        return 0
+    return subprocess.run(cmd, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

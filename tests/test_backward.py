@@ -1,0 +1,212 @@
+"""The Triton FlashAttention-2 backward (kernels/_shared/flash_backward_triton.py, issue 7).
+
+On a GPU the kernels run natively; without one they run on the CPU under Triton's
+interpreter (TRITON_INTERPRET=1, set here before the kernel module is imported) with the
+bf16 tl.dot fix of fa2lab.interpret. O and L come from the float64 reference
+(fa2lab.reference.attention; L is natural log, float32, as every forward saves it), so these
+tests isolate the backward; one test feeds it v4_exp2's Triton forward instead.
+
+Each gradient is checked against two references, by ||grad - ref|| / ||ref||:
+  - float64 autograd through fa2lab.reference.attention (the ground truth);
+  - fa2lab.reference.backward_from_lse, the PyTorch recompute every version's backward uses today.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))                          # the fa2lab package, uninstalled
+sys.path.insert(0, str(REPO / "kernels" / "_shared"))  # the backward module
+
+ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"  # must precede the kernel's import (@triton.jit reads it)
+
+import flash_backward_triton as fb  # noqa: E402
+from fa2lab.interpret import patch_interpreter  # noqa: E402
+from fa2lab.reference import attention, backward_from_lse, relative_error  # noqa: E402
+
+from flash_backward_triton import BackwardConfig, flash_attention_backward  # noqa: E402
+
+DEVICE = "cuda" if ON_GPU else "cpu"
+if not ON_GPU:
+    patch_interpreter()
+
+# Bounds on ||grad - ref|| / ||ref||, per input dtype. Under the interpreter fp32 dots are
+# exact fp32 products (measured ~4e-7); on a GPU they run in TF32 (10-bit mantissa), like the
+# forward's. bf16 and fp16 cast P and dS to the input dtype before their dots, as
+# FlashAttention-2 does, and return the gradients rounded to that dtype (measured: bf16
+# ~6e-3, fp16 ~8e-4).
+REL_TOL = {
+    torch.float32: 5e-3 if ON_GPU else 1e-4,
+    torch.float16: 5e-3,
+    torch.bfloat16: 2e-2,
+}
+
+# Tile configurations besides the default: the owned tile larger than the streamed one
+# (as in the sm_90 default) and the reverse, with the smallest and a mid-sized tile.
+KEY_WIDER = BackwardConfig(dkdv_q_tile=16, dkdv_k_tile=64, dq_q_tile=64, dq_k_tile=16, num_warps=4, num_stages=1)
+QUERY_WIDER = BackwardConfig(dkdv_q_tile=64, dkdv_k_tile=16, dq_q_tile=16, dq_k_tile=64, num_warps=4, num_stages=1,
+                             preprocess_q_tile=16)
+
+# (id, N_q, N_k, D, dtype, causal, config); every case runs in both dq modes.
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+CASES = [
+    ("square-128-d64-f32", 128, 128, 64, F32, False, None),
+    ("square-128-d64-f32-causal", 128, 128, 64, F32, True, None),
+    ("ragged-200x96-d32-f32", 200, 96, 32, F32, False, None),
+    ("ragged-96x200-d32-f32", 96, 200, 32, F32, False, None),
+    ("ragged-200x96-d32-f32-causal", 200, 96, 32, F32, True, None),
+    ("ragged-96x200-d32-f32-causal", 96, 200, 32, F32, True, None),
+    ("ragged-77x77-d16-f32-causal", 77, 77, 16, F32, True, None),
+    ("ragged-130x70-d128-f32-causal", 130, 70, 128, F32, True, None),
+    ("square-128-d64-bf16-causal", 128, 128, 64, BF16, True, None),
+    ("ragged-200x96-d32-bf16", 200, 96, 32, BF16, False, None),
+    ("ragged-96x200-d128-bf16-causal", 96, 200, 128, BF16, True, None),
+    ("ragged-100x100-d16-bf16", 100, 100, 16, BF16, False, None),
+    ("ragged-200x96-d64-f16-causal", 200, 96, 64, F16, True, None),
+    ("keywider-200x96-d32-f32-causal", 200, 96, 32, F32, True, KEY_WIDER),
+    ("keywider-96x200-d32-bf16-causal", 96, 200, 32, BF16, True, KEY_WIDER),
+    ("querywider-200x96-d32-f32-causal", 200, 96, 32, F32, True, QUERY_WIDER),
+    ("querywider-96x200-d64-f32", 96, 200, 64, F32, False, QUERY_WIDER),
+    ("querywider-96x200-d32-bf16-causal", 96, 200, 32, BF16, True, QUERY_WIDER),
+]
+
+
+def make_inputs(B, N_q, N_k, D, dtype, causal, seed=0):
+    """Q, K, V, dO in `dtype`; O (in `dtype`) and L (float32, natural log) from the float64 reference."""
+    g = torch.Generator().manual_seed(seed)
+    Q, K, V = (torch.randn(B, n, D, generator=g).to(DEVICE, dtype) for n in (N_q, N_k, N_k))
+    dO = torch.randn(B, N_q, D, generator=g).to(DEVICE, dtype)
+    O64, L64 = attention(Q, K, V, causal)
+    return Q, K, V, O64.to(dtype), L64.float(), dO
+
+
+def float64_grads(Q, K, V, dO, causal):
+    q, k, v = (t.detach().double().requires_grad_() for t in (Q, K, V))
+    O, _ = attention(q, k, v, causal)
+    return torch.autograd.grad(O, (q, k, v), dO.double())
+
+
+def check(grads, Q, K, V, O, L, dO, causal, tol, label=""):
+    """Shapes and dtypes, then every gradient against both references."""
+    for name, g, like in zip("QKV", grads, (Q, K, V)):
+        assert g.shape == like.shape and g.dtype == like.dtype, f"d{name}: {g.shape} {g.dtype}"
+    truth = float64_grads(Q, K, V, dO, causal)
+    recompute = backward_from_lse(Q, K, V, O, L, dO, causal)
+    for name, g, t, r in zip("QKV", grads, truth, recompute):
+        e64, erc = relative_error(g, t), relative_error(g, r)
+        assert e64 <= tol, f"{label} d{name}: relative error {e64:.2e} vs float64 > {tol:.0e}"
+        assert erc <= tol, f"{label} d{name}: relative error {erc:.2e} vs backward_from_lse > {tol:.0e}"
+
+
+@pytest.mark.parametrize("dq_mode", fb.DQ_MODES)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_gradients_match_references(case, dq_mode):
+    _, N_q, N_k, D, dtype, causal, cfg = case
+    Q, K, V, O, L, dO = make_inputs(2, N_q, N_k, D, dtype, causal)
+    grads = flash_attention_backward(Q, K, V, O, L, dO, causal, config=cfg, dq_mode=dq_mode)
+    check(grads, Q, K, V, O, L, dO, causal, REL_TOL[dtype], label=f"{case[0]} {dq_mode}")
+    if causal and N_q < N_k:
+        # Keys no query sees (j >= N_q with the top-left mask) get exactly zero gradient:
+        # their programs skip every query tile and still store.
+        assert not grads[1][:, N_q:].any() and not grads[2][:, N_q:].any()
+
+
+def test_non_contiguous_inputs_and_expanded_dO():
+    """Strided views (B, N, D) of (N, B, D) buffers, and dO as autograd gives it for a sum (stride 0)."""
+    B, N_q, N_k, D = 3, 70, 50, 32
+    g = torch.Generator().manual_seed(1)
+    Q, K, V = (torch.randn(n, B, D, generator=g).to(DEVICE).transpose(0, 1) for n in (N_q, N_k, N_k))
+    dO = torch.randn(1, 1, D, generator=g).to(DEVICE).expand(B, N_q, D)
+    O64, L64 = attention(Q, K, V, True)
+    O, L = O64.float(), L64.float()
+    assert not Q.is_contiguous() and dO.stride()[:2] == (0, 0)
+    for mode in fb.DQ_MODES:
+        grads = flash_attention_backward(Q, K, V, O, L, dO, True, dq_mode=mode)
+        check(grads, Q, K, V, O, L, dO, True, REL_TOL[torch.float32], label=mode)
+
+
+def test_with_v4_triton_forward():
+    """What v6 will do: the Triton forward's saved O and L (log2 inside, natural log saved) feed
+    the backward, whose gradients then match float64 and the version's own PyTorch backward."""
+    from fa2lab import versions
+
+    FlashAttentionTriton = versions.load("v4_exp2").FlashAttentionTriton
+    B, N_q, N_k, D, causal = 2, 100, 80, 32, True
+    g = torch.Generator().manual_seed(2)
+    Q, K, V = (torch.randn(B, n, D, generator=g).to(DEVICE).requires_grad_() for n in (N_q, N_k, N_k))
+    dO = torch.randn(B, N_q, D, generator=g).to(DEVICE)
+    O = FlashAttentionTriton.apply(Q, K, V, causal)
+    O_saved, L = (t.detach() for t in O.grad_fn.saved_tensors[3:])
+    grads = flash_attention_backward(Q.detach(), K.detach(), V.detach(), O_saved, L, dO, causal)
+    check(grads, Q.detach(), K.detach(), V.detach(), O_saved, L, dO, causal, REL_TOL[torch.float32])
+    theirs = torch.autograd.grad(O, (Q, K, V), dO)
+    for ours, ref in zip(grads, theirs):
+        assert relative_error(ours, ref) <= REL_TOL[torch.float32]
+
+
+def test_default_config_by_architecture():
+    assert fb.default_config(64, torch.bfloat16, "sm_90") == fb.SM90_DEFAULT
+    assert fb.default_config(128, torch.bfloat16, "sm_90") == fb.SM90_WIDE
+    assert fb.default_config(64, torch.float32, "sm_90") == fb.SM90_WIDE
+    assert fb.default_config(64, torch.bfloat16, "sm_100") == fb.SM90_DEFAULT
+    assert fb.default_config(64, torch.bfloat16, "sm_89") == fb.SM90_WIDE
+    assert fb.default_config(64, torch.bfloat16, "sm_75") == fb.FALLBACK
+    assert BackwardConfig.parse("32,128,128,32,4,3") == fb.SM90_DEFAULT
+    for cfg in (fb.SM90_DEFAULT, fb.SM90_WIDE, fb.FALLBACK):
+        cfg.validate()
+
+
+def _ok_inputs():
+    return make_inputs(1, 20, 20, 16, torch.float32, False)
+
+
+@pytest.mark.parametrize("mutate, error, match", [
+    (lambda a: a.update(L=a["L"].double()), TypeError, "L must be float32"),
+    (lambda a: a.update(dO=a["dO"].half()), TypeError, "dO has dtype torch.float16 but Q, K, V are torch.float32"),
+    (lambda a: a.update(O=a["O"].to(torch.int32)), TypeError, "O has dtype torch.int32"),
+    (lambda a: a.update(Q=a["Q"].half()), TypeError, "Q, K and V must share one dtype"),
+    (lambda a: a.update(O=a["O"][:, :10]), ValueError, r"O must have Q's shape \(1, 20, 16\)"),
+    (lambda a: a.update(dO=a["dO"][0]), ValueError, "dO must have Q's shape"),
+    (lambda a: a.update(V=a["V"][:, :10]), ValueError, "K and V must have the same length"),
+    (lambda a: a.update(L=a["L"][:, :10]), ValueError, r"L must have shape \(batch, N_q\) = \(1, 20\)"),
+    (lambda a: a.update(L=a["L"][..., None]), ValueError, "L must have shape"),
+    (lambda a: a.update(L=None), TypeError, "L must be a torch.Tensor"),
+    (lambda a: a.update(Q=a["Q"][..., :8], O=a["O"][..., :8], dO=a["dO"][..., :8]), ValueError,
+     "head dimensions differ"),
+])
+def test_bad_inputs_raise_clear_errors(mutate, error, match):
+    Q, K, V, O, L, dO = _ok_inputs()
+    args = dict(Q=Q, K=K, V=V, O=O, L=L, dO=dO)
+    mutate(args)
+    with pytest.raises(error, match=match):
+        flash_attention_backward(**args, is_causal=False)
+
+
+def test_bad_options_raise_clear_errors():
+    Q, K, V, O, L, dO = _ok_inputs()
+    with pytest.raises(ValueError, match="dq_mode must be one of separate, atomic"):
+        flash_attention_backward(Q, K, V, O, L, dO, False, dq_mode="fast")
+    with pytest.raises(ValueError, match="dkdv_k_tile must be a power of two >= 16"):
+        flash_attention_backward(Q, K, V, O, L, dO, False, config=BackwardConfig(dkdv_k_tile=24))
+    with pytest.raises(ValueError, match="num_stages must be >= 1"):
+        flash_attention_backward(Q, K, V, O, L, dO, False, config=BackwardConfig(num_stages=0))
+    with pytest.raises(TypeError, match="config must be a BackwardConfig"):
+        flash_attention_backward(Q, K, V, O, L, dO, False, config=(32, 128, 128, 32, 4, 3))
+    with pytest.raises(ValueError, match="backward configuration is"):
+        BackwardConfig.parse("32,128,4")
+
+
+def test_backward_bench_help_runs_without_a_gpu():
+    out = subprocess.run([sys.executable, str(REPO / "harness" / "bench_flashattention_backward.py"), "--help"],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "backward" in out.stdout and "--dq-mode" in out.stdout

@@ -1,0 +1,33 @@
+"""The ncu raw-CSV summariser, on a small export written in ncu's raw format."""
+
+import pytest
+
+from profiling.ncu_export import read_raw, summarise_raw
+
+RAW = '''"ID","Process ID","Kernel Name","gpu__time_duration.sum","launch__registers_per_thread","l1tex__m_xbar2l1tex_read_bytes.sum","smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio","unrelated__metric"
+"","","","usecond","register/thread","byte","ratio","ratio","ratio",""
+"0","1","flash_fwd_kernel","2,060.5","255","2159017984","9.1","0.3","1.2","7"
+"1","1","pytorch_flash::flash_fwd_kernel","2,130","255","1350000000","6.8","0.6","0.9","7"
+'''
+
+
+def test_summary_picks_the_article_numbers_and_predictions(tmp_path):
+    path = tmp_path / "r.raw.csv"
+    path.write_text("==PROF== Connected to process\n" + RAW)
+    rows = summarise_raw(path, N=4096, causal=False, config="64,128,4,2")
+    assert [r["kernel"] for r in rows] == ["flash_fwd_kernel", "pytorch_flash::flash_fwd_kernel"]
+    ours = rows[0]
+    assert ours["gpu__time_duration.sum [usecond]"] == 2060.5
+    assert ours["launch__registers_per_thread [register/thread]"] == 255
+    assert ours["stall_1"] == "math_pipe_throttle (9.10)" and ours["stall_3"] == "barrier (0.30)"
+    assert ours["predicted_flops"] == 4 * 32 * 4096**2 * 64
+    # 32 heads x 64 query tiles, each reading K and V (4096 x 64 x 2 bytes each) and its Q tile.
+    assert ours["predicted_l2_to_sm_bytes"] == 32 * 64 * (2 * 4096 * 64 + 64 * 64) * 2
+    assert not any("unrelated" in k for k in ours)
+
+
+def test_malformed_export_names_the_file(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="bad.csv"):
+        read_raw(bad)
