@@ -101,6 +101,11 @@ def main(argv=None) -> int:
 
     if args.tool == "nsys":
         nsys = find_nsys()
+        # The nsys bundled with Nsight Compute needs libdw.so.1 and libelf.so.1: unpack Debian's libdw1 and
+        # libelf1 into a private folder (never into /) and name it in FA2_NSYS_LIBDIR.
+        libdir = os.environ.get("FA2_NSYS_LIBDIR")
+        if libdir:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, env.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
         base = out / tag
         cmd = [nsys or "nsys", "profile", "--trace=cuda,nvtx", "--capture-range=cudaProfilerApi",
                "--capture-range-end=stop", "--force-overwrite=true", "-o", str(base)]
