@@ -191,3 +191,26 @@ def figures(c, gpu=""):
     cmd = [sys.executable, "figures/make_all.py"] + (["--gpu", gpu] if gpu else [])
     if _run(cmd) != 0:
         raise Exit("no figure could be drawn", code=1)
+
+
+@task(help={"counts": "numbers of configurations to autotune over", "sweep": "sweep CSV to rank them from"})
+def compile_cost(c, counts="1,2,4,8,16", sweep=""):
+    """Round 3: first-call, new-N and first-causal time of @triton.autotune over K configurations.
+
+    Fresh processes, empty then warm TRITON_CACHE_DIR, with and without cache_results=True;
+    rows to results/<gpu>/tuning/compile_cost.csv."""
+    _need_gpu("invoke compile-cost", "results/<gpu>/tuning/compile_cost.csv holds the committed measurements")
+    if _run([sys.executable, "sweeps/compile_cost.py", "--counts", counts] + (["--sweep", sweep] if sweep else [])):
+        raise Exit("compile-cost failed", code=1)
+
+
+@task(help={"processes": "fresh processes per setting", "pause": "idle seconds before each tuning",
+            "N": "sequence length", "causal": "causal attention"})
+def autotune_bias(c, processes=10, pause=20.0, N=512, causal=False):
+    """Round 3: which candidate the autotuner picks after an idle GPU, with and without a warm-up
+    and with longer timing, against careful timings; rows to results/<gpu>/tuning/autotune_bias.csv."""
+    _need_gpu("invoke autotune-bias", "results/<gpu>/tuning/autotune_bias.csv holds the committed measurements")
+    cmd = [sys.executable, "sweeps/autotune_bias.py", "--processes", str(processes), "--pause", str(pause),
+           "--N", str(N), "--causal", str(int(causal))]
+    if _run(cmd):
+        raise Exit("autotune-bias failed", code=1)
