@@ -31,11 +31,14 @@ def root(results_root: str | Path | None = None) -> Path:
 
 
 def gpu_slugs(results_root: str | Path | None = None) -> list[str]:
-    """Every measured GPU: the folders under results/ except the transcribed reference."""
+    """Every measured GPU: the folders under results/ with harness, sweep or host-path results
+    (not the transcribed reference, nor offline compiles such as results/offline-sm_90)."""
     base = root(results_root)
     if not base.is_dir():
         return []
-    return sorted(p.name for p in base.iterdir() if p.is_dir() and p.name != REFERENCE and not p.name.startswith("."))
+    measured = ("bench", "sweep", "hostpath")
+    return sorted(p.name for p in base.iterdir() if p.is_dir() and p.name != REFERENCE and not p.name.startswith(".")
+                  and any((p / m).is_dir() for m in measured))
 
 
 def load(path: Path, required: tuple[str, ...] = ()) -> pd.DataFrame:

@@ -166,7 +166,9 @@ def test_missing_file_is_named_and_skips_only_its_figures(results_root, tmp_path
 
 def test_nothing_drawable_exits_non_zero(tmp_path, capsys):
     (tmp_path / "results" / "empty-gpu").mkdir(parents=True)
-    assert make_all.main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]) == 1
+    assert data.gpu_slugs(tmp_path / "results") == []   # a folder without measurements is not a GPU
+    assert make_all.main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "out"),
+                          "--gpu", "empty-gpu"]) == 1
     assert "hostpath/v4_exp2.csv does not exist" in capsys.readouterr().err
 
 
