@@ -214,3 +214,11 @@ def autotune_bias(c, processes=10, pause=20.0, N=512, causal=False):
            "--N", str(N), "--causal", str(int(causal))]
     if _run(cmd):
         raise Exit("autotune-bias failed", code=1)
+
+
+@task(help={"out": "where to write the report"})
+def report(c, out="RESULTS.md"):
+    """Write RESULTS.md from results/ alone: the article's tables for each measured GPU beside the
+    article's Ada numbers, and a ledger of the article's claims with the numbers that decide them."""
+    if _run([sys.executable, "figures/report.py", "--out", out]) != 0:
+        raise Exit("report failed", code=1)
