@@ -17,6 +17,11 @@ Also (issue 6, the article's loose ends): an optional causal sliding window
 sides of the band, and masks without the -1e6 sentinel: masked scores are -inf, and a row
 that sees no key at all gets O = 0 and L = -inf instead of garbage.
 
+For the article's P-cast experiment (`invoke experiment pcast`), P_CAST selects where P is
+rounded to the input dtype: 0 sums the fp32 P and rounds it for the multiply (the default,
+FlashAttention-2's order), 1 rounds first and sums the rounded values, 2 keeps P in fp32
+and multiplies it with an upcast V (TF32).
+
 The host path is v5's (fa2lab.hostpath); the backward recomputes from L in PyTorch.
 """
 
@@ -41,7 +46,7 @@ LAUNCH_ORDERS = {"longest_first": (True, True), "reversed": (False, True), "forw
 def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
                       start, stop, N_KEYS, WINDOW, qk_scale,
                       K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
-                      HAS_WINDOW: tl.constexpr):
+                      HAS_WINDOW: tl.constexpr, P_CAST: tl.constexpr):
     """Fold the key tiles in [start, stop) into the running (O, l, m) state.
 
     The unmasked copy (MASKED=False) has no compare, select or bounds check. The masked copy
@@ -77,10 +82,18 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
             m_sub = m_new
         P_ij = tl.math.exp2(S_ij * qk_scale - m_sub)
         alpha = tl.math.exp2(m_acc - m_sub)
-        l_acc = alpha * l_acc + tl.sum(P_ij, axis=1, keep_dims=True)
         O_acc = alpha * O_acc
-        P_ij = P_ij.to(V_j.dtype)
-        O_acc = tl.dot(P_ij, V_j, acc=O_acc)
+        # Where P is rounded (the article's "P cast" experiment; 0 is FlashAttention-2's choice).
+        if P_CAST == 1:    # round first, so the row sum adds the same values the multiply uses
+            P_lo = P_ij.to(V_j.dtype)
+            l_acc = alpha * l_acc + tl.sum(P_lo.to(tl.float32), axis=1, keep_dims=True)
+            O_acc = tl.dot(P_lo, V_j, acc=O_acc)
+        elif P_CAST == 2:  # no cast: fp32 P against an upcast V (a TF32 multiply)
+            l_acc = alpha * l_acc + tl.sum(P_ij, axis=1, keep_dims=True)
+            O_acc = tl.dot(P_ij, V_j.to(tl.float32), acc=O_acc)
+        else:              # sum the fp32 P, round it for the multiply
+            l_acc = alpha * l_acc + tl.sum(P_ij, axis=1, keep_dims=True)
+            O_acc = tl.dot(P_ij.to(V_j.dtype), V_j, acc=O_acc)
         m_acc = m_new
 
         K_block_ptr = K_block_ptr.advance((K_TILE_SIZE, 0))
@@ -94,7 +107,8 @@ ARCH, CANDIDATES = select(CONFIG_TABLE, smem_limit=smem_limit())
 
 
 @triton.autotune(configs=autotune_configs(CANDIDATES),
-                 key=["N_QUERIES", "N_KEYS", "WINDOW", "D", "is_causal", "HAS_WINDOW", "HEAD_MAJOR", "REVERSE"],
+                 key=["N_QUERIES", "N_KEYS", "WINDOW", "D", "is_causal", "HAS_WINDOW", "HEAD_MAJOR", "REVERSE",
+                      "P_CAST"],
                  prune_configs_by={"early_config_prune": prune_to_fit})
 @triton.jit
 def flash_fwd_kernel(
@@ -117,6 +131,7 @@ def flash_fwd_kernel(
     HAS_WINDOW: tl.constexpr,   # WINDOW is used (causal band)
     HEAD_MAJOR: tl.constexpr,   # grid is (batch*heads, query tiles) instead of (query tiles, batch*heads)
     REVERSE: tl.constexpr,      # query tiles run backwards: the longest causal tiles start first
+    P_CAST: tl.constexpr,       # where P is rounded: 0 sum then cast (default), 1 cast then sum, 2 no cast (TF32)
 ):
     if HEAD_MAJOR:
         batch_index = tl.program_id(0)
@@ -177,15 +192,15 @@ def flash_fwd_kernel(
     O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
                                             band_start, full_start, N_KEYS, WINDOW, qk_scale,
                                             K_TILE_SIZE=K_TILE_SIZE, MASKED=True, is_causal=is_causal,
-                                            HAS_WINDOW=HAS_WINDOW)
+                                            HAS_WINDOW=HAS_WINDOW, P_CAST=P_CAST)
     O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
                                             full_start, diag_start, N_KEYS, WINDOW, qk_scale,
                                             K_TILE_SIZE=K_TILE_SIZE, MASKED=False, is_causal=is_causal,
-                                            HAS_WINDOW=HAS_WINDOW)
+                                            HAS_WINDOW=HAS_WINDOW, P_CAST=P_CAST)
     O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
                                             diag_start, stop, N_KEYS, WINDOW, qk_scale,
                                             K_TILE_SIZE=K_TILE_SIZE, MASKED=True, is_causal=is_causal,
-                                            HAS_WINDOW=HAS_WINDOW)
+                                            HAS_WINDOW=HAS_WINDOW, P_CAST=P_CAST)
 
     # A row that saw no key has l = 0: its output is 0 and its L is -inf (m = -inf, log2 0 = -inf).
     O_i = O_acc / tl.where(l_acc == 0.0, 1.0, l_acc)
@@ -197,19 +212,19 @@ def flash_fwd_kernel(
 def _checked_launch(Q, K, V, mode):
     """The normal path: check, allocate, autotune (first time per key), launch. Returns O, L and
     the Launch that repeats it (see fa2lab.hostpath)."""
-    is_causal, window = mode
+    is_causal, window, order, p_cast = mode
     validate_qkv(Q, K, V)
     Q, K, V = (unit_stride(t) for t in (Q, K, V))
     B, N_q, D = Q.shape
     O, L = allocate_outputs(Q)
-    head_major, reverse = LAUNCH_ORDERS[FlashAttentionTriton.LAUNCH_ORDER]
+    head_major, reverse = LAUNCH_ORDERS[order]
 
     def grid(meta):
         tiles = triton.cdiv(N_q, meta["Q_TILE_SIZE"])
         return (B, tiles) if head_major else (tiles, B)
 
     tail = (*strides(Q, K, V, O, L), N_q, K.shape[1], window, 1.0 / math.sqrt(D))
-    flags = dict(is_causal=is_causal, HAS_WINDOW=window > 0, HEAD_MAJOR=head_major, REVERSE=reverse)
+    flags = dict(is_causal=is_causal, HAS_WINDOW=window > 0, HEAD_MAJOR=head_major, REVERSE=reverse, P_CAST=p_cast)
     compiled = flash_fwd_kernel[grid](Q, K, V, O, L, *tail, D=D, **flags)
     if compiled is None or not hasattr(compiled, "packed_metadata"):  # the interpreter launches no binary
         return O, L, None
@@ -221,7 +236,8 @@ def _checked_launch(Q, K, V, mode):
 
 
 class FlashAttentionTriton(torch.autograd.Function):
-    LAUNCH_ORDER = "longest_first"
+    LAUNCH_ORDER = "longest_first"   # see LAUNCH_ORDERS; the launch-order experiment changes it
+    P_CAST = 0                       # the P-cast experiment's variants (0 is the kernel's choice)
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
     launches = LaunchCache()
 
@@ -233,8 +249,10 @@ class FlashAttentionTriton(torch.autograd.Function):
                              "key (query i sees keys i - window < j <= i); pass is_causal=True and window_size >= 1")
         if FlashAttentionTriton.LAUNCH_ORDER not in LAUNCH_ORDERS:
             raise ValueError(f"LAUNCH_ORDER must be one of {', '.join(LAUNCH_ORDERS)}")
-        mode = (bool(is_causal), window, FlashAttentionTriton.LAUNCH_ORDER)
-        O, L = FlashAttentionTriton.launches(Q, K, V, mode, lambda q, k, v, m: _checked_launch(q, k, v, m[:2]))
+        if FlashAttentionTriton.P_CAST not in (0, 1, 2):
+            raise ValueError("P_CAST must be 0 (sum then cast), 1 (cast then sum) or 2 (no cast)")
+        mode = (bool(is_causal), window, FlashAttentionTriton.LAUNCH_ORDER, FlashAttentionTriton.P_CAST)
+        O, L = FlashAttentionTriton.launches(Q, K, V, mode, _checked_launch)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = bool(is_causal)
         ctx.window = window

@@ -1,4 +1,4 @@
-"""v6_longest_first: launch orders, the sliding window, and rows that see no key (issue 6)."""
+"""v6_longest_first: launch orders, the sliding window, rows that see no key, the P-cast variants (issue 6)."""
 
 import pytest
 import torch
@@ -118,3 +118,19 @@ def test_bad_window_is_a_clear_error(causal, window):
     Q, K, V = inputs(1, 32, 32, 64)
     with pytest.raises(ValueError, match="window_size"):
         FA.apply(Q, K, V, causal, window)
+
+
+@pytest.mark.parametrize("p_cast,tol", [(0, 1.5e-2), (1, 1.5e-2), (2, 5e-3)])
+def test_p_cast_variants_compute_attention(p_cast, tol, monkeypatch):
+    Q, K, V = inputs(2, 160, 160, 64, torch.bfloat16, seed=13)
+    monkeypatch.setattr(FA, "P_CAST", p_cast)
+    O = run(Q, K, V, True)
+    ref, _ = attention(Q.cpu(), K.cpu(), V.cpu(), True)
+    assert relative_error(O.cpu(), ref) < tol
+
+
+def test_p_cast_must_be_a_known_variant(monkeypatch):
+    Q, K, V = inputs(1, 32, 32, 64)
+    monkeypatch.setattr(FA, "P_CAST", 3)
+    with pytest.raises(ValueError, match="P_CAST"):
+        FA.apply(Q, K, V, True)
