@@ -222,3 +222,16 @@ def report(c, out="RESULTS.md"):
     article's Ada numbers, and a ledger of the article's claims with the numbers that decide them."""
     if _run([sys.executable, "figures/report.py", "--out", out]) != 0:
         raise Exit("report failed", code=1)
+
+
+@task(help={"name": "pcast, launch-order or timing", "N": "comma-separated sequence lengths",
+            "rounds": "interleaved timing rounds"})
+def experiment(c, name, N="", rounds=5):
+    """Experiments beyond the harness: pcast (where P is rounded), launch-order (v6), timing (small N).
+
+    Rows go to results/<gpu>/experiments/<name>.csv."""
+    _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")
+    cmd = [sys.executable, "experiments/run.py", name, "--rounds", str(rounds)]
+    cmd += ["--N", *N.split(",")] if N else []
+    if _run(cmd) != 0:
+        raise Exit(f"experiment {name} failed", code=1)

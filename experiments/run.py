@@ -1,0 +1,165 @@
+"""Experiments beyond the article's harness (issue 6): `invoke experiment NAME`.
+
+    python experiments/run.py pcast          # where P is rounded: time at N = 4096 and error against float64
+    python experiments/run.py launch-order   # v6's launch orders with the same configurations
+    python experiments/run.py timing         # small N: do_bench against CUDA-graph replay (the harness, N = 512, 1024)
+
+Each appends rows with provenance to results/<gpu>/experiments/<name>.csv. GPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fa2lab import shapes  # noqa: E402
+
+V6 = "v6_longest_first"
+
+
+def _inputs(N, seed=0, D=shapes.HEAD_DIM):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    B = shapes.BATCH * shapes.HEADS
+    return [torch.randn(B, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3)]
+
+
+def _interleaved(calls: dict, rounds: int) -> dict:
+    """Median of `rounds` do_bench medians per call, the calls interleaved round by round."""
+    from fa2lab.timing import bench_ms
+
+    times: dict = {k: [] for k in calls}
+    for _ in range(rounds):
+        for k, fn in calls.items():
+            times[k].append(bench_ms(fn))
+    return {k: (statistics.median(v), min(v), max(v)) for k, v in times.items()}
+
+
+def pcast(args, save):
+    """The article's P-cast table: three places for the rounding of P, time and mean absolute error."""
+    import torch
+
+    from fa2lab.reference import attention
+    from fa2lab.versions import load
+
+    FA = load(V6).FlashAttentionTriton
+    causal = bool(args.causal)
+    q, k, v = _inputs(args.N)
+
+    def variant(p):
+        def call():
+            FA.P_CAST = p
+            return FA.apply(q, k, v, causal)
+        return call
+
+    names = {0: "sum fp32 P, cast, multiply", 1: "cast first, sum the bf16 P", 2: "no cast: fp32 P, V upcast, TF32"}
+    timed = _interleaved({p: variant(p) for p in names}, args.rounds)
+    errors = {p: [] for p in names}
+    floor = []
+    for seed in range(args.seeds):
+        qs, ks, vs = _inputs(args.N, seed + 1)
+        exact = torch.cat([attention(qs[i:i + 1], ks[i:i + 1], vs[i:i + 1], causal)[0] for i in range(qs.shape[0])])
+        floor.append((exact.to(torch.bfloat16).double() - exact).abs().mean().item())
+        for p in names:
+            FA.P_CAST = p
+            errors[p].append((FA.apply(qs, ks, vs, causal).double() - exact).abs().mean().item())
+    FA.P_CAST = 0
+    flop = shapes.flops(shapes.BATCH, shapes.HEADS, args.N, shapes.HEAD_DIM, causal)
+    rows = [{"variant": names[p], "p_cast": p, "N": args.N, "causal": int(causal), "ms": t[0], "ms_min": t[1],
+             "ms_max": t[2], "tflops": shapes.tflops(flop, t[0]), "mae_vs_float64": statistics.mean(errors[p]),
+             "bf16_rounding_floor": statistics.mean(floor), "seeds": args.seeds, "rounds": args.rounds}
+            for p, t in timed.items()]
+    for r in rows:
+        print(f"{r['variant']:<34} {r['ms']:.3f} ms  {r['tflops']:.1f} TFLOP/s  MAE {r['mae_vs_float64']:.3e}")
+    print(f"floor (exact output rounded to bf16): {rows[0]['bf16_rounding_floor']:.3e}")
+    save("pcast", rows)
+
+
+def launch_order(args, save):
+    """v6's three launch orders, each configuration pinned so only the order changes."""
+    import triton
+
+    from fa2lab.interpret import autotuner_of, only_config
+    from fa2lab.versions import load
+
+    module = load(V6)
+    FA, tuner = module.FlashAttentionTriton, autotuner_of(module)
+    rows = []
+    for causal in (True, False) if args.causal == 2 else (bool(args.causal),):
+        for N in args.Ns:
+            q, k, v = _inputs(N)
+            for cfg in tuner.configs[: args.configs]:
+                one = triton.Config(dict(cfg.kwargs), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+                def order(o):
+                    def call():
+                        FA.LAUNCH_ORDER = o
+                        return FA.apply(q, k, v, causal)
+                    return call
+                with only_config(tuner, one):
+                    FA.launches.entries.clear()   # a cached launch would keep the previous configuration
+                    timed = _interleaved({o: order(o) for o in module.LAUNCH_ORDERS}, args.rounds)
+                FA.launches.entries.clear()
+                FA.LAUNCH_ORDER = "longest_first"
+                key = f"{cfg.kwargs['Q_TILE_SIZE']},{cfg.kwargs['K_TILE_SIZE']},{cfg.num_warps},{cfg.num_stages}"
+                base = timed["forward"][0]
+                for o, t in timed.items():
+                    rows.append({"order": o, "config": key, "N": N, "causal": int(causal), "ms": t[0], "ms_min": t[1],
+                                 "ms_max": t[2], "speedup_vs_forward": base / t[0], "rounds": args.rounds})
+                print(f"N={N} causal={int(causal)} {key}: " + ", ".join(
+                    f"{o} {t[0]:.3f} ms ({base / t[0]:.3f}x)" for o, t in timed.items()), flush=True)
+    save("launch_order", rows)
+
+
+def timing(args, save):
+    """The harness at small N for v5, v6 (and SDPA in the same runs), with graph and host columns."""
+    from fa2lab.protocol import HARNESS, version_env
+    from fa2lab.results import gpu_dir
+    from fa2lab.versions import get
+
+    out = gpu_dir() / "experiments" / "timing.csv"
+    for name in ("v5_final", V6):
+        cmd = [sys.executable, str(HARNESS), "--N", *map(str, args.Ns), "--out", str(out)]
+        subprocess.run(cmd, env=version_env(get(name), FA2_RUN_ID=f"experiment-timing/{name}"), check=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("name", choices=("pcast", "launch-order", "timing"))
+    ap.add_argument("--N", dest="Ns", type=int, nargs="*", default=None, help="sequence lengths")
+    ap.add_argument("--causal", type=int, choices=(0, 1, 2), default=None, help="0, 1, or 2 for both")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
+    ap.add_argument("--seeds", type=int, default=3, help="pcast: inputs for the error")
+    ap.add_argument("--configs", type=int, default=3, help="launch-order: how many of v6's candidates")
+    args = ap.parse_args(argv)
+    defaults = {"pcast": ([4096], 0), "launch-order": ([2048, 4096], 1), "timing": ([512, 1024], 2)}[args.name]
+    args.Ns = args.Ns or defaults[0]
+    args.causal = defaults[1] if args.causal is None else args.causal
+    args.N = args.Ns[0]
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"experiment {args.name} needs a CUDA GPU; results/<gpu>/experiments/ holds the committed runs",
+              file=sys.stderr)
+        return 2
+    from fa2lab.provenance import environment, now
+    from fa2lab.results import append_rows, gpu_dir
+
+    def save(name, rows):
+        path = append_rows(gpu_dir() / "experiments" / f"{name}.csv",
+                           [{**r, "date": now(), **environment()} for r in rows])
+        print(f"wrote {len(rows)} rows to {path}")
+
+    {"pcast": pcast, "launch-order": launch_order, "timing": timing}[args.name](args, save)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
