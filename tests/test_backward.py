@@ -155,13 +155,14 @@ def test_with_v4_triton_forward():
 
 def test_default_config_by_architecture():
     assert fb.default_config(64, torch.bfloat16, "sm_90") == fb.SM90_DEFAULT
-    assert fb.default_config(128, torch.bfloat16, "sm_90") == fb.SM90_WIDE
-    assert fb.default_config(64, torch.float32, "sm_90") == fb.SM90_WIDE
+    assert fb.default_config(128, torch.bfloat16, "sm_90") == fb.SM90_DEFAULT
+    assert fb.default_config(64, torch.float32, "sm_90a") == fb.SM90_DEFAULT
+    assert fb.default_config(128, torch.float32, "sm_90") == fb.SM90_FP32_D128
     assert fb.default_config(64, torch.bfloat16, "sm_100") == fb.SM90_DEFAULT
-    assert fb.default_config(64, torch.bfloat16, "sm_89") == fb.SM90_WIDE
+    assert fb.default_config(64, torch.bfloat16, "sm_89") == fb.SM80_DEFAULT
     assert fb.default_config(64, torch.bfloat16, "sm_75") == fb.FALLBACK
-    assert BackwardConfig.parse("32,128,128,32,4,3") == fb.SM90_DEFAULT
-    for cfg in (fb.SM90_DEFAULT, fb.SM90_WIDE, fb.FALLBACK):
+    assert BackwardConfig.parse("32,128,128,32,8,3") == fb.SM90_DEFAULT
+    for cfg in (fb.SM90_DEFAULT, fb.SM90_FP32_D128, fb.SM80_DEFAULT, fb.FALLBACK):
         cfg.validate()
 
 
