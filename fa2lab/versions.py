@@ -85,6 +85,21 @@ def load(name: str) -> ModuleType:
     return module
 
 
+def load_shared(name: str) -> ModuleType:
+    """Import kernels/_shared/<name>.py (kernels that several versions use, e.g. the Triton backward)."""
+    mod_name = f"fa2_kernels_shared_{name}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    path = KERNELS / "_shared" / f"{name}.py"
+    if not path.exists():
+        raise ValueError(f"no shared kernel module {path}")
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def of_module(module: ModuleType) -> Version:
     """The version a loaded kernel module belongs to, from the folder it lives in."""
     return get(Path(module.__file__).resolve().parent.name)

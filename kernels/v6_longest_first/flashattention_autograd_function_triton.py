@@ -22,7 +22,9 @@ rounded to the input dtype: 0 sums the fp32 P and rounds it for the multiply (th
 FlashAttention-2's order), 1 rounds first and sums the rounded values, 2 keeps P in fp32
 and multiplies it with an upcast V (TF32).
 
-The host path is v5's (fa2lab.hostpath); the backward recomputes from L in PyTorch.
+The host path is v5's (fa2lab.hostpath). The backward is the Triton FlashAttention-2 backward
+(kernels/_shared/flash_backward_triton.py, issue 7) from the saved L; with a sliding window,
+which that kernel does not mask, it recomputes from L in PyTorch.
 """
 
 import math
@@ -37,6 +39,9 @@ from fa2lab.configs import load_table, select
 from fa2lab.hostpath import Launch, LaunchCache
 from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2lab.reference import autograd_backward
+from fa2lab.versions import load_shared
+
+backward_kernels = load_shared("flash_backward_triton")
 
 # name -> (HEAD_MAJOR, REVERSE)
 LAUNCH_ORDERS = {"longest_first": (True, True), "reversed": (False, True), "forward": (False, False)}
@@ -238,6 +243,8 @@ def _checked_launch(Q, K, V, mode):
 class FlashAttentionTriton(torch.autograd.Function):
     LAUNCH_ORDER = "longest_first"   # see LAUNCH_ORDERS; the launch-order experiment changes it
     P_CAST = 0                       # the P-cast experiment's variants (0 is the kernel's choice)
+    BACKWARD_DQ_MODE = "separate"    # dQ in its own kernel ("separate") or by atomics in the dK/dV kernel
+    BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
     launches = LaunchCache()
 
@@ -258,4 +265,12 @@ class FlashAttentionTriton(torch.autograd.Function):
         ctx.window = window
         return O
 
-    backward = staticmethod(autograd_backward)
+    @staticmethod
+    def backward(ctx, dO):
+        if ctx.window:   # the Triton backward has no sliding-window mask
+            return autograd_backward(ctx, dO)
+        Q, K, V, O, L = ctx.saved_tensors
+        dQ, dK, dV = backward_kernels.flash_attention_backward(
+            Q, K, V, O, L, dO, ctx.is_causal, config=FlashAttentionTriton.BACKWARD_CONFIG,
+            dq_mode=FlashAttentionTriton.BACKWARD_DQ_MODE)
+        return dQ, dK, dV, None, None
