@@ -65,8 +65,9 @@ def test(c, kernel="all", unit=True, k=""):
 
 @task(help={"kernel": KERNEL_HELP, "runs": "harness runs per version (fresh processes)",
             "pause": "seconds to pause before each run", "N": "comma-separated sequence lengths (default: harness)",
-            "causal": "both, 0 or 1", "graphs": "also time CUDA-graph replay and host time per call"})
-def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=True):
+            "causal": "both, 0 or 1", "graphs": "also time CUDA-graph replay and host time per call",
+            "mode": "fwd (the article's harness) or bwd (forward+backward and backward-only, issue 7)"})
+def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=True, mode="fwd"):
     """Run the unchanged harness for one or more versions and print medians of the per-run ratio to SDPA.
 
     With several versions or runs this is the article's protocol: fresh processes, versions
@@ -74,12 +75,18 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
     """
     _need_gpu("invoke bench", "`invoke test` runs every version on the CPU under the interpreter, and "
               "`invoke report` / `invoke figures` read the committed H200 results")
-    from fa2lab.protocol import format_summary, read_bench_rows, run_protocol, summarise
+    from fa2lab.protocol import HARNESS, HARNESS_BWD, format_summary, read_bench_rows, run_protocol, summarise
     from fa2lab.results import gpu_dir
 
-    args = ["--causal", causal] + (["--N", *N.split(",")] if N else []) + ([] if graphs else ["--no-graphs"])
+    if mode not in ("fwd", "bwd"):
+        raise Exit(f"--mode must be fwd or bwd, not {mode!r}", code=2)
+    args = ["--causal", causal] + (["--N", *N.split(",")] if N else [])
     chosen = versions.resolve(kernel)
-    pid = run_protocol(chosen, int(runs), float(pause), args)
+    if mode == "bwd":
+        run_protocol(chosen, int(runs), float(pause), args, HARNESS_BWD)
+        print(f"rows in {gpu_dir() / 'bench_bwd'}")
+        return
+    pid = run_protocol(chosen, int(runs), float(pause), args + ([] if graphs else ["--no-graphs"]))
     rows = read_bench_rows(gpu_dir() / "bench")
     print(f"\nprotocol {pid}: medians over {runs} run(s); spread = min-max of the per-run % of SDPA")
     print(format_summary(summarise(rows, pid)))

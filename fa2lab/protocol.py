@@ -14,6 +14,7 @@ from pathlib import Path
 from .versions import REPO, Version
 
 HARNESS = REPO / "harness" / "bench_flashattention.py"
+HARNESS_BWD = REPO / "harness" / "bench_flashattention_backward.py"
 TEST_FILE = REPO / "harness" / "test_flashattention_triton.py"
 
 
@@ -26,7 +27,8 @@ def version_env(version: Version, **extra) -> dict:
     return env
 
 
-def run_protocol(versions: list[Version], runs: int, pause_s: float, harness_args: list[str]) -> str:
+def run_protocol(versions: list[Version], runs: int, pause_s: float, harness_args: list[str],
+                 harness: Path = HARNESS) -> str:
     """Run the harness `runs` times per version, each in a fresh process. Versions are rotated
     between runs so none is always first after the pause. Returns the protocol's id prefix."""
     protocol_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
@@ -36,7 +38,7 @@ def run_protocol(versions: list[Version], runs: int, pause_s: float, harness_arg
             if pause_s:
                 print(f"[run {r + 1}/{runs}] pausing {pause_s:g} s before {v.name}", flush=True)
                 time.sleep(pause_s)
-            cmd = [sys.executable, str(HARNESS), *harness_args]
+            cmd = [sys.executable, str(harness), *harness_args]
             env = version_env(v, FA2_RUN_ID=f"{protocol_id}/{r + 1}")
             res = subprocess.run(cmd, env=env, cwd=REPO)
             if res.returncode != 0:
