@@ -242,3 +242,20 @@ def experiment(c, name, N="", rounds=5):
     cmd += ["--N", *N.split(",")] if N else []
     if _run(cmd) != 0:
         raise Exit(f"experiment {name} failed", code=1)
+
+
+@task(help={"ncu": "run it under Nsight Compute (one untimed call per variant) for the tensor-pipe counters"})
+def ceilings(c, ncu=False):
+    """The Round 2 matmul peak table (bf16, fp16, tf32 with fp32 accumulation; fp16 with fp16; int8)
+    and METHOD.md's two ceilings (copy bandwidth, torch bf16 matmul); rows to results/<gpu>/ceilings/."""
+    _need_gpu("invoke ceilings", "results/<gpu>/ceilings/matmul_peak.csv holds the committed measurements")
+    cmd = [sys.executable, "profiling/matmul_peak.py"]
+    if ncu:
+        from fa2lab.results import gpu_dir
+
+        rep = gpu_dir() / "ncu" / "matmul_peak"
+        rep.parent.mkdir(parents=True, exist_ok=True)
+        cmd = ["ncu", "--set", "full", "--clock-control", "none", "-f", "-o", str(rep), *cmd, "--iters", "1",
+               "--no-save"]
+    if _run(cmd) != 0:
+        raise Exit("ceilings failed", code=1)
