@@ -105,10 +105,14 @@ DTYPES = [torch.float32, torch.bfloat16]
                          f"{c.kwargs['Q_TILE_SIZE']}x{c.kwargs['K_TILE_SIZE']}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("B,n_q,n_k,D,causal", FORWARD_CASES)
-def test_forward_matches_reference(B, n_q, n_k, D, causal, dtype, cfg):
+def test_forward_matches_sdpa_and_logsumexp(B, n_q, n_k, D, causal, dtype, cfg):
     Q, K, V = inputs(B, n_q, n_k, D, dtype, seed=n_q * 7 + n_k + D, requires_grad=True)
     O = run(Q, K, V, causal, cfg)
-    ref_O, ref_L = attention(Q.detach().cpu(), K.detach().cpu(), V.detach().cpu(), causal)
+    # O against SDPA (float64, on the CPU: its is_causal is top-left aligned for N_q != N_k too),
+    # L against torch.logsumexp of the scaled, masked scores (fa2lab.reference.attention).
+    q64, k64, v64 = (t.detach().cpu().double()[:, None] for t in (Q, K, V))
+    ref_O = F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal)[:, 0]
+    ref_L = attention(Q.detach().cpu(), K.detach().cpu(), V.detach().cpu(), causal)[1]
 
     assert O.shape == Q.shape and O.dtype == Q.dtype
     assert torch.isfinite(O).all(), "O has NaN or inf (unwritten or overflowed rows)"
