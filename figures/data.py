@@ -161,3 +161,118 @@ def spread(df: pd.DataFrame, value, by=("N", "causal")) -> pd.DataFrame:
     values = df[value] if isinstance(value, str) else value
     g = values.groupby([df[b] for b in by])
     return pd.DataFrame({"median": g.median(), "min": g.min(), "max": g.max()}).reset_index()
+
+
+# ---- Nsight Compute exports, compile cost, torch.profiler traces (figures 5, 6, 7) ----
+
+NCU_COLUMNS = ("kernel", "N", "causal", "predicted_flops")
+COMPILE_COST_COLUMNS = ("n_configs", "cache_results", "cache", "first_4096", "new_2048", "new_1024", "new_512",
+                        "first_causal_4096")
+CACHES = ("empty", "on_disk")
+
+# SI prefixes of Nsight Compute's auto-scaled units ("usecond", "Mbyte", "cycle/nsecond", "Ghz"), and the
+# binary ones in case a version writes them ("Kibyte").
+_PREFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+           "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
+_BASE_UNITS = ("byte", "second", "cycle", "hz", "inst", "sector", "request", "warp", "thread", "register", "block")
+
+
+def unit_scale(unit: str) -> float:
+    """The factor from an ncu unit to its base unit: 'usecond' -> 1e-6, 'Gbyte' -> 1e9, 'cycle/nsecond' -> 1e9,
+    'Mhz' -> 1e6, '' or '%' -> 1. Raises ValueError for a unit it does not know."""
+    unit = str(unit).strip()
+    if unit in ("", "%"):
+        return 1.0
+    scale = 1.0
+    for k, part in enumerate(unit.split("/")):
+        for prefix in sorted(_PREFIX, key=len, reverse=True):
+            if part.startswith(prefix) and part[len(prefix):].lower() in _BASE_UNITS:
+                scale = scale * _PREFIX[prefix] if k == 0 else scale / _PREFIX[prefix]
+                break
+        else:
+            raise ValueError(f"unknown unit {unit!r}")
+    return scale
+
+
+def metric(df: pd.DataFrame, path: Path, name: str, required: bool = True) -> pd.Series | None:
+    """One ncu metric in base units (bytes, seconds, per second), from the columns the ncu summary writes as
+    '<metric> [<unit>]'. Rows appended by runs whose export scaled the unit differently sit in another column
+    ('[usecond]' beside '[msecond]'); each is converted and the first value a row has is kept. A metric no
+    column holds is a ResultsError naming the file (None if not required)."""
+    pattern = re.compile(re.escape(name) + r"(?: \[(?P<unit>[^\]]*)\])?$")
+    out = None
+    for column in df.columns:
+        m = pattern.fullmatch(str(column))
+        if not m:
+            continue
+        try:
+            scale = unit_scale(m["unit"] or "")
+        except ValueError as e:
+            raise ResultsError(f"results file {path}: column {column!r}: {e}") from None
+        values = pd.to_numeric(df[column], errors="coerce") * scale
+        out = values if out is None else out.combine_first(values)
+    if out is None and required:
+        raise ResultsError(f"results file {path} lacks column {name} [<unit>]")
+    return out
+
+
+def ncu(gpu_slug: str, results_root=None) -> list[tuple[pd.DataFrame, Path]]:
+    """Every Nsight Compute summary in results/<gpu>/ncu/ (<tag>.csv, written by profiling/run_profile.py
+    --tool ncu; the raw exports beside them, <tag>.raw.csv, are not summaries), in name order."""
+    folder = root(results_root) / gpu_slug / "ncu"
+    paths = sorted(p for p in folder.glob("*.csv") if not p.name.endswith(".raw.csv")) if folder.is_dir() else []
+    if not paths:
+        raise ResultsError(f"results file {folder / '<tag>.csv'} does not exist (no Nsight Compute summary; "
+                           "run invoke profile --tool ncu first)")
+    return [(load(p, NCU_COLUMNS), p) for p in paths]
+
+
+def device_facts(gpu_slug: str, results_root=None) -> tuple[dict, Path | None]:
+    """arch, sm_count and max_sm_clock_mhz from the provenance columns of this GPU's harness rows (the first
+    bench file, in registry order, that has them): ({}, None) if none does."""
+    folder = root(results_root) / gpu_slug / "bench"
+    for v in versions.VERSIONS:
+        path = folder / f"{v.name}.csv"
+        if not path.exists():
+            continue
+        try:
+            df = load(path, ("arch", "sm_count"))
+        except ResultsError:
+            continue
+        row = df.dropna(subset=["arch", "sm_count"])
+        if len(row):
+            keys = [k for k in ("arch", "sm_count", "max_sm_clock_mhz") if k in row.columns]
+            return {k: row.iloc[-1][k] for k in keys}, path
+    return {}, None
+
+
+def compile_cost(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, Path]:
+    """results/<gpu>/tuning/compile_cost.csv (sweeps/compile_cost.py): one row per fresh process."""
+    path = root(results_root) / gpu_slug / "tuning" / "compile_cost.csv"
+    df = load(path, COMPILE_COST_COLUMNS)
+    bad = sorted(set(df["cache"].astype(str)) - set(CACHES))
+    if bad:
+        raise ResultsError(f"results file {path} has cache value(s) {', '.join(bad)} (expected {' or '.join(CACHES)})")
+    return df, path
+
+
+def torch_trace(gpu_slug: str, results_root=None) -> tuple[list[dict], Path]:
+    """The events of the newest Chrome trace in results/<gpu>/torch/ (<tag>.trace.json, written by
+    profiling/run_profile.py --tool torch through torch.profiler's export_chrome_trace): newest by
+    modification time, ties broken by name."""
+    import json
+
+    folder = root(results_root) / gpu_slug / "torch"
+    paths = list(folder.glob("*.trace.json")) if folder.is_dir() else []
+    if not paths:
+        raise ResultsError(f"results file {folder / '<tag>.trace.json'} does not exist (no torch.profiler trace; "
+                           "run invoke profile --tool torch first)")
+    path = max(paths, key=lambda p: (p.stat().st_mtime, p.name))
+    try:
+        trace = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ResultsError(f"results file {path} is malformed: {e}") from None
+    events = trace.get("traceEvents") if isinstance(trace, dict) else trace   # Chrome also allows a bare array
+    if not isinstance(events, list) or not any(isinstance(e, dict) for e in events):
+        raise ResultsError(f"results file {path} has no traceEvents")
+    return [e for e in events if isinstance(e, dict)], path

@@ -1,10 +1,13 @@
 """The figure scripts on small fixture CSVs (no GPU, no real results needed except the transcribed
-reference): every figure is written as a valid PNG, the heatmap matrix is what the fixture implies,
-and a missing or malformed results file is an error that names the file."""
+reference): every figure is written as a valid PNG, the heatmap matrix, the roofline points, the
+compile-cost lines and the timeline's attribution are what the fixtures imply, and a missing or
+malformed results file is an error that names the file."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -13,7 +16,7 @@ import pandas as pd
 import pytest
 
 from fa2lab import shapes, versions
-from figures import ada_vs_hopper, data, make_all, tile_heatmap, versions_bench
+from figures import ada_vs_hopper, compile_cost, data, make_all, roofline, tile_heatmap, timeline, versions_bench
 
 REPO = Path(__file__).resolve().parent.parent
 GPU = "test-gpu"
@@ -81,6 +84,134 @@ def _hostpath_rows(version: str):
     return _older(rows[:8], f"graphs-{version}") + rows
 
 
+# ---- figures 5-7: Nsight Compute summaries, compile cost, torch.profiler trace ----
+# Written through the writers' own code where it can run without a GPU (profiling.ncu_export.summarise_raw,
+# fa2lab.results.append_rows), in the formats they write.
+
+NCU_ALL = tuple(n for n in versions.NAMES if n != "v2_autotune")   # run_profile --kernel all
+SDPA_KERNEL_TORCH = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>>(Flash_fwd_params)"
+
+
+def ncu_values(i: int, causal: int) -> dict:
+    """Fixture values of kernel i of a run (SDPA is i = len(NCU_ALL)), in base units."""
+    return {"ms": 2.0 + 0.5 * i + causal, "l2": 2.0e9 / (i + 1), "dram_r": 60e6 + 1e6 * i, "dram_w": 16.8e6,
+            "clock_hz": 1.98e9 - 1e7 * i}
+
+
+def _raw_export(kernels: list[str], causal: int, time_unit: str, absurd: bool = False) -> str:
+    """An ncu raw-page export (header, units, one row per launch) of the fixture values; ncu's auto units."""
+    scale = {"msecond": 1e-3, "usecond": 1e-6}[time_unit]
+    head = ["ID", "Process ID", "Kernel Name", "gpu__time_duration.sum", "l1tex__m_xbar2l1tex_read_bytes.sum",
+            "dram__bytes_read.sum", "dram__bytes_write.sum", "sm__cycles_elapsed.avg.per_second",
+            "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio", "unrelated__metric"]
+    units = ["", "", "", time_unit, "Gbyte", "Mbyte", "Mbyte", "cycle/nsecond", "ratio", ""]
+    lines = [head, units]
+    for i, k in enumerate(kernels):
+        v = ncu_values(i, causal)
+        t = v["ms"] * 1e-3 / scale * (1000 if absurd else 1)
+        lines.append([str(i), "1", k, f"{t:,.4f}", f"{v['l2'] / 1e9:.6f}", f"{v['dram_r'] / 1e6:.3f}",
+                      f"{v['dram_w'] / 1e6:.3f}", f"{v['clock_hz'] / 1e9:.4f}", "6.8", "7"])
+    return "==PROF== Connected to process 1\n" + "\n".join(",".join(f'"{c}"' for c in r) for r in lines) + "\n"
+
+
+def write_ncu(root: Path):
+    """all_N4096_noncausal.csv: two appended runs (the first absurd, in msecond; the last in usecond), SDPA's
+    kernel under ncu's default function name; v5_final_N4096_causal.csv: v5 and SDPA under its full name,
+    with the provenance columns and the peak-bandwidth metrics a fixed writer would add."""
+    from fa2lab.results import append_rows
+    from profiling.ncu_export import summarise_raw
+
+    folder = root / GPU / "ncu"
+    folder.mkdir(parents=True, exist_ok=True)
+    kernels = ["flash_fwd_kernel"] * (len(NCU_ALL) + 1)
+    for unit, absurd in (("msecond", True), ("usecond", False)):
+        raw = folder / "all_N4096_noncausal.raw.csv"
+        raw.write_text(_raw_export(kernels, 0, unit, absurd))
+        append_rows(folder / "all_N4096_noncausal.csv", summarise_raw(raw, N=4096, causal=False))
+    raw = folder / "v5_final_N4096_causal.raw.csv"
+    raw.write_text(_raw_export(["flash_fwd_kernel", "pytorch_flash::flash_fwd_kernel"], 1, "usecond"))
+    rows = summarise_raw(raw, N=4096, causal=True, config="128,64,8,4")
+    for r in rows:
+        r.update({"dram__bytes.sum.peak_sustained [byte/cycle]": 1024.0,
+                  "dram__cycles_elapsed.avg.per_second [cycle/usecond]": 4000.0, **PROV,
+                  "max_sm_clock_mhz": 1980})
+    append_rows(folder / "v5_final_N4096_causal.csv", rows)
+
+
+def compile_cost_values(k: int, cache_results: int, cache: str) -> dict:
+    warm = cache == "on_disk"
+    first = 0.23 if (warm and cache_results) else (0.2 if warm else 0.5) + (0.1 if warm else 0.3) * k
+    new = 0.0 if (warm and cache_results) else 0.1 * k
+    return {"import_s": 1.5, "first_4096": first, "new_2048": new, "new_1024": new * 1.2, "new_512": new * 0.9,
+            "first_causal_4096": 0.0 if (warm and cache_results) else 0.2 + 0.25 * k}
+
+
+def write_compile_cost(root: Path):
+    from fa2lab.results import append_rows
+
+    for k in (1, 2, 4, 8, 16):
+        for cr in (0, 1):
+            for cache in ("empty", "on_disk"):
+                append_rows(root / GPU / "tuning" / "compile_cost.csv",
+                            [{"n_configs": k, "configs": ";".join(["64,64,4,3"] * k), "cache_results": cr,
+                              "cache": cache, **compile_cost_values(k, cr, cache), "date": PROV["date"],
+                              **PROV, "max_sm_clock_mhz": 1980}])
+
+
+def trace_events() -> tuple[list[dict], list[str]]:
+    """A Kineto chrome trace of 2 rounds of every version (v2 aside) and SDPA, as torch.profiler writes it:
+    user_annotation ranges, cuda_driver cuLaunchKernelEx (Triton) / cuda_runtime cudaLaunchKernel (SDPA)
+    with args.correlation, kernels on GPU 0 stream 7 with args.correlation/stream/device, ac2g flows.
+    One kernel's launch event is left out (found through its flow) and one kernel has neither (unmatched).
+    Returns the events and the range each kernel should be attributed to ('' for none)."""
+    pid, tid = 4242, 4242
+    ev = [{"ph": "M", "name": "process_name", "ts": 0.0, "pid": pid, "tid": 0, "args": {"name": "python"}},
+          {"ph": "M", "name": "process_name", "ts": 0.0, "pid": 0, "tid": 0, "args": {"name": "python"}},
+          {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": pid, "tid": tid, "ts": 999.0,
+           "dur": 1e6, "args": {"External id": 1}}]
+    expected, cpu, gpu, corr = [], 1000.0, 1100.0, 100
+    for it in range(2):
+        for i, who in enumerate(NCU_ALL + ("sdpa",)):
+            name = f"{who} N=4096 causal=0"
+            ev.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid, "ts": cpu,
+                       "dur": 40.0, "args": {"External id": corr, "Record function id": 0}})
+            triton = who != "sdpa"
+            launch = {"ph": "X", "cat": "cuda_driver" if triton else "cuda_runtime",
+                      "name": "cuLaunchKernelEx" if triton else "cudaLaunchKernel", "pid": pid, "tid": tid,
+                      "ts": cpu + 20.0, "dur": 6.0, "args": {"cbid": 307 if triton else 211, "correlation": corr}}
+            if not (it == 1 and who == "v3_causal_skip"):      # this one is found through its flow only
+                ev.append(launch)
+            ev.append({"ph": "s", "id": corr, "pid": pid, "tid": tid, "ts": cpu + 20.0, "cat": "ac2g",
+                       "name": "ac2g"})
+            dur = 1000.0 + 200.0 * i
+            ev.append({"ph": "X", "cat": "kernel", "name": "flash_fwd_kernel" if triton else SDPA_KERNEL_TORCH,
+                       "pid": 0, "tid": 7, "ts": gpu, "dur": dur,
+                       "args": {"External id": corr, "queued": 0, "device": 0, "context": 1, "stream": 7,
+                                "correlation": corr, "registers per thread": 255, "grid": [32, 32, 1],
+                                "block": [128, 1, 1]}})
+            ev.append({"ph": "f", "id": corr, "pid": 0, "tid": 7, "ts": gpu, "cat": "ac2g", "name": "ac2g",
+                       "bp": "e"})
+            expected.append(who)
+            cpu, gpu, corr = cpu + 50.0, gpu + dur + 5.0, corr + 1
+    ev.append({"ph": "X", "cat": "kernel", "name": "Memset (Device)", "pid": 0, "tid": 13, "ts": gpu, "dur": 300.0,
+               "args": {"device": 0, "stream": 13, "correlation": 9999}})
+    expected.append("")
+    ev += [{"ph": "X", "cat": "Trace", "ts": 990.0, "dur": 2e5, "pid": "Spans", "tid": "PyTorch Profiler",
+            "name": "PyTorch Profiler (0)", "args": {"Op count": 0}},
+           {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": gpu + 400.0}]
+    return ev, expected
+
+
+def write_trace(root: Path, name: str = "all_N4096_noncausal.trace.json") -> Path:
+    path = root / GPU / "torch" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    events, _ = trace_events()
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [], "displayTimeUnit": "ms",
+                                "baseTimeNanoseconds": 1790000000000000000, "traceEvents": events,
+                                "traceName": str(path)}))
+    return path
+
+
 @pytest.fixture
 def results_root(tmp_path) -> Path:
     root = tmp_path / "results"
@@ -90,6 +221,9 @@ def results_root(tmp_path) -> Path:
         _write(root / GPU / "bench" / f"{v}.csv", rows + _older(rows, "zz-older/1"))
     for v in ("v4_exp2", "v5_final"):
         _write(root / GPU / "hostpath" / f"{v}.csv", _hostpath_rows(v))
+    write_ncu(root)
+    write_compile_cost(root)
+    write_trace(root)
     shutil.copytree(REPO / "results" / data.REFERENCE, root / data.REFERENCE)
     return root
 
@@ -239,3 +373,180 @@ def test_reference_rows_are_transcribed_and_labelled():
     assert res.loc[("v0_baseline", 4096, 0), "ms"] == 6.386 and res.loc[("sdpa", 4096, 1), "ms"] == 1.118
     r5 = pd.read_csv(folder / "sweep_winners_round5.csv").set_index(["N", "causal"])
     assert tuple(r5.loc[(4096, 0), ["q_tile", "k_tile", "num_warps", "num_stages"]]) == (64, 128, 4, 2)
+
+
+# ---- figures 5-7 ----
+
+def test_unit_scale_and_metric_columns(tmp_path):
+    assert data.unit_scale("usecond") == 1e-6 and data.unit_scale("msecond") == 1e-3
+    assert data.unit_scale("Gbyte") == 1e9 and data.unit_scale("Mbyte") == 1e6 and data.unit_scale("byte") == 1
+    assert data.unit_scale("cycle/nsecond") == pytest.approx(1e9) and data.unit_scale("Mhz") == 1e6
+    assert data.unit_scale("Kibyte") == 1024 and data.unit_scale("") == 1 and data.unit_scale("%") == 1
+    with pytest.raises(ValueError, match="furlong"):
+        data.unit_scale("furlong/fortnight")
+    df = pd.DataFrame({"gpu__time_duration.sum [msecond]": [2.0, None], "gpu__time_duration.sum [usecond]": [None, 5.0],
+                       "gpu__time_duration.sum.per_second [1/second]": [7.0, 7.0]})
+    path = tmp_path / "x.csv"
+    assert list(data.metric(df, path, "gpu__time_duration.sum")) == pytest.approx([2e-3, 5e-6])
+    with pytest.raises(data.ResultsError, match=f"{path} lacks column dram__bytes_read.sum"):
+        data.metric(df, path, "dram__bytes_read.sum")
+    assert data.metric(df, path, "dram__bytes_read.sum", required=False) is None
+
+
+def test_ncu_rows_are_labelled_by_launch_order(tmp_path):
+    def who(names, tag):
+        return list(roofline.label_rows(pd.DataFrame({"kernel": names}), tmp_path / f"{tag}.csv")["who"])
+
+    triton, torch_sdpa = "flash_fwd_kernel", "pytorch_flash::flash_fwd_kernel"
+    # ncu's default (function) name gives SDPA's kernel the Triton kernel's name: order decides
+    assert who([triton] * 7, "all_N4096_noncausal") == list(roofline.ALL) + ["sdpa"]
+    assert who([triton, triton, triton, torch_sdpa], "v5_final_N512_causal") == ["v5_final", "sdpa"]   # last run
+    assert who([triton, "cudnn_generated_fort_native_sdpa_sm90", "other_kernel"], "v1_tiles_N1024_noncausal") == \
+        ["v1_tiles", "sdpa", "sdpa"]
+    with pytest.raises(data.ResultsError, match="cannot tell which version"):
+        who([triton], "mystery_N4096_noncausal")
+
+
+def test_roofline_points_are_what_the_fixture_implies(results_root):
+    pts, paths, rows = roofline.load(GPU, results_root)
+    assert [p.name for p in paths] == ["all_N4096_noncausal.csv", "v5_final_N4096_causal.csv"]  # not *.raw.csv
+    pts = pts.set_index(["who", "N", "causal"])
+    assert set(pts.index) == {(w, 4096, 0) for w in (*roofline.ALL, "sdpa")} | {("v5_final", 4096, 1),
+                                                                                 ("sdpa", 4096, 1)}
+    for causal, order in ((0, (*roofline.ALL, "sdpa")), (1, ("v5_final", "sdpa"))):
+        flop = shapes.flops(4, 8, 4096, 64, bool(causal))
+        for i, who in enumerate(order):
+            v, p = ncu_values(i, causal), pts.loc[(who, 4096, causal)]
+            assert p["ops"] == flop
+            assert p["seconds"] == pytest.approx(v["ms"] * 1e-3)          # the last run, not the absurd first
+            assert p["tflops"] == pytest.approx(flop / (v["ms"] * 1e-3) / 1e12)
+            assert p["intensity_L2"] == pytest.approx(flop / v["l2"], rel=1e-5)
+            assert p["intensity_DRAM"] == pytest.approx(flop / (v["dram_r"] + v["dram_w"]), rel=1e-5)
+
+
+def test_roofline_roof_and_slopes(results_root, tmp_path):
+    pts, paths, rows = roofline.load(GPU, results_root)
+    peak, note = roofline.roof(rows, paths[0], GPU, results_root)
+    clocks = [ncu_values(i, c)["clock_hz"] for c, n in ((0, len(roofline.ALL) + 1), (1, 2)) for i in range(n)]
+    assert peak == pytest.approx(4096 * 132 * float(pd.Series(clocks).median()) / 1e12)
+    assert "median SM clock Nsight Compute measured" in note
+    assert roofline.bandwidths(rows, paths[0]) == {"DRAM": pytest.approx(1024 * 4000e6)}
+    # without provenance or device columns in the export, architecture and SM count come from the bench rows
+    only_all = rows[rows["causal"] == 0].dropna(axis=1, how="all")
+    assert "arch" not in only_all.columns
+    peak2, note2 = roofline.roof(only_all, paths[0], GPU, results_root)
+    assert peak2 == pytest.approx(4096 * 132 * float(only_all["sm__cycles_elapsed.avg.per_second [cycle/nsecond]"]
+                                                     .median()) * 1e9 / 1e12)
+    assert f"results/{GPU}/bench/v0_baseline.csv" in note2
+    # or from Nsight Compute's device attributes, where the export keeps them
+    attrs = only_all.assign(**{"device__attribute_compute_capability_major": 9,
+                               "device__attribute_compute_capability_minor": 0,
+                               "device__attribute_multiprocessor_count": 66})
+    assert roofline.roof(attrs, paths[0], GPU, tmp_path / "nowhere")[0] == pytest.approx(peak2 / 2)
+    # and with nothing to go on, no roof rather than an invented one
+    peak3, note3 = roofline.roof(only_all, paths[0], GPU, tmp_path / "nowhere")
+    assert peak3 is None and note3.startswith("No tensor-core roof")
+
+
+def test_roofline_with_one_shape_no_dram_and_no_roof(results_root, tmp_path):
+    (results_root / GPU / "ncu" / "v5_final_N4096_causal.csv").unlink()
+    shutil.rmtree(results_root / GPU / "bench")
+    path = results_root / GPU / "ncu" / "all_N4096_noncausal.csv"
+    df = pd.read_csv(path)
+    df.drop(columns=[c for c in df.columns if c.startswith("dram__")]).to_csv(path, index=False)
+    pts, _, _ = roofline.load(GPU, results_root)
+    assert pts["intensity_L2"].notna().all() and pts["intensity_DRAM"].isna().all()
+    paths = roofline.draw(GPU, tmp_path, results_root)
+    _assert_png(paths[0])
+
+
+def test_compile_cost_lines_are_what_the_fixture_implies(results_root):
+    df, _ = data.compile_cost(GPU, results_root)
+    lines = compile_cost.lines(df)
+    assert len(lines) == 2 * 2 * 3
+    ks = [1, 2, 4, 8, 16]
+    for cache in ("empty", "on_disk"):
+        for cr in (0, 1):
+            first = lines[(cache, cr, "first_4096")]
+            assert list(first.index) == ks
+            assert list(first["median"]) == pytest.approx([compile_cost_values(k, cr, cache)["first_4096"] for k in ks])
+            new = lines[(cache, cr, "new_N")]
+            v = [compile_cost_values(k, cr, cache) for k in ks]
+            assert list(new["median"]) == pytest.approx([x["new_2048"] for x in v])
+            assert list(new["min"]) == pytest.approx([x["new_512"] for x in v])
+            assert list(new["max"]) == pytest.approx([x["new_1024"] for x in v])
+            assert list(lines[(cache, cr, "first_causal_4096")]["median"]) == pytest.approx(
+                [x["first_causal_4096"] for x in v])
+    ref, _ = compile_cost.article(results_root)
+    assert ref.loc[4, "first_call_empty_cache_s"] == 1.63 and ref.loc[16, "each_new_N_s"] == 1.81
+
+
+def test_compile_cost_keeps_the_latest_row_per_process_kind(results_root):
+    path = results_root / GPU / "tuning" / "compile_cost.csv"
+    df = pd.read_csv(path)
+    old = df.assign(date="2026-01-01T00:00:00+00:00", first_4096=99.0)
+    pd.concat([df, old]).to_csv(path, index=False)
+    df, _ = data.compile_cost(GPU, results_root)
+    assert compile_cost.lines(df)[("empty", 0, "first_4096")]["median"].max() < 99
+
+
+def test_timeline_kernels_are_attributed_to_their_ranges(results_root):
+    events, path = data.torch_trace(GPU, results_root)
+    kernels, ranges = timeline.parse(events, path)
+    _, expected = trace_events()
+    assert list(kernels["who"]) == expected
+    assert len(ranges) == 2 * (len(roofline.ALL) + 1)          # ProfilerStep#0 is not one of the drivers' ranges
+    assert list(kernels["launch"]).count("flow") == 1 and list(kernels["launch"]).count("") == 1
+    assert set(zip(kernels["device"], kernels["stream"])) == {(0, 7), (0, 13)}
+    assert timeline.short_name(SDPA_KERNEL_TORCH) == "pytorch_flash::flash_fwd_kernel"
+    calls = timeline.launches(events, kernels, ranges)
+    assert len(calls) == len(expected) - 2 and "" not in set(calls["who"])
+
+
+def test_timeline_takes_the_newest_trace(results_root, tmp_path):
+    import os
+
+    newest = write_trace(results_root, "all_N4096_causal.trace.json")
+    older = results_root / GPU / "torch" / "all_N4096_noncausal.trace.json"
+    os.utime(older, (1, 1))
+    assert data.torch_trace(GPU, results_root)[1] == newest
+
+
+PENDING = {roofline: "ncu/<tag>.csv", compile_cost: "tuning/compile_cost.csv", timeline: "torch/<tag>.trace.json"}
+
+
+def test_pending_figures_name_a_missing_file(results_root, tmp_path, monkeypatch):
+    for relpath in PENDING.values():
+        shutil.rmtree(results_root / GPU / relpath.split("/")[0])
+    for figure, relpath in PENDING.items():
+        with pytest.raises(data.ResultsError, match=re.escape(f"results file {results_root / GPU / relpath} "
+                                                              "does not exist")):
+            figure.draw(GPU, tmp_path, results_root)
+    monkeypatch.setattr(make_all, "FIGURES", tuple(PENDING))
+    written, skipped = make_all.make_all([GPU], tmp_path / "out", results_root)
+    assert written == [] and len(skipped) == len(PENDING)
+    for message, (figure, relpath) in zip(skipped, PENDING.items()):
+        assert message.startswith(f"{GPU}: skipped {figure.NAME}: results file {results_root / GPU / relpath} "
+                                  "does not exist"), message
+
+
+@pytest.mark.parametrize("relpath, content, message", [
+    ("ncu/all_N4096_noncausal.csv", "", "is malformed"),
+    ("ncu/all_N4096_noncausal.csv", "kernel,N\nflash_fwd_kernel,4096\n", "lacks column"),
+    ("ncu/all_N4096_noncausal.csv", "kernel,N,causal,predicted_flops\nflash_fwd_kernel,4096,0,1e9\n",
+     "lacks column gpu__time_duration.sum"),
+    ("tuning/compile_cost.csv", "n_configs,cache\n1,empty\n", "lacks column"),
+    ("tuning/compile_cost.csv", "n_configs,cache_results,cache,first_4096,new_2048,new_1024,new_512,"
+     "first_causal_4096\n1,0,warm,1,1,1,1,1\n", "has cache value"),
+    ("torch/all_N4096_noncausal.trace.json", '{"traceEvents": [', "is malformed"),
+    ("torch/all_N4096_noncausal.trace.json", '{"traceEvents": []}', "has no traceEvents"),
+    ("torch/all_N4096_noncausal.trace.json", json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "sdpa N=512 causal=0", "ts": 1.0, "dur": 2.0}]}),
+     "has no GPU kernel events"),
+])
+def test_pending_figures_name_a_malformed_file(results_root, tmp_path, relpath, content, message):
+    path = results_root / GPU / relpath
+    path.write_text(content)
+    figure = {"ncu": roofline, "tuning": compile_cost, "torch": timeline}[relpath.split("/")[0]]
+    with pytest.raises(data.ResultsError, match=re.escape(str(path)) + ".*" + message):
+        figure.draw(GPU, tmp_path, results_root)

@@ -1,0 +1,256 @@
+"""Roofline of every kernel profiled under Nsight Compute (the article's Step 5, Roofline Tensor Core):
+achieved operations per second against arithmetic intensity, one point per kernel at L2 and one at DRAM,
+one panel per profiled shape, from results/<gpu>/ncu/<tag>.csv (profiling/run_profile.py --tool ncu).
+
+Operations: the algorithm's count (predicted_flops: 4·B·H·N²·D, halved for causal), not the tensor-core
+operations the hardware executed; time: gpu__time_duration.sum; bytes: L2 -> SM reads
+(l1tex__m_xbar2l1tex_read_bytes.sum) and DRAM reads + writes (dram__bytes_read.sum + dram__bytes_write.sum).
+The flat roof is the bf16-in, fp32-accumulate tensor-core peak, TENSOR_FLOP_PER_CLK_PER_SM x SMs x the SM
+clock Nsight Compute measured during the kernels. Bandwidth slopes are drawn only where the export carries
+the peak-bandwidth metrics (dram__bytes.sum.peak_sustained x dram__cycles_elapsed.avg.per_second, and the
+lts__ pair for L2); nothing here is a datasheet constant.
+
+Every Triton version's kernel is called flash_fwd_kernel, and Nsight Compute's default kernel name
+(the function name without namespace) can give SDPA's kernel the same name, so rows are matched to
+versions by launch order: the drivers launch each version once, in registry order, then SDPA."""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+
+from fa2lab import gpu, versions  # noqa: E402
+from figures import data, style  # noqa: E402
+
+NAME = "roofline"
+TRITON_KERNEL = "flash_fwd_kernel"            # the @triton.jit function of every version
+TAG = re.compile(r"^(?P<who>.+)_N(?P<N>\d+)_(?P<mask>causal|noncausal)$")
+# run_profile.py --kernel all leaves v2 out (it runs v1's kernel with v1's configurations)
+ALL = tuple(n for n in versions.NAMES if n != "v2_autotune")
+TIME = "gpu__time_duration.sum"
+L2 = "l1tex__m_xbar2l1tex_read_bytes.sum"
+DRAM = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+CLOCK = "sm__cycles_elapsed.avg.per_second"
+# (level, marker, label, peak bytes per cycle metric, that unit's cycles per second metric)
+LEVELS = (("L2", "o", "L2 → SM reads", "lts__t_bytes.sum.peak_sustained", "lts__cycles_elapsed.avg.per_second"),
+          ("DRAM", "s", "DRAM reads + writes", "dram__bytes.sum.peak_sustained",
+           "dram__cycles_elapsed.avg.per_second"))
+
+
+def label_rows(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """The rows of the file's last run, each with `who` (a version name or 'sdpa') and `run`.
+
+    The file's name says which versions ran (<version>_N..., or all_N... for every version but v2);
+    a run is those versions' flash_fwd_kernel rows in order, then SDPA's row(s); a flash_fwd_kernel after
+    SDPA starts the next run (run_profile appends every run to the same file)."""
+    m = TAG.match(path.name.removesuffix(".csv"))
+    if not m or (m["who"] != "all" and m["who"] not in versions.NAMES):
+        raise data.ResultsError(f"results file {path}: cannot tell which version(s) ran from its name "
+                                "(expected <version>_N<N>_<causal|noncausal>.csv or all_N...)")
+    expected = ALL if m["who"] == "all" else (m["who"],)
+    who, run, i, runs, after_sdpa = [], [], 0, 0, False
+    for name in df["kernel"].astype(str).str.strip():
+        triton = name == TRITON_KERNEL
+        if triton and after_sdpa:          # the next run begins
+            i, runs, after_sdpa = 0, runs + 1, False
+        if triton and i < len(expected):
+            who.append(expected[i])
+            i += 1
+        else:
+            who.append(data.SDPA)
+            after_sdpa = True
+        run.append(runs)
+    out = df.assign(who=who, run=run)
+    return out[out["run"] == runs]
+
+
+def points(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """Per labelled row: time (s), ops (predicted FLOPs), achieved TFLOP/s, and the intensity (FLOP/byte)
+    at L2 and DRAM (NaN where the export has no value)."""
+    t = data.metric(df, path, TIME)
+    nan = pd.Series(np.nan, index=df.index)
+    l2 = data.metric(df, path, L2, required=False)
+    reads, writes = (data.metric(df, path, m, required=False) for m in DRAM)
+    if l2 is None and (reads is None or writes is None):
+        raise data.ResultsError(f"results file {path} lacks column {L2} [<unit>] and {' + '.join(DRAM)}: "
+                                "no level to place the kernels at")
+    l2 = nan if l2 is None else l2
+    dram = nan if reads is None or writes is None else reads + writes
+    ops = pd.to_numeric(df["predicted_flops"], errors="coerce")
+    out = df[["who", "N", "causal"]].assign(ops=ops, seconds=t, tflops=ops / t / 1e12,
+                                            intensity_L2=ops / l2, intensity_DRAM=ops / dram,
+                                            l2_bytes=l2, dram_bytes=dram)
+    bad = out[~np.isfinite(out["tflops"]) | (out["seconds"] <= 0)]
+    if len(bad):
+        raise data.ResultsError(f"results file {path} has rows without a usable {TIME} or predicted_flops "
+                                f"(kernels: {', '.join(sorted(set(bad['who'])))})")
+    return out
+
+
+def load(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, list[Path], pd.DataFrame]:
+    """(points of every kernel and shape, the files read, their labelled rows). A kernel profiled for one
+    shape in several files is taken from the first file in name order (all_N... before <version>_N...)."""
+    frames, rows, paths = [], [], []
+    for df, path in data.ncu(gpu_slug, results_root):
+        labelled = label_rows(df, path)
+        frames.append(points(labelled, path).assign(source=path.name))
+        rows.append(labelled)
+        paths.append(path)
+    pts = pd.concat(frames, ignore_index=True)
+    pts["causal"] = pts["causal"].astype(int)
+    pts = pts.drop_duplicates(["who", "N", "causal"], keep="first")
+    return pts, paths, pd.concat(rows, ignore_index=True)
+
+
+def _first(rows: pd.DataFrame, *columns):
+    for c in columns:
+        if c in rows.columns and rows[c].notna().any():
+            return rows[c].dropna().iloc[-1], c
+    return None, None
+
+
+def roof(rows: pd.DataFrame, path: Path, gpu_slug: str, results_root=None) -> tuple[float | None, str]:
+    """(tensor-core peak in TFLOP/s or None, how it was obtained) for the labelled ncu rows: architecture and
+    SM count from the rows' provenance columns (or the export's device__attribute_* metrics), else from this
+    GPU's harness rows; the clock is the median sm__cycles_elapsed.avg.per_second ncu measured, else the
+    rows' max_sm_clock_mhz."""
+    arch, _ = _first(rows, "arch")
+    major, minor = (data.metric(rows, path, f"device__attribute_compute_capability_{x}", required=False)
+                    for x in ("major", "minor"))
+    if arch is None and major is not None and minor is not None and (major + minor).notna().any():
+        arch = f"sm_{int(major.dropna().iloc[-1])}{int(minor.dropna().iloc[-1])}"
+    sms, _ = _first(rows, "sm_count")
+    count = data.metric(rows, path, "device__attribute_multiprocessor_count", required=False)
+    if sms is None and count is not None and count.notna().any():
+        sms = count.dropna().iloc[-1]
+    facts_note = ""
+    if arch is None or sms is None:
+        facts, facts_path = data.device_facts(gpu_slug, results_root)
+        arch = arch if arch is not None else facts.get("arch")
+        sms = sms if sms is not None else facts.get("sm_count")
+        if facts_path is not None:
+            facts_note = f"; architecture and SM count from results/{gpu_slug}/bench/{facts_path.name} (same GPU)"
+    clock_hz = data.metric(rows, path, CLOCK, required=False)
+    if clock_hz is not None and clock_hz.notna().any():
+        clock_mhz = float(clock_hz.median()) / 1e6
+        clock_note = (f"{clock_mhz:.0f} MHz, the median SM clock Nsight Compute measured during these kernels "
+                      f"({clock_hz.min() / 1e6:.0f}–{clock_hz.max() / 1e6:.0f} MHz)")
+    else:
+        clock_mhz, _ = _first(rows, "max_sm_clock_mhz")
+        if clock_mhz is None:
+            clock_mhz = data.device_facts(gpu_slug, results_root)[0].get("max_sm_clock_mhz")
+        clock_note = f"{float(clock_mhz):.0f} MHz, the GPU's maximum SM clock (NVML)" if clock_mhz else ""
+    if arch is None or sms is None or not clock_mhz:
+        return None, ("No tensor-core roof: the export has no architecture, SM count or SM clock, "
+                      "and no harness rows of this GPU give them")
+    try:
+        peak = data.tensor_peak_tflops(str(arch), float(sms), float(clock_mhz))
+    except data.ResultsError as e:
+        return None, f"No tensor-core roof: {e}"
+    m = re.fullmatch(r"sm_(\d+)(\d)", str(arch))
+    rate = gpu.TENSOR_FLOP_PER_CLK_PER_SM[(int(m[1]), int(m[2]))]
+    return peak, (f"Tensor-core peak (bf16 in, fp32 accumulate) {peak:.0f} TFLOP/s = {rate} FLOP/clock/SM "
+                  f"({arch}, fa2lab.gpu) × {int(sms)} SMs × {clock_note}{facts_note}")
+
+
+def bandwidths(rows: pd.DataFrame, path: Path) -> dict[str, float]:
+    """Peak bandwidth (bytes/s) per level where the export carries both metrics (median over rows)."""
+    out = {}
+    for level, _, _, per_cycle, cycles in LEVELS:
+        a, b = data.metric(rows, path, per_cycle, required=False), data.metric(rows, path, cycles, required=False)
+        if a is not None and b is not None and (a * b).notna().any():
+            out[level] = float((a * b).median())
+    return out
+
+
+def _who_label(who: str) -> str:
+    return style.label(who) if who in versions.NAMES or who == data.SDPA else who
+
+
+def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
+    pts, paths, rows = load(gpu_slug, results_root)
+    peak, roof_note = roof(rows, paths[0], gpu_slug, results_root)
+    bw = bandwidths(rows, paths[0])
+    shapes_ = sorted(set(zip(pts["N"], pts["causal"])))
+    fig, axes = style.figure(1, len(shapes_), panel=(max(5.4, 11.0 / len(shapes_)), 4.4), sharey=True)
+    order = [w for w in (*versions.NAMES, data.SDPA) if w in set(pts["who"])]
+    for ax, (N, causal) in zip(axes[0], shapes_):
+        p = pts[(pts["N"] == N) & (pts["causal"] == causal)]
+        xs, ys = [], []
+        for who in order:
+            r = p[p["who"] == who]
+            if r.empty:
+                continue
+            for level, marker, *_ in LEVELS:
+                x = r[f"intensity_{level}"].iloc[0]
+                if np.isfinite(x):
+                    ax.plot(x, r["tflops"].iloc[0], marker=marker, linestyle="none", markersize=7,
+                            color=style.colour(who), markeredgecolor="white", markeredgewidth=0.6)
+                    xs.append(x)
+                    ys.append(r["tflops"].iloc[0])
+        lo, hi = min(xs) / 4, max(xs) * 4
+        if peak is not None:
+            ax.axhline(peak, color="0.2", linewidth=1.6)
+            ax.text(lo * 1.1, peak * 1.06, f"tensor-core peak {peak:.0f} TFLOP/s", fontsize=8, va="bottom")
+            ys.append(peak)
+        for level, bytes_per_s in bw.items():
+            x = np.geomspace(lo, hi, 50)
+            y = bytes_per_s * x / 1e12
+            keep = y <= (peak if peak is not None else np.inf)
+            ax.plot(x[keep], y[keep], color="0.45", linestyle="--", linewidth=1)
+            if keep.any():
+                ax.text(x[keep][0] * 1.1, y[keep][0] * 1.15, f"{level} peak {bytes_per_s / 1e12:.1f} TB/s (ncu)",
+                        fontsize=7.5, color="0.3", rotation=0)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(min(ys) / 3, max(ys) * 1.8)
+        ax.set_xlabel("arithmetic intensity (FLOP/byte, algorithm's FLOPs)")
+        ax.set_ylabel("achieved TFLOP/s (algorithm's FLOPs / ncu duration)")
+        config = sorted({str(c) for c in rows[(rows["N"] == N) & (rows["causal"].astype(int) == causal)]
+                         .get("config", pd.Series(dtype=object)).dropna() if str(c).strip()})
+        ax.set_title(f"N = {N}, {data.mask_name(causal)}"
+                     + (f"\nconfiguration {', '.join(config)} pinned" if config else ""))
+    style.outer_labels_only(axes)
+    handles = [Line2D([], [], color=style.colour(w), marker="o", linestyle="none", markersize=7,
+                      label=_who_label(w)) for w in order]
+    handles += [Line2D([], [], color="0.4", marker=marker, linestyle="none", markersize=7, markerfacecolor="none",
+                       label=f"{lab} (marker)") for _, marker, lab, *_ in LEVELS]
+    fig.legend(handles=handles, loc="outside right center")
+    fig.suptitle(f"Roofline of each kernel under Nsight Compute on {gpu_slug} (B=4, H=8, D=64, bf16)")
+    missing_bw = [lev for lev, *_ in LEVELS if lev not in bw]
+    notes = [
+        "Operations are the algorithm's FLOP count (predicted_flops: 4·B·H·N²·D, halved for causal), not the "
+        "tensor-core operations ncu counted; time is gpu__time_duration.sum under ncu (clocks not locked).",
+        "Bytes: L2 = l1tex__m_xbar2l1tex_read_bytes.sum (L2 → SMs), DRAM = dram__bytes_read.sum + "
+        "dram__bytes_write.sum.",
+        roof_note + ".",
+    ]
+    if missing_bw:
+        notes.append(f"No {' or '.join(missing_bw)} bandwidth slope: the export has no peak-bandwidth metrics for "
+                     "it (e.g. dram__bytes.sum.peak_sustained × dram__cycles_elapsed.avg.per_second), "
+                     "and none is assumed.")
+    notes.append("Kernels matched to versions by launch order (every Triton version's kernel is flash_fwd_kernel); "
+                 f"the last run in each file. source: {', '.join(f'results/{gpu_slug}/ncu/{p.name}' for p in paths)}")
+    prov = style.provenance_line(rows, paths[0]).split("; ", 1)
+    if len(prov) > 1:
+        notes[-1] += "; " + prov[1]
+    style.footnote(fig, "\n".join(textwrap.fill(n, 175, break_on_hyphens=False) for n in notes))
+    return style.save(fig, out_dir, NAME)
+
+
+def main(argv=None) -> int:
+    return style.main_for(draw, __doc__, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
