@@ -51,7 +51,11 @@ def label_rows(df: pd.DataFrame, path: Path) -> pd.DataFrame:
 
     The file's name says which versions ran (<version>_N..., or all_N... for every version but v2);
     a run is those versions' flash_fwd_kernel rows in order, then SDPA's row(s); a flash_fwd_kernel after
-    SDPA starts the next run (run_profile appends every run to the same file)."""
+    SDPA starts the next run (run_profile appends every run to the same file). Files written since
+    run_profile names kernels by their NVTX range carry `version` and `run_id`: those are used instead."""
+    if {"version", "run_id"} <= set(df.columns) and df["version"].notna().all() and (df["version"] != "").all():
+        last = df[df["run_id"] == df["run_id"].iloc[-1]]
+        return last.assign(who=last["version"].astype(str), run=0)
     m = TAG.match(path.name.removesuffix(".csv"))
     if not m or (m["who"] != "all" and m["who"] not in versions.NAMES):
         raise data.ResultsError(f"results file {path}: cannot tell which version(s) ran from its name "

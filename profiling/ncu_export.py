@@ -37,6 +37,11 @@ PATTERNS = [
     r"^dram__bytes_write\.sum$",
     r"^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$",
     r"^sm__cycles_elapsed\.avg\.per_second$",             # the SM clock during the kernel
+    # the roofline's ceilings, where the export has them
+    r"^(dram|lts)__bytes\.sum\.peak_sustained$",
+    r"^lts__t_bytes\.sum\.peak_sustained$",
+    r"^(dram|lts)__cycles_elapsed\.avg\.per_second$",
+    r"^device__attribute_(multiprocessor_count|compute_capability_major|compute_capability_minor)$",
 ]
 
 
@@ -65,8 +70,11 @@ def summarise_raw(path, N: int, causal: bool, config: str = "") -> list[dict]:
     predicted_flops = shapes.flops(shapes.BATCH, shapes.HEADS, N, shapes.HEAD_DIM, causal)
     out = []
     for k in kernels:
-        row = {"kernel": k["Kernel Name"][:120], "N": N, "causal": int(causal), "config": config,
-               "predicted_flops": predicted_flops}
+        name = k["Kernel Name"]
+        # With `--print-nvtx-rename kernel` the name is the NVTX range the drivers wrap each call in.
+        version = name.split(" ")[0] if " N=" in name else ""
+        row = {"kernel": name[:120], "version": version, "ncu_id": k.get("ID", ""), "N": N, "causal": int(causal),
+               "config": config, "predicted_flops": predicted_flops}
         for c in picked:
             row[f"{c} [{units.get(c, '')}]".replace(" []", "")] = _num(k[c]) if _num(k[c]) is not None else k[c]
         stalls = {c: _num(k[c]) for c in picked if "issue_stalled" in c and _num(k[c]) is not None}

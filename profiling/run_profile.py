@@ -76,9 +76,12 @@ def main(argv=None) -> int:
     if args.tool == "ncu":
         rep = out / f"{tag}.ncu-rep"
         cmd = ["ncu", "--set", "full", "--import-source", "yes", "--profile-from-start", "off",
-               "--clock-control", "none", "-f", "-o", str(rep.with_suffix(""))]
+               "--clock-control", "none", "--nvtx", "-f", "-o", str(rep.with_suffix(""))]
         cmd += driver_command(names, args, ["--iters", "1", "--sdpa", "1", "--fresh-cache", "1", "--warmup-s", "1"])
-        export = ["ncu", "--import", str(rep), "--csv", "--page", "raw"]
+        # Base units (no auto-scaling between runs), and each kernel named by its NVTX range
+        # ("v4_exp2 N=4096 causal=0", "sdpa N=4096 causal=0"): the drivers wrap every call in one.
+        export = ["ncu", "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base",
+                  "--print-nvtx-rename", "kernel"]
         print("+", " ".join(cmd), "\n+", " ".join(export), "> RAW.csv")
         if args.dry_run:
             return 0
@@ -88,13 +91,17 @@ def main(argv=None) -> int:
         if raw.returncode != 0:
             print(raw.stderr, file=sys.stderr)
             return 1
-        raw_path = out / f"{tag}.raw.csv"
-        raw_path.write_text(raw.stdout)
+        from fa2lab.provenance import environment, now
+        from fa2lab.results import append_rows
         from profiling.ncu_export import summarise_raw
 
+        run_id = now()
+        raw_path = out / "raw" / f"{tag}_{run_id.replace(':', '')}.csv"
+        raw_path.parent.mkdir(parents=True, exist_ok=True)
+        raw_path.write_text(raw.stdout)
         rows = summarise_raw(raw_path, N=args.N, causal=args.causal, config=args.config)
-        from fa2lab.results import append_rows
-
+        rows = [{**r, "run_id": run_id, "raw_export": str(raw_path.relative_to(REPO)), "date": run_id,
+                 **environment()} for r in rows]
         dest = append_rows(out / f"{tag}.csv", rows)
         print(f"wrote {len(rows)} kernel rows to {dest} (raw export: {raw_path})")
         return 0

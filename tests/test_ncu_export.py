@@ -6,8 +6,8 @@ from profiling.ncu_export import read_raw, summarise_raw
 
 RAW = '''"ID","Process ID","Kernel Name","gpu__time_duration.sum","launch__registers_per_thread","l1tex__m_xbar2l1tex_read_bytes.sum","smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio","unrelated__metric"
 "","","","usecond","register/thread","byte","ratio","ratio","ratio",""
-"0","1","flash_fwd_kernel","2,060.5","255","2159017984","9.1","0.3","1.2","7"
-"1","1","pytorch_flash::flash_fwd_kernel","2,130","255","1350000000","6.8","0.6","0.9","7"
+"0","1","v5_final N=4096 causal=0","2,060.5","255","2159017984","9.1","0.3","1.2","7"
+"1","1","sdpa N=4096 causal=0","2,130","255","1350000000","6.8","0.6","0.9","7"
 '''
 
 
@@ -15,7 +15,8 @@ def test_summary_picks_the_article_numbers_and_predictions(tmp_path):
     path = tmp_path / "r.raw.csv"
     path.write_text("==PROF== Connected to process\n" + RAW)
     rows = summarise_raw(path, N=4096, causal=False, config="64,128,4,2")
-    assert [r["kernel"] for r in rows] == ["flash_fwd_kernel", "pytorch_flash::flash_fwd_kernel"]
+    assert [r["kernel"] for r in rows] == ["v5_final N=4096 causal=0", "sdpa N=4096 causal=0"]
+    assert [r["version"] for r in rows] == ["v5_final", "sdpa"] and rows[1]["ncu_id"] == "1"
     ours = rows[0]
     assert ours["gpu__time_duration.sum [usecond]"] == 2060.5
     assert ours["launch__registers_per_thread [register/thread]"] == 255
@@ -31,3 +32,14 @@ def test_malformed_export_names_the_file(tmp_path):
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="bad.csv"):
         read_raw(bad)
+
+
+def test_roofline_uses_the_nvtx_version_and_the_last_run(tmp_path):
+    import pandas as pd
+
+    from figures.roofline import label_rows
+
+    df = pd.DataFrame({"kernel": ["v5_final N=4096 causal=0", "sdpa N=4096 causal=0"] * 2,
+                       "version": ["v5_final", "sdpa"] * 2, "run_id": ["a", "a", "b", "b"]})
+    out = label_rows(df, tmp_path / "v5_final_N4096_noncausal.csv")
+    assert list(out["who"]) == ["v5_final", "sdpa"] and set(out["run_id"]) == {"b"}
