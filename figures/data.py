@@ -36,7 +36,7 @@ def gpu_slugs(results_root: str | Path | None = None) -> list[str]:
     base = root(results_root)
     if not base.is_dir():
         return []
-    measured = ("bench", "sweep", "hostpath")
+    measured = ("bench", "sweep", "hostpath", "ncu", "tuning", "torch", "ceilings", "experiments", "checks")
     return sorted(p.name for p in base.iterdir() if p.is_dir() and p.name != REFERENCE and not p.name.startswith(".")
                   and any((p / m).is_dir() for m in measured))
 
