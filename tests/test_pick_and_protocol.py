@@ -1,0 +1,79 @@
+"""pick-configs' rules, the sweep's resume bookkeeping, and the protocol summary, on small fixtures."""
+
+import pandas as pd
+import pytest
+
+from fa2lab import pick
+from fa2lab.budget import Config
+from fa2lab.protocol import format_summary, summarise
+from fa2lab.results import append_rows
+from fa2lab.sweep import done_keys
+
+SHAPES = [(512, 0), (4096, 0), (512, 1), (4096, 1)]
+# config -> ms per shape (lower is better)
+MS = {
+    (64, 32, 4, 3): [1.00, 1.00, 1.00, 1.00],    # decent everywhere
+    (128, 64, 8, 4): [1.30, 0.90, 1.20, 0.95],   # best at N=4096
+    (32, 64, 2, 3): [0.95, 1.40, 0.97, 1.50],    # best at N=512
+    (16, 16, 1, 1): [3.00, 3.00, 3.00, 3.00],    # slow
+}
+
+
+def sweep_df(extra=()):
+    rows = [{"N": N, "causal": c, "q_tile": cfg[0], "k_tile": cfg[1], "num_warps": cfg[2], "num_stages": cfg[3],
+             "status": "ok", "ms": ms[i], "tflops": 1.0 / ms[i]}
+            for cfg, ms in MS.items() for i, (N, c) in enumerate(SHAPES)]
+    return pd.DataFrame(rows + list(extra))
+
+
+def test_single_winner_is_the_best_geometric_mean():
+    cfg, geo = pick.single_winner(sweep_df())
+    assert cfg == Config(64, 32, 4, 3)
+    # its ratios to each shape's best: .95, .90, .97, .95
+    assert geo == pytest.approx((0.95 * 0.90 * 0.97 * 0.95) ** 0.25)
+
+
+def test_per_shape_winners_and_wrong_rows_never_win():
+    wrong = [{"N": 512, "causal": 0, "q_tile": 16, "k_tile": 16, "num_warps": 4, "num_stages": 2,
+              "status": "wrong", "ms": 0.01, "tflops": 100.0}]
+    winners = {shape: cfg for shape, cfg, _ in pick.per_shape_winners(sweep_df(wrong))}
+    assert winners[(512, 0)] == Config(32, 64, 2, 3)
+    assert winners[(4096, 1)] == Config(128, 64, 8, 4)
+
+
+def test_greedy_shortlist_covers_every_shape_within_one_percent():
+    chosen, worst = pick.greedy_shortlist(sweep_df(), within=0.01)
+    # Greedy on the worst shape: the all-rounder first (worst 0.90), then the long-sequence
+    # specialist (0.95), then the short-sequence one (1.0), which every shape's best is in.
+    assert chosen == [Config(64, 32, 4, 3), Config(128, 64, 8, 4), Config(32, 64, 2, 3)]
+    assert worst == pytest.approx(1.0)
+    # a looser bound needs fewer configurations: the all-rounder alone is within 10%
+    chosen, worst = pick.greedy_shortlist(sweep_df(), within=0.10)
+    assert chosen == [Config(64, 32, 4, 3)] and worst == pytest.approx(0.90)
+
+
+def test_a_config_missing_a_shape_cannot_be_the_single_winner():
+    df = sweep_df([{"N": 512, "causal": 0, "q_tile": 256, "k_tile": 16, "num_warps": 16, "num_stages": 2,
+                    "status": "ok", "ms": 0.5, "tflops": 2.0}])
+    assert pick.single_winner(df)[0] != Config(256, 16, 16, 2)
+
+
+def test_sweep_resume_reads_what_is_done(tmp_path):
+    path = tmp_path / "sweep.csv"
+    assert done_keys(path) == set()
+    append_rows(path, [{"N": 512, "causal": 1, "q_tile": 64, "k_tile": 32, "num_warps": 4, "num_stages": 3,
+                        "status": "ok", "ms": 0.1}])
+    append_rows(path, [{"N": 512, "causal": 0, "q_tile": 16, "k_tile": 16, "num_warps": 1, "num_stages": 1,
+                        "status": "skipped_registers", "error": "x"}])   # a new column rewrites the header once
+    assert done_keys(path) == {(512, 1, 64, 32, 4, 3), (512, 0, 16, 16, 1, 1)}
+    assert list(pd.read_csv(path).columns)[-1] == "error"
+
+
+def test_protocol_summary_takes_medians_of_per_run_ratios():
+    rows = [{"version": "v5_final", "N": 4096, "causal": 0, "run_id": f"p1/{r}", "ms": ms, "tflops": 1,
+             "sdpa_ms": 0.3, "pct_of_sdpa": pct, "pct_of_sdpa_flash": 130}
+            for r, (ms, pct) in enumerate([(0.35, 86.0), (0.34, 88.0), (0.33, 91.0)])]
+    rows.append({**rows[0], "run_id": "other/1", "pct_of_sdpa": 1.0})       # another protocol: left out
+    (s,) = summarise(rows, "p1")
+    assert (s["runs"], s["ms"], s["pct_of_sdpa"], s["pct_min"], s["pct_max"]) == (3, 0.34, 88.0, 86.0, 91.0)
+    assert "86-91%" in format_summary([s])
