@@ -96,8 +96,10 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
             "N": "comma-separated sequence lengths (default: all four)", "causal": "both, 0 or 1",
             "limit_minutes": "stop measuring after this many minutes (rerun to resume)",
             "workers": "compile worker processes", "fresh": "start a new CSV instead of resuming",
-            "max_configs": "only the first K configurations (smoke test)"})
-def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0, fresh=False, max_configs=0):
+            "max_configs": "only the first K configurations (smoke test)",
+            "graph_max_n": "also record CUDA-graph replay time at N up to this (pick-configs then ranks by it)"})
+def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0, fresh=False, max_configs=0,
+          graph_max_n=0):
     """Sweep 625 tile/warp/stage configurations at the harness shapes; resumable, appends as it goes."""
     _need_gpu("invoke sweep", "the committed results/<gpu>/sweep/*.csv feed `invoke pick-configs` and `invoke figures`")
     cmd = [sys.executable, "sweeps/sweep.py", "--kernel", kernel, "--causal", causal]
@@ -106,6 +108,7 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
     cmd += ["--workers", str(workers)] if int(workers) else []
     cmd += ["--max-configs", str(max_configs)] if int(max_configs) else []
     cmd += ["--fresh"] if fresh else []
+    cmd += ["--graph-max-n", str(graph_max_n)] if int(graph_max_n) else []
     if _run(cmd) != 0:
         raise Exit("sweep failed", code=1)
 

@@ -133,8 +133,11 @@ def occupancy_columns(cfg: Config, info: CompileInfo, D: int, elem_bytes: int = 
 
 
 def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_minutes: float | None,
-              configs=ALL_CONFIGS, log=print) -> dict:
-    """Compile, then measure, every configuration not yet in out_csv. Returns counts."""
+              configs=ALL_CONFIGS, log=print, graph_max_n: int = 0) -> dict:
+    """Compile, then measure, every configuration not yet in out_csv. Returns counts.
+
+    With graph_max_n, shapes with N <= graph_max_n also get `graph_ms` (CUDA-graph replay): there
+    the harness's do_bench can time the host's per-call cost more than the kernel."""
     import torch
     import torch.nn.functional as F
     from tqdm import tqdm
@@ -221,6 +224,8 @@ def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_min
                                 ms = timing.bench_ms(lambda: cls.apply(q, k, v, causal))
                             row.update(status=OK, ms=ms, tflops=shapes.tflops(flop, ms),
                                        pct_of_sdpa=100.0 * sdpa_ms / ms, **clocks.summary())
+                            if N <= graph_max_n:
+                                row["graph_ms"] = timing.bench_graph_ms(lambda: cls.apply(q, k, v, causal))
                     except Exception as e:  # noqa: BLE001 - recorded, not fatal
                         status = OUT_OF_SMEM if "OutOfResources" in type(e).__name__ else RUN_ERROR
                         row.update(status=status, error=f"{type(e).__name__}: {str(e)[:200]}")

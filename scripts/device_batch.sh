@@ -26,7 +26,7 @@ for s in "$@"; do
   case "$s" in
     tests) step python3 -m invoke test ;;
     bench) step python3 -m invoke bench --kernel all --runs "${RUNS:-3}" --pause "${PAUSE:-0}" --no-graphs ;;
-    sweep-v0) step python3 sweeps/sweep.py --kernel v0_baseline --limit-minutes "${LIMIT:-8}" ;;
+    sweep-v0) step python3 sweeps/sweep.py --kernel v0_baseline --limit-minutes "${LIMIT:-8}" --graph-max-n "${GRAPH_MAX_N:-0}" ;;
     sweep-v4) step python3 sweeps/sweep.py --kernel v4_exp2 --limit-minutes "${LIMIT:-8}" ;;
     profile) step python3 profiling/run_profile.py --tool ncu --kernel all
              step python3 profiling/run_profile.py --tool ncu --kernel all --causal ;;

@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1), help="compile workers")
     ap.add_argument("--max-configs", type=int, default=None, help="only the first K configurations (smoke test)")
     ap.add_argument("--fresh", action="store_true", help="move an existing CSV aside and start again")
+    ap.add_argument("--graph-max-n", type=int, default=0,
+                    help="also record CUDA-graph replay time (graph_ms) at N up to this (0: never)")
     ap.add_argument("--out", type=Path, default=None, help="CSV path (default results/<gpu>/sweep/<version>.csv)")
     args = ap.parse_args(argv)
 
@@ -52,7 +54,7 @@ def main(argv=None) -> int:
     print(f"sweeping {version.name}: {len(configs)} configurations x {len(args.N) * len(masks)} shapes -> {out}")
     try:
         counts = run_sweep(version.name, args.N, masks, out, workers=args.workers,
-                           limit_minutes=args.limit_minutes, configs=configs)
+                           limit_minutes=args.limit_minutes, configs=configs, graph_max_n=args.graph_max_n)
     except KeyboardInterrupt:
         print(f"\ninterrupted: every measured row is already in {out}; rerun the same command to resume")
         return 130

@@ -77,3 +77,14 @@ def test_protocol_summary_takes_medians_of_per_run_ratios():
     (s,) = summarise(rows, "p1")
     assert (s["runs"], s["ms"], s["pct_of_sdpa"], s["pct_min"], s["pct_max"]) == (3, 0.34, 88.0, 86.0, 91.0)
     assert "86-91%" in format_summary([s])
+
+
+def test_graph_time_ranks_where_the_sweep_recorded_it():
+    df = sweep_df()
+    df["graph_ms"] = float("nan")
+    # At N = 512 non-causal, do_bench favoured 32x64 (host noise); graph replay says 64x32 is faster.
+    small = (df.N == 512) & (df.causal == 0)
+    df.loc[small, "graph_ms"] = df.loc[small].apply(lambda r: 0.5 if r.q_tile == 64 else 0.8, axis=1)
+    winners = {shape: cfg for shape, cfg, _ in pick.per_shape_winners(df)}
+    assert winners[(512, 0)] == Config(64, 32, 4, 3)
+    assert winners[(4096, 0)] == Config(128, 64, 8, 4)   # no graph time there: do_bench decides
