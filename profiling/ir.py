@@ -331,8 +331,16 @@ def sass_loops(sass: str, keys=KEY_OPCODES) -> list[dict]:
     """Loops as backward branches: [start address, branch address]. Each with its instruction count,
     key opcode counts (so per-iteration counts), and whether it is innermost (contains no other loop)."""
     ins = sass_instructions(sass)
-    # A backward branch closes a loop; `BRA` to itself is the padding after EXIT, not a loop.
-    spans = sorted({(i["target"], i["addr"]) for i in ins if "target" in i and i["target"] < i["addr"]})
+    # A backward branch closes a loop; `BRA` to itself is the padding after EXIT, not a loop. Nor is the
+    # unconditional `BRA` that returns from an out-of-line block placed after the last EXIT into the body
+    # (the retry of an mbarrier try-wait on the TMA path): that block is reached by a forward branch.
+    last_exit = max((i["addr"] for i in ins if i["op"] == "EXIT" and not i["pred"]), default=None)
+
+    def returns_from_tail(i):
+        return last_exit is not None and not i["pred"] and i["addr"] > last_exit >= i["target"]
+
+    spans = sorted({(i["target"], i["addr"]) for i in ins
+                    if "target" in i and i["target"] < i["addr"] and not returns_from_tail(i)})
     out = []
     for start, end in spans:
         body = [i for i in ins if start <= i["addr"] <= end]
