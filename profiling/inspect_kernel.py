@@ -164,8 +164,12 @@ def inspect(version: str, cfg: Config, *, causal: bool = False, D: int = shapes.
     on_gpu = gpu is not None and not offline and want == gpu.capability[0] * 10 + gpu.capability[1]
     module = load(version)
     batch = shapes.BATCH * shapes.HEADS
-    args = kernel_args(N, D, dtype, batch)
     meta = dict(D=D, Q_TILE_SIZE=cfg.q_tile, K_TILE_SIZE=cfg.k_tile, is_causal=bool(causal))
+    if hasattr(module, "offline_compile_args"):  # a signature other than v5's (v7: TMA descriptors)
+        args, extra = module.offline_compile_args(N, D, dtype, batch, cfg, bool(causal))
+        meta.update(extra)
+    else:
+        args = kernel_args(N, D, dtype, batch)
     status, error, n_regs, n_spills = "ok", "", None, None
     if on_gpu:
         try:
@@ -221,6 +225,7 @@ def inspect(version: str, cfg: Config, *, causal: bool = False, D: int = shapes.
         "config": {"q_tile": cfg.q_tile, "k_tile": cfg.k_tile, "num_warps": cfg.num_warps,
                    "num_stages": cfg.num_stages, "key": cfg.key},
         "causal": bool(causal), "D": D, "dtype": dtype, "N_specialised": N, "batch_heads": batch,
+        "constexprs": dict(meta),
         "registers": {"n_regs": n_regs, "n_spills": n_spills, "source": regs_source, "label": regs_label,
                       "cuobjdump_res_usage": res, "ptxas_v": ptxas},
         "shared": {"compiled": shared, "formula": formula, "difference": shared - formula,
