@@ -1,0 +1,539 @@
+"""v7_hopper: v6 with K and V brought in by the Hopper bulk copy engine (TMA) through host tensor
+descriptors, and a key loop written so that the softmax of one tile can run while the tensor cores
+multiply the next; v6 itself wherever that path does not apply. A CANDIDATE: nothing here has run
+on a GPU yet, and no claim is made about its speed.
+
+What the H200 said about v6 (RESULTS.md; the offline sm_90 compiles under results/offline-sm_90/):
+v5/v6 reach 88% of cuDNN non-causal and 85% causal at N = 4096 (0.343 and 0.216 ms against SDPA's
+0.296 and 0.183). Their key loop loads K and V with per-thread asynchronous copies (cp.async: 4
+LDGSTS per iteration for 128x64 tiles with 8 warps, 8 for 64x64 with 4), synchronises the program
+twice per iteration (2 BAR.SYNC), and waits once per iteration for every outstanding warpgroup MMA
+(one warp_group_dot_wait, pendings = 0, right after Q K^T is issued), so in SASS no exp2 of the
+softmax is issued while a wgmma is in flight. The Nsight Compute profile of v6 has NOT been taken
+yet ("Not measured yet" in RESULTS.md): which of these costs matters is a hypothesis that profile
+must confirm, and v7 is the candidate to measure against it.
+
+What changes (evidence: results/offline-sm_90/v7_feasibility/feasibility.md, every variant
+compiled offline for sm_90 with Triton 3.6.0 and read from its SASS):
+- TMA. Q, K, V and O are host-side TensorDescriptors over the (batch*heads, N, D) tensors with
+  (1, tile, D) blocks: the loop loads K and V with 2 UTMALDG per iteration and no LDGSTS, and waits
+  on an mbarrier (SYNCS) instead of cp.async's groups. The 3-D view bounds every copy at its own
+  head, so the ragged last tile is zero-padded and the O store clipped by the hardware, as v6's
+  boundary checks did (a flattened (B*N, D) view would read the next head's rows). Device-side
+  descriptors (tl.make_tensor_descriptor) give the same loop but need triton.set_allocator and 512 B
+  of global scratch per program. Not gained: Triton 3.6 puts 4 BAR.SYNC per iteration around the
+  TMA issue (2 with cp.async).
+- The next Q K^T before this softmax (PIPELINE_QK = 1). Triton 3.6 offers no knob on the wgmma
+  waits: its pipeliner waits for all outstanding MMAs right after each Q K^T, whatever the source
+  order. But with the loop software-pipelined by hand (S of tile j+1 computed before the softmax of
+  tile j, the last tile peeled off), the exp2s of tile j do not depend on the MMA in flight, and
+  ptxas moves 22 to 25 of the 36 MUFU.EX2 of a 128x64 iteration between the Q K^T HGMMAs and their
+  wait (0 to 2 without). This is the overlap issue 6 asks for, obtained from the scheduler rather
+  than asked for. It costs 30 to 50 registers per thread (128x64 with 8 warps: 151 against 116, so
+  one program per SM by registers instead of two), which is why each configuration is also a
+  candidate without it (PIPELINE_QK = 0) and the autotuner, on the H200, decides.
+- Not used, because Triton 3.6 does not compile it for this kernel: tl.range(warp_specialize=True)
+  (ignored at 8 warps, no ttg.warp_specialize in the TTGIR; at 4 warps the Hopper
+  NVGPUWarpSpecialization pass fails, errors quoted in feasibility.md). Gluon (Triton 3.6's
+  experimental lower-level language) can place the waits by hand and compiles; it is not
+  interpreted, so it stays a feasibility sketch in experiments/v7_feasibility.py.
+- A persistent grid compiles (programs on SM slots looping over (head, query tile) work items,
+  longest causal tiles first). It is an option for the GPU session to measure
+  (FlashAttentionTriton.GRID = "persistent"), not the default.
+
+Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
+split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
+nothing outside visited, the head on the grid's first axis and query tiles reversed (longest
+first), -inf masks with O = 0 and L = -inf for rows that see no key, L saved (B, N_q) float32 in
+natural log, the optional causal sliding window, the Triton backward of kernels/_shared.
+
+Which path runs (LAST_PATH, or last_path(), says which one the last call took):
+- "tma": bf16 or fp16 on a Hopper GPU (compute capability 9.x), every base pointer and every
+  non-unit stride a multiple of 16 bytes (TMA's rule). Also under Triton's interpreter, which
+  implements descriptor loads and stores (bounds per dimension, zero padding, clipped stores), so
+  the tests check this path's indexing and masking on the CPU; the interpreter says nothing about
+  TMA hardware, mbarriers, instruction scheduling or speed.
+- "v6": everything else (fp32 inputs, other GPUs, misaligned inputs): v6_longest_first's module as
+  committed, imported with fa2lab.versions.load("v6_longest_first") rather than copied, launched
+  through its own autotuner and configurations (under the interpreter, which cannot time, with the
+  query and key tiles of v7's first candidate).
+FlashAttentionTriton.FORCE_PATH ("tma" or "v6") overrides the choice, for experiments.
+
+The sm_90 configurations in configs.json are provisional (v6's H200 short list, each with
+PIPELINE_QK 1 and 0; no measurement of this kernel exists); the sm_89 entry is v6's Ada one, used
+only if the TMA path is forced there.
+"""
+
+import math
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from fa2lab.checks import unit_stride, validate_qkv
+from fa2lab.configs import load_table, select
+from fa2lab.gpu import interpreting
+from fa2lab.hostpath import Launch, LaunchCache
+from fa2lab.interpret import only_config
+from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
+from fa2lab.reference import autograd_backward
+from fa2lab.versions import load, load_shared
+
+V6 = load("v6_longest_first")          # the fallback path, v6's module as committed
+backward_kernels = load_shared("flash_backward_triton")
+
+PATHS = ("tma", "v6")
+LAST_PATH = None                       # the path the last forward call took: "tma" or "v6"
+GRIDS = ("per_tile", "persistent")
+TMA_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def last_path():
+    """The path the last FlashAttentionTriton.apply took in this process: "tma", "v6" or None."""
+    return LAST_PATH
+
+
+@triton.jit
+def _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, WINDOW, qk_scale,
+                         K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
+                         HAS_WINDOW: tl.constexpr):
+    """Fold one tile of raw scores S_ij (and its V tile) into the running (O, l, m) state: v6's update.
+
+    The unmasked copy (MASKED=False) has no compare or select; the masked copy sets invisible scores
+    to -inf and keeps rows that have seen no key finite.
+    """
+    if MASKED:
+        k_pos = (k_start + tl.arange(0, K_TILE_SIZE))[None, :]
+        keep = k_pos < N_KEYS
+        if is_causal:
+            keep = keep & (k_pos <= q_pos)
+        if HAS_WINDOW:
+            keep = keep & (k_pos > q_pos - WINDOW)
+        S_ij = tl.where(keep, S_ij, float("-inf"))
+
+    # m is in log2 units of the scaled scores (v4). A row with no visible key so far has
+    # m_new = -inf; subtracting 0 instead keeps exp2 at 0 for it rather than NaN.
+    m_new = tl.maximum(m_acc, tl.max(S_ij, axis=1, keep_dims=True) * qk_scale)
+    if MASKED:
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_sub = m_new
+    P_ij = tl.math.exp2(S_ij * qk_scale - m_sub)
+    alpha = tl.math.exp2(m_acc - m_sub)
+    l_acc = alpha * l_acc + tl.sum(P_ij, axis=1, keep_dims=True)   # sum the fp32 P,
+    O_acc = alpha * O_acc
+    O_acc = tl.dot(P_ij.to(V_j.dtype), V_j, acc=O_acc)             # round it for the multiply
+    return O_acc, l_acc, m_new
+
+
+@triton.jit
+def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
+                      start, stop, N_KEYS, WINDOW, qk_scale,
+                      D: tl.constexpr, K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
+                      HAS_WINDOW: tl.constexpr, PIPELINE_QK: tl.constexpr):
+    """Fold the key tiles in [start, stop) into the running (O, l, m) state.
+
+    K and V arrive by TMA: one descriptor load per tile, bounded by this head's N_KEYS (the
+    hardware pads past it with zeros).
+
+    PIPELINE_QK: the loop is software-pipelined by hand, Q K^T of tile j+1 issued before the softmax
+    of tile j (the last tile peeled off). Triton still waits for every warpgroup MMA right after that
+    issue, but the softmax's exp2s do not depend on it, and ptxas moves them in between: 22 to 25 of
+    the 36 MUFU.EX2 of a 128x64 iteration run while the next Q K^T is in flight (offline sm_90 SASS,
+    results/offline-sm_90/v7_feasibility/), against 0 to 1 without. It costs 30 to 50 registers.
+    """
+    if PIPELINE_QK:
+        if start < stop:
+            last = start + ((stop - start - 1) // K_TILE_SIZE) * K_TILE_SIZE
+            K_j = K_desc.load([head, start, 0]).reshape(K_TILE_SIZE, D)
+            S_ij = tl.dot(Q_i, tl.trans(K_j))                          # raw scores, (Q_TILE, K_TILE) fp32
+            for k_start in range(start, last, K_TILE_SIZE):
+                V_j = V_desc.load([head, k_start, 0]).reshape(K_TILE_SIZE, D)
+                K_n = K_desc.load([head, k_start + K_TILE_SIZE, 0]).reshape(K_TILE_SIZE, D)
+                S_next = tl.dot(Q_i, tl.trans(K_n))                    # the next tile's scores, issued first
+                O_acc, l_acc, m_acc = _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS,
+                                                           WINDOW, qk_scale, K_TILE_SIZE, MASKED, is_causal,
+                                                           HAS_WINDOW)
+                S_ij = S_next
+            V_j = V_desc.load([head, last, 0]).reshape(K_TILE_SIZE, D)
+            O_acc, l_acc, m_acc = _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, last, N_KEYS,
+                                                       WINDOW, qk_scale, K_TILE_SIZE, MASKED, is_causal, HAS_WINDOW)
+    else:
+        for k_start in range(start, stop, K_TILE_SIZE):
+            K_j = K_desc.load([head, k_start, 0]).reshape(K_TILE_SIZE, D)
+            V_j = V_desc.load([head, k_start, 0]).reshape(K_TILE_SIZE, D)
+            S_ij = tl.dot(Q_i, tl.trans(K_j))                          # raw scores, (Q_TILE, K_TILE) fp32
+            O_acc, l_acc, m_acc = _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS,
+                                                       WINDOW, qk_scale, K_TILE_SIZE, MASKED, is_causal,
+                                                       HAS_WINDOW)
+    return O_acc, l_acc, m_acc
+
+
+@triton.jit
+def _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, head, query_tile_index,
+                       stride_lb, stride_lq, N_QUERIES, N_KEYS, WINDOW, qk_scale,
+                       D: tl.constexpr, Q_TILE_SIZE: tl.constexpr, K_TILE_SIZE: tl.constexpr,
+                       is_causal: tl.constexpr, HAS_WINDOW: tl.constexpr, PIPELINE_QK: tl.constexpr):
+    """One (head, query tile) work item: v6's program body, with descriptor loads and stores."""
+    q_start = query_tile_index * Q_TILE_SIZE
+    Q_i = Q_desc.load([head, q_start, 0]).reshape(Q_TILE_SIZE, D)   # rows past N_QUERIES read as 0
+    q_pos = (q_start + tl.arange(0, Q_TILE_SIZE))[:, None]
+
+    O_acc = tl.zeros((Q_TILE_SIZE, D), dtype=tl.float32)
+    l_acc = tl.zeros((Q_TILE_SIZE, 1), dtype=tl.float32)
+    m_acc = tl.full((Q_TILE_SIZE, 1), float("-inf"), dtype=tl.float32)
+
+    # v6's three ranges of key tiles: [band_start, full_start) masked (the lower edge of a sliding
+    # window), [full_start, diag_start) visible to every row (no mask), [diag_start, stop) masked
+    # (the diagonal, or a ragged last tile). Nothing outside them is visited.
+    full_stop = (N_KEYS // K_TILE_SIZE) * K_TILE_SIZE
+    if is_causal:
+        diag_start = tl.minimum((q_start // K_TILE_SIZE) * K_TILE_SIZE, full_stop)
+        stop = tl.minimum(q_start + Q_TILE_SIZE, N_KEYS)
+    else:
+        diag_start = full_stop
+        stop = N_KEYS
+    if HAS_WINDOW:
+        band_start = tl.minimum((tl.maximum(q_start - WINDOW + 1, 0) // K_TILE_SIZE) * K_TILE_SIZE, diag_start)
+        full_start = tl.maximum(q_start + Q_TILE_SIZE - WINDOW, 0)
+        full_start = tl.minimum(tl.maximum(tl.cdiv(full_start, K_TILE_SIZE) * K_TILE_SIZE, band_start), diag_start)
+    else:
+        band_start = 0
+        full_start = 0
+
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
+                                            band_start, full_start, N_KEYS, WINDOW, qk_scale,
+                                            D=D, K_TILE_SIZE=K_TILE_SIZE, MASKED=True, is_causal=is_causal,
+                                            HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK)
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
+                                            full_start, diag_start, N_KEYS, WINDOW, qk_scale,
+                                            D=D, K_TILE_SIZE=K_TILE_SIZE, MASKED=False, is_causal=is_causal,
+                                            HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK)
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
+                                            diag_start, stop, N_KEYS, WINDOW, qk_scale,
+                                            D=D, K_TILE_SIZE=K_TILE_SIZE, MASKED=True, is_causal=is_causal,
+                                            HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK)
+
+    # A row that saw no key has l = 0: its output is 0 and its L is -inf (m = -inf, log2 0 = -inf).
+    O_i = O_acc / tl.where(l_acc == 0.0, 1.0, l_acc)
+    L_i = tl.reshape((m_acc + tl.math.log2(l_acc)) * 0.6931471805599453, (Q_TILE_SIZE,))
+    O_desc.store([head, q_start, 0], O_i.to(O_desc.dtype).reshape(1, Q_TILE_SIZE, D))  # clipped at N_QUERIES
+    L_block_ptr = tl.make_block_ptr(L_ptr + head * stride_lb, shape=(N_QUERIES,), strides=(stride_lq,),
+                                    offsets=(q_start,), block_shape=(Q_TILE_SIZE,), order=(0,))
+    tl.store(L_block_ptr, L_i, boundary_check=(0,))
+
+
+class _FitDescriptors:
+    """Between the autotuner and the JIT function: give the host descriptors the block shapes of
+    the configuration being launched ((1, Q_TILE_SIZE, D) for Q and O, (1, K_TILE_SIZE, D) for K
+    and V). Triton's tutorial does this with a pre_hook on every triton.Config; doing it here also
+    covers configurations made elsewhere (the tests pin their own)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.arg_names = fn.arg_names
+
+    def run(self, *args, **kwargs):
+        named = dict(zip(self.arg_names, args))
+        named.update(kwargs)
+        fit_descriptor_blocks(named)
+        return self.fn.run(*args, **kwargs)
+
+    def warmup(self, *args, **kwargs):
+        named = dict(zip(self.arg_names, args))
+        named.update(kwargs)
+        fit_descriptor_blocks(named)
+        return self.fn.warmup(*args, **kwargs)
+
+
+def fit_descriptor_blocks(named: dict) -> None:
+    D, q, k = named["D"], named["Q_TILE_SIZE"], named["K_TILE_SIZE"]
+    for name, tile in (("Q_desc", q), ("O_desc", q), ("K_desc", k), ("V_desc", k)):
+        desc = named.get(name)
+        if isinstance(desc, TensorDescriptor):
+            desc.block_shape = [1, tile, D]
+
+
+# The Hopper short list (configs.json; provisional until v7 is measured), each tile configuration
+# with and without the hand-pipelined key loop: the registers it costs (30 to 50 more per thread,
+# one 8-warp program per SM instead of two) against the softmax it hides is for the autotuner, and
+# the GPU session, to weigh. The pipelined form comes first, so the interpreter's tests, which check
+# the first candidate of each tile pair, check it; tests/test_v7.py checks the other.
+CONFIG_TABLE = load_table(Path(__file__).with_name("configs.json"))
+ARCH, CANDIDATES = select(CONFIG_TABLE, smem_limit=smem_limit())
+PIPELINE_CHOICES = tuple(CONFIG_TABLE["arches"][ARCH].get("pipeline_qk", [1, 0]))
+
+
+def tma_autotune_configs(configs, pipeline_choices=PIPELINE_CHOICES) -> list:
+    return [triton.Config({**c.kwargs, "PIPELINE_QK": p}, num_warps=c.num_warps, num_stages=c.num_stages)
+            for c in autotune_configs(configs) for p in pipeline_choices]
+
+
+def prune_tma_configs(configs, named_args, **kwargs):
+    """fa2lab.launch.prune_to_fit for each PIPELINE_QK choice apart (it would take the second of two
+    configurations with the same tiles, warps and stages for a duplicate)."""
+    out = []
+    for p in sorted({c.kwargs.get("PIPELINE_QK", 1) for c in configs}, reverse=True):
+        group = [c for c in configs if c.kwargs.get("PIPELINE_QK", 1) == p]
+        out += prune_to_fit(group, named_args, **kwargs)
+    return out or configs
+
+
+# bf16 and fp16 share a tuning entry: the descriptors carry no .dtype for the autotuner's key, and
+# the two types have the same size and tile behaviour (each still compiles its own binary).
+@triton.autotune(configs=tma_autotune_configs(CANDIDATES),
+                 key=["N_QUERIES", "N_KEYS", "WINDOW", "D", "is_causal", "HAS_WINDOW", "PERSISTENT"],
+                 prune_configs_by={"early_config_prune": prune_tma_configs})
+@_FitDescriptors
+@triton.jit
+def flash_fwd_kernel(
+    # TMA descriptors over (batch*heads, N, D), block (1, tile, D); L is a plain pointer
+    Q_desc, K_desc, V_desc, O_desc, L_ptr,
+    # strides of L (batch, sequence)
+    stride_lb, stride_lq,
+    # sizes
+    N_QUERIES, N_KEYS, WINDOW, BH,
+    scale,
+    # compile-time meta-parameters
+    D: tl.constexpr,
+    Q_TILE_SIZE: tl.constexpr,
+    K_TILE_SIZE: tl.constexpr,
+    is_causal: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,   # WINDOW is used (causal band)
+    PERSISTENT: tl.constexpr,   # grid of SM slots looping over work items, instead of one program per item
+    PIPELINE_QK: tl.constexpr = 1,  # key loops issue the next Q K^T before this tile's softmax (a config choice)
+):
+    qk_scale = scale * 1.4426950408889634
+    n_tiles = tl.cdiv(N_QUERIES, Q_TILE_SIZE)
+    if PERSISTENT:
+        # Work item w is query tile n_tiles - 1 - w // BH of head w % BH: every head's longest
+        # causal tiles first, as v6's launch order, handed out round-robin to the programs.
+        for w in range(tl.program_id(0), n_tiles * BH, tl.num_programs(0)):
+            _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, w % BH, n_tiles - 1 - w // BH,
+                               stride_lb, stride_lq, N_QUERIES, N_KEYS, WINDOW, qk_scale,
+                               D=D, Q_TILE_SIZE=Q_TILE_SIZE, K_TILE_SIZE=K_TILE_SIZE, is_causal=is_causal,
+                               HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK)
+    else:
+        # v6's longest-first order: the head on axis 0, query tiles reversed on axis 1.
+        _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, tl.program_id(0),
+                           n_tiles - 1 - tl.program_id(1),
+                           stride_lb, stride_lq, N_QUERIES, N_KEYS, WINDOW, qk_scale,
+                           D=D, Q_TILE_SIZE=Q_TILE_SIZE, K_TILE_SIZE=K_TILE_SIZE, is_causal=is_causal,
+                           HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK)
+
+
+# --------------------------------------------------------------------------- path selection
+
+def _device_capability(device: torch.device):
+    """(major, minor) of a CUDA device, None for any other device."""
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+
+
+def tma_ok(t: torch.Tensor) -> bool:
+    """TMA's rules for a (B, N, D) tensor: 16-byte aligned base, unit last stride, every other
+    stride a multiple of 16 bytes."""
+    e = t.element_size()
+    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all((s * e) % 16 == 0 for s in t.stride()[:-1])
+
+
+def select_path(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, force: str | None = None) -> str:
+    """ "tma" or "v6" for inputs that passed validate_qkv (module docstring)."""
+    if force is not None:
+        if force not in PATHS:
+            raise ValueError(f"FORCE_PATH must be None or one of {', '.join(PATHS)}, got {force!r}")
+        return force
+    if Q.dtype not in TMA_DTYPES:
+        return "v6"
+    if not interpreting():
+        capability = _device_capability(Q.device)
+        if capability is None or capability[0] != 9:
+            return "v6"
+    return "tma" if all(tma_ok(t) for t in (Q, K, V)) else "v6"
+
+
+def persistent_programs(work_items: int, device: torch.device) -> int:
+    """Programs of the persistent grid: PERSISTENT_PROGRAMS_PER_SM per SM (a small fixed number
+    under the interpreter, enough for several work items per program), never more than the work."""
+    if interpreting() or device.type != "cuda":
+        slots = 3
+    else:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        slots = sms * FlashAttentionTriton.PERSISTENT_PROGRAMS_PER_SM
+    return max(1, min(work_items, slots))
+
+
+# --------------------------------------------------------------------------- launches
+
+def _descriptors(Q, K, V, O):
+    """Host descriptors over the 3-D tensors; the block shapes are fitted per configuration."""
+    D = Q.shape[2]
+    return [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, D]) for t in (Q, K, V, O)]
+
+
+class TmaLaunch(Launch):
+    """fa2lab.hostpath's lean repeat of a launch, with fresh descriptors (new base pointers each call)."""
+
+    blocks: tuple = ()
+
+    def __call__(self, Q, K, V):
+        from triton import knobs
+        from triton.runtime import driver
+
+        global LAST_PATH
+        O = torch.empty_strided(self.o_shape, self.o_stride, dtype=Q.dtype, device=Q.device)
+        L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
+        descs = _descriptors(Q, K, V, O)
+        for d, block in zip(descs, self.blocks):
+            d.block_shape = list(block)
+        k = self.kernel
+        args = (*descs, L, *self.tail)
+        stream = driver.active.get_current_stream(Q.device.index)
+        enter = knobs.runtime.launch_enter_hook
+        meta = k.launch_metadata(self.grid, stream, *args) if enter is not None else None
+        k.run(*self.grid, stream, k.function, k.packed_metadata, meta, enter, knobs.runtime.launch_exit_hook, *args)
+        LAST_PATH = "tma"
+        return O, L
+
+
+class _V6Launch:
+    """v6's recorded launch, marking the path it took."""
+
+    def __init__(self, launch):
+        self.launch = launch
+
+    def __call__(self, Q, K, V):
+        global LAST_PATH
+        out = self.launch(Q, K, V)
+        LAST_PATH = "v6"
+        return out
+
+
+def _tma_launch(Q, K, V, is_causal, window, grid_mode):
+    B, N_q, D = Q.shape
+    N_k = K.shape[1]
+    O, L = allocate_outputs(Q)
+    descs = _descriptors(Q, K, V, O)
+    persistent = grid_mode == "persistent"
+
+    def grid(meta):
+        tiles = triton.cdiv(N_q, meta["Q_TILE_SIZE"])
+        return (persistent_programs(B * tiles, Q.device),) if persistent else (B, tiles)
+
+    tail = (*L.stride(), N_q, N_k, window, B, 1.0 / math.sqrt(D))
+    flags = dict(is_causal=is_causal, HAS_WINDOW=window > 0, PERSISTENT=persistent)
+    if interpreting() and len(flash_fwd_kernel.configs) > 1:
+        # The interpreter cannot time candidates: run the first (the tests pin the one they check).
+        with only_config(flash_fwd_kernel, flash_fwd_kernel.configs[0]):
+            compiled = flash_fwd_kernel[grid](*descs, L, *tail, D=D, **flags)
+    else:
+        compiled = flash_fwd_kernel[grid](*descs, L, *tail, D=D, **flags)
+    if compiled is None or not hasattr(compiled, "packed_metadata"):  # the interpreter launches no binary
+        return O, L, None
+    meta = flash_fwd_kernel.best_config.kwargs
+    g = grid(meta)
+    launch = TmaLaunch(compiled, (*g, *([1] * (3 - len(g)))), launch_tail(tail, D, meta, flags),
+                       O.shape, O.stride(), L.shape)
+    launch.blocks = tuple(tuple(d.block_shape) for d in descs)
+    return O, L, launch
+
+
+def launch_tail(tail: tuple, D: int, meta: dict, flags: dict) -> tuple:
+    """Every argument of flash_fwd_kernel after the five tensors, constexprs included, in signature
+    order: what the compiled kernel's launcher takes on the lean path."""
+    return (*tail, D, meta["Q_TILE_SIZE"], meta["K_TILE_SIZE"], flags["is_causal"], flags["HAS_WINDOW"],
+            flags["PERSISTENT"], meta.get("PIPELINE_QK", 1))
+
+
+def _v6_launch(Q, K, V, is_causal, window):
+    """v6's path. On a GPU: v6's own normal path (its autotuner, its configurations). Under the
+    interpreter, which cannot time candidates: v6's kernel with the tiles of v7's first candidate
+    (the one the tests pin)."""
+    mode = (is_causal, window, "longest_first", 0)
+    if not interpreting():
+        O, L, launch = V6._checked_launch(Q, K, V, mode)
+        return O, L, (_V6Launch(launch) if launch is not None else None)
+    cfg = flash_fwd_kernel.configs[0]
+    q_tile, k_tile = cfg.kwargs["Q_TILE_SIZE"], cfg.kwargs["K_TILE_SIZE"]
+    B, N_q, D = Q.shape
+    O, L = allocate_outputs(Q)
+    V6.flash_fwd_kernel.fn[(B, triton.cdiv(N_q, q_tile))](
+        Q, K, V, O, L, *strides(Q, K, V, O, L), N_q, K.shape[1], window, 1.0 / math.sqrt(D),
+        D=D, Q_TILE_SIZE=q_tile, K_TILE_SIZE=k_tile, is_causal=is_causal, HAS_WINDOW=window > 0,
+        HEAD_MAJOR=True, REVERSE=True, P_CAST=0, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return O, L, None
+
+
+def _checked_launch(Q, K, V, mode):
+    """The normal path: check, choose the path, allocate, autotune (first time per key), launch.
+    Returns O, L and the launch that repeats it (see fa2lab.hostpath)."""
+    global LAST_PATH
+    is_causal, window, grid_mode, force = mode
+    validate_qkv(Q, K, V)
+    Q, K, V = (unit_stride(t) for t in (Q, K, V))
+    path = select_path(Q, K, V, force)
+    if path == "tma":
+        O, L, launch = _tma_launch(Q, K, V, is_causal, window, grid_mode)
+    else:
+        O, L, launch = _v6_launch(Q, K, V, is_causal, window)
+    LAST_PATH = path
+    return O, L, launch
+
+
+class FlashAttentionTriton(torch.autograd.Function):
+    GRID = "per_tile"                # "persistent": SM slots loop over work items (an experiment)
+    PERSISTENT_PROGRAMS_PER_SM = 2   # programs per SM of the persistent grid (unmeasured guess)
+    FORCE_PATH = None                # None (the rules above), "tma" or "v6"
+    BACKWARD_DQ_MODE = "separate"    # dQ in its own kernel ("separate") or by atomics in the dK/dV kernel
+    BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
+    # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
+    launches = LaunchCache()
+
+    @staticmethod
+    def forward(ctx, Q, K, V, is_causal=False, window_size=None):
+        window = 0 if window_size is None else int(window_size)
+        if window_size is not None and (window < 1 or not is_causal):
+            raise ValueError(f"window_size={window_size!r}: a sliding window is a causal band of at least one "
+                             "key (query i sees keys i - window < j <= i); pass is_causal=True and window_size >= 1")
+        if FlashAttentionTriton.GRID not in GRIDS:
+            raise ValueError(f"GRID must be one of {', '.join(GRIDS)}")
+        mode = (bool(is_causal), window, FlashAttentionTriton.GRID, FlashAttentionTriton.FORCE_PATH)
+        O, L = FlashAttentionTriton.launches(Q, K, V, mode, _checked_launch)
+        ctx.save_for_backward(Q, K, V, O, L)
+        ctx.is_causal = bool(is_causal)
+        ctx.window = window
+        return O
+
+    @staticmethod
+    def backward(ctx, dO):
+        if ctx.window:   # the Triton backward has no sliding-window mask
+            return autograd_backward(ctx, dO)
+        Q, K, V, O, L = ctx.saved_tensors
+        dQ, dK, dV = backward_kernels.flash_attention_backward(
+            Q, K, V, O, L, dO, ctx.is_causal, config=FlashAttentionTriton.BACKWARD_CONFIG,
+            dq_mode=FlashAttentionTriton.BACKWARD_DQ_MODE)
+        return dQ, dK, dV, None, None
+
+
+# --------------------------------------------------------------------------- offline compiles
+
+def offline_compile_args(N: int, D: int, dtype: str, batch: int, cfg, causal: bool):
+    """For profiling/inspect_kernel.py: flash_fwd_kernel's positional arguments for contiguous
+    (batch, N, D) tensors, as descriptors over 'meta' tensors (no memory, no GPU) with the
+    configuration's block shapes, and the constexprs beyond D, tiles and is_causal: the default grid,
+    no window, and PIPELINE_QK = 1 unless FA2_V7_PIPELINE_QK=0 is set (inspect_kernel's --config has
+    no field for it)."""
+    import os
+
+    from fa2lab.compile_offline import DTYPES
+
+    tdt = getattr(torch, DTYPES[dtype])
+    Q, K, V, O = (torch.empty(batch, N, D, dtype=tdt, device="meta") for _ in range(4))
+    L = torch.empty(batch, N, dtype=torch.float32, device="meta")
+    descs = _descriptors(Q, K, V, O)
+    fit_descriptor_blocks({"Q_desc": descs[0], "K_desc": descs[1], "V_desc": descs[2], "O_desc": descs[3],
+                           "D": D, "Q_TILE_SIZE": cfg.q_tile, "K_TILE_SIZE": cfg.k_tile})
+    args = (*descs, L, *L.stride(), N, N, 0, batch, 1.0 / math.sqrt(D))
+    return args, {"HAS_WINDOW": False, "PERSISTENT": False,
+                  "PIPELINE_QK": int(os.environ.get("FA2_V7_PIPELINE_QK", "1"))}
