@@ -1,0 +1,333 @@
+"""v7_hopper (issue 6): which path runs, the TMA path's indexing and masking under the interpreter,
+and what an offline sm_90 compile of the TMA path contains.
+
+Under the interpreter (no GPU) v7 runs its TMA kernel for bf16/fp16 inputs (the interpreter
+implements tensor-descriptor loads and stores: bounds per dimension, zero padding, clipped
+stores) and v6's kernel for fp32, and says which in `LAST_PATH`. The interpreter tells nothing
+about TMA hardware, mbarriers or speed; the offline compile below shows the loop the H200 would
+run, and nothing here measures it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fa2lab import versions
+from fa2lab.configs import load_table
+from fa2lab.interpret import autotuner_of, only_config
+from fa2lab.reference import attention, causal_keep, relative_error
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if ON_GPU else "cpu"
+REPO = Path(__file__).resolve().parent.parent
+v7 = versions.load("v7_hopper")
+FA = v7.FlashAttentionTriton
+TUNER = autotuner_of(v7)
+pytestmark = [
+    pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9,
+                       reason="the path assertions are written for the interpreter or a Hopper GPU"),
+    # numpy under the interpreter, on rows that see no key (log2 0) and on NaN-poisoned heads
+    pytest.mark.filterwarnings("ignore:divide by zero encountered in log2:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:All-NaN slice encountered:RuntimeWarning"),
+]
+
+
+def tile_configs():
+    """Every distinct tile pair of v7's candidates (the interpreter only sees the tiles and PIPELINE_QK);
+    the first of each pair, as the harness picks them: the pipelined loop."""
+    seen = {}
+    for c in TUNER.configs:
+        seen.setdefault((c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"]), c)
+    return list(seen.values())
+
+
+def candidate(q_tile, k_tile, pipeline_qk):
+    return next(c for c in TUNER.configs if (c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"],
+                                               c.kwargs["PIPELINE_QK"]) == (q_tile, k_tile, pipeline_qk))
+
+
+def run(Q, K, V, causal, window=None, cfg=None):
+    """On a GPU the autotuner picks; under the interpreter a named candidate, by default the first."""
+    if cfg is None and ON_GPU:
+        return FA.apply(Q, K, V, causal, window)
+    with only_config(TUNER, cfg or tile_configs()[0]):
+        return FA.apply(Q, K, V, causal, window)
+
+
+def inputs(B, n_q, n_k, D, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, n, D, generator=g).to(DEVICE, dtype) for n in (n_q, n_k, n_k)]
+
+
+def lse_of(O):
+    return next(t for t in O.grad_fn.saved_tensors if t.dtype == torch.float32 and t.dim() == 2)
+
+
+TOL = {torch.bfloat16: 1.5e-2, torch.float16: 5e-3, torch.float32: 3e-3}
+
+
+# --------------------------------------------------------------------------- which path runs
+
+@pytest.mark.parametrize("dtype,path", [(torch.bfloat16, "tma"), (torch.float16, "tma"), (torch.float32, "v6")])
+def test_the_path_taken_is_reported(dtype, path):
+    """Interpreter (or Hopper): 16-bit inputs take the TMA path, fp32 falls back to v6."""
+    Q, K, V = inputs(2, 96, 80, 64, dtype, seed=1)
+    O = run(Q, K, V, True)
+    assert v7.LAST_PATH == v7.last_path() == path
+    ref, _ = attention(Q.cpu(), K.cpu(), V.cpu(), True)
+    assert relative_error(O.cpu(), ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("capability,dtype,path", [
+    ((9, 0), torch.bfloat16, "tma"),     # H100/H200
+    ((9, 0), torch.float16, "tma"),
+    ((9, 0), torch.float32, "v6"),       # fp32: v6 (TF32 dots through cp.async)
+    ((8, 9), torch.bfloat16, "v6"),      # Ada: no TMA
+    ((8, 0), torch.bfloat16, "v6"),
+    ((10, 0), torch.bfloat16, "v6"),     # Blackwell: not the Hopper path this version was written for
+    (None, torch.bfloat16, "v6"),        # not a CUDA device (and not interpreting)
+])
+def test_path_rules_on_a_gpu(monkeypatch, capability, dtype, path):
+    """The rules as a GPU would apply them, with the device's capability monkeypatched."""
+    monkeypatch.setattr(v7, "interpreting", lambda: False)
+    monkeypatch.setattr(v7, "_device_capability", lambda device: capability)
+    Q, K, V = (torch.zeros(2, 64, 64, dtype=dtype) for _ in range(3))
+    assert v7.select_path(Q, K, V) == path
+
+
+def test_misaligned_inputs_fall_back_to_v6():
+    """TMA needs 16-byte aligned bases and strides: a view 2 bytes into its buffer takes v6's path."""
+    flat = torch.randn(2 * 64 * 32 + 1).to(DEVICE, torch.bfloat16)
+    Q = flat[1:].view(2, 64, 32)
+    K, V = inputs(2, 64, 32, 32, seed=2)[1:]
+    assert not v7.tma_ok(Q) and v7.tma_ok(K)
+    assert v7.select_path(Q, K, V) == "v6"
+    O = run(Q, K, V, False)
+    assert v7.LAST_PATH == "v6"
+    assert relative_error(O.cpu(), attention(Q.cpu(), K.cpu(), V.cpu(), False)[0]) < TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("q_tile,k_tile", [(128, 16), (64, 64), (32, 32)])
+def test_both_loop_orders_compute_the_same_thing(q_tile, k_tile):
+    """PIPELINE_QK only reorders the loop (the last tile peeled off): the same products, the same
+    result, for one-tile, few-tile and many-tile key ranges."""
+    for n_k in (k_tile, 3 * k_tile + 5, 200):
+        Q, K, V = inputs(2, 100, n_k, 64, seed=n_k)
+        O1 = run(Q, K, V, True, cfg=candidate(q_tile, k_tile, 1))
+        O0 = run(Q, K, V, True, cfg=candidate(q_tile, k_tile, 0))
+        assert torch.equal(O1, O0), f"n_k={n_k}"
+
+
+def test_force_path(monkeypatch):
+    Q, K, V = inputs(1, 64, 64, 32, seed=3)
+    monkeypatch.setattr(FA, "FORCE_PATH", "v6")
+    O6 = run(Q, K, V, True)
+    assert v7.LAST_PATH == "v6"
+    monkeypatch.setattr(FA, "FORCE_PATH", "tma")
+    O7 = run(Q, K, V, True)
+    assert v7.LAST_PATH == "tma"
+    # one algorithm: the two paths agree to bf16 rounding of O
+    assert relative_error(O7.cpu(), O6.cpu().double()) < 1e-2
+    monkeypatch.setattr(FA, "FORCE_PATH", "wgmma")
+    with pytest.raises(ValueError, match="FORCE_PATH"):
+        run(Q, K, V, True)
+
+
+def test_every_configuration_is_a_candidate_with_and_without_the_pipelined_loop():
+    tiles = [(c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"], c.num_warps, c.num_stages) for c in TUNER.configs]
+    assert [c.kwargs["PIPELINE_QK"] for c in TUNER.configs] == [1, 0] * (len(TUNER.configs) // 2)
+    assert tiles[::2] == tiles[1::2]
+    assert all(c.kwargs["PIPELINE_QK"] == 1 for c in tile_configs())   # what the harness checks
+
+
+def test_pruning_keeps_both_loop_orders(monkeypatch):
+    """fa2lab.launch.prune_to_fit drops a second configuration with the same tiles, warps and stages;
+    v7 prunes each PIPELINE_QK group apart, so on the H200 both stay candidates."""
+    import fa2lab.launch as launch
+
+    monkeypatch.setattr(launch, "smem_limit", lambda: 232448)
+    monkeypatch.setattr(launch, "device_arch", lambda: "sm_90")
+    kept = v7.prune_tma_configs(list(TUNER.configs), {}, D=64)
+    assert len(kept) == len(TUNER.configs)
+    assert sorted(c.kwargs["PIPELINE_QK"] for c in kept) == sorted(c.kwargs["PIPELINE_QK"] for c in TUNER.configs)
+
+
+def test_configs_are_v6s_sm90_list_marked_provisional():
+    table = load_table(versions.get("v7_hopper").folder / "configs.json")
+    v6_table = load_table(versions.get("v6_longest_first").folder / "configs.json")
+    assert table["arches"]["sm_90"]["provisional"] is True
+    assert table["arches"]["sm_90"]["configs"] == v6_table["arches"]["sm_90"]["configs"]
+    assert table["arches"]["sm_89"]["configs"] == v6_table["arches"]["sm_89"]["configs"]
+
+
+def test_descriptor_blocks_follow_the_launched_configuration():
+    """A configuration made without Triton's per-config pre_hook (as the tests make them) still gets
+    descriptors whose blocks match its tiles."""
+    Q, K, V, O = (torch.zeros(2, 64, 32, dtype=torch.bfloat16) for _ in range(4))
+    descs = v7._descriptors(Q, K, V, O)
+    v7.fit_descriptor_blocks({"Q_desc": descs[0], "K_desc": descs[1], "V_desc": descs[2], "O_desc": descs[3],
+                              "D": 32, "Q_TILE_SIZE": 64, "K_TILE_SIZE": 16})
+    assert [d.block_shape for d in descs] == [[1, 64, 32], [1, 16, 32], [1, 16, 32], [1, 64, 32]]
+
+
+def test_lean_launch_repeats_every_argument_in_signature_order():
+    """The lean host path (fa2lab.hostpath) hands the compiled kernel every argument after the five
+    tensors, constexprs included; a missing PIPELINE_QK would shift them (it cannot run without a GPU)."""
+    names = TUNER.fn.arg_names          # the JIT function's, through v7's descriptor-fitting wrapper
+    tail = (1, 2, 100, 90, 0, 3, 0.125)
+    meta = {"Q_TILE_SIZE": 64, "K_TILE_SIZE": 32, "PIPELINE_QK": 0}
+    flags = {"is_causal": True, "HAS_WINDOW": False, "PERSISTENT": False}
+    got = v7.launch_tail(tail, 64, meta, flags)
+    assert len(got) == len(names) - 5
+    named = dict(zip(names[5:], got))
+    assert named["D"] == 64 and named["Q_TILE_SIZE"] == 64 and named["K_TILE_SIZE"] == 32
+    assert named["is_causal"] is True and named["PERSISTENT"] is False and named["PIPELINE_QK"] == 0
+    assert named["N_QUERIES"] == 100 and named["N_KEYS"] == 90 and named["BH"] == 3 and named["scale"] == 0.125
+
+
+# --------------------------------------------------------------------------- the TMA path's masking
+
+CASES = [  # (B, n_q, n_k, D, causal, window)
+    (2, 130, 77, 16, True, None),     # ragged, more queries than keys
+    (1, 48, 144, 32, True, None),     # fewer queries than keys
+    (2, 100, 100, 64, False, None),
+    (1, 64, 160, 128, True, None),
+    (1, 256, 256, 64, True, 37),      # sliding window
+    (1, 130, 77, 16, True, 20),       # rows past 77 + 20 - 1 see nothing
+]
+
+
+@pytest.mark.parametrize("pipeline_qk", [1, 0], ids=["pipelined", "v6_order"])
+@pytest.mark.parametrize("grid", ["per_tile", "persistent"])
+@pytest.mark.parametrize("B,n_q,n_k,D,causal,window", CASES)
+def test_tma_path_matches_float64_reference(B, n_q, n_k, D, causal, window, grid, pipeline_qk, monkeypatch):
+    monkeypatch.setattr(FA, "GRID", grid)
+    Q, K, V = inputs(B, n_q, n_k, D, seed=n_q + n_k + D)
+    Q.requires_grad_(True)
+    O = run(Q, K, V, causal, window, candidate(64, 16, pipeline_qk))
+    assert v7.LAST_PATH == "tma"
+    ref_O, ref_L = attention(Q.detach().cpu(), K.cpu(), V.cpu(), causal, window=window)
+    assert torch.isfinite(O).all()
+    assert relative_error(O.detach().cpu(), ref_O) < TOL[torch.bfloat16]
+    L = lse_of(O).detach().cpu().double()
+    seen = torch.isfinite(ref_L)
+    assert torch.equal(torch.isfinite(L), seen), "rows that see no key must have L = -inf, the others finite"
+    assert torch.allclose(L[seen], ref_L[seen], atol=1e-2)
+
+
+def test_rows_that_see_no_key_give_zero_output_on_the_tma_path():
+    Q, K, V = inputs(2, 160, 48, 32, seed=5)
+    Q.requires_grad_(True)
+    O = run(Q, K, V, True, 8)
+    assert v7.LAST_PATH == "tma"
+    blind = ~causal_keep(160, 48, window=8).any(dim=1)
+    assert blind.sum() == 160 - (48 + 8 - 1)
+    assert torch.equal(O.detach()[:, blind], torch.zeros_like(O.detach()[:, blind]))
+    assert torch.isneginf(lse_of(O).detach()[:, blind]).all()
+
+
+@pytest.mark.parametrize("pipeline_qk", [1, 0], ids=["pipelined", "v6_order"])
+def test_heads_do_not_leak_into_each_other(pipeline_qk):
+    """The 3-D descriptors bound every copy at its own head: NaN in the next head's keys and values
+    must not reach this head's ragged last tile (a flattened (B*N, D) view would read them)."""
+    Q, K, V = inputs(2, 70, 70, 32, seed=9)
+    ref, _ = attention(Q[:1].cpu(), K[:1].cpu(), V[:1].cpu(), False)
+    K[1], V[1] = float("nan"), float("nan")
+    O = run(Q, K, V, False, cfg=candidate(128, 16, pipeline_qk))
+    assert v7.LAST_PATH == "tma"
+    assert torch.isfinite(O[0]).all() and torch.isnan(O[1]).all()
+    assert relative_error(O[:1].cpu(), ref) < TOL[torch.bfloat16]
+
+
+def test_gradients_on_the_tma_path_match_float64_autograd():
+    Q, K, V = inputs(1, 96, 80, 32, seed=4)
+    for t in (Q, K, V):
+        t.requires_grad_(True)
+    dO = torch.randn(1, 96, 32, generator=torch.Generator().manual_seed(5)).to(DEVICE, torch.bfloat16)
+    run(Q, K, V, True).backward(dO)
+    assert v7.LAST_PATH == "tma"
+    q, k, v = (t.detach().cpu().double().requires_grad_(True) for t in (Q, K, V))
+    attention(q, k, v, True)[0].backward(dO.cpu().double())
+    for got, want in ((Q.grad, q.grad), (K.grad, k.grad), (V.grad, v.grad)):
+        assert relative_error(got.cpu(), want) < 2e-2
+
+
+# --------------------------------------------------------------------------- offline compile for sm_90
+
+def _offline_tools_missing() -> str | None:
+    try:
+        from fa2lab.compile_offline import tool_path
+
+        missing = [t for t in ("ptxas", "nvdisasm") if not tool_path(t)]
+    except Exception as e:  # noqa: BLE001 - no Triton NVIDIA backend at all
+        return f"no offline compiler: {e}"
+    return f"{', '.join(missing)} not available" if missing else None
+
+
+@pytest.fixture(scope="module")
+def compiled_sm90(tmp_path_factory):
+    """v7's Hopper kernel compiled offline for sm_90 (128x64 tiles, 8 warps, 4 stages; full and causal
+    masks) by profiling/inspect_kernel.py in a child process without TRITON_INTERPRET."""
+    why = _offline_tools_missing()
+    if why:
+        pytest.skip(why)
+    root = tmp_path_factory.mktemp("v7_sm90")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["TRITON_CACHE_DIR"] = str(root / "triton-cache")
+    out = {}
+    for name, causal, pipeline in (("causal0", 0, 1), ("causal1", 1, 1), ("plain", 0, 0)):
+        args = ["--kernel", "v7_hopper", "--config", "128,64,8,4", "--causal", str(causal), "--offline", "--arch",
+                "sm_90", "--quiet", "--out", str(root / name)]
+        p = subprocess.run([sys.executable, "profiling/inspect_kernel.py", *args], cwd=REPO, capture_output=True,
+                           text=True, timeout=240, env=dict(env, FA2_V7_PIPELINE_QK=str(pipeline)))
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        out[name] = (json.loads((root / name / "summary.json").read_text()), (root / name / "kernel.sass").read_text())
+    return out
+
+
+@pytest.mark.parametrize("name", ["causal0", "causal1", "plain"])
+def test_hopper_path_compiles_to_tma_loads_and_wgmma(compiled_sm90, name):
+    s, _ = compiled_sm90[name]
+    assert s["compiled_offline"] and s["target"] == "sm_90" and s["status"] == "ok"
+    assert s["ttgir"]["uses_tma"] and not s["ttgir"]["uses_cp_async"]
+    assert s["ttgir"]["mma_version"] == [3]
+    loops = [lp for lp in s["sass"]["loops"] if lp["innermost"] and lp["counts"].get("HGMMA")]
+    assert len(loops) == 2          # the unmasked and the masked key loop (no window: no band loop)
+    for lp in loops:
+        c = lp["counts"]
+        assert c["HGMMA"] == 8 and c.get("UTMALDG") == 2 and c.get("LDGSTS", 0) == 0
+        assert c.get("SYNCS", 0) >= 1   # the mbarrier the TMA copies complete on
+    assert s["sass"]["counts"]["LDGSTS"] == 0
+    assert s["registers"]["n_spills"] == 0
+
+
+def _ex2_while_wgmma_inflight():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("v7_feasibility", REPO / "experiments" / "v7_feasibility.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ex2_while_wgmma_pending
+
+
+def test_pipelined_loop_lets_the_softmax_run_under_the_next_qk(compiled_sm90):
+    """The design's reason for PIPELINE_QK, as ptxas 12.8 schedules it for sm_90: most exp2s of the
+    unmasked loop are issued while the next tile's Q K^T is in flight, against almost none in v6's
+    loop order, for some 30 more registers. (A scheduling fact of this Triton and ptxas: if a
+    toolchain update changes it, this test says so.)"""
+    count = _ex2_while_wgmma_inflight()
+    seen = {}
+    for name in ("causal0", "plain"):
+        s, sass = compiled_sm90[name]
+        hot = next(lp for lp in s["sass"]["loops"] if lp["innermost"] and lp["counts"].get("HGMMA"))
+        seen[name] = (count(sass, hot), hot["counts"]["MUFU.EX2"], s["registers"]["n_regs"])
+    (ov1, ex2_1, regs1), (ov0, ex2_0, regs0) = seen["causal0"], seen["plain"]
+    assert ex2_1 == ex2_0 == 36                  # the same softmax per iteration in both orders (and in v6)
+    assert ov1 >= 18 and ov0 <= 4, seen
+    assert regs1 > regs0, seen
