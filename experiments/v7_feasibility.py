@@ -705,6 +705,9 @@ def main(argv=None) -> int:
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--check", action="store_true", help="also run each variant under the interpreter")
     ap.add_argument("--out", default=str(REPO / "results" / "offline-sm_90" / "v7_feasibility"))
+    ap.add_argument("--v7-candidates", action="store_true",
+                    help="instead of the plan: v7_hopper's own kernel for every sm_90 candidate of its configs.json "
+                         "(both PIPELINE_QK values, both masks), into v7_candidates.csv")
     ap.add_argument("--child", nargs=3, metavar=("VARIANT", "CONFIG", "CAUSAL"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)
@@ -716,6 +719,14 @@ def main(argv=None) -> int:
 
     only = [n for n in args.only.split(",") if n]
     plan = [(n, args.configs or c) for n, c in DEFAULT_PLAN if not only or n in only]
+    csv_name = "feasibility.csv"
+    if args.v7_candidates:
+        from fa2lab.configs import load_table
+        from fa2lab.versions import get
+
+        table = load_table(get("v7_hopper").folder / "configs.json")
+        configs = ";".join(",".join(map(str, c)) for c in table["arches"]["sm_90"]["configs"])
+        plan, csv_name = [(n, configs) for n in V7_ROWS], "v7_candidates.csv"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment()
@@ -754,13 +765,14 @@ def main(argv=None) -> int:
                       f"ex2-overlap={row.get('loop_ex2_while_wgmma_inflight')} "
                       f"ws={row.get('warp_specialize_ops')} regs={row.get('registers')} smem={row.get('shared_bytes')} "
                       f"{row.get('ptxas_perf_warnings', '')[:40]} {check} {row['error'][:300]}", flush=True)
-    path = out / "feasibility.csv"
+    path = out / csv_name
     with path.open("w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         wr.writeheader()
         wr.writerows(rows)
-    (out / "sass_loops.json").write_text(json.dumps(details, indent=1, default=str) + "\n")
-    print(f"wrote {path} and sass_loops.json")
+    loops_path = out / csv_name.replace(".csv", "_sass_loops.json").replace("feasibility_", "")
+    loops_path.write_text(json.dumps(details, indent=1, default=str) + "\n")
+    print(f"wrote {path} and {loops_path.name}")
     return 0
 
 
