@@ -31,7 +31,9 @@ compiled offline for sm_90 with Triton 3.6.0 and read from its SASS):
   wait (0 to 2 without). This is the overlap issue 6 asks for, obtained from the scheduler rather
   than asked for. It costs 30 to 50 registers per thread (128x64 with 8 warps: 151 against 116, so
   one program per SM by registers instead of two), which is why each configuration is also a
-  candidate without it (PIPELINE_QK = 0) and the autotuner, on the H200, decides.
+  candidate without it (PIPELINE_QK = 0) and the autotuner, on the H200, decides. It is not offered
+  where it cannot help or does not fit: mma.sync configurations (fewer than 4 warps) and 128x128
+  with 4 warps (two score tiles and O need 320 fp32 registers per thread: 2820 B of spills).
 - Not used, because Triton 3.6 does not compile it for this kernel: tl.range(warp_specialize=True)
   (ignored at 8 warps, no ttg.warp_specialize in the TTGIR; at 4 warps the Hopper
   NVGPUWarpSpecialization pass fails, errors quoted in feasibility.md). Gluon (Triton 3.6's
@@ -72,6 +74,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from fa2lab.budget import Config, accumulator_registers
 from fa2lab.checks import unit_stride, validate_qkv
 from fa2lab.configs import load_table, select
 from fa2lab.gpu import interpreting
@@ -256,7 +259,7 @@ def fit_descriptor_blocks(named: dict) -> None:
             desc.block_shape = [1, tile, D]
 
 
-# The Hopper short list (configs.json; provisional until v7 is measured), each tile configuration
+# The Hopper short list (configs.json; provisional until v7 is measured), each wgmma configuration
 # with and without the hand-pipelined key loop: the registers it costs (30 to 50 more per thread,
 # one 8-warp program per SM instead of two) against the softmax it hides is for the autotuner, and
 # the GPU session, to weigh. The pipelined form comes first, so the interpreter's tests, which check
@@ -266,14 +269,34 @@ ARCH, CANDIDATES = select(CONFIG_TABLE, smem_limit=smem_limit())
 PIPELINE_CHOICES = tuple(CONFIG_TABLE["arches"][ARCH].get("pipeline_qk", [1, 0]))
 
 
+# The pipelined loop holds two score tiles at once. Past this many fp32 registers per thread for
+# the score tiles and the O accumulator together it spills: 128x128 with 4 warps at D = 64 holds 320
+# and spills 2820 B (results/offline-sm_90/v7_feasibility/v7_candidates.csv), where every other
+# wgmma candidate of the list holds 96.
+PIPELINE_REGISTER_LIMIT = 160
+
+
+def pipelining_applies(cfg: Config, D: int = 64) -> bool:
+    """PIPELINE_QK = 1 is a candidate only on the wgmma path (4 warps or more: mma.sync has no
+    in-flight product for the softmax to hide under) and where the second score tile fits."""
+    second_tile = cfg.q_tile * cfg.k_tile / (32 * cfg.num_warps)
+    return cfg.num_warps >= 4 and accumulator_registers(cfg, D) + second_tile <= PIPELINE_REGISTER_LIMIT
+
+
 def tma_autotune_configs(configs, pipeline_choices=PIPELINE_CHOICES) -> list:
+    """Each configuration with PIPELINE_QK 1 (where pipelining applies at D = 64) and 0, in that order."""
     return [triton.Config({**c.kwargs, "PIPELINE_QK": p}, num_warps=c.num_warps, num_stages=c.num_stages)
-            for c in autotune_configs(configs) for p in pipeline_choices]
+            for cfg, c in zip(configs, autotune_configs(configs)) for p in pipeline_choices
+            if p == 0 or pipelining_applies(cfg)]
 
 
 def prune_tma_configs(configs, named_args, **kwargs):
-    """fa2lab.launch.prune_to_fit for each PIPELINE_QK choice apart (it would take the second of two
-    configurations with the same tiles, warps and stages for a duplicate)."""
+    """On a GPU: drop the pipelined candidates whose second score tile does not fit at this head
+    dimension, then fa2lab.launch.prune_to_fit for each PIPELINE_QK choice apart (it would take the
+    second of two configurations with the same tiles, warps and stages for a duplicate)."""
+    D = kwargs.get("D", named_args.get("D", 64))
+    configs = [c for c in configs if not c.kwargs.get("PIPELINE_QK", 1) or pipelining_applies(
+        Config(c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"], c.num_warps, c.num_stages), D)] or configs
     out = []
     for p in sorted({c.kwargs.get("PIPELINE_QK", 1) for c in configs}, reverse=True):
         group = [c for c in configs if c.kwargs.get("PIPELINE_QK", 1) == p]
