@@ -112,7 +112,7 @@ def test_misaligned_inputs_fall_back_to_v6():
     assert relative_error(O.cpu(), attention(Q.cpu(), K.cpu(), V.cpu(), False)[0]) < TOL[torch.bfloat16]
 
 
-@pytest.mark.parametrize("q_tile,k_tile", [(128, 16), (64, 64), (32, 32)])
+@pytest.mark.parametrize("q_tile,k_tile", [(128, 16), (64, 64), (128, 64)])
 def test_both_loop_orders_compute_the_same_thing(q_tile, k_tile):
     """PIPELINE_QK only reorders the loop (the last tile peeled off): the same products, the same
     result, for one-tile, few-tile and many-tile key ranges."""
@@ -138,23 +138,39 @@ def test_force_path(monkeypatch):
         run(Q, K, V, True)
 
 
-def test_every_configuration_is_a_candidate_with_and_without_the_pipelined_loop():
-    tiles = [(c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"], c.num_warps, c.num_stages) for c in TUNER.configs]
-    assert [c.kwargs["PIPELINE_QK"] for c in TUNER.configs] == [1, 0] * (len(TUNER.configs) // 2)
-    assert tiles[::2] == tiles[1::2]
-    assert all(c.kwargs["PIPELINE_QK"] == 1 for c in tile_configs())   # what the harness checks
+def test_wgmma_configurations_are_candidates_with_and_without_the_pipelined_loop():
+    """Every configuration runs v6's loop order (PIPELINE_QK = 0); those on the wgmma path whose second
+    score tile fits are also candidates with the pipelined loop, listed first."""
+    from fa2lab.budget import Config
+
+    seen = [(Config(c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"], c.num_warps, c.num_stages),
+             c.kwargs["PIPELINE_QK"]) for c in TUNER.configs]
+    for cfg in v7.CANDIDATES:
+        orders = [p for c, p in seen if c == cfg]
+        assert orders == ([1, 0] if v7.pipelining_applies(cfg) else [0]), cfg
+    assert not v7.pipelining_applies(Config(32, 32, 1, 4))       # mma.sync: nothing in flight to hide under
+    assert not v7.pipelining_applies(Config(128, 128, 4, 3))     # 320 fp32 registers: spills
+    assert v7.pipelining_applies(Config(128, 64, 8, 4)) and v7.pipelining_applies(Config(64, 64, 4, 3), D=128)
+    assert all(c.kwargs["PIPELINE_QK"] == 1 for c in tile_configs() if
+               v7.pipelining_applies(Config(c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"], c.num_warps,
+                                            c.num_stages)))          # what the harness checks
 
 
-def test_pruning_keeps_both_loop_orders(monkeypatch):
+def test_pruning_keeps_both_loop_orders_and_drops_what_would_spill(monkeypatch):
     """fa2lab.launch.prune_to_fit drops a second configuration with the same tiles, warps and stages;
-    v7 prunes each PIPELINE_QK group apart, so on the H200 both stay candidates."""
+    v7 prunes each PIPELINE_QK group apart, so on the H200 both stay candidates. A pipelined candidate
+    whose second score tile does not fit at the call's head dimension is dropped."""
+    import triton
+
     import fa2lab.launch as launch
 
     monkeypatch.setattr(launch, "smem_limit", lambda: 232448)
     monkeypatch.setattr(launch, "device_arch", lambda: "sm_90")
     kept = v7.prune_tma_configs(list(TUNER.configs), {}, D=64)
-    assert len(kept) == len(TUNER.configs)
-    assert sorted(c.kwargs["PIPELINE_QK"] for c in kept) == sorted(c.kwargs["PIPELINE_QK"] for c in TUNER.configs)
+    assert sorted(map(str, kept)) == sorted(map(str, TUNER.configs))
+    big = [triton.Config({"Q_TILE_SIZE": 128, "K_TILE_SIZE": 128, "PIPELINE_QK": p}, num_warps=4, num_stages=3)
+           for p in (1, 0)]
+    assert [c.kwargs["PIPELINE_QK"] for c in v7.prune_tma_configs(big, {}, D=64)] == [0]
 
 
 def test_configs_are_v6s_sm90_list_marked_provisional():
@@ -304,7 +320,7 @@ def test_hopper_path_compiles_to_tma_loads_and_wgmma(compiled_sm90, name):
         assert c["HGMMA"] == 8 and c.get("UTMALDG") == 2 and c.get("LDGSTS", 0) == 0
         assert c.get("SYNCS", 0) >= 1   # the mbarrier the TMA copies complete on
     assert s["sass"]["counts"]["LDGSTS"] == 0
-    assert s["registers"]["n_spills"] == 0
+    assert s["registers"]["n_spills"] == 0 and s["registers"]["ptxas_v"]["spill_stores"] == 0
 
 
 def _ex2_while_wgmma_inflight():
