@@ -536,6 +536,7 @@ def summarise(compiled) -> dict:
     return {
         "registers": res.get("REG"), "spill_bytes": res.get("LOCAL", 0),
         "ptxas_registers": ptxas.get("registers"), "ptxas_spill_stores": ptxas.get("spill_stores"),
+        "ptxas_spill_loads": ptxas.get("spill_loads"), "stack_bytes": res.get("STACK"),
         "shared_bytes": int(compiled.metadata.shared),
         "ptxas_perf_warnings": ptxas_warnings(ptx),
         "global_scratch_bytes": int(getattr(compiled.metadata, "global_scratch_size", 0) or 0),
@@ -557,7 +558,8 @@ def summarise(compiled) -> dict:
 
 
 CSV_FIELDS = ["variant", "feature", "config", "causal", "compiles", "error", "interpreter_check",
-              "registers", "spill_bytes", "ptxas_perf_warnings", "shared_bytes", "global_scratch_bytes",
+              "registers", "spill_bytes", "ptxas_spill_stores", "ptxas_spill_loads", "stack_bytes",
+              "ptxas_perf_warnings", "shared_bytes", "global_scratch_bytes",
               "num_warps_total", "mma", "warp_specialize_ops", "ttgir_tma_loads", "ttgir_cp_async",
               "wgmma_wait_pendings", "sass_loops", "sass_inner_loops", "loop_instructions",
               "loop_ex2_while_wgmma_inflight", "loop_HGMMA", "loop_UTMALDG", "loop_UBLKCP", "loop_LDGSTS",
@@ -675,10 +677,10 @@ def compile_in_child(name: str, config: str, causal: int) -> tuple[dict | None, 
 
 DEFAULT_PLAN = [
     # (variant, configurations)
-    ("v6_reference", "128,64,8,3;128,64,8,4;64,64,4,3"),
+    ("v6_reference", "128,64,8,3;128,64,8,4;64,64,4,3;128,128,4,3"),
     ("blockptr", "128,64,8,3;128,64,8,4;64,64,4,3"),
     ("host_desc_2d", "128,64,8,3"),
-    ("host_desc_3d", "128,64,8,3;128,64,8,4;64,64,4,3;128,128,8,2"),
+    ("host_desc_3d", "128,64,8,3;128,64,8,4;64,64,4,3;128,128,8,2;128,128,4,3"),
     ("device_desc", "128,64,8,3"),
     ("desc3d_loop_stages", "128,64,8,3"),
     ("desc3d_warp_spec", "128,64,8,3;128,64,4,3;64,64,4,3"),
