@@ -545,8 +545,8 @@ def offline_compile_args(N: int, D: int, dtype: str, batch: int, cfg, causal: bo
     """For profiling/inspect_kernel.py: flash_fwd_kernel's positional arguments for contiguous
     (batch, N, D) tensors, as descriptors over 'meta' tensors (no memory, no GPU) with the
     configuration's block shapes, and the constexprs beyond D, tiles and is_causal: the default grid,
-    no window, and PIPELINE_QK = 1 unless FA2_V7_PIPELINE_QK=0 is set (inspect_kernel's --config has
-    no field for it)."""
+    no window, and PIPELINE_QK = 1 where pipelining_applies (else 0) unless FA2_V7_PIPELINE_QK says
+    otherwise (inspect_kernel's --config has no field for it)."""
     import os
 
     from fa2lab.compile_offline import DTYPES
@@ -559,4 +559,4 @@ def offline_compile_args(N: int, D: int, dtype: str, batch: int, cfg, causal: bo
                            "D": D, "Q_TILE_SIZE": cfg.q_tile, "K_TILE_SIZE": cfg.k_tile})
     args = (*descs, L, *L.stride(), N, N, 0, batch, 1.0 / math.sqrt(D))
     return args, {"HAS_WINDOW": False, "PERSISTENT": False,
-                  "PIPELINE_QK": int(os.environ.get("FA2_V7_PIPELINE_QK", "1"))}
+                  "PIPELINE_QK": int(os.environ.get("FA2_V7_PIPELINE_QK", int(pipelining_applies(cfg, D))))}
