@@ -528,9 +528,11 @@ def summarise(compiled) -> dict:
     tg = ir.summarize_ttgir(ttgir)
     kernel_counts = ir.sass_opcode_counts(sass) if sass else {}
     ops = ir.op_counts(ir.strip_locations(ttgir).splitlines())
-    # the key loop that runs most at N = 4096: the first innermost SASS loop (address order) with HGMMA,
-    # i.e. the unmasked loop (the spin loops of mbarrier try-waits are innermost too, but hold no HGMMA)
-    hot = next((lp for lp in inner if lp["counts"].get("HGMMA", 0)), None)
+    # the key loop that runs most at N = 4096: the first innermost SASS loop (address order) with HGMMA
+    # (HMMA for mma.sync configurations), i.e. the unmasked loop (the spin loops of mbarrier try-waits are
+    # innermost too, but hold neither)
+    hot = next((lp for lp in inner if lp["counts"].get("HGMMA", 0)), None) or \
+        next((lp for lp in inner if lp["counts"].get("HMMA", 0)), None)   # fewer than 4 warps: mma.sync
     hc = hot["counts"] if hot else {}
     overlap = ex2_while_wgmma_pending(sass, hot) if (hot and sass) else None
     return {
@@ -549,7 +551,7 @@ def summarise(compiled) -> dict:
         "sass_loops": len(loops), "sass_inner_loops": len(inner),
         "loop_instructions": hot["instructions"] if hot else None,
         "loop_ex2_while_wgmma_inflight": overlap,
-        **{f"loop_{k}": hc.get(k, 0) for k in ("HGMMA", "UTMALDG", "UBLKCP", "LDGSTS", "BAR.SYNC", "SYNCS",
+        **{f"loop_{k}": hc.get(k, 0) for k in ("HGMMA", "HMMA", "UTMALDG", "UBLKCP", "LDGSTS", "BAR.SYNC", "SYNCS",
                                                "WARPGROUP.DEPBAR", "WARPGROUP.ARRIVE", "MUFU.EX2")},
         **{f"kernel_{k}": kernel_counts.get(k, 0) for k in ("HGMMA", "UTMALDG", "UBLKCP", "LDGSTS", "BAR.SYNC",
                                                             "SYNCS", "LDL", "STL")},
@@ -562,7 +564,7 @@ CSV_FIELDS = ["variant", "feature", "config", "causal", "compiles", "error", "in
               "ptxas_perf_warnings", "shared_bytes", "global_scratch_bytes",
               "num_warps_total", "mma", "warp_specialize_ops", "ttgir_tma_loads", "ttgir_cp_async",
               "wgmma_wait_pendings", "sass_loops", "sass_inner_loops", "loop_instructions",
-              "loop_ex2_while_wgmma_inflight", "loop_HGMMA", "loop_UTMALDG", "loop_UBLKCP", "loop_LDGSTS",
+              "loop_ex2_while_wgmma_inflight", "loop_HGMMA", "loop_HMMA", "loop_UTMALDG", "loop_UBLKCP", "loop_LDGSTS",
               "loop_BAR.SYNC", "loop_SYNCS", "loop_WARPGROUP.DEPBAR", "loop_WARPGROUP.ARRIVE", "loop_MUFU.EX2",
               "kernel_HGMMA", "kernel_UTMALDG", "kernel_UBLKCP", "kernel_LDGSTS", "kernel_BAR.SYNC", "kernel_SYNCS",
               "kernel_LDL", "kernel_STL", "triton", "ptxas", "git_commit", "date"]
