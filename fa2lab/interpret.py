@@ -53,6 +53,15 @@ def autotuner_of(module):
     return kernel if isinstance(kernel, Autotuner) else None
 
 
+def tile_candidates(autotuner) -> list:
+    """The autotuner's candidates, the first of each (Q_TILE_SIZE, K_TILE_SIZE) pair: the only part
+    of a configuration the interpreter sees (warps and stages do not change what it computes)."""
+    seen = {}
+    for cfg in autotuner.configs:
+        seen.setdefault((cfg.kwargs["Q_TILE_SIZE"], cfg.kwargs["K_TILE_SIZE"]), cfg)
+    return list(seen.values())
+
+
 @contextlib.contextmanager
 def only_config(autotuner, config):
     """Temporarily leave `autotuner` a single candidate (it then runs it without timing)."""

@@ -29,7 +29,7 @@ if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the kernel's import (@triton.jit reads it)
 
 import flashattention_autograd_function_triton as kernel_module  # noqa: E402
-from fa2lab.interpret import autotuner_of, only_config, patch_interpreter  # noqa: E402
+from fa2lab.interpret import autotuner_of, only_config, patch_interpreter, tile_candidates  # noqa: E402
 from fa2lab.reference import attention, relative_error  # noqa: E402
 
 FlashAttentionTriton = kernel_module.FlashAttentionTriton
@@ -49,15 +49,7 @@ def candidates():
     (deduplicated by tile sizes, the only part of a configuration the interpreter sees),
     otherwise whatever the version does by itself."""
     tuner = autotuner_of(kernel_module)
-    if ON_GPU or tuner is None:
-        return [None]
-    seen, out = set(), []
-    for cfg in tuner.configs:
-        tiles = (cfg.kwargs["Q_TILE_SIZE"], cfg.kwargs["K_TILE_SIZE"])
-        if tiles not in seen:
-            seen.add(tiles)
-            out.append(cfg)
-    return out
+    return [None] if ON_GPU or tuner is None else tile_candidates(tuner)
 
 
 def run(Q, K, V, causal, cfg=None):

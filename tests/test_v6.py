@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fa2lab import versions
-from fa2lab.interpret import autotuner_of, only_config
+from fa2lab.interpret import autotuner_of, only_config, tile_candidates
 from fa2lab.reference import attention, causal_keep, relative_error
 
 ON_GPU = torch.cuda.is_available()
@@ -16,10 +16,7 @@ TUNER = autotuner_of(v6)
 
 def tile_configs():
     """Every distinct tile pair of v6's candidates (the interpreter only sees the tiles)."""
-    seen = {}
-    for c in TUNER.configs:
-        seen.setdefault((c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"]), c)
-    return list(seen.values())
+    return tile_candidates(TUNER)
 
 
 def run(Q, K, V, causal, window=None, cfg=None):

@@ -19,7 +19,7 @@ import torch
 
 from fa2lab import versions
 from fa2lab.configs import load_table
-from fa2lab.interpret import autotuner_of, only_config
+from fa2lab.interpret import autotuner_of, only_config, tile_candidates
 from fa2lab.reference import attention, causal_keep, relative_error
 
 ON_GPU = torch.cuda.is_available()
@@ -40,10 +40,7 @@ pytestmark = [
 def tile_configs():
     """Every distinct tile pair of v7's candidates (the interpreter only sees the tiles and PIPELINE_QK);
     the first of each pair, as the harness picks them: the pipelined loop."""
-    seen = {}
-    for c in TUNER.configs:
-        seen.setdefault((c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"]), c)
-    return list(seen.values())
+    return tile_candidates(TUNER)
 
 
 def candidate(q_tile, k_tile, pipeline_qk):
