@@ -44,6 +44,14 @@ def flops(B: int, H: int, N: int, D: int, causal: bool, N_k: int | None = None) 
     return total / 2 if causal else total
 
 
+def masks_from(choice: str) -> tuple[bool, ...]:
+    """The scripts' --causal choice ('both', '0' or '1') as the masks to run."""
+    try:
+        return {"both": MASKS, "0": (False,), "1": (True,)}[str(choice)]
+    except KeyError:
+        raise ValueError(f"--causal must be both, 0 or 1, not {choice!r}") from None
+
+
 def harness_shapes(Ns=SEQ_LENS, masks=MASKS) -> Iterator[Shape]:
     """The harness's shapes in its order: every N non-causal, then every N causal."""
     for causal in masks:

@@ -93,7 +93,7 @@ def main(argv=None) -> int:
         return 2
 
     version = of_module(kernel_module)
-    masks = {"both": (False, True), "0": (False,), "1": (True,)}[args.causal]
+    masks = shapes.masks_from(args.causal)
     env = environment()
     rows = []
     print(f"{version.name} on {env['gpu']} (driver {env['driver']}, torch {env['torch']}, triton {env['triton']})")

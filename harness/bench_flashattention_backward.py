@@ -152,7 +152,7 @@ def main(argv=None) -> int:
     impl = backward_impl(FlashAttentionTriton)
     dq_mode = getattr(FlashAttentionTriton, "BACKWARD_DQ_MODE", "")
     bwd_config = str(getattr(FlashAttentionTriton, "BACKWARD_CONFIG", "") or "")
-    masks = {"both": (False, True), "0": (False,), "1": (True,)}[args.causal]
+    masks = shapes.masks_from(args.causal)
     env = environment()
     rows = []
     print(f"{version.name} on {env['gpu']} (driver {env['driver']}, torch {env['torch']}, triton {env['triton']})")

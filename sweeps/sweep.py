@@ -49,7 +49,7 @@ def main(argv=None) -> int:
         aside = out.with_suffix(".csv.bak")
         out.rename(aside)
         print(f"moved the old sweep to {aside}")
-    masks = {"both": (False, True), "0": (False,), "1": (True,)}[args.causal]
+    masks = shapes.masks_from(args.causal)
     configs = ALL_CONFIGS[: args.max_configs] if args.max_configs else ALL_CONFIGS
     print(f"sweeping {version.name}: {len(configs)} configurations x {len(args.N) * len(masks)} shapes -> {out}")
     try:
