@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from triton import knobs
+from triton.runtime import driver
 
 from .gpu import interpreting
 
@@ -35,10 +37,7 @@ class Launch:
     o_stride: tuple
     l_shape: torch.Size
 
-    def __call__(self, Q, K, V):
-        from triton import knobs
-        from triton.runtime import driver
-
+    def __call__(self, Q, K, V):   # the per-call hot path: no imports or checks here
         O = torch.empty_strided(self.o_shape, self.o_stride, dtype=Q.dtype, device=Q.device)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
         k = self.kernel
