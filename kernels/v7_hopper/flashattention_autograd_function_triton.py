@@ -72,6 +72,8 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
+from triton.runtime import driver
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fa2lab.budget import Config, accumulator_registers
@@ -400,10 +402,7 @@ class TmaLaunch(Launch):
 
     blocks: tuple = ()
 
-    def __call__(self, Q, K, V):
-        from triton import knobs
-        from triton.runtime import driver
-
+    def __call__(self, Q, K, V):   # the per-call hot path: no imports here
         global LAST_PATH
         O = torch.empty_strided(self.o_shape, self.o_stride, dtype=Q.dtype, device=Q.device)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
