@@ -34,8 +34,22 @@ def _need_gpu(what: str, instead: str) -> None:
         raise Exit(f"{what} needs a CUDA GPU, and none is visible here. Instead: {instead}", code=2)
 
 
-@task(help={"kernel": KERNEL_HELP, "unit": "also run the repo's own unit tests (tests/)", "k": "pytest -k filter"})
-def test(c, kernel="all", unit=True, k=""):
+def _xdist_args(workers: int) -> list[str]:
+    """pytest-xdist's `-n` when asked for and installed; an empty list otherwise."""
+    if workers <= 1:
+        return []
+    import importlib.util
+
+    if importlib.util.find_spec("xdist") is None:
+        print(f"pytest-xdist is not installed: running the tests in one process, not {workers}")
+        return []
+    return ["-n", str(workers)]
+
+
+@task(help={"kernel": KERNEL_HELP, "unit": "also run the repo's own unit tests (tests/)", "k": "pytest -k filter",
+            "workers": "pytest-xdist processes per test run (needs pytest-xdist; 0 or 1: one process). "
+                       "On a GPU most of the time is compiling and autotuning, which parallelises well"})
+def test(c, kernel="all", unit=True, k="", workers=0):
     """Run the test file for each chosen version (its folder on PYTHONPATH), then the unit tests.
 
     Without a GPU the kernels run on the CPU under Triton's interpreter (TRITON_INTERPRET=1).
@@ -45,17 +59,18 @@ def test(c, kernel="all", unit=True, k=""):
     extra = {} if has_gpu() else {"TRITON_INTERPRET": "1"}
     if extra:
         print("no CUDA GPU visible: running the kernels under Triton's CPU interpreter (TRITON_INTERPRET=1)")
+    parallel = _xdist_args(int(workers))
     failed = []
     for v in versions.resolve(kernel):
         print(f"\n=== {v.name}: {v.changed}")
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(TEST_FILE)]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, str(TEST_FILE)]
         if k:
             cmd += ["-k", k]
         if _run(cmd, version_env(v, **extra)) != 0:
             failed.append(v.name)
     if unit:
         print("\n=== unit tests (tests/)")
-        if _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        if _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, "tests"],
                 dict(os.environ, **extra)) != 0:
             failed.append("tests/")
     if failed:

@@ -17,6 +17,18 @@ SHAPE = ["N", "causal"]
 CFG = ["q_tile", "k_tile", "num_warps", "num_stages"]
 
 
+def missing_rows(df, configs=None) -> int:
+    """How many (configuration, harness shape) rows a sweep DataFrame still lacks, whatever their status."""
+    from . import shapes
+    from .sweep import ALL_CONFIGS
+
+    have = {(int(r.N), int(r.causal), int(r.q_tile), int(r.k_tile), int(r.num_warps), int(r.num_stages))
+            for r in df.itertuples()}
+    want = {(sh.N, int(sh.causal), c.q_tile, c.k_tile, c.num_warps, c.num_stages)
+            for sh in shapes.harness_shapes() for c in (configs or ALL_CONFIGS)}
+    return len(want - have)
+
+
 def kernel_ms(df):
     """The time to rank by: CUDA-graph replay where the sweep recorded it (small N, where do_bench
     times the host), else the harness's do_bench median."""

@@ -119,6 +119,27 @@ def done_keys(csv_path: Path) -> set[tuple]:
                  int(r["num_stages"])) for r in csv.DictReader(f)}
 
 
+def merge_parts(parts: list[Path], out_csv: Path) -> int:
+    """Append to out_csv the rows of part CSVs (written by sweeps run side by side, one per GPU)
+    whose configuration and shape it does not hold yet, then remove the parts. Returns rows added."""
+    import csv
+
+    from .results import append_rows
+
+    have = done_keys(out_csv)
+    added = 0
+    for part in parts:
+        with part.open(newline="") as f:
+            rows = [r for r in csv.DictReader(f)
+                    if (int(r["N"]), int(r["causal"]), int(r["q_tile"]), int(r["k_tile"]), int(r["num_warps"]),
+                        int(r["num_stages"])) not in have]
+        append_rows(out_csv, rows)
+        have |= done_keys(part)
+        added += len(rows)
+        part.unlink()
+    return added
+
+
 def occupancy_columns(cfg: Config, info: CompileInfo, D: int, elem_bytes: int = 2) -> dict:
     from .gpu import facts
 
@@ -133,8 +154,9 @@ def occupancy_columns(cfg: Config, info: CompileInfo, D: int, elem_bytes: int = 
 
 
 def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_minutes: float | None,
-              configs=ALL_CONFIGS, log=print, graph_max_n: int = 0) -> dict:
-    """Compile, then measure, every configuration not yet in out_csv. Returns counts.
+              configs=ALL_CONFIGS, log=print, graph_max_n: int = 0, also_done: tuple[Path, ...] = ()) -> dict:
+    """Compile, then measure, every configuration not yet in out_csv (nor in also_done's CSVs,
+    e.g. the merged sweep when out_csv is one GPU's part of it). Returns counts.
 
     With graph_max_n, shapes with N <= graph_max_n also get `graph_ms` (CUDA-graph replay): there
     the harness's do_bench can time the host's per-call cost more than the kernel."""
@@ -156,7 +178,7 @@ def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_min
         raise ValueError(f"{version} is autotuned; sweep a fixed-configuration body (v0_baseline or v4_exp2)")
     D = shapes.HEAD_DIM
     env = environment()
-    done = done_keys(out_csv)
+    done = set().union(done_keys(out_csv), *(done_keys(p) for p in also_done))
     todo = [(N, c, cfg) for c in masks for N in Ns for cfg in configs
             if (N, int(c), cfg.q_tile, cfg.k_tile, cfg.num_warps, cfg.num_stages) not in done]
     counts = {"done_before": len(done), "todo": len(todo)}

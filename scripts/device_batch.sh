@@ -1,41 +1,108 @@
 #!/usr/bin/env bash
-# One call on the lent GPU machine (see /work/.library/device/README.md): install the carried
-# wheels (invoke), run the named steps in order, each resumable and bounded in time, and pack
-# results/ into $OUT/results.tgz so one file brings every new row back. Steps:
-#   tests            the test file natively for every version, and tests/
-#   bench            invoke bench --kernel all --runs ${RUNS:-3} (interleaved protocol)
-#   sweep-v0         the Round 1 sweep of v0_baseline's body (resumable; ${LIMIT:-8} minutes a chunk)
-#   sweep-v4         the same for v4_exp2
-#   profile          ncu, every version and SDPA, both masks
-#   tuning           compile-cost, then autotune-bias
-#   experiments      pcast, launch-order, timing
-#   ceilings         the matmul peak table and the copy bandwidth
-#   nonsquare        the full non-square causal check
-# Usage (in the device's command): FA2_GIT_COMMIT=<sha> bash scripts/device_batch.sh tests bench
+# One call on the lent GPU machine (see /work/.library/device/README.md). It installs the carried
+# wheels (invoke), runs PHASES one after another, and packs results/ (and the kernels' configs.json,
+# which pick-v0 / pick-v4 rewrite) into $OUT/results.tgz before the call's time runs out.
+#
+#   FA2_GIT_COMMIT=<sha> bash scripts/device_batch.sh PHASE [PHASE ...]
+#
+# A PHASE is one or more LANES separated by '/'; a LANE is STEPS separated by ','. The lanes of a
+# phase run side by side, lane i on GPU i (CUDA_VISIBLE_DEVICES), when the machine has that many
+# GPUs, and one after another when it has fewer. Example for a two-GPU machine:
+#   bash scripts/device_batch.sh "sweep-v0-nc/sweep-v0-c" "merge-v0,pick-v0"
+#
+# Every step is bounded by the call's deadline (DEADLINE_S seconds after the start, default 560):
+# a step that would start with less than MIN_STEP_S left is skipped and logged, a running one is
+# interrupted (SIGINT, then SIGKILL) so that the packing still happens. Sweeps write each row as
+# it is measured and resume, so a cut costs nothing but time. Steps:
+#   tests             the test file natively for every version, then tests/ (xdist, TEST_WORKERS)
+#   bench             invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} (interleaved protocol)
+#   bench-bwd         invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper}
+#   sweep-v0 | sweep-v4          the whole sweep of that body on one GPU
+#   sweep-v0-nc | sweep-v0-c     its non-causal / causal half, into a part CSV (side by side on two GPUs)
+#   sweep-v4-nc | sweep-v4-c
+#   merge-v0 | merge-v4          fold the part CSVs into results/<gpu>/sweep/<version>.csv
+#   pick-v0 | pick-v4            write the sm_XX entries of the versions that sweep feeds
+#   profile           ncu, every version (v2 aside) and SDPA, N = 4096, both masks
+#   profile-matmul    ncu over the matmul peak table's variants (tensor-pipe counter vs roofline)
+#   nsys | torch-trace           a timeline of every version at N = 4096 (nsys needs .debs carried)
+#   compile-cost | autotune-bias the Round 3 experiments
+#   pcast | launch-order | timing  experiments/run.py
+#   ceilings          the matmul peak table and the copy bandwidth
+#   nonsquare         the full non-square causal check
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
+START=$(date +%s)
+DEADLINE=$((START + ${DEADLINE_S:-560}))
+MIN_STEP_S=${MIN_STEP_S:-45}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+if ls .debs/*.deb >/dev/null 2>&1; then   # libdw1 and libelf1 for the bundled nsys, never unpacked into /
+  mkdir -p /tmp/fa2debs && for d in .debs/*.deb; do dpkg -x "$d" /tmp/fa2debs; done
+  export FA2_NSYS_LIBDIR=/tmp/fa2debs/usr/lib/x86_64-linux-gnu
+fi
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG="$OUT/batch.log"
-step() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; "$@" 2>&1 | tail -n 400 >> "$LOG"; }
-for s in "$@"; do
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); [ "${NGPU:-0}" -ge 1 ] || NGPU=1
+left() { echo $((DEADLINE - $(date +%s) - 15)); }
+
+body() { case "$1" in *v0*) echo v0_baseline ;; *v4*) echo v4_exp2 ;; esac; }   # sweep steps' kernel body
+
+cmd_of() {   # the command line of one step, given the seconds it may use
+  local s=$1 secs=$2 mins
+  mins=$(python3 -c "print(round(max(0.5, ($secs - 40) / 60), 2))")
   case "$s" in
-    tests) step python3 -m invoke test ;;
-    bench) step python3 -m invoke bench --kernel all --runs "${RUNS:-3}" --pause "${PAUSE:-0}" --no-graphs ;;
-    sweep-v0) step python3 sweeps/sweep.py --kernel v0_baseline --limit-minutes "${LIMIT:-8}" --graph-max-n "${GRAPH_MAX_N:-0}" ;;
-    sweep-v4) step python3 sweeps/sweep.py --kernel v4_exp2 --limit-minutes "${LIMIT:-8}" ;;
-    profile) step python3 profiling/run_profile.py --tool ncu --kernel all
-             step python3 profiling/run_profile.py --tool ncu --kernel all --causal ;;
-    tuning) step python3 sweeps/compile_cost.py; step python3 sweeps/autotune_bias.py --pause "${PAUSE:-20}" ;;
-    experiments) for e in pcast launch-order timing; do step python3 experiments/run.py "$e"; done ;;
-    ceilings) step python3 profiling/matmul_peak.py ;;
-    nonsquare) step python3 harness/check_nonsquare.py --kernel all --save ;;
-    *) echo "unknown step $s" | tee -a "$LOG" ;;
+    tests) echo "python3 -m invoke test --workers ${TEST_WORKERS:-12}" ;;
+    bench) echo "python3 -m invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} --pause ${PAUSE:-0}" ;;
+    bench-bwd) echo "python3 -m invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper} --runs ${RUNS_BWD:-1}" ;;
+    sweep-v0|sweep-v4) echo "python3 sweeps/sweep.py --kernel $(body "$s") --limit-minutes $mins" ;;
+    sweep-v0-nc|sweep-v4-nc) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 0 --part nc --limit-minutes $mins" ;;
+    sweep-v0-c|sweep-v4-c) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 1 --part c --limit-minutes $mins" ;;
+    merge-v0|merge-v4) echo "python3 sweeps/sweep.py --kernel $(body "$s") --merge" ;;
+    pick-v0|pick-v4) echo "python3 sweeps/pick_configs.py --kernel $(body "$s")" ;;
+    profile) echo "python3 profiling/run_profile.py --tool ncu --kernel all && python3 profiling/run_profile.py --tool ncu --kernel all --causal" ;;
+    profile-matmul) echo "python3 profiling/run_profile.py --tool ncu --kernel matmul" ;;
+    nsys) echo "python3 profiling/run_profile.py --tool nsys --kernel all" ;;
+    torch-trace) echo "python3 profiling/run_profile.py --tool torch --kernel all" ;;
+    compile-cost) echo "python3 sweeps/compile_cost.py" ;;
+    autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
+    pcast|launch-order|timing) echo "python3 experiments/run.py $s" ;;
+    ceilings) echo "python3 profiling/matmul_peak.py" ;;
+    nonsquare) echo "python3 harness/check_nonsquare.py --kernel all --save" ;;
+    *) return 1 ;;
   esac
+}
+
+run_lane() {   # lane index, steps (comma-separated)
+  local lane=$1 steps=$2 s secs cmd
+  local gpu=$((lane % NGPU)) llog="$OUT/lane$1.log"
+  for s in ${steps//,/ }; do
+    secs=$(left)
+    if ! cmd=$(cmd_of "$s" "$secs"); then echo "[gpu $gpu] unknown step $s" | tee -a "$LOG"; continue; fi
+    if [ "$secs" -lt "$MIN_STEP_S" ]; then
+      echo "[gpu $gpu] $s skipped: ${secs}s left before the deadline" | tee -a "$LOG"; continue
+    fi
+    echo "=== [gpu $gpu] $s ($(date -u +%H:%M:%S), ${secs}s left): $cmd" | tee -a "$LOG" "$llog"
+    CUDA_VISIBLE_DEVICES=$gpu timeout --signal=INT --kill-after=10 "$secs" bash -c "$cmd" >> "$llog" 2>&1
+    local rc=$?
+    echo "=== [gpu $gpu] $s exit $rc$([ $rc -eq 124 ] && echo ' (cut at the deadline)') ($(date -u +%H:%M:%S))" \
+      | tee -a "$LOG" "$llog"
+  done
+}
+
+echo "$NGPU GPU(s); deadline in ${DEADLINE_S:-560}s; phases: $*" | tee -a "$LOG"
+for phase in "$@"; do
+  IFS='/' read -r -a lanes <<< "$phase"
+  if [ "$NGPU" -ge "${#lanes[@]}" ]; then
+    for i in "${!lanes[@]}"; do run_lane "$i" "${lanes[$i]}" & done
+    wait
+  else
+    for i in "${!lanes[@]}"; do run_lane 0 "${lanes[$i]}"; done
+  fi
 done
-tar czf "$OUT/results.tgz" --exclude='*.ncu-rep' --exclude='*.nsys-rep' results
-ls -la "$OUT"; tail -n 60 "$LOG"
+tar czf "$OUT/results.tgz" --exclude='*.ncu-rep' --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' \
+  results kernels/*/configs.json
+for f in "$OUT"/lane*.log; do echo "--- tail of $f"; tail -n 25 "$f"; done
+cat "$LOG"

@@ -15,9 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fa2lab import pick  # noqa: E402
+from fa2lab import pick, shapes  # noqa: E402
 from fa2lab.configs import write_entry  # noqa: E402
 from fa2lab.provenance import git_commit, now  # noqa: E402
+from fa2lab.sweep import ALL_CONFIGS  # noqa: E402
 from fa2lab.results import RESULTS, append_rows, read_csv  # noqa: E402
 from fa2lab.versions import REPO, get  # noqa: E402
 
@@ -44,11 +45,17 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu", default=None, help="results/<gpu> folder name")
     ap.add_argument("--within", type=float, default=0.01, help="short list: every shape within this of its best")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--partial", action="store_true",
+                    help="pick even if the sweep does not yet hold every configuration at every harness shape")
     args = ap.parse_args(argv)
 
     path = find_csv(args.kernel, args.gpu)
     df = read_csv(path, required=("status", "ms", "tflops", "N", "causal", "q_tile", "k_tile", "num_warps",
                                   "num_stages", "gpu", "arch"))
+    missing = pick.missing_rows(df)
+    if missing and not args.partial:
+        raise SystemExit(f"{path} lacks {missing} of the {len(ALL_CONFIGS) * len(shapes.harness_shapes())} "
+                         "configuration x shape rows: rerun the sweep to resume it (or pass --partial)")
     ok = df[df["status"] == "ok"]
     gpu, arch = str(ok["gpu"].iloc[0]), str(ok["arch"].iloc[0])
     shapes_seen = sorted({(int(n), int(c)) for n, c in zip(ok["N"], ok["causal"])})

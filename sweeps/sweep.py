@@ -33,7 +33,22 @@ def main(argv=None) -> int:
     ap.add_argument("--graph-max-n", type=int, default=0,
                     help="also record CUDA-graph replay time (graph_ms) at N up to this (0: never)")
     ap.add_argument("--out", type=Path, default=None, help="CSV path (default results/<gpu>/sweep/<version>.csv)")
+    ap.add_argument("--part", default=None,
+                    help="write to results/<gpu>/sweep/parts/<version>.<PART>.csv instead, skipping what the "
+                         "merged CSV already holds (for sweeps run side by side on several GPUs)")
+    ap.add_argument("--merge", action="store_true",
+                    help="only merge results/<gpu>/sweep/parts/<version>.*.csv into the version's CSV, then exit")
     args = ap.parse_args(argv)
+    if args.merge:
+        from fa2lab.results import gpu_dir
+        from fa2lab.sweep import merge_parts
+
+        version = get(args.kernel)
+        folder = gpu_dir() / "sweep"
+        parts = sorted((folder / "parts").glob(f"{version.name}.*.csv"))
+        added = merge_parts(parts, folder / f"{version.name}.csv")
+        print(f"merged {len(parts)} part(s): {added} new rows in {folder / f'{version.name}.csv'}")
+        return 0
 
     import torch
 
@@ -44,7 +59,11 @@ def main(argv=None) -> int:
     from fa2lab.results import gpu_dir
 
     version = get(args.kernel)
-    out = args.out or gpu_dir() / "sweep" / f"{version.name}.csv"
+    merged = gpu_dir() / "sweep" / f"{version.name}.csv"
+    if args.part:
+        out = merged.parent / "parts" / f"{version.name}.{args.part}.csv"
+    else:
+        out = args.out or merged
     if args.fresh and out.exists():
         aside = out.with_suffix(".csv.bak")
         out.rename(aside)
@@ -54,7 +73,8 @@ def main(argv=None) -> int:
     print(f"sweeping {version.name}: {len(configs)} configurations x {len(args.N) * len(masks)} shapes -> {out}")
     try:
         counts = run_sweep(version.name, args.N, masks, out, workers=args.workers,
-                           limit_minutes=args.limit_minutes, configs=configs, graph_max_n=args.graph_max_n)
+                           limit_minutes=args.limit_minutes, configs=configs, graph_max_n=args.graph_max_n,
+                           also_done=(merged,) if out != merged else ())
     except KeyboardInterrupt:
         print(f"\ninterrupted: every measured row is already in {out}; rerun the same command to resume")
         return 130

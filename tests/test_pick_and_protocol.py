@@ -7,7 +7,7 @@ from fa2lab import pick
 from fa2lab.budget import Config
 from fa2lab.protocol import format_summary, summarise
 from fa2lab.results import append_rows
-from fa2lab.sweep import done_keys
+from fa2lab.sweep import done_keys, merge_parts
 
 SHAPES = [(512, 0), (4096, 0), (512, 1), (4096, 1)]
 # config -> ms per shape (lower is better)
@@ -69,6 +69,22 @@ def test_sweep_resume_reads_what_is_done(tmp_path):
     assert list(pd.read_csv(path).columns)[-1] == "error"
 
 
+def test_parts_from_side_by_side_sweeps_merge_once_and_are_removed(tmp_path):
+    def row(causal, q, ms):
+        return {"N": 512, "causal": causal, "q_tile": q, "k_tile": 32, "num_warps": 4, "num_stages": 3,
+                "status": "ok", "ms": ms}
+
+    merged, a, b = tmp_path / "v0.csv", tmp_path / "v0.gpu0.csv", tmp_path / "v0.gpu1.csv"
+    append_rows(merged, [row(0, 64, 0.1)])
+    append_rows(a, [row(0, 64, 9.9), row(0, 128, 0.2)])          # the first is already merged: kept as it was
+    append_rows(b, [row(1, 64, 0.3)])
+    assert merge_parts([a, b], merged) == 2
+    assert not a.exists() and not b.exists()
+    df = pd.read_csv(merged)
+    assert len(df) == 3 and df.loc[(df.q_tile == 64) & (df.causal == 0), "ms"].tolist() == [0.1]
+    assert done_keys(merged) == {(512, 0, 64, 32, 4, 3), (512, 0, 128, 32, 4, 3), (512, 1, 64, 32, 4, 3)}
+
+
 def test_protocol_summary_takes_medians_of_per_run_ratios():
     rows = [{"version": "v5_final", "N": 4096, "causal": 0, "run_id": f"p1/{r}", "ms": ms, "tflops": 1,
              "sdpa_ms": 0.3, "pct_of_sdpa": pct, "pct_of_sdpa_flash": 130}
@@ -88,3 +104,15 @@ def test_graph_time_ranks_where_the_sweep_recorded_it():
     winners = {shape: cfg for shape, cfg, _ in pick.per_shape_winners(df)}
     assert winners[(512, 0)] == Config(64, 32, 4, 3)
     assert winners[(4096, 0)] == Config(128, 64, 8, 4)   # no graph time there: do_bench decides
+
+
+def test_missing_rows_counts_what_an_interrupted_sweep_still_lacks():
+    from fa2lab import shapes
+    from fa2lab.sweep import ALL_CONFIGS
+
+    rows = [{"N": sh.N, "causal": int(sh.causal), "q_tile": c.q_tile, "k_tile": c.k_tile, "num_warps": c.num_warps,
+             "num_stages": c.num_stages} for sh in shapes.harness_shapes() for c in ALL_CONFIGS]
+    full = pd.DataFrame(rows)
+    assert pick.missing_rows(full) == 0
+    assert pick.missing_rows(full.iloc[:-7]) == 7
+    assert pick.missing_rows(full[full.causal == 0]) == len(full) // 2
