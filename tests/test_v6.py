@@ -38,6 +38,12 @@ def lse_of(O):
     return next(t for t in O.grad_fn.saved_tensors if t.dtype == torch.float32 and t.dim() == 2)
 
 
+# fp32 inputs: on a GPU tl.dot rounds them to TF32 (10-bit mantissa), which moves a score, and so L,
+# by about 1e-3 at D = 64 (on the H200: 1.5318 against 1.5330, commit 260ca6e); the interpreter multiplies in full fp32.
+# A wrong L (a missing ln 2, a dropped row maximum) is off by 0.1 or more, far beyond either bound.
+L_ATOL = 1e-3 if DEVICE == "cpu" else 5e-3
+
+
 CASES = [  # (n_q, n_k, D, window)
     (256, 256, 64, 1),
     (256, 256, 64, 37),
@@ -60,7 +66,7 @@ def test_window_matches_explicit_masked_reference(n_q, n_k, D, window, cfg):
     L = lse_of(O).detach().cpu().double()
     seen = torch.isfinite(ref_L)
     assert torch.equal(torch.isfinite(L), seen), "rows that see no key must have L = -inf, the others finite"
-    assert torch.allclose(L[seen], ref_L[seen], atol=1e-3)
+    assert torch.allclose(L[seen], ref_L[seen], atol=L_ATOL)
 
 
 def test_rows_that_see_no_key_give_zero_output_and_minus_inf_lse():
