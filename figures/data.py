@@ -58,6 +58,20 @@ HOSTPATH_COLUMNS = ("version", "run_id", "N", "causal", "ms", "graph_ms", "host_
                     "sdpa_ms", "sdpa_graph_ms", "sdpa_host_us")
 
 
+SWEEP_VERSIONS = ("v0_baseline", "v4_exp2")   # the kernel bodies of Round 1 and Round 5
+
+
+def sweep_versions(gpu_slug: str, results_root=None) -> list[str]:
+    """The SWEEP_VERSIONS whose sweep CSV this GPU has; a ResultsError naming the files if it has none."""
+    paths = {v: root(results_root) / gpu_slug / "sweep" / f"{v}.csv" for v in SWEEP_VERSIONS}
+    found = [v for v, p in paths.items() if p.exists()]
+    if not found:
+        names = [str(p) for p in paths.values()]
+        raise ResultsError(f"results file {names[-1]} does not exist (nor {', '.join(names[:-1])}): "
+                           "run invoke sweep first")
+    return found
+
+
 def sweep(gpu_slug: str, version: str = "v4_exp2", results_root=None) -> tuple[pd.DataFrame, Path]:
     path = root(results_root) / gpu_slug / "sweep" / f"{version}.csv"
     return load(path, SWEEP_COLUMNS), path
@@ -101,10 +115,38 @@ def latest_protocol(df: pd.DataFrame) -> pd.DataFrame:
     return df[protocol == newest.idxmax()]
 
 
+HOSTPATH_VERSIONS = ("v5_final", "v6_longest_first", "v7_hopper")   # the versions with the lean host path
+
+
 def hostpath(gpu_slug: str, version: str, results_root=None) -> tuple[pd.DataFrame, Path]:
-    """One version's host-path rows from its latest protocol."""
+    """One version's rows with do_bench, CUDA-graph and host-per-call times, from its latest protocol:
+    the harness file's (bench/<version>.csv) when its rows carry all three for it and SDPA, else the
+    earlier results/<gpu>/hostpath/<version>.csv."""
+    bench = root(results_root) / gpu_slug / "bench" / f"{version}.csv"
+    if bench.exists():
+        df = load(bench, BENCH_COLUMNS)
+        if all(c in df.columns for c in HOSTPATH_COLUMNS):
+            timed = df.dropna(subset=["graph_ms", "host_us", "sdpa_graph_ms", "sdpa_host_us"])
+            if len(timed):
+                return latest_protocol(timed), bench
     path = root(results_root) / gpu_slug / "hostpath" / f"{version}.csv"
     return latest_protocol(load(path, HOSTPATH_COLUMNS)), path
+
+
+def hostpath_tables(gpu_slug: str, results_root=None) -> list[tuple[str, pd.DataFrame, Path]]:
+    """(version, rows, file) for each HOSTPATH_VERSIONS version that has them. A version with neither file
+    is left out; a malformed file is a ResultsError naming it, and so is having none at all."""
+    found, first_missing = [], None
+    for v in HOSTPATH_VERSIONS:
+        try:
+            found.append((v, *hostpath(gpu_slug, v, results_root)))
+        except ResultsError as e:
+            if "does not exist" not in str(e):
+                raise
+            first_missing = first_missing or e
+    if not found:
+        raise first_missing
+    return found
 
 
 def reference(name: str, results_root=None, gpu_slug: str = ADA) -> tuple[pd.DataFrame, Path]:
@@ -174,17 +216,21 @@ CACHES = ("empty", "on_disk")
 # binary ones in case a version writes them ("Kibyte").
 _PREFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
            "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
+_TIME_ABBREV = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 _BASE_UNITS = ("byte", "second", "cycle", "hz", "inst", "sector", "request", "warp", "thread", "register", "block")
 
 
 def unit_scale(unit: str) -> float:
     """The factor from an ncu unit to its base unit: 'usecond' -> 1e-6, 'Gbyte' -> 1e9, 'cycle/nsecond' -> 1e9,
-    'Mhz' -> 1e6, '' or '%' -> 1. Raises ValueError for a unit it does not know."""
+    'Mhz' -> 1e6, 'ns' -> 1e-9, '' or '%' -> 1. Raises ValueError for a unit it does not know."""
     unit = str(unit).strip()
     if unit in ("", "%"):
         return 1.0
     scale = 1.0
     for k, part in enumerate(unit.split("/")):
+        if part in _TIME_ABBREV:   # `--print-units base` writes durations as 'ns'
+            scale = scale * _TIME_ABBREV[part] if k == 0 else scale / _TIME_ABBREV[part]
+            continue
         for prefix in sorted(_PREFIX, key=len, reverse=True):
             if part.startswith(prefix) and part[len(prefix):].lower() in _BASE_UNITS:
                 scale = scale * _PREFIX[prefix] if k == 0 else scale / _PREFIX[prefix]

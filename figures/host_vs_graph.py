@@ -1,4 +1,4 @@
-"""Time per call by N, three ways, for v4/v5 and SDPA measured in the same process: do_bench (what
+"""Time per call by N, three ways, for v5-v7 (the lean host path) and SDPA measured in the same process: do_bench (what
 the harness reports, cache flush included), CUDA-graph replay (the kernel without Python), and the
 host's own time per call (µs). Where do_bench sits at the host time, it measures the host."""
 
@@ -16,7 +16,6 @@ from fa2lab import shapes  # noqa: E402
 from figures import data, style  # noqa: E402
 
 NAME = "host_vs_graph"
-VERSIONS = ("v4_exp2", "v5_final")
 # (our column, SDPA's column in the same run, factor to µs, measure, line style, marker)
 MEASURES = (("ms", "sdpa_ms", 1000.0, "do_bench (harness)", "-", "o"),
             ("graph_ms", "sdpa_graph_ms", 1000.0, "CUDA-graph replay", "--", "s"),
@@ -24,9 +23,10 @@ MEASURES = (("ms", "sdpa_ms", 1000.0, "do_bench (harness)", "-", "o"),
 
 
 def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
-    tables = [data.hostpath(gpu_slug, v, results_root) for v in VERSIONS]
-    fig, axes = style.figure(len(VERSIONS), len(shapes.MASKS), panel=(5.0, 3.6), sharey=True, sharex=True)
-    for i, (version, (df, path)) in enumerate(zip(VERSIONS, tables)):
+    found = data.hostpath_tables(gpu_slug, results_root)
+    tables = [(df, path) for _, df, path in found]
+    fig, axes = style.figure(len(found), len(shapes.MASKS), panel=(5.0, 3.6), sharey=True, sharex=True)
+    for i, (version, df, path) in enumerate(found):
         for j, causal in enumerate(shapes.MASKS):
             ax = axes[i, j]
             rows = data.shape_rows(df, path, None, causal)
@@ -48,7 +48,8 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
     fig.suptitle(f"do_bench vs CUDA-graph replay vs host time per call on {gpu_slug} (B=4, H=8, D=64, bf16)\n"
                  f"median of {style.runs_text(runs)} of each file's latest protocol, bars min–max")
     both = pd.concat([df for df, _ in tables])
-    style.footnote(fig, style.provenance_line(both, tables[0][1], "{" + ",".join(VERSIONS) + "}.csv")
+    style.footnote(fig, style.provenance_line(both, tables[0][1], ", ".join(str(p.relative_to(p.parents[2]))
+                                                                        for _, p in tables))
                    + f"; protocol {', '.join(sorted(both['run_id'].astype(str).str.rsplit('/', n=1).str[0].unique()))}"
                    + "\nSDPA is the one timed in the same processes as the kernel")
     return style.save(fig, out_dir, NAME)

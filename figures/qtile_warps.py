@@ -17,7 +17,12 @@ NAME = "qtile_warps"
 N = 4096
 
 
-def draw(gpu_slug: str, out_dir, results_root=None, version: str = "v4_exp2") -> list[Path]:
+def draw(gpu_slug: str, out_dir, results_root=None, version: str | None = None) -> list[Path]:
+    """One file per sweep (data.SWEEP_VERSIONS) this GPU has, or only the version named."""
+    return style.for_each_sweep(_draw_one, gpu_slug, out_dir, results_root, version)
+
+
+def _draw_one(gpu_slug: str, out_dir, results_root, version: str) -> list[Path]:
     df, path = data.sweep(gpu_slug, version, results_root)
     fig, axes = style.figure(1, len(shapes.MASKS), panel=(4.3, 3.8))
     for j, causal in enumerate(shapes.MASKS):
@@ -31,7 +36,7 @@ def draw(gpu_slug: str, out_dir, results_root=None, version: str = "v4_exp2") ->
     fig.suptitle(f"{version} sweep on {gpu_slug}: best TFLOP/s over key tiles × stages\n"
                  "per query tile and warp count (red box: best)")
     style.footnote(fig, style.provenance_line(df, path))
-    return style.save(fig, out_dir, NAME)
+    return style.save(fig, out_dir, f"{NAME}_{version}")
 
 
 def main(argv=None) -> int:

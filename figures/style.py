@@ -27,8 +27,9 @@ plt.rcParams.update({
     "svg.hashsalt": "fa2lab",  # stable element ids: redrawing unchanged data gives an identical SVG
 })
 
-# One colour per version, in registry order, and fixed ones for the references.
-VERSION_COLOURS = dict(zip(versions.NAMES, plt.get_cmap("tab10").colors))
+# One colour per version, in registry order (tab10 without its grey, which the FLASH backend's line uses),
+# and fixed ones for the references.
+VERSION_COLOURS = dict(zip(versions.NAMES, [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]))
 SDPA_COLOUR = "black"
 SDPA_FLASH_COLOUR = "0.55"
 HEATMAP_CMAP = "viridis"
@@ -184,3 +185,13 @@ def main_for(draw, description: str, argv=None) -> int:
         except data.ResultsError as e:
             print(f"{slug}: skipped: {e}", file=sys.stderr)
     return 0 if drawn else 1
+
+
+def for_each_sweep(draw_one, gpu_slug: str, out_dir, results_root=None, version: str | None = None) -> list[Path]:
+    """Draw a sweep figure once per sweep this GPU has (or for the version named), as
+    <NAME>_<version>.png: Round 1 swept v0_baseline's body, Round 5 v4_exp2's."""
+
+    written = []
+    for v in [version] if version else data.sweep_versions(gpu_slug, results_root):
+        written += draw_one(gpu_slug, out_dir, results_root, v)
+    return written

@@ -27,7 +27,12 @@ def winner_text(w) -> str:
     return f"{int(w.q_tile)}×{int(w.k_tile)}, {int(w.num_warps)} warps, {int(w.num_stages)} stages"
 
 
-def draw(gpu_slug: str, out_dir, results_root=None, version: str = "v4_exp2") -> list[Path]:
+def draw(gpu_slug: str, out_dir, results_root=None, version: str | None = None) -> list[Path]:
+    """One file per sweep (data.SWEEP_VERSIONS) this GPU has, or only the version named."""
+    return style.for_each_sweep(_draw_one, gpu_slug, out_dir, results_root, version)
+
+
+def _draw_one(gpu_slug: str, out_dir, results_root, version: str) -> list[Path]:
     df, path = data.sweep(gpu_slug, version, results_root)
     fig, axes = style.figure(len(shapes.MASKS), len(shapes.SEQ_LENS), panel=(3.9, 3.6))
     for i, causal in enumerate(shapes.MASKS):
@@ -43,7 +48,7 @@ def draw(gpu_slug: str, out_dir, results_root=None, version: str = "v4_exp2") ->
     fig.suptitle(f"{version} sweep on {gpu_slug}: best TFLOP/s over num_warps × num_stages per tile "
                  "(red box: the shape's winner)")
     style.footnote(fig, style.provenance_line(df, path) + "\n" + style.HOST_NOTE)
-    return style.save(fig, out_dir, NAME)
+    return style.save(fig, out_dir, f"{NAME}_{version}")
 
 
 def main(argv=None) -> int:

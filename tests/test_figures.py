@@ -219,7 +219,7 @@ def results_root(tmp_path) -> Path:
     for i, v in enumerate(versions.NAMES):
         rows = _bench_rows(i, v)
         _write(root / GPU / "bench" / f"{v}.csv", rows + _older(rows, "zz-older/1"))
-    for v in ("v4_exp2", "v5_final"):
+    for v in data.HOSTPATH_VERSIONS:
         _write(root / GPU / "hostpath" / f"{v}.csv", _hostpath_rows(v))
     write_ncu(root)
     write_compile_cost(root)
@@ -264,7 +264,9 @@ def test_make_all_writes_every_figure_as_a_valid_png(results_root, tmp_path, cap
     out = tmp_path / "out"
     assert make_all.main(["--results", str(results_root), "--out", str(out)]) == 0
     printed = capsys.readouterr().out.split()
-    names = {m.NAME for m in make_all.FIGURES} - {ada_vs_hopper.NAME} | {"ada_vs_hopper_sdpa", "ada_vs_hopper_peak"}
+    sweep_figures = {tile_heatmap.NAME, "qtile_warps", "warps_stages"}   # one file per sweep: the fixture has v4's
+    names = ({m.NAME for m in make_all.FIGURES} - {ada_vs_hopper.NAME} - sweep_figures
+             | {"ada_vs_hopper_sdpa", "ada_vs_hopper_peak"} | {f"{n}_v4_exp2" for n in sweep_figures})
     for name in names:
         png = out / GPU / f"{name}.png"
         _assert_png(png)
@@ -282,7 +284,7 @@ def test_results_root_from_the_environment(results_root, tmp_path, monkeypatch):
 
 def test_a_script_main_draws_one_gpu(results_root, tmp_path, capsys):
     assert tile_heatmap.main(["--gpu", GPU, "--results", str(results_root), "--out", str(tmp_path)]) == 0
-    _assert_png(tmp_path / GPU / "tile_heatmap.png")
+    _assert_png(tmp_path / GPU / "tile_heatmap_v4_exp2.png")
 
 
 def test_missing_file_is_named_and_skips_only_its_figures(results_root, tmp_path, capsys):
@@ -295,7 +297,7 @@ def test_missing_file_is_named_and_skips_only_its_figures(results_root, tmp_path
     for name in ("tile_heatmap", "qtile_warps", "warps_stages"):
         assert f"skipped {name}: results file {sweep} does not exist" in err
     _assert_png(tmp_path / "out" / GPU / "versions_bench.png")
-    assert not (tmp_path / "out" / GPU / "tile_heatmap.png").exists()
+    assert not list((tmp_path / "out" / GPU).glob("tile_heatmap*.png"))
 
 
 def test_nothing_drawable_exits_non_zero(tmp_path, capsys):
@@ -303,7 +305,7 @@ def test_nothing_drawable_exits_non_zero(tmp_path, capsys):
     assert data.gpu_slugs(tmp_path / "results") == []   # a folder without measurements is not a GPU
     assert make_all.main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "out"),
                           "--gpu", "empty-gpu"]) == 1
-    assert "hostpath/v4_exp2.csv does not exist" in capsys.readouterr().err
+    assert "hostpath/v5_final.csv does not exist" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content", ["", "N,causal\n512,0\n", "a,b\n1,2,3,4\n5\n\"unclosed"])
@@ -380,6 +382,7 @@ def test_reference_rows_are_transcribed_and_labelled():
 def test_unit_scale_and_metric_columns(tmp_path):
     assert data.unit_scale("usecond") == 1e-6 and data.unit_scale("msecond") == 1e-3
     assert data.unit_scale("Gbyte") == 1e9 and data.unit_scale("Mbyte") == 1e6 and data.unit_scale("byte") == 1
+    assert data.unit_scale("ns") == 1e-9 and data.unit_scale("byte/block") == 1 and data.unit_scale("register/thread") == 1
     assert data.unit_scale("cycle/nsecond") == pytest.approx(1e9) and data.unit_scale("Mhz") == 1e6
     assert data.unit_scale("Kibyte") == 1024 and data.unit_scale("") == 1 and data.unit_scale("%") == 1
     with pytest.raises(ValueError, match="furlong"):
