@@ -1,7 +1,7 @@
 """The Round 2 matmul peak table: one Triton matmul with different input and accumulator types.
 
     python profiling/matmul_peak.py                 # time each variant (do_bench), write results/<gpu>/ceilings/
-    ncu --set full --clock-control none -o R python profiling/matmul_peak.py --iters 1 --no-save
+    python profiling/run_profile.py --tool ncu --kernel matmul   # the same variants under Nsight Compute
 
 For each variant (bf16 -> fp32, fp16 -> fp32, tf32 -> fp32, fp16 -> fp16, int8 -> int32) it
 reports TFLOP/s (TOP/s for int8) at M = N = K = 8192 against the tensor-core peak this
@@ -78,6 +78,11 @@ def matmul(a, b, variant: str, block=(128, 128, 64), num_warps=8, num_stages=3):
     return c
 
 
+def range_name(variant: str, size: int) -> str:
+    """The NVTX range (and so, in the ncu export, the kernel name) of one variant."""
+    return f"matmul {variant} S={size}"
+
+
 def operands(variant: str, M: int, N: int, K: int, device="cuda"):
     import torch
 
@@ -108,15 +113,22 @@ def main(argv=None) -> int:
     from fa2lab.timing import bench_ms, warm_gpu
 
     f, S = facts(), args.size
+    if args.iters:
+        # Under ncu (`invoke profile --tool ncu --kernel matmul`): compile and warm every variant, then one
+        # profiler range in which each variant runs inside an NVTX range named after it.
+        from profiling.common import Call, capture, warm_up
+
+        calls = []
+        for variant in args.variants.split(","):
+            a, b = operands(variant, S, S, S)
+            calls.append(Call(range_name(variant, S), lambda a=a, b=b, v=variant: matmul(a, b, v)))
+        warm_up(calls, 1.0)
+        capture(calls, args.iters)
+        return 0
     warm_gpu(1.0)
     rows = []
     for variant in args.variants.split(","):
         a, b = operands(variant, S, S, S)
-        if args.iters:
-            for _ in range(args.iters):
-                matmul(a, b, variant)
-            torch.cuda.synchronize()
-            continue
         with ClockSampler() as clocks:
             ms = bench_ms(lambda: matmul(a, b, variant))
         c = clocks.summary()
@@ -126,8 +138,6 @@ def main(argv=None) -> int:
                      "bf16_fp32_peak_tflops_at_clock": peak, **c})
         print(f"{variant:<12} {ms:8.3f} ms {tflops:8.1f} T(FL)OP/s" + (f"  ({100 * tflops / peak:.0f}% of the "
               f"bf16->fp32 peak at {c.get('sm_clock_mhz_median')} MHz)" if peak else ""), flush=True)
-    if args.iters:
-        return 0
     # The two ceilings of METHOD.md: a large device-to-device copy and torch's bf16 matmul.
     src = torch.empty(2 * 1024**3, device="cuda", dtype=torch.uint8)
     dst = torch.empty_like(src)

@@ -64,15 +64,20 @@ def _num(text: str) -> float | None:
         return None
 
 
-def summarise_raw(path, N: int, causal: bool, config: str = "") -> list[dict]:
+def summarise_raw(path, N: int, causal: bool, config: str = "", predicted_flops: float | None = None) -> list[dict]:
+    """One row per kernel. predicted_flops defaults to the attention harness shape's count at N; the
+    matmul peak table passes 2·S³. With `--print-nvtx-rename kernel` each kernel is named by the NVTX
+    range it ran in ("v4_exp2 N=4096 causal=0", "matmul bf16->fp32 S=8192"): its first word after any
+    'matmul' is the version (or the matmul variant)."""
     header, units, kernels = read_raw(path)
     picked = [c for c in header if any(re.search(p, c) for p in PATTERNS)]
-    predicted_flops = shapes.flops(shapes.BATCH, shapes.HEADS, N, shapes.HEAD_DIM, causal)
+    if predicted_flops is None:
+        predicted_flops = shapes.flops(shapes.BATCH, shapes.HEADS, N, shapes.HEAD_DIM, causal)
     out = []
     for k in kernels:
         name = k["Kernel Name"]
-        # With `--print-nvtx-rename kernel` the name is the NVTX range the drivers wrap each call in.
-        version = name.split(" ")[0] if " N=" in name else ""
+        words = name.split(" ")
+        version = (words[1] if words[0] == "matmul" and len(words) > 2 else words[0]) if (" N=" in name or " S=" in name) else ""
         row = {"kernel": name[:120], "version": version, "ncu_id": k.get("ID", ""), "N": N, "causal": int(causal),
                "config": config, "predicted_flops": predicted_flops}
         for c in picked:

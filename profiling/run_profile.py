@@ -4,6 +4,7 @@
     python profiling/run_profile.py --tool ncu --kernel all          # every version (v2 aside) + SDPA, one report
     python profiling/run_profile.py --tool nsys --kernel all
     python profiling/run_profile.py --tool torch --kernel all        # timeline where nsys does not work
+    python profiling/run_profile.py --tool ncu --kernel matmul       # tensor-pipe counter vs roofline, per input type
 
 ncu runs with the full section set, source import, capture limited to the profiler range,
 clocks left alone (--clock-control none) and an empty TRITON_CACHE_DIR (so source lines
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fa2lab import versions  # noqa: E402
 
 REPO = versions.REPO
+MATMUL_SIZE = 8192   # M = N = K of the Round 2 matmul peak table
 
 
 def find_nsys() -> str | None:
@@ -49,17 +51,25 @@ def driver_command(names: list[str], args, extra: list[str]) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tool", choices=("ncu", "nsys", "torch"), default="ncu")
-    ap.add_argument("--kernel", default="v5_final", help="a version, a comma-separated list, or 'all'")
+    ap.add_argument("--kernel", default="v5_final",
+                    help="a version, a comma-separated list, 'all', or 'matmul' (the Round 2 matmul peak table, ncu)")
     ap.add_argument("--N", type=int, default=4096)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--config", default="", help="Q,K,WARPS,STAGES for every version profiled")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
 
-    names = [v.name for v in versions.resolve(args.kernel)]
-    if args.kernel == "all":   # v2 runs v1's kernel with v1's configurations (the article leaves it out too)
-        names = [n for n in names if n != "v2_autotune"]
-    tag = (names[0] if len(names) == 1 else "all") + f"_N{args.N}_{'causal' if args.causal else 'noncausal'}"
+    matmul = args.kernel == "matmul"
+    if matmul:
+        if args.tool != "ncu":
+            print("--kernel matmul (the matmul peak table) runs under --tool ncu only", file=sys.stderr)
+            return 2
+        names, tag = [], f"matmul_S{MATMUL_SIZE}"
+    else:
+        names = [v.name for v in versions.resolve(args.kernel)]
+        if args.kernel == "all":   # v2 runs v1's kernel with v1's configurations (the article leaves it out too)
+            names = [n for n in names if n != "v2_autotune"]
+        tag = (names[0] if len(names) == 1 else "all") + f"_N{args.N}_{'causal' if args.causal else 'noncausal'}"
     if not args.dry_run:
         import torch
 
@@ -69,7 +79,8 @@ def main(argv=None) -> int:
             return 2
     from fa2lab.results import RESULTS, gpu_dir
 
-    out = (gpu_dir() if not args.dry_run else RESULTS / "GPU") / args.tool
+    # The matmul table's counters go beside its timings (ceilings/), not among the attention kernels' profiles.
+    out = (gpu_dir() if not args.dry_run else RESULTS / "GPU") / ("ceilings" if matmul else args.tool)
     out.mkdir(parents=True, exist_ok=True) if not args.dry_run else None
     env = dict(os.environ, PYTHONUNBUFFERED="1")
 
@@ -77,7 +88,11 @@ def main(argv=None) -> int:
         rep = out / f"{tag}.ncu-rep"
         cmd = ["ncu", "--set", "full", "--import-source", "yes", "--profile-from-start", "off",
                "--clock-control", "none", "--nvtx", "-f", "-o", str(rep.with_suffix(""))]
-        cmd += driver_command(names, args, ["--iters", "1", "--sdpa", "1", "--fresh-cache", "1", "--warmup-s", "1"])
+        if matmul:
+            cmd += [sys.executable, str(REPO / "profiling" / "matmul_peak.py"), "--size", str(MATMUL_SIZE),
+                    "--iters", "1", "--no-save"]
+        else:
+            cmd += driver_command(names, args, ["--iters", "1", "--sdpa", "1", "--fresh-cache", "1", "--warmup-s", "1"])
         # Base units (no auto-scaling between runs), and each kernel named by its NVTX range
         # ("v4_exp2 N=4096 causal=0", "sdpa N=4096 causal=0"): the drivers wrap every call in one.
         export = ["ncu", "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base",
@@ -99,7 +114,8 @@ def main(argv=None) -> int:
         raw_path = out / "raw" / f"{tag}_{run_id.replace(':', '')}.csv"
         raw_path.parent.mkdir(parents=True, exist_ok=True)
         raw_path.write_text(raw.stdout)
-        rows = summarise_raw(raw_path, N=args.N, causal=args.causal, config=args.config)
+        rows = summarise_raw(raw_path, N=args.N, causal=args.causal, config=args.config,
+                             predicted_flops=2 * MATMUL_SIZE**3 if matmul else None)
         rows = [{**r, "run_id": run_id, "raw_export": str(raw_path.relative_to(REPO)), "date": run_id,
                  **environment()} for r in rows]
         dest = append_rows(out / f"{tag}.csv", rows)

@@ -26,6 +26,7 @@ COMPILES = {
     "v0": ["--kernel", "v0_baseline", "--config", "16,16,4,3"],
     "v3": ["--kernel", "v3_causal_skip", "--config", "128,64,8,3"],
     "v4": ["--kernel", "v4_exp2", "--config", "128,64,8,3"],
+    "v6": ["--kernel", "v6_longest_first", "--config", "128,64,8,3"],   # its own signature (WINDOW, launch order)
 }
 
 
@@ -81,7 +82,7 @@ def test_v0_baseline_layout_is_the_articles(inspected):
 
 
 def test_hopper_configs_use_wgmma_without_shared_memory_for_p(inspected):
-    for name in ("v3", "v4"):
+    for name in ("v3", "v4", "v6"):
         _, s = inspected[name]
         (mma,) = s["ttgir"]["mma_layouts"]
         assert mma["versionMajor"] == 3 and mma["warpsPerCTA"] == [8, 1], name

@@ -43,3 +43,14 @@ def test_roofline_uses_the_nvtx_version_and_the_last_run(tmp_path):
                        "version": ["v5_final", "sdpa"] * 2, "run_id": ["a", "a", "b", "b"]})
     out = label_rows(df, tmp_path / "v5_final_N4096_noncausal.csv")
     assert list(out["who"]) == ["v5_final", "sdpa"] and set(out["run_id"]) == {"b"}
+
+
+def test_matmul_rows_are_named_by_variant_and_count_two_s_cubed(tmp_path):
+    from profiling.matmul_peak import range_name
+
+    path = tmp_path / "m.raw.csv"
+    path.write_text(RAW.replace("v5_final N=4096 causal=0", range_name("bf16->fp32", 8192))
+                    .replace("sdpa N=4096 causal=0", range_name("int8->int32", 8192)))
+    rows = summarise_raw(path, N=0, causal=False, predicted_flops=2 * 8192**3)
+    assert [r["version"] for r in rows] == ["bf16->fp32", "int8->int32"]
+    assert all(r["predicted_flops"] == 2 * 8192**3 for r in rows)

@@ -274,3 +274,14 @@ class FlashAttentionTriton(torch.autograd.Function):
             Q, K, V, O, L, dO, ctx.is_causal, config=FlashAttentionTriton.BACKWARD_CONFIG,
             dq_mode=FlashAttentionTriton.BACKWARD_DQ_MODE)
         return dQ, dK, dV, None, None
+
+
+def offline_compile_args(N: int, D: int, dtype: str, batch: int, cfg, causal: bool):
+    """For profiling/inspect_kernel.py: v5's positional arguments plus WINDOW (0: none) before the scale,
+    and the constexprs this version adds, as its default launch sets them."""
+    from fa2lab.compile_offline import kernel_args
+
+    args = kernel_args(N, D, dtype, batch)
+    head_major, reverse = LAUNCH_ORDERS[FlashAttentionTriton.LAUNCH_ORDER]
+    return (*args[:-1], 0, args[-1]), {"HAS_WINDOW": False, "HEAD_MAJOR": head_major, "REVERSE": reverse,
+                                       "P_CAST": FlashAttentionTriton.P_CAST}
