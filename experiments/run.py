@@ -124,7 +124,7 @@ def timing(args, save):
     from fa2lab.versions import get
 
     out = gpu_dir() / "experiments" / "timing.csv"
-    for name in ("v5_final", V6):
+    for name in ("v5_final", V6, "v7_hopper"):   # the issue names v5, v7 and SDPA; v6 is v7's fallback
         cmd = [sys.executable, str(HARNESS), "--N", *map(str, args.Ns), "--out", str(out)]
         subprocess.run(cmd, env=version_env(get(name), FA2_RUN_ID=f"experiment-timing/{name}"), check=True)
 

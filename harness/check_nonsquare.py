@@ -4,7 +4,8 @@
     python harness/check_nonsquare.py --kernel all --quick  # the CI subset
 
 See fa2lab/nonsquare.py for the cases. With --save (GPU only) one row per case goes to
-results/<gpu>/checks/nonsquare.csv with provenance.
+results/<gpu>/checks/nonsquare.csv with provenance, version by version; rerunning skips the versions
+already saved at the same git commit, so a run cut by a time limit continues where it stopped.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", default="all", help="a version, a comma-separated list, or 'all'")
     ap.add_argument("--quick", action="store_true", help="the small subset CI runs")
-    ap.add_argument("--save", action="store_true", help="append rows to results/<gpu>/checks/nonsquare.csv")
+    ap.add_argument("--save", action="store_true",
+                    help="append rows to results/<gpu>/checks/nonsquare.csv, each version as it finishes")
+    ap.add_argument("--no-resume", dest="resume", action="store_false",
+                    help="with --save: check again the versions already saved at this git commit")
     args = ap.parse_args(argv)
 
     if not torch.cuda.is_available():
@@ -39,14 +43,32 @@ def main(argv=None) -> int:
 
         patch_interpreter()
         print("no CUDA GPU: running under Triton's CPU interpreter")
+    if args.save and not torch.cuda.is_available():
+        print("--save needs a GPU: interpreter runs are checks, not results", file=sys.stderr)
+        return 2
     chosen = resolve(args.kernel)
-    summary, all_rows = [], []
+    if args.save:
+        from fa2lab.provenance import environment, git_commit, now
+        from fa2lab.results import append_rows, gpu_dir
+
+        out, env = gpu_dir() / "checks" / "nonsquare.csv", environment()
+        if args.resume and out.exists():
+            import csv
+
+            with out.open(newline="") as f:
+                done = {r["version"] for r in csv.DictReader(f) if r.get("git_commit") == git_commit()
+                        and r.get("quick", "0") == str(int(args.quick))}
+            if done:
+                print(f"resuming: {', '.join(sorted(done))} already checked at this commit ({out})")
+            chosen = [v for v in chosen if v.name not in done]
+    summary = []
     for v in chosen:
         total = len(cases(args.quick)) * (1 + len(explicit_configs(v.round >= 4, args.quick)))
         with tqdm(total=total, desc=v.name, unit="case", file=sys.stdout, mininterval=2) as bar:
             counts, rows = check_version(v.name, args.quick, progress=lambda r: bar.update(1))
         summary.append((v.name, counts))
-        all_rows.extend(rows)
+        if args.save:   # each version as it finishes, so an interrupted run keeps what it checked
+            append_rows(out, [{"version": v.name, "quick": int(args.quick), **r, "date": now(), **env} for r in rows])
         for r in rows:
             if r["status"] == "failed":
                 why = r.get("error") or "relative error {:.2e}".format(r["rel_err"])
@@ -55,15 +77,7 @@ def main(argv=None) -> int:
     for name, c in summary:
         print(f"{name:<18}{c['passed']:>8}{c['failed']:>8}{c['skipped_smem']:>16}")
     if args.save:
-        if not torch.cuda.is_available():
-            print("--save needs a GPU: interpreter runs are checks, not results", file=sys.stderr)
-            return 2
-        from fa2lab.provenance import environment, now
-        from fa2lab.results import append_rows, gpu_dir
-
-        env, date = environment(), now()
-        out = append_rows(gpu_dir() / "checks" / "nonsquare.csv", [{**r, "date": date, **env} for r in all_rows])
-        print(f"wrote {len(all_rows)} rows to {out}")
+        print(f"rows in {out}")
     return 1 if any(c["failed"] for _, c in summary) else 0
 
 
