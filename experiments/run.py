@@ -118,7 +118,7 @@ def launch_order(args, save):
 
 
 def timing(args, save):
-    """The harness at small N for v5, v6 (and SDPA in the same runs), with graph and host columns."""
+    """The harness at small N for v5, v6, v7 (and SDPA in the same runs), with graph and host columns."""
     from fa2lab.protocol import HARNESS, version_env
     from fa2lab.results import gpu_dir
     from fa2lab.versions import get
