@@ -262,18 +262,26 @@ def experiment(c, name, N="", rounds=5):
         raise Exit(f"experiment {name} failed", code=1)
 
 
-@task(help={"ncu": "run it under Nsight Compute (one untimed call per variant) for the tensor-pipe counters"})
+@task(help={"kernel": "versions with the lean host path (comma-separated)", "N": "comma-separated sequence lengths",
+            "repeats": "timings of 200 calls per step"})
+def host_steps(c, kernel="v5_final,v6_longest_first,v7_hopper", N="512", repeats=5):
+    """Where a forward call's host time goes (issue 8): SDPA, apply, an empty autograd.Function, the cached
+    launch, its signature lookup, the allocations, v7's descriptors and Triton's launcher, each timed alone;
+    rows to results/<gpu>/hostpath/steps.csv."""
+    _need_gpu("invoke host-steps", "results/<gpu>/hostpath/steps.csv holds the committed measurements")
+    if _run([sys.executable, "profiling/host_steps.py", "--kernel", kernel, "--N", *N.split(","),
+             "--repeats", str(repeats)]) != 0:
+        raise Exit("host-steps failed", code=1)
+
+
+@task(help={"ncu": "run it under Nsight Compute instead (one call per variant in NVTX ranges), exporting the "
+                   "tensor-pipe counters and the roofline numbers to results/<gpu>/ceilings/matmul_S8192.csv"})
 def ceilings(c, ncu=False):
     """The Round 2 matmul peak table (bf16, fp16, tf32 with fp32 accumulation; fp16 with fp16; int8)
     and METHOD.md's two ceilings (copy bandwidth, torch bf16 matmul); rows to results/<gpu>/ceilings/."""
     _need_gpu("invoke ceilings", "results/<gpu>/ceilings/matmul_peak.csv holds the committed measurements")
     cmd = [sys.executable, "profiling/matmul_peak.py"]
-    if ncu:
-        from fa2lab.results import gpu_dir
-
-        rep = gpu_dir() / "ncu" / "matmul_peak"
-        rep.parent.mkdir(parents=True, exist_ok=True)
-        cmd = ["ncu", "--set", "full", "--clock-control", "none", "-f", "-o", str(rep), *cmd, "--iters", "1",
-               "--no-save"]
+    if ncu:   # the same as `invoke profile --tool ncu --kernel matmul`
+        cmd = [sys.executable, "profiling/run_profile.py", "--tool", "ncu", "--kernel", "matmul"]
     if _run(cmd) != 0:
         raise Exit("ceilings failed", code=1)

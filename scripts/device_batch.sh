@@ -25,6 +25,7 @@
 #   profile           ncu, every version (v2 aside) and SDPA, N = 4096, both masks
 #   profile-matmul    ncu over the matmul peak table's variants (tensor-pipe counter vs roofline)
 #   nsys | torch-trace           a timeline of every version at N = 4096 (nsys needs .debs carried)
+#   host-steps        each step of the lean host path timed alone (profiling/host_steps.py, issue 8)
 #   compile-cost | autotune-bias the Round 3 experiments
 #   pcast | launch-order | timing  experiments/run.py
 #   ceilings          the matmul peak table and the copy bandwidth
@@ -66,6 +67,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     profile-matmul) echo "python3 profiling/run_profile.py --tool ncu --kernel matmul" ;;
     nsys) echo "python3 profiling/run_profile.py --tool nsys --kernel all" ;;
     torch-trace) echo "python3 profiling/run_profile.py --tool torch --kernel all" ;;
+    host-steps) echo "python3 profiling/host_steps.py --N 512 4096" ;;
     compile-cost) echo "python3 sweeps/compile_cost.py" ;;
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
     pcast|launch-order|timing) echo "python3 experiments/run.py $s" ;;

@@ -65,3 +65,14 @@ def test_v5_second_call_does_not_autotune_or_bind_again(monkeypatch):
     assert torch.equal(first, second)
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert torch.allclose(second.float(), ref.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_host_steps_refuses_without_a_gpu_and_names_the_committed_file():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, str(repo / "profiling" / "host_steps.py")], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "hostpath/steps.csv" in p.stderr

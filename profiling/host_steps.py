@@ -1,0 +1,142 @@
+"""Where a forward call's host time goes (issue 8): each step of the lean host path timed alone.
+
+    python profiling/host_steps.py                            # v5_final, v6, v7 at N = 512, both masks
+    python profiling/host_steps.py --kernel v5_final --N 512 1024 --repeats 7
+
+Every step is timed as the harness times host_us: calls back to back with the GPU queue never
+drained (fa2lab.timing.host_us_per_call), `--repeats` times; rows (median, min, max µs per call)
+go to results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
+
+  sdpa              F.scaled_dot_product_attention, the reference (one C++ op)
+  apply             FlashAttentionTriton.apply: what the harness's host_us measures
+  function_nop      a torch.autograd.Function whose forward only allocates O: the price of the
+                    Function machinery (ctx, apply's dispatch) whatever the kernel
+  cache_hit         the cached Launch called directly: signature lookup skipped, 2 allocations + launch
+  signature         LaunchCache.signature + the dictionary lookup
+  allocate          torch.empty_strided(O) + torch.empty(L)
+  descriptors       v7's TMA path only: building the four tensor descriptors it needs on every call
+  launch            CompiledKernel.run with O and L preallocated: Triton's launcher alone
+
+apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fa2lab import shapes  # noqa: E402
+
+STEPS = ("sdpa", "apply", "function_nop", "cache_hit", "signature", "allocate", "descriptors", "launch")
+
+
+def step_functions(module, N: int, causal: bool) -> dict:
+    """{step: zero-argument callable} for one version, shape and mask (CUDA inputs, the harness's layout)."""
+    import torch
+    import torch.nn.functional as F
+    from triton import knobs
+    from triton.runtime import driver
+
+    cls = module.FlashAttentionTriton
+    B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
+    q, k, v = (torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
+    cache = cls.launches
+    cache.entries.clear()
+    cls.apply(q, k, v, causal)   # the normal path once: compiles, autotunes, records this shape's Launch
+    torch.cuda.synchronize()
+    if len(cache.entries) != 1:
+        raise RuntimeError(f"{module.__name__}: {len(cache.entries)} cached launches after one call "
+                           "(expected 1: is the lean host path on?)")
+    (key, launch), = cache.entries.items()
+    mode = key[-1]   # the signature ends with the version's mode (mask, window, ...)
+    inner = getattr(launch, "launch", launch)   # v7's record of a launch that fell back to v6's kernel
+
+    class Nop(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, Q, K, V, is_causal):
+            return torch.empty_like(Q)
+
+    O = torch.empty_strided(inner.o_shape, inner.o_stride, dtype=q.dtype, device=q.device)
+    L = torch.empty(inner.l_shape, dtype=torch.float32, device=q.device)
+    kern = inner.kernel
+    stream = driver.active.get_current_stream(q.device.index)
+    fns = {}
+    if getattr(inner, "blocks", ()):   # v7's TMA path: tensor descriptors, rebuilt on every call
+        def descriptors():
+            descs = module._descriptors(q, k, v, O)
+            for d, block in zip(descs, inner.blocks):
+                d.block_shape = list(block)
+            return descs
+
+        fns["descriptors"] = descriptors
+        pointers = (*descriptors(), L)
+    else:
+        pointers = (q, k, v, O, L)
+
+    def raw_launch():
+        kern.run(*inner.grid, stream, kern.function, kern.packed_metadata, None,
+                 knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *pointers, *inner.tail)
+
+    return fns | {
+        "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal),
+        "apply": lambda: cls.apply(q, k, v, causal),
+        "function_nop": lambda: Nop.apply(q, k, v, causal),
+        "cache_hit": lambda: launch(q, k, v),
+        "signature": lambda: cache.entries.get(cache.signature(q, k, v, mode)),
+        "allocate": lambda: (torch.empty_strided(inner.o_shape, inner.o_stride, dtype=q.dtype, device=q.device),
+                             torch.empty(inner.l_shape, dtype=torch.float32, device=q.device)),
+        "launch": raw_launch,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernel", default="v5_final,v6_longest_first,v7_hopper",
+                    help="versions with the lean host path (comma-separated)")
+    ap.add_argument("--N", type=int, nargs="*", default=[512], help="sequence lengths")
+    ap.add_argument("--causal", choices=["both", "0", "1"], default="both")
+    ap.add_argument("--repeats", type=int, default=5, help="timings of 200 calls per step")
+    ap.add_argument("--no-save", action="store_true")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("host_steps times launches on a CUDA GPU; the committed results/<gpu>/hostpath/steps.csv "
+              "can be read without one", file=sys.stderr)
+        return 2
+    from fa2lab.provenance import environment, now
+    from fa2lab.results import append_rows, gpu_dir
+    from fa2lab.timing import host_us_per_call
+    from fa2lab.versions import load, resolve
+
+    env, rows = environment(), []
+    for version in resolve(args.kernel):
+        module = load(version.name)
+        for causal in shapes.masks_from(args.causal):
+            for N in args.N:
+                fns = step_functions(module, N, causal)
+                steps = [s for s in STEPS if s in fns]
+                samples = {s: [] for s in steps}
+                for _ in range(args.repeats):   # interleaved, so a slow moment hits every step alike
+                    for s in steps:
+                        samples[s].append(host_us_per_call(fns[s]))
+                for s in steps:
+                    xs = samples[s]
+                    rows.append({"version": version.name, "N": N, "causal": int(causal), "step": s,
+                                 "us_median": statistics.median(xs), "us_min": min(xs), "us_max": max(xs),
+                                 "repeats": args.repeats, "calls_each": 200, "date": now(), **env})
+                line = "  ".join(f"{s} {statistics.median(samples[s]):.1f}" for s in steps)
+                print(f"{version.name} N={N} causal={int(causal)} (µs per call): {line}", flush=True)
+    if not args.no_save:
+        print(f"wrote {len(rows)} rows to {append_rows(gpu_dir() / 'hostpath' / 'steps.csv', rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
