@@ -56,3 +56,353 @@ def test_missing_or_malformed_results_are_named(tmp_path, results_root):
     bad.write_text("version,N\nv1_tiles,512\n")
     with pytest.raises(report.data.ResultsError, match=str(bad)):
         report.build(results_root)
+
+
+# ---- the sections of the H200's later results: Round 1 sweep and picks, compile cost, autotune bias, the final
+# profile, the experiments, the backward, and v6/v7 in the version tables. Fixtures are small CSVs in the formats
+# the writers use; every expected number below is computed here from the fixture, not copied from the report.
+
+import json  # noqa: E402
+import re  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from fa2lab import shapes  # noqa: E402
+from test_figures import PROV, compile_cost_values, write_compile_cost, write_ncu  # noqa: E402
+
+PICKS = {"single": ["64,32,4,3"], "per_shape": ["128,64,8,4", "64,32,4,3"], "shortlist": ["64,32,4,3", "128,64,8,4"]}
+CANDIDATES = ["64,64,4,3", "128,64,8,4", "64,32,4,3", "32,32,1,4"]       # the last one is the biased pick
+CAREFUL_MS = {"64,64,4,3": 0.050, "128,64,8,4": 0.040, "64,32,4,3": 0.045, "32,32,1,4": 0.044}
+# who -> (N, causal) -> (duration s, SM clock Hz, tensor ops counted as a multiple of the prediction)
+NCU_FIX = {"v0_baseline": {(4096, 0): (2.5e-3, 1.80e9, 1.5)},
+           "v1_tiles": {(4096, 1): (0.60e-3, 1.78e9, 2.0)},
+           "v3_causal_skip": {(4096, 1): (0.30e-3, 1.77e9, 1.016)},
+           "v5_final": {(4096, 0): (0.16e-3, 1.76e9, 1.0), (4096, 1): (0.10e-3, 1.76e9, 1.016)},
+           "sdpa": {(4096, 0): (0.17e-3, 1.75e9, 1.0), (4096, 1): (0.11e-3, 1.75e9, 1.031)}}
+
+
+def write_picks(root, version, picks=PICKS, date="2026-11-28T12:00:00+00:00"):
+    rows = [{"sweep": version, "role": role, "rank": k, "config": c, "arch": "sm_90", "gpu": PROV["gpu"],
+             "source_csv": f"results/{GPU}/sweep/{version}.csv", "date": date, "git_commit": "abc1234"}
+            for role, configs in picks.items() for k, c in enumerate(configs)]
+    return _write(root / GPU / "sweep" / f"{version}.picks.csv", rows)
+
+
+def write_bias(root, plain_picks, warm_picks, careful_pick="128,64,8,4"):
+    rows = []
+    for setting, picks in (("plain", plain_picks), ("warmup", warm_picks)):
+        for i, p in enumerate(picks):
+            rows.append({"setting": setting, "process": i, "N": 512, "causal": 0, "configs": ";".join(CANDIDATES),
+                         "picked": p, "timings_ms": json.dumps({c: 0.015 for c in CANDIDATES}), "pause_s": 10.0,
+                         "date": f"2026-11-29T18:{i:02d}:00+00:00", **{k: v for k, v in PROV.items() if k != "date"}})
+    rows.append({"setting": "careful", "process": 0, "N": 512, "causal": 0, "configs": ";".join(CANDIDATES),
+                 "picked": careful_pick, "timings_ms": json.dumps(CAREFUL_MS), "pause_s": 0,
+                 "date": "2026-11-29T19:00:00+00:00"})
+    return _write(root / GPU / "tuning" / "autotune_bias.csv", rows)
+
+
+def ncu_rows(causal: int, run_id: str, absurd: bool = False) -> list[dict]:
+    rows = []
+    for who, shapes_ in NCU_FIX.items():
+        if (4096, causal) not in shapes_:
+            continue
+        t, clock, ops = shapes_[(4096, causal)]
+        flop = shapes.flops(4, 8, 4096, 64, bool(causal))
+        hmma = who == "v0_baseline"
+        rows.append({"kernel": f"{who} N=4096 causal={causal}/flash_fwd_kernel", "version": who, "N": 4096,
+                     "causal": causal, "config": "", "predicted_flops": flop,
+                     "gpu__time_duration.sum [ns]": t * 1e9 * (100 if absurd else 1),
+                     "sm__cycles_elapsed.avg.per_second [hz]": clock,
+                     "l1tex__m_xbar2l1tex_read_bytes.sum [byte]": 1.0e9, "dram__bytes_read.sum [byte]": 50e6,
+                     "dram__bytes_write.sum [byte]": 10e6, "launch__registers_per_thread [register/thread]": 128,
+                     "launch__shared_mem_per_block_dynamic [byte/block]": 81920,
+                     "launch__shared_mem_per_block_static [byte/block]": 1024,
+                     "sm__maximum_warps_per_active_cycle_pct [%]": 25.0,
+                     "sm__warps_active.avg.pct_of_peak_sustained_active [%]": 23.5,
+                     "smsp__inst_executed.sum [inst]": 160e6,
+                     "sm__ops_path_tensor_src_bf16_dst_fp32.sum": ops * flop,
+                     "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32_sparsity_off.sum": ops * flop if hmma else 0.0,
+                     "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum": 0.0 if hmma else ops * flop,
+                     "stall_1": "selected (1.00)" if who == "sdpa" else "wait (1.31)", "stall_2": "barrier (0.76)",
+                     "run_id": run_id, "date": run_id, **{k: v for k, v in PROV.items() if k != "date"}})
+    return rows
+
+
+def write_ncu_h200(root):
+    for causal, tag in ((0, "noncausal"), (1, "causal")):
+        rows = ncu_rows(causal, "2026-11-28T00:00:00+00:00", absurd=True) + ncu_rows(causal, "2026-11-29T00:00:00+00:00")
+        _write(root / GPU / "ncu" / f"all_N4096_{tag}.csv", rows)
+
+
+def pct_peak(who, causal):
+    t, clock, _ = NCU_FIX[who][(4096, causal)]
+    return 100 * shapes.flops(4, 8, 4096, 64, bool(causal)) / t / (4096 * 132 * clock)
+
+
+def write_experiments(root):
+    folder = root / GPU / "experiments"
+    pcast = [{"variant": "sum fp32 P, cast, multiply", "p_cast": 0, "N": 4096, "causal": 0, "ms": 1.000,
+              "ms_min": 0.99, "ms_max": 1.01, "tflops": 137.4, "mae_vs_float64": 4.520e-5,
+              "bf16_rounding_floor": 2.9e-5, "seeds": 3, "rounds": 5},
+             {"variant": "cast first, sum the bf16 P", "p_cast": 1, "N": 4096, "causal": 0, "ms": 1.020,
+              "ms_min": 1.01, "ms_max": 1.03, "tflops": 134.7, "mae_vs_float64": 4.521e-5,
+              "bf16_rounding_floor": 2.9e-5, "seeds": 3, "rounds": 5},
+             {"variant": "no cast: fp32 P, V upcast, TF32", "p_cast": 2, "N": 4096, "causal": 0, "ms": 1.430,
+              "ms_min": 1.42, "ms_max": 1.44, "tflops": 96.1, "mae_vs_float64": 3.0e-5,
+              "bf16_rounding_floor": 2.9e-5, "seeds": 3, "rounds": 5}]
+    _write(folder / "pcast.csv", [{**r, "date": PROV["date"]} for r in pcast])
+    speed = {(2048, "64,32,4,3"): 1.08, (2048, "64,64,4,3"): 1.10, (4096, "64,32,4,3"): 1.045, (4096, "64,64,4,3"): 1.05}
+    rows = []
+    for (N, cfg), s in speed.items():
+        base = 0.1 * N / 2048
+        for order, sp in (("longest_first", s), ("reversed", 1.01), ("forward", 1.0)):
+            rows.append({"order": order, "config": cfg, "N": N, "causal": 1, "ms": base / sp, "ms_min": base / sp,
+                         "ms_max": base / sp, "speedup_vs_forward": sp, "rounds": 5, "date": PROV["date"]})
+    _write(folder / "launch_order.csv", rows)
+    timing = [{"version": v, "run_id": f"experiment-timing/{v}", "N": N, "causal": 0, "ms": 0.015 * N / 512,
+               "graph_ms": 0.010 * N / 512, "host_us": 27.0, "sdpa_ms": 0.0145 * N / 512,
+               "sdpa_graph_ms": 0.0099 * N / 512, "sdpa_host_us": 16.5, "pct_of_sdpa": 100 * 0.0145 / 0.015,
+               "sm_clock_mhz_median": 1980.0, "sm_clock_mhz_min": 420.0, **PROV}
+              for v in ("v5_final", "v6_longest_first") for N in (512, 1024)]
+    _write(folder / "timing.csv", timing)
+
+
+def bwd_rows(version, protocol, runs, scale=1.0, date="2026-11-29T18:00:00+00:00"):
+    rows = []
+    for run in runs:
+        for causal in (0, 1):
+            for N in shapes.SEQ_LENS:
+                fb, b = 0.3 * N / 1024 * (1 + 0.1 * run) * scale, 0.2 * N / 1024 * (1 + 0.1 * run) * scale
+                sfb, sb = 0.25 * N / 1024, 0.15 * N / 1024
+                rows.append({"version": version, "run_id": f"{protocol}/{run}", "date": date, "backward_impl":
+                             "flashattention_autograd_function_triton.FlashAttentionTriton.backward", "N": N,
+                             "causal": causal, "fwd_bwd_ms": fb, "bwd_ms": b, "sdpa_fwd_bwd_ms": sfb,
+                             "sdpa_bwd_ms": sb, "sdpa_flash_fwd_bwd_ms": 2 * sfb, "sdpa_flash_bwd_ms": 2 * sb,
+                             "fwd_bwd_pct_of_sdpa": 100 * sfb / fb, "bwd_pct_of_sdpa": 100 * sb / b,
+                             "fwd_bwd_pct_of_sdpa_flash": 200 * sfb / fb, "bwd_pct_of_sdpa_flash": 200 * sb / b})
+    return rows
+
+
+@pytest.fixture
+def full_root(results_root):
+    """results_root with every later result: v6/v7 harness rows, the v0_baseline sweep and its picks, compile
+    cost, autotune bias, Nsight Compute, the three experiments and the backward."""
+    root = results_root
+    for i, v in ((6, "v6_longest_first"), (7, "v7_hopper")):
+        _write(root / GPU / "bench" / f"{v}.csv", _bench_rows(i, v))
+    _write(root / GPU / "sweep" / "v0_baseline.csv", _sweep_rows())
+    write_picks(root, "v0_baseline")
+    write_compile_cost(root)
+    write_bias(root, plain_picks=["32,32,1,4", "32,32,1,4", "32,32,1,4", "128,64,8,4", "32,32,1,4"],
+               warm_picks=["128,64,8,4"] * 5)
+    write_ncu_h200(root)
+    write_experiments(root)
+    _write(root / GPU / "bench_bwd" / "v6_longest_first.csv",
+           bwd_rows("v6_longest_first", "20261129T100000-old", [1], scale=50.0, date="2026-11-29T10:00:00+00:00")
+           + bwd_rows("v6_longest_first", "20261129T180000-new", [1, 2]))
+    return root
+
+
+def claim(root, start):
+    summary, paths = report.bench_summary(GPU, root)
+    claims = report.ledger(GPU, root, root, summary, paths, None)
+    return next(c for c in claims if c.text.startswith(start))
+
+
+def test_versions_table_has_v6_v7_and_the_spread(full_root):
+    text = report.build(full_root)
+    assert "| N | causal | v0_baseline | v1_tiles | v2_autotune | v3_causal_skip | v4_exp2 | v5_final | " \
+           "v6_longest_first | v7_hopper | SDPA |" in text
+    # runs 1..3 make the ms 1.01, 1.02, 1.03 times the version's base: each run's ratio to SDPA spreads with them
+    for v, base in (("v6_longest_first", 1.0), ("v7_hopper", 0.9)):
+        pct = [100 / (base * (1 + 0.01 * r)) for r in (1, 2, 3)]
+        assert f"| {v} | 3 | " in text
+        assert f"{pct[1]:.0f}% ({pct[2]:.0f}–{pct[0]:.0f}%)" in text
+    assert "v6_longest_first → v7_hopper" in text
+    # the harness rows (2026-11-29) come after the fixture's Round 1 picks (2026-11-28)
+    assert "so v1–v4 ran the configurations picked from this GPU's v0_baseline sweep" in text
+
+
+def test_both_sweeps_and_their_picks(full_root):
+    text = report.build(full_root)
+    assert "### Round 1 sweep winners (v0_baseline's body, 9 configurations per shape)" in text
+    assert "### Round 5 sweep winners (v4_exp2's body" in text
+    assert f"`results/{GPU}/sweep/v0_baseline.csv`" in text or "sweep/v0_baseline.csv" in text
+    # N = 4096 non-causal: the winner 128×64 at 200; the single pick 64,32,4,3 is at 100 (50%); the short list's
+    # best is the winner itself
+    assert "| 4096 | no | 128×64, 8w, 4s | 200.0 | – | 100.0 (50%) | 200.0 (100%) | 64×32, 4w, 3s: 63.5 |" in text
+    assert "single winner (1): `64,32,4,3`; per-shape winners (2): `128,64,8,4`, `64,32,4,3`; short list (2)" in text
+    assert f"Picks: not measured yet (`invoke pick-configs --kernel v4_exp2` writes " in text
+    # Round 1's claims read Round 1's sweep
+    c = claim(full_root, "Every query tile peaks")
+    assert c.source.endswith("sweep/v0_baseline.csv")
+
+
+def test_round1_claims_fall_back_to_the_round5_sweep(results_root):
+    c = claim(results_root, "Every query tile peaks")
+    assert c.source.endswith("sweep/v4_exp2.csv (Round 5's sweep: Round 1's is not measured yet)")
+    text = report.build(results_root)
+    assert "### Round 1 sweep winners (v0_baseline's body)\nnot measured yet: `invoke sweep --kernel v0_baseline`" in text
+
+
+def test_compile_cost_fit_is_polyfit_of_the_fixture(full_root):
+    ks = [1, 2, 4, 8, 16]
+    slope, intercept = np.polyfit(ks, [compile_cost_values(k, 0, "empty")["first_4096"] for k in ks], 1)
+    assert (round(slope, 3), round(intercept, 3)) == (0.3, 0.5)        # the fixture's own line
+    text = report.build(full_root)
+    assert f"empty cache: {slope:.3f} s per configuration + {intercept:.3f} s" in text
+    first = compile_cost_values(8, 1, "on_disk")
+    assert (f"| 8 | on disk | 1 | {first['first_4096']:.3f} | {first['new_2048']:.3f} ({first['new_512']:.3f}–"
+            f"{first['new_1024']:.3f}) | {first['first_causal_4096']:.3f} | – |") in text
+    empty = compile_cost_values(4, 0, "empty")
+    assert f"| 4 | empty | 0 | {empty['first_4096']:.3f} | " in text and "| 1.63 |" in text   # Ada's 4 configurations
+    c = claim(full_root, "Autotuning costs about 0.18 s")
+    assert c.verdict == "holds" and f"{slope:.3f} s per configuration + {intercept:.3f} s" in c.evidence
+    # a steeper, noisier cost: the verdict follows the fitted slope
+    path = full_root / GPU / "tuning" / "compile_cost.csv"
+    df = pd.read_csv(path)
+    firsts = {1: 1.4, 2: 2.4, 4: 3.5, 8: 7.6, 16: 19.0}
+    sel = (df.cache == "empty") & (df.cache_results == 0)
+    df.loc[sel, "first_4096"] = df.loc[sel, "n_configs"].map(firsts)
+    df.to_csv(path, index=False)
+    slope, intercept = np.polyfit(list(firsts), list(firsts.values()), 1)
+    c = claim(full_root, "Autotuning costs about 0.18 s")
+    assert c.verdict.startswith(f"does not hold here ({slope:.2f} s per configuration, {slope / 0.29:.1f}× the "
+                                "article's 0.29 s")
+    assert f"{slope:.3f} s per configuration − {abs(intercept):.3f} s" in c.evidence
+
+
+def test_autotune_bias_counts(full_root):
+    text = report.build(full_root)
+    assert "the last candidate in the list is `32,32,1,4`, and the careful timing of every candidate picks " \
+           "`128,64,8,4`" in text
+    slow = 100 * (4 * (CAREFUL_MS["32,32,1,4"] / CAREFUL_MS["128,64,8,4"] - 1)) / 5
+    assert f"| plain | 5 | 10 | `32,32,1,4` ×4, `128,64,8,4` ×1 | 4 of 5 | 1 of 5 | {slow:+.1f}% |" in text
+    assert "| warmup | 5 | 10 | `128,64,8,4` ×5 | 0 of 5 | 5 of 5 | +0.0% |" in text
+    c = claim(full_root, "After an idle GPU")
+    assert c.verdict == "holds" and "plain: the last candidate 4 of 5" in c.evidence
+    assert "5 processes per setting" in c.evidence
+    # no bias at all: the claim does not hold, with the count
+    write_bias(full_root, plain_picks=["128,64,8,4", "64,64,4,3"], warm_picks=["128,64,8,4"] * 2)
+    c = claim(full_root, "After an idle GPU")
+    assert c.verdict == "does not hold here (the last candidate was picked in 0 of 2 processes after a 10 s idle)"
+    # bias, but warm-up leaves it
+    write_bias(full_root, plain_picks=["32,32,1,4"] * 2, warm_picks=["32,32,1,4", "128,64,8,4"])
+    assert claim(full_root, "After an idle GPU").verdict.startswith("partly")
+
+
+def test_final_profile_numbers(full_root):
+    text = report.build(full_root)
+    for who, causal in (("v5_final", 0), ("sdpa", 0), ("v0_baseline", 0), ("v3_causal_skip", 1)):
+        t, clock, ops = NCU_FIX[who][(4096, causal)]
+        flop = shapes.flops(4, 8, 4096, 64, bool(causal))
+        row = (f"| {who} | 4096 | {'yes' if causal else 'no'} | {t * 1e6:,.1f} | {flop / t / 1e12:.1f} | "
+               f"{pct_peak(who, causal):.1f}% | {clock / 1e6:.0f} | {ops * flop / 1e9:.1f} / {flop / 1e9:.1f} "
+               f"({ops:.3f}×) | {'mma' if who == 'v0_baseline' else 'wgmma'} | 128 | 82,944 | 25.0 / 23.5 | 1.00 | "
+               f"60.0 | 160 | – | ")
+        assert row in text, row                                  # the last run's, not the absurd first one's
+    assert "selected (1.00); barrier (0.76)" in text                # SDPA's top stall, then the next one
+    c = claim(full_root, "The final kernel runs at 92%")
+    v5, sd = pct_peak("v5_final", 0), pct_peak("sdpa", 0)
+    assert abs(v5 - 92) <= 10 and abs(sd - 89) <= 10          # the fixture is built to hold
+    assert c.verdict == "holds" and f"{v5:.1f}% of the peak" in c.evidence and f"{sd:.1f}% at" in c.evidence
+    assert claim(full_root, "The roofline's operation count").verdict == "holds"
+    gf = claim(full_root, "On GeForce Ada")
+    assert gf.verdict == "not measured yet" and gf.source == f"results/{GPU}/ncu/ matmul (pending)"
+
+
+def test_final_profile_verdict_follows_the_durations(full_root):
+    path = full_root / GPU / "ncu" / "all_N4096_noncausal.csv"
+    df = pd.read_csv(path)
+    last = df.run_id == df.run_id.iloc[-1]
+    df.loc[last & (df.version == "v5_final"), "gpu__time_duration.sum [ns]"] *= 2
+    df.to_csv(path, index=False)
+    c = claim(full_root, "The final kernel runs at 92%")
+    assert c.verdict == f"does not hold here (v5_final {pct_peak('v5_final', 0) / 2:.0f}%, " \
+                        f"SDPA {pct_peak('sdpa', 0):.0f}%)"
+
+
+def test_final_profile_from_an_older_export_without_op_counts(results_root):
+    write_ncu(results_root)     # test_figures' ncu summaries: no version column, no tensor-op or launch metrics
+    text = report.build(results_root)
+    assert "### The final profile (Nsight Compute)" in text
+    assert "| v5_final | 4096 | yes | " in text and "– / 68.7 (–)" in text
+
+
+def test_experiments_tables_and_claims(full_root):
+    text = report.build(full_root)
+    assert "| cast first, sum the bf16 P | 4096 | no | 1.020 (1.010–1.030) | 134.7 | 1.02× | 4.521e-05 |" in text
+    assert "| 4096 | yes | `64,32,4,3` | " in text and f"({1.045:.3f}×)" in text
+    assert f"| v5_final | 1024 | no | {0.015 * 2 * 1e3:.1f} | {0.010 * 2 * 1e3:.1f} | 27.0 |" in text
+    assert claim(full_root, "Casting P first").verdict == "holds"
+    assert claim(full_root, "Without the cast").verdict == "holds"      # 137.4 → 96.1: 30% fewer
+    lo = claim(full_root, "Longest-first launch order")
+    assert lo.verdict == "holds" and "N = 4096: 4 to 5% faster (2 configurations)" in lo.evidence
+    assert claim(full_root, "Only reversing").verdict == "holds"
+    path = full_root / GPU / "experiments" / "launch_order.csv"
+    df = pd.read_csv(path)
+    df.loc[(df.order == "longest_first") & (df.N == 2048), "speedup_vs_forward"] = 1.02
+    df.to_csv(path, index=False)
+    assert claim(full_root, "Longest-first launch order").verdict == "does not hold"
+
+
+def test_backward_medians_of_the_latest_protocol(full_root):
+    text = report.build(full_root)
+    assert "v6_longest_first: 20261129T180000-new (2 run(s))" in text
+    N = 4096
+    fb = np.median([0.3 * N / 1024 * (1 + 0.1 * r) for r in (1, 2)])
+    b = np.median([0.2 * N / 1024 * (1 + 0.1 * r) for r in (1, 2)])
+    pct_fb = np.median([100 * 0.25 / (0.3 * (1 + 0.1 * r)) for r in (1, 2)])
+    pct_b = np.median([100 * 0.15 / (0.2 * (1 + 0.1 * r)) for r in (1, 2)])
+    row = (f"| v6_longest_first | {N} | no | 2 | {fb:.3f} | {pct_fb:.0f}% | {2 * pct_fb:.0f}% | {b:.3f} | "
+           f"{pct_b:.0f}% | {2 * pct_b:.0f}% | {0.25 * 4:.3f} | {0.15 * 4:.3f} |")
+    assert row in text, row
+
+
+MISSING = [("sweep/v0_baseline.csv", "`invoke sweep --kernel v0_baseline` writes"),
+           ("tuning/compile_cost.csv", "`invoke compile-cost` writes"),
+           ("tuning/autotune_bias.csv", "`invoke autotune-bias` writes"),
+           ("ncu", "`invoke profile --tool ncu --kernel all --N 4096 [--causal]` writes"),
+           ("experiments/pcast.csv", "`invoke experiment pcast` writes"),
+           ("experiments/launch_order.csv", "`invoke experiment launch-order` writes"),
+           ("experiments/timing.csv", "`invoke experiment timing` writes"),
+           ("bench_bwd", "`invoke bench --kernel v6_longest_first --mode bwd` writes")]
+
+
+@pytest.mark.parametrize("relpath, line", MISSING)
+def test_a_missing_file_is_not_measured_yet(full_root, relpath, line):
+    path = full_root / GPU / relpath
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    text = report.build(full_root)
+    assert re.search(r"not measured yet:? \(?" + re.escape(line) + r" `?" + re.escape(str(path)), text), relpath
+    with_claims = {"tuning/compile_cost.csv": "Autotuning costs", "tuning/autotune_bias.csv": "After an idle GPU",
+                   "ncu": "The final kernel runs at 92%", "experiments/pcast.csv": "Casting P first",
+                   "experiments/launch_order.csv": "Longest-first launch order"}
+    if relpath in with_claims:
+        assert claim(full_root, with_claims[relpath]).verdict == "not measured yet"
+
+
+MALFORMED = [("sweep/v0_baseline.picks.csv", "role,config\nsingle,\"64,32,4,3\"\n", "lacks column"),
+             ("sweep/v0_baseline.csv", "N,causal,q_tile,k_tile,num_warps,num_stages,status,tflops\n"
+              "4096,0,64,32,4,3,wrong,1.0\n", "has no ok configuration"),
+             ("tuning/compile_cost.csv", "n_configs,cache\n1,empty\n", "lacks column"),
+             ("tuning/autotune_bias.csv", "setting,process,N,causal,configs,picked\nplain,0,512,0,a;b,b\n",
+              "has no 'careful' row"),
+             ("tuning/autotune_bias.csv", "setting,process,N,causal,configs,picked,timings_ms\n"
+              "careful,0,512,0,a;b,b,{not json\n", "timings_ms is not a JSON object"),
+             ("ncu/all_N4096_noncausal.csv", "", "is malformed"),
+             ("experiments/pcast.csv", "variant,p_cast,N,causal,ms,ms_min,ms_max,tflops,mae_vs_float64\n"
+              "x,0,4096,0,fast,1,1,1,1\n", "column ms has a value that is not a number"),
+             ("experiments/launch_order.csv", "order,N\nforward,4096\n", "lacks column"),
+             ("experiments/timing.csv", "", "is malformed"),
+             ("bench_bwd/v6_longest_first.csv", "version,N\nv6_longest_first,512\n", "lacks column")]
+
+
+@pytest.mark.parametrize("relpath, content, message", MALFORMED)
+def test_a_malformed_file_is_an_error_naming_it(full_root, relpath, content, message):
+    path = full_root / GPU / relpath
+    path.write_text(content)
+    with pytest.raises(report.data.ResultsError, match=re.escape(str(path)) + ".*" + re.escape(message)):
+        report.build(full_root)
+    assert report.main(["--results", str(full_root), "--out", str(full_root / "R.md")]) == 1
