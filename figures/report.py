@@ -824,10 +824,10 @@ def section_pending(gpu, root) -> str:
             ("checks", "the full non-square causal check", "invoke check-nonsquare --save")]
     lines = [f"- {what}: {NOT_YET} (`{cmd}` writes results/{gpu}/{sub}/)" for sub, what, cmd in todo
              if not (base / sub).is_dir()]
-    if not list((base / "ncu").glob("matmul*.csv")):
+    if not list((base / "ceilings").glob("matmul_S*.csv")):
         lines.append(f"- the Round 2 matmul profile under Nsight Compute (the tensor-pipe counter against the "
                      f"roofline, per input type): {NOT_YET} (`invoke profile --tool ncu --kernel matmul` writes "
-                     f"results/{gpu}/ncu/matmul_S<size>.csv)")
+                     f"results/{gpu}/ceilings/matmul_S<size>.csv)")
     if not (base / "sweep" / "v0_baseline.csv").exists():
         lines.append(f"- the Round 1 sweep of v0_baseline's body: {NOT_YET} (`invoke sweep --kernel v0_baseline`); "
                      "v1–v4's sm_90 configurations are provisional until it lands")
@@ -1058,7 +1058,7 @@ def profile_claims(gpu, root, prof, folder, ops_ratio) -> list[Claim]:
                             f"v3 causal {r3:.3f}×", ", ".join(sorted({rel(p0), rel(p1), rel(p3)}))))
     claims.append(Claim("On GeForce Ada the tensor-pipe counter reads exactly half for fp32 accumulation (a metric "
                         "defect)", NOT_YET, "needs `invoke profile --tool ncu --kernel matmul`",
-                        f"results/{gpu}/ncu/ matmul (pending)"))
+                        f"results/{gpu}/ceilings/matmul_S8192.csv (pending)"))
     return claims
 
 

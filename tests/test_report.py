@@ -309,7 +309,7 @@ def test_final_profile_numbers(full_root):
     assert c.verdict == "holds" and f"{v5:.1f}% of the peak" in c.evidence and f"{sd:.1f}% at" in c.evidence
     assert claim(full_root, "The roofline's operation count").verdict == "holds"
     gf = claim(full_root, "On GeForce Ada")
-    assert gf.verdict == "not measured yet" and gf.source == f"results/{GPU}/ncu/ matmul (pending)"
+    assert gf.verdict == "not measured yet" and gf.source == f"results/{GPU}/ceilings/matmul_S8192.csv (pending)"
 
 
 def test_final_profile_verdict_follows_the_durations(full_root):
