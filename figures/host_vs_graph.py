@@ -48,8 +48,10 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
     fig.suptitle(f"do_bench vs CUDA-graph replay vs host time per call on {gpu_slug} (B=4, H=8, D=64, bf16)\n"
                  f"median of {style.runs_text(runs)} of each file's latest protocol, bars min–max")
     both = pd.concat([df for df, _ in tables])
-    style.footnote(fig, style.provenance_line(both, tables[0][1], ", ".join(str(p.relative_to(p.parents[2]))
-                                                                        for _, p in tables))
+    same_folder = len({p.parent for _, p in tables}) == 1
+    files = ("{" + ",".join(p.stem for _, p in tables) + "}.csv" if same_folder
+             else ", ".join(f"{p.parent.name}/{p.name}" for _, p in tables))
+    style.footnote(fig, style.provenance_line(both, tables[0][1], files)
                    + f"; protocol {', '.join(sorted(both['run_id'].astype(str).str.rsplit('/', n=1).str[0].unique()))}"
                    + "\nSDPA is the one timed in the same processes as the kernel")
     return style.save(fig, out_dir, NAME)
