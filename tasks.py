@@ -81,8 +81,9 @@ def test(c, kernel="all", unit=True, k="", workers=0):
 @task(help={"kernel": KERNEL_HELP, "runs": "harness runs per version (fresh processes)",
             "pause": "seconds to pause before each run", "N": "comma-separated sequence lengths (default: harness)",
             "causal": "both, 0 or 1", "graphs": "also time CUDA-graph replay and host time per call",
-            "mode": "fwd (the article's harness) or bwd (forward+backward and backward-only, issue 7)"})
-def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=True, mode="fwd"):
+            "mode": "fwd (the article's harness) or bwd (forward+backward and backward-only, issue 7)",
+            "dq_mode": "with --mode bwd: default, separate or atomic (how the Triton backward computes dQ)"})
+def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=True, mode="fwd", dq_mode="default"):
     """Run the unchanged harness for one or more versions and print medians of the per-run ratio to SDPA.
 
     With several versions or runs this is the article's protocol: fresh processes, versions
@@ -97,8 +98,10 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
         raise Exit(f"--mode must be fwd or bwd, not {mode!r}", code=2)
     args = ["--causal", causal] + (["--N", *N.split(",")] if N else [])
     chosen = versions.resolve(kernel)
+    if dq_mode not in ("default", "separate", "atomic"):
+        raise Exit(f"--dq-mode must be default, separate or atomic, not {dq_mode!r}", code=2)
     if mode == "bwd":
-        run_protocol(chosen, int(runs), float(pause), args, HARNESS_BWD)
+        run_protocol(chosen, int(runs), float(pause), args + ["--dq-mode", dq_mode], HARNESS_BWD)
         print(f"rows in {gpu_dir() / 'bench_bwd'}")
         return
     pid = run_protocol(chosen, int(runs), float(pause), args + ([] if graphs else ["--no-graphs"]))

@@ -17,6 +17,7 @@
 #   tests             the test file natively for every version, then tests/ (xdist, TEST_WORKERS)
 #   bench             invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} (interleaved protocol)
 #   bench-bwd         invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper}
+#   bench-bwd-atomic  the same with dQ accumulated by atomics in the dK/dV kernel (issue 7's comparison)
 #   sweep-v0 | sweep-v4          the whole sweep of that body on one GPU
 #   sweep-v0-nc | sweep-v0-c     its non-causal / causal half, into a part CSV (side by side on two GPUs)
 #   sweep-v4-nc | sweep-v4-c
@@ -58,6 +59,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     tests) echo "python3 -m invoke test --workers ${TEST_WORKERS:-12}" ;;
     bench) echo "python3 -m invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} --pause ${PAUSE:-0}" ;;
     bench-bwd) echo "python3 -m invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper} --runs ${RUNS_BWD:-1}" ;;
+    bench-bwd-atomic) echo "python3 -m invoke bench --mode bwd --dq-mode atomic --kernel ${BWD_KERNELS:-v6_longest_first} --runs ${RUNS_BWD:-1}" ;;
     sweep-v0|sweep-v4) echo "python3 sweeps/sweep.py --kernel $(body "$s") --limit-minutes $mins" ;;
     sweep-v0-nc|sweep-v4-nc) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 0 --part nc --limit-minutes $mins" ;;
     sweep-v0-c|sweep-v4-c) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 1 --part c --limit-minutes $mins" ;;
