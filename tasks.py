@@ -110,7 +110,7 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
     print(format_summary(summarise(rows, pid)))
 
 
-@task(help={"kernel": "version whose kernel body is swept (v0_baseline for Round 1, v4_exp2 for Round 5)",
+@task(help={"kernel": "version whose kernel body is swept (v0_baseline for Round 1, v4_exp2 for Round 5, v7_hopper for its own re-sweep)",
             "N": "comma-separated sequence lengths (default: all four)", "causal": "both, 0 or 1",
             "limit_minutes": "stop measuring after this many minutes (rerun to resume)",
             "workers": "compile worker processes", "fresh": "start a new CSV instead of resuming",

@@ -91,3 +91,54 @@ def prune_to_fit(configs, named_args, **kwargs):
         seen.add(fitted)
         out.append(triton.Config(dict(c.kwargs), num_warps=fitted.num_warps, num_stages=fitted.num_stages))
     return out or configs
+
+
+def is_autotuned(kernel) -> bool:
+    """A @triton.autotune wrapper (its candidates in .configs, the kernel in .fn), not a bare @triton.jit."""
+    return hasattr(kernel, "configs") and hasattr(kernel, "fn")
+
+
+def pin_config(module, cfg: Config, D: int = 64) -> str:
+    """Make a loaded version launch exactly `cfg` (the profile drivers' --config, the sweep). Returns how.
+
+    Autotuned (flash_fwd_kernel is a triton Autotuner): its candidate list becomes [cfg], with the
+    constexprs beyond the tiles that the version's `config_kwargs(cfg, D)` adds (v7's PIPELINE_QK), so
+    nothing is benchmarked or pruned (Autotuner.run times and prunes only with > 1 config). Fixed: the
+    class attributes the forward reads, plus strict mode, so a configuration that does not fit raises
+    instead of silently dropping stages. Either way the version's cached launches (fa2lab.hostpath)
+    are forgotten, so the next call compiles and launches `cfg`. unpin_config undoes it.
+    """
+    kernel = module.flash_fwd_kernel
+    cls = module.FlashAttentionTriton
+    launches = getattr(cls, "launches", None)
+    if launches is not None and hasattr(launches, "entries"):
+        launches.entries.clear()
+    if is_autotuned(kernel):
+        if not hasattr(kernel, "_fa2_saved"):
+            kernel._fa2_saved = (kernel.configs, kernel.cache)
+        extra = module.config_kwargs(cfg, D) if hasattr(module, "config_kwargs") else {}
+        kernel.configs = [triton.Config({"Q_TILE_SIZE": cfg.q_tile, "K_TILE_SIZE": cfg.k_tile, **extra},
+                                        num_warps=cfg.num_warps, num_stages=cfg.num_stages)]
+        kernel.cache = {}
+        return f"autotuner configs = [{cfg}{''.join(f', {k}={v}' for k, v in extra.items())}]"
+    if not hasattr(cls, "_fa2_saved"):
+        cls._fa2_saved = (cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES)
+    cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES = (
+        cfg.q_tile, cfg.k_tile, cfg.num_warps, cfg.num_stages)
+    strict_configs(True)
+    return f"class attributes = {cfg} (strict: no stage fallback)"
+
+
+def unpin_config(module) -> None:
+    """Give a version back its own configuration(s) after pin_config."""
+    kernel, cls = module.flash_fwd_kernel, module.FlashAttentionTriton
+    launches = getattr(cls, "launches", None)
+    if launches is not None and hasattr(launches, "entries"):
+        launches.entries.clear()
+    if is_autotuned(kernel) and hasattr(kernel, "_fa2_saved"):
+        kernel.configs, kernel.cache = kernel._fa2_saved
+        del kernel._fa2_saved
+    if hasattr(cls, "_fa2_saved"):
+        cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES = cls._fa2_saved
+        del cls._fa2_saved
+    strict_configs(False)

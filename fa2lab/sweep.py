@@ -1,11 +1,14 @@
 """The configuration sweep (Rounds 1 and 5), as a reusable, resumable tool.
 
 Phase 1 compiles every configuration in worker processes with `kernel.warmup(...)`
-into Triton's on-disk cache, without launching, and reads registers, spills and
-shared memory from the loaded binary (OutOfResources there means out_of_smem).
+(or, for a version with a signature of its own, v6 and v7, fa2lab.compile_offline for this
+GPU's architecture) into Triton's on-disk cache, without launching, and reads registers,
+spills and shared memory from the loaded binary (OutOfResources there means out_of_smem).
 Phase 2 benchmarks one configuration at a time in this process, exactly as the
 harness does: FlashAttentionTriton.apply under do_bench (median), same inputs,
-SDPA timed in the same run, each configuration checked against SDPA first.
+SDPA timed in the same run, each configuration checked against SDPA first. The
+configuration is pinned with fa2lab.launch.pin_config: class attributes for a fixed body
+(v0-v4), a one-candidate autotuner for the autotuned ones (v5-v7).
 
 Every result is appended to the CSV as soon as it is measured; a rerun skips what
 the CSV already holds, so an interrupted sweep loses nothing.
@@ -53,21 +56,41 @@ def _kernel_args(module, B: int, N: int, D: int, dtype):
             *st3, *st3, *st3, *st3, N, 1, N, N, scale)
 
 
+def compile_own_signature(module, cfg: Config, causal: bool, N: int, D: int, dtype: str, arch: int):
+    """Compile one configuration of a version whose kernel has a signature of its own (v6's window
+    and launch order, v7's tensor descriptors: the module's `offline_compile_args`) for sm_<arch>,
+    without launching, with the constexprs a pinned launch would pass (fa2lab.launch.pin_config)."""
+    from .compile_offline import DTYPES, compile_for_target
+
+    short = {torch_name: name for name, torch_name in DTYPES.items()}[dtype]   # 'bfloat16' -> 'bf16'
+    args, extra = module.offline_compile_args(N, D, short, shapes.BATCH * shapes.HEADS, cfg, causal)
+    if hasattr(module, "config_kwargs"):
+        extra = {**extra, **module.config_kwargs(cfg, D)}
+    return compile_for_target(module.flash_fwd_kernel, args, arch=arch, num_warps=cfg.num_warps,
+                              num_stages=cfg.num_stages, D=D, Q_TILE_SIZE=cfg.q_tile, K_TILE_SIZE=cfg.k_tile,
+                              is_causal=causal, **extra)
+
+
 def compile_one(version: str, cfg: Config, causal: bool, N: int, D: int = shapes.HEAD_DIM,
                 dtype: str = "bfloat16") -> CompileInfo:
     """Compile one configuration without launching it (runs in a worker process)."""
     import torch
     import triton
 
+    from .gpu import facts
     from .versions import load
 
     module = load(version)
     kernel = module.flash_fwd_kernel
     try:
-        compiled = kernel.warmup(*_kernel_args(module, shapes.BATCH * shapes.HEADS, N, D, getattr(torch, dtype)),
-                                 grid=(triton.cdiv(N, cfg.q_tile), shapes.BATCH * shapes.HEADS),
-                                 D=D, Q_TILE_SIZE=cfg.q_tile, K_TILE_SIZE=cfg.k_tile, is_causal=causal,
-                                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        if hasattr(module, "offline_compile_args"):   # v6, v7: their own signature
+            major, minor = facts().capability
+            compiled = compile_own_signature(module, cfg, causal, N, D, dtype, 10 * major + minor)
+        else:
+            compiled = kernel.warmup(*_kernel_args(module, shapes.BATCH * shapes.HEADS, N, D, getattr(torch, dtype)),
+                                     grid=(triton.cdiv(N, cfg.q_tile), shapes.BATCH * shapes.HEADS),
+                                     D=D, Q_TILE_SIZE=cfg.q_tile, K_TILE_SIZE=cfg.k_tile, is_causal=causal,
+                                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         shared = int(compiled.metadata.shared)
         compiled._init_handles()  # loads the binary: fills n_regs and n_spills, checks shared memory
         return CompileInfo(OK, int(compiled.n_regs), int(compiled.n_spills), shared)
@@ -165,7 +188,7 @@ def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_min
     from tqdm import tqdm
 
     from . import timing
-    from .launch import strict_configs
+    from .launch import is_autotuned, pin_config, unpin_config
     from .provenance import ClockSampler, environment, now
     from .results import append_rows
     from .versions import load
@@ -174,8 +197,8 @@ def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_min
     deadline = t_start + limit_minutes * 60 if limit_minutes else None
     module = load(version)
     cls = module.FlashAttentionTriton
-    if not hasattr(cls, "Q_TILE_SIZE"):
-        raise ValueError(f"{version} is autotuned; sweep a fixed-configuration body (v0_baseline or v4_exp2)")
+    if not hasattr(cls, "Q_TILE_SIZE") and not is_autotuned(module.flash_fwd_kernel):
+        raise ValueError(f"{version}: neither class attributes (Q_TILE_SIZE, ...) nor an autotuner to pin")
     D = shapes.HEAD_DIM
     env = environment()
     done = set().union(done_keys(out_csv), *(done_keys(p) for p in also_done))
@@ -204,8 +227,6 @@ def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_min
     log(f"compiled {len(jobs)} (config, mask) pairs in {counts['compile_s']} s with {workers} workers")
 
     # Phase 2: measure one at a time, exactly as the harness times.
-    strict_configs(True)  # the sweep measures the configuration asked for, never a fallback
-    saved = (cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES)
     bar = tqdm(total=len(todo), desc="measure", unit="cfg", file=sys.stdout, mininterval=2)
     status_counts: dict[str, int] = {}
     interrupted = False
@@ -235,8 +256,10 @@ def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_min
                     row.update(status=info.status, error=info.error, **occupancy_columns(cfg, info, D))
                 else:
                     row.update(occupancy_columns(cfg, info, D))
-                    cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES = (
-                        cfg.q_tile, cfg.k_tile, cfg.num_warps, cfg.num_stages)
+                    if hasattr(module, "config_kwargs"):   # v7's PIPELINE_QK: recorded beside the tiles
+                        row.update(module.config_kwargs(cfg, D))
+                    # exactly this configuration: never a fallback with fewer stages, nor a cached launch
+                    pin_config(module, cfg, D)
                     try:
                         o = cls.apply(q, k, v, causal)
                         if not torch.allclose(o.float(), ref.float(), atol=CHECK_ATOL, rtol=CHECK_RTOL):
@@ -260,8 +283,7 @@ def run_sweep(version: str, Ns, masks, out_csv: Path, *, workers: int, limit_min
                 break
     finally:
         bar.close()
-        strict_configs(False)
-        cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES = saved
+        unpin_config(module)
     counts.update(status_counts)
     counts["interrupted_by_limit"] = interrupted
     counts["elapsed_s"] = round(time.monotonic() - t_start, 1)

@@ -50,8 +50,8 @@ VERSIONS: tuple[Version, ...] = (
             "tiles reversed (longest causal tiles first); optional sliding window; no -1e6 sentinel",
             6, True, "v6_longest_first"),
     Version("v7_hopper", "v7 hopper", "v6 with K and V loaded by TMA (host tensor descriptors) and the next "
-            "Q K^T issued before each softmax, bf16/fp16 on sm_90; v6's own path otherwise; a candidate, "
-            "unmeasured", 7, True, "v7_hopper"),
+            "Q K^T issued before each softmax, bf16/fp16 on sm_90; v6's own path otherwise; configurations "
+            "not yet swept", 7, True, "v7_hopper"),
 )
 BY_NAME = {v.name: v for v in VERSIONS}
 NAMES = tuple(BY_NAME)

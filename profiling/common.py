@@ -19,6 +19,7 @@ from typing import Callable
 
 from fa2lab import shapes
 from fa2lab.budget import Config
+from fa2lab.launch import pin_config  # noqa: F401 - the drivers pin configurations through it
 
 
 def add_common_args(ap: argparse.ArgumentParser) -> None:
@@ -54,34 +55,6 @@ def use_fresh_cache() -> str:
     path = tempfile.mkdtemp(prefix="triton-cache-profile-")
     os.environ["TRITON_CACHE_DIR"] = path
     return path
-
-
-def pin_config(module, cfg: Config) -> str:
-    """Make a loaded version launch exactly `cfg`. Returns how (for the log).
-
-    Autotuned (flash_fwd_kernel is a triton Autotuner): its candidate list becomes [cfg], so
-    nothing is benchmarked or pruned (Autotuner.run times and prunes only with > 1 config).
-    Fixed: the class attributes the forward reads, plus fa2lab.launch strict mode, so a
-    configuration that does not fit raises instead of silently dropping stages.
-    """
-    import triton
-
-    kernel = module.flash_fwd_kernel
-    launches = getattr(module.FlashAttentionTriton, "launches", None)  # v5's cached launches (fa2lab.hostpath)
-    if launches is not None and hasattr(launches, "entries"):
-        launches.entries.clear()
-    if hasattr(kernel, "configs") and hasattr(kernel, "fn"):
-        kernel.configs = [triton.Config({"Q_TILE_SIZE": cfg.q_tile, "K_TILE_SIZE": cfg.k_tile},
-                                        num_warps=cfg.num_warps, num_stages=cfg.num_stages)]
-        kernel.cache = {}
-        return f"autotuner configs = [{cfg}]"
-    from fa2lab.launch import strict_configs
-
-    cls = module.FlashAttentionTriton
-    cls.Q_TILE_SIZE, cls.K_TILE_SIZE, cls.NUM_WARPS, cls.NUM_STAGES = (
-        cfg.q_tile, cfg.k_tile, cfg.num_warps, cfg.num_stages)
-    strict_configs(True)
-    return f"class attributes = {cfg} (strict: no stage fallback)"
 
 
 def describe_config(module) -> str:

@@ -18,11 +18,11 @@
 #   bench             invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} (interleaved protocol)
 #   bench-bwd         invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper}
 #   bench-bwd-atomic  the same with dQ accumulated by atomics in the dK/dV kernel (issue 7's comparison)
-#   sweep-v0 | sweep-v4          the whole sweep of that body on one GPU
+#   sweep-v0 | sweep-v4 | sweep-v7   the whole sweep of that body on one GPU (v7: pinned autotuner)
 #   sweep-v0-nc | sweep-v0-c     its non-causal / causal half, into a part CSV (side by side on two GPUs)
-#   sweep-v4-nc | sweep-v4-c
-#   merge-v0 | merge-v4          fold the part CSVs into results/<gpu>/sweep/<version>.csv
-#   pick-v0 | pick-v4            write the sm_XX entries of the versions that sweep feeds
+#   sweep-v4-nc | sweep-v4-c | sweep-v7-nc | sweep-v7-c
+#   merge-v0 | merge-v4 | merge-v7   fold the part CSVs into results/<gpu>/sweep/<version>.csv
+#   pick-v0 | pick-v4 | pick-v7      write the sm_XX entries of the versions that sweep feeds
 #   profile           ncu, every version (v2 aside) and SDPA, N = 4096, both masks
 #   profile-matmul    ncu over the matmul peak table's variants (tensor-pipe counter vs roofline)
 #   nsys | torch-trace           a timeline of every version at N = 4096 (nsys needs .debs carried)
@@ -50,7 +50,7 @@ LOG="$OUT/batch.log"
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); [ "${NGPU:-0}" -ge 1 ] || NGPU=1
 left() { echo $((DEADLINE - $(date +%s) - 15)); }
 
-body() { case "$1" in *v0*) echo v0_baseline ;; *v4*) echo v4_exp2 ;; esac; }   # sweep steps' kernel body
+body() { case "$1" in *v0*) echo v0_baseline ;; *v4*) echo v4_exp2 ;; *v7*) echo v7_hopper ;; esac; }   # sweep steps' body
 
 cmd_of() {   # the command line of one step, given the seconds it may use
   local s=$1 secs=$2 mins
@@ -60,11 +60,11 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     bench) echo "python3 -m invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} --pause ${PAUSE:-0}" ;;
     bench-bwd) echo "python3 -m invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper} --runs ${RUNS_BWD:-1}" ;;
     bench-bwd-atomic) echo "python3 -m invoke bench --mode bwd --dq-mode atomic --kernel ${BWD_KERNELS:-v6_longest_first} --runs ${RUNS_BWD:-1}" ;;
-    sweep-v0|sweep-v4) echo "python3 sweeps/sweep.py --kernel $(body "$s") --limit-minutes $mins" ;;
-    sweep-v0-nc|sweep-v4-nc) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 0 --part nc --limit-minutes $mins" ;;
-    sweep-v0-c|sweep-v4-c) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 1 --part c --limit-minutes $mins" ;;
-    merge-v0|merge-v4) echo "python3 sweeps/sweep.py --kernel $(body "$s") --merge" ;;
-    pick-v0|pick-v4) echo "python3 sweeps/pick_configs.py --kernel $(body "$s")" ;;
+    sweep-v0|sweep-v4|sweep-v7) echo "python3 sweeps/sweep.py --kernel $(body "$s") --limit-minutes $mins" ;;
+    sweep-v0-nc|sweep-v4-nc|sweep-v7-nc) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 0 --part nc --limit-minutes $mins" ;;
+    sweep-v0-c|sweep-v4-c|sweep-v7-c) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 1 --part c --limit-minutes $mins" ;;
+    merge-v0|merge-v4|merge-v7) echo "python3 sweeps/sweep.py --kernel $(body "$s") --merge" ;;
+    pick-v0|pick-v4|pick-v7) echo "python3 sweeps/pick_configs.py --kernel $(body "$s")" ;;
     profile) echo "python3 profiling/run_profile.py --tool ncu --kernel all && python3 profiling/run_profile.py --tool ncu --kernel all --causal" ;;
     profile-matmul) echo "python3 profiling/run_profile.py --tool ncu --kernel matmul" ;;
     nsys) echo "python3 profiling/run_profile.py --tool nsys --kernel all" ;;

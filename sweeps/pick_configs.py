@@ -27,6 +27,7 @@ TARGETS = {
     "v0_baseline": [("v1_tiles", "single"), ("v3_causal_skip", "single"), ("v4_exp2", "single"),
                     ("v2_autotune", "per_shape")],
     "v4_exp2": [("v5_final", "shortlist"), ("v6_longest_first", "shortlist")],
+    "v7_hopper": [("v7_hopper", "shortlist")],   # its own body re-swept (issue 6); PIPELINE_QK by its rule
 }
 
 

@@ -2,6 +2,7 @@
 
     python sweeps/sweep.py --kernel v4_exp2                    # all 625 x 8 shapes, resumable
     python sweeps/sweep.py --kernel v4_exp2 --causal 0 --limit-minutes 8
+    python sweeps/sweep.py --kernel v7_hopper                  # an autotuned body, one pinned candidate at a time
 
 Results are appended row by row to results/<gpu>/sweep/<version>.csv; rerunning the
 same command continues where it stopped (--fresh starts a new file).
@@ -23,7 +24,8 @@ from fa2lab.versions import get  # noqa: E402
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernel", default="v4_exp2", help="version whose kernel body is swept (v0_baseline, v4_exp2)")
+    ap.add_argument("--kernel", default="v4_exp2", help="version whose kernel body is swept (v0_baseline, v4_exp2; "
+                    "an autotuned one such as v7_hopper is pinned to each configuration in turn)")
     ap.add_argument("--N", type=int, nargs="*", default=list(shapes.SEQ_LENS), help="sequence lengths")
     ap.add_argument("--causal", choices=["both", "0", "1"], default="both", help="which masks")
     ap.add_argument("--limit-minutes", type=float, default=None, help="stop measuring after this long")

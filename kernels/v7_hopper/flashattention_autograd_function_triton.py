@@ -1,17 +1,24 @@
 """v7_hopper: v6 with K and V brought in by the Hopper bulk copy engine (TMA) through host tensor
 descriptors, and a key loop written so that the softmax of one tile can run while the tensor cores
-multiply the next; v6 itself wherever that path does not apply. A CANDIDATE: nothing here has run
-on a GPU yet, and no claim is made about its speed.
+multiply the next; v6 itself wherever that path does not apply.
 
-What the H200 said about v6 (RESULTS.md; the offline sm_90 compiles under results/offline-sm_90/):
-v5/v6 reach 88% of cuDNN non-causal and 85% causal at N = 4096 (0.343 and 0.216 ms against SDPA's
-0.296 and 0.183). Their key loop loads K and V with per-thread asynchronous copies (cp.async: 4
-LDGSTS per iteration for 128x64 tiles with 8 warps, 8 for 64x64 with 4), synchronises the program
-twice per iteration (2 BAR.SYNC), and waits once per iteration for every outstanding warpgroup MMA
-(one warp_group_dot_wait, pendings = 0, right after Q K^T is issued), so in SASS no exp2 of the
-softmax is issued while a wgmma is in flight. The Nsight Compute profile of v6 has NOT been taken
-yet ("Not measured yet" in RESULTS.md): which of these costs matters is a hypothesis that profile
-must confirm, and v7 is the candidate to measure against it.
+Measured on the H200 at commit 260ca6e (RESULTS.md; results/nvidia-h200/): the test file passes
+natively (42 of 42). In the 3-run harness protocol at N = 4096 it takes 0.323 ms non-causal, 95% of
+SDPA's default backend (cuDNN; per-run 95-96%; v6: 0.354 ms, 87%), and 0.173 ms causal, 107% of it
+(106-108%; v6: 0.194 ms, 96%). So it beats cuDNN causal from N = 1024 up and does not yet beat it
+non-causal: issue 6's goal is met for one mask only.
+
+What the H200 said about v6 before this round: v5/v6 reached 88% of cuDNN non-causal and 85% causal
+at N = 4096 (0.343 and 0.216 ms against SDPA's 0.296 and 0.183). Their key loop loads K and V with
+per-thread asynchronous copies (cp.async: 4 LDGSTS per iteration for 128x64 tiles with 8 warps, 8
+for 64x64 with 4), synchronises the program twice per iteration (2 BAR.SYNC), and waits once per
+iteration for every outstanding warpgroup MMA (one warp_group_dot_wait, pendings = 0, right after
+Q K^T is issued), so in SASS no exp2 of the softmax is issued while a wgmma is in flight. Nsight
+Compute, taken afterwards at N = 4096 (results/nvidia-h200/ncu/), agrees that the wait is what is
+left: v6's top stall is `wait` (1.38 cycles per issued instruction) with the tensor pipe active 44%
+of the time (43.0% of the tensor-core peak, 336 us); v7's is still `wait` but shorter (1.25), the
+pipe active 48% (46.7% of peak, 311 us); cuDNN's pipe 51% (49.1%, 295 us) with 3 warpgroups where
+v6 and v7 run 2 at 254-255 registers and one program per SM.
 
 What changes (evidence: results/offline-sm_90/v7_feasibility/feasibility.md, every variant
 compiled offline for sm_90 with Triton 3.6.0 and read from its SASS):
@@ -61,12 +68,13 @@ Which path runs (LAST_PATH, or last_path(), says which one the last call took):
   query and key tiles of v7's first candidate).
 FlashAttentionTriton.FORCE_PATH ("tma" or "v6") overrides the choice, for experiments.
 
-The sm_90 configurations in configs.json are provisional (v6's H200 short list, each with
-PIPELINE_QK 1 and 0; no measurement of this kernel exists); the sm_89 entry is v6's Ada one, used
-only if the TMA path is forced there.
+The sm_90 configurations in configs.json are still provisional: v6's H200 short list, each with
+PIPELINE_QK 1 and 0, not swept for this body (the harness does not record which one the autotuner
+picked); the sm_89 entry is v6's Ada one, used only if the TMA path is forced there.
 """
 
 import math
+import os
 from pathlib import Path
 
 import torch
@@ -261,7 +269,7 @@ def fit_descriptor_blocks(named: dict) -> None:
             desc.block_shape = [1, tile, D]
 
 
-# The Hopper short list (configs.json; provisional until v7 is measured), each wgmma configuration
+# The Hopper short list (configs.json; provisional until v7's own sweep), each wgmma configuration
 # with and without the hand-pipelined key loop: the registers it costs (30 to 50 more per thread,
 # one 8-warp program per SM instead of two) against the softmax it hides is for the autotuner, and
 # the GPU session, to weigh. The pipelined form comes first, so the interpreter's tests, which check
@@ -544,10 +552,7 @@ def offline_compile_args(N: int, D: int, dtype: str, batch: int, cfg, causal: bo
     """For profiling/inspect_kernel.py: flash_fwd_kernel's positional arguments for contiguous
     (batch, N, D) tensors, as descriptors over 'meta' tensors (no memory, no GPU) with the
     configuration's block shapes, and the constexprs beyond D, tiles and is_causal: the default grid,
-    no window, and PIPELINE_QK = 1 where pipelining_applies (else 0) unless FA2_V7_PIPELINE_QK says
-    otherwise (inspect_kernel's --config has no field for it)."""
-    import os
-
+    no window, and config_kwargs's PIPELINE_QK (inspect_kernel's --config has no field for it)."""
     from fa2lab.compile_offline import DTYPES
 
     tdt = getattr(torch, DTYPES[dtype])
@@ -557,5 +562,11 @@ def offline_compile_args(N: int, D: int, dtype: str, batch: int, cfg, causal: bo
     fit_descriptor_blocks({"Q_desc": descs[0], "K_desc": descs[1], "V_desc": descs[2], "O_desc": descs[3],
                            "D": D, "Q_TILE_SIZE": cfg.q_tile, "K_TILE_SIZE": cfg.k_tile})
     args = (*descs, L, *L.stride(), N, N, 0, batch, 1.0 / math.sqrt(D))
-    return args, {"HAS_WINDOW": False, "PERSISTENT": False,
-                  "PIPELINE_QK": int(os.environ.get("FA2_V7_PIPELINE_QK", int(pipelining_applies(cfg, D))))}
+    return args, {"HAS_WINDOW": False, "PERSISTENT": False, **config_kwargs(cfg, D)}
+
+
+def config_kwargs(cfg, D: int = 64) -> dict:
+    """The constexprs beyond the tiles that one pinned configuration needs (fa2lab.launch.pin_config:
+    the profile drivers' --config and the sweep): PIPELINE_QK = 1 where pipelining_applies, else 0,
+    unless FA2_V7_PIPELINE_QK says otherwise (so a sweep can be run once with each)."""
+    return {"PIPELINE_QK": int(os.environ.get("FA2_V7_PIPELINE_QK", int(pipelining_applies(cfg, D))))}
