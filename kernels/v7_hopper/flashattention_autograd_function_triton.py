@@ -406,17 +406,26 @@ def _descriptors(Q, K, V, O):
 
 
 class TmaLaunch(Launch):
-    """fa2lab.hostpath's lean repeat of a launch, with fresh descriptors (new base pointers each call)."""
+    """fa2lab.hostpath's lean repeat of a launch. The four descriptors are built on the first repeat
+    and afterwards only their base tensors change: the cache key fixes every shape and stride, and
+    the launcher turns each descriptor into a kernel parameter when it launches, so nothing keeps
+    the old base. Building four TensorDescriptors (with their checks) on every call is what the
+    H200's host times pointed at: v7 49-72 us per call against v6's 28-32 (commit 260ca6e)."""
 
     blocks: tuple = ()
+    descs: list | None = None
 
     def __call__(self, Q, K, V):   # the per-call hot path: no imports here
         global LAST_PATH
         O = torch.empty_strided(self.o_shape, self.o_stride, dtype=Q.dtype, device=Q.device)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
-        descs = _descriptors(Q, K, V, O)
-        for d, block in zip(descs, self.blocks):
-            d.block_shape = list(block)
+        descs = self.descs
+        if descs is None:
+            descs = self.descs = _descriptors(Q, K, V, O)
+            for d, block in zip(descs, self.blocks):
+                d.block_shape = list(block)
+        else:
+            descs[0].base, descs[1].base, descs[2].base, descs[3].base = Q, K, V, O
         k = self.kernel
         args = (*descs, L, *self.tail)
         stream = driver.active.get_current_stream(Q.device.index)
