@@ -1,14 +1,18 @@
 """Roofline of every kernel profiled under Nsight Compute (the article's Step 5, Roofline Tensor Core):
-achieved operations per second against arithmetic intensity, one point per kernel at L2 and one at DRAM,
+achieved operations per second against arithmetic intensity, one point per kernel at L1, L2 and DRAM,
 one panel per profiled shape, from results/<gpu>/ncu/<tag>.csv (profiling/run_profile.py --tool ncu).
 
 Operations: the algorithm's count (predicted_flops: 4·B·H·N²·D, halved for causal), not the tensor-core
-operations the hardware executed; time: gpu__time_duration.sum; bytes: L2 -> SM reads
-(l1tex__m_xbar2l1tex_read_bytes.sum) and DRAM reads + writes (dram__bytes_read.sum + dram__bytes_write.sum).
+operations the hardware executed; time: gpu__time_duration.sum; bytes: L1's LSU writeback (global, local and
+shared loads into registers: derived__l1tex__lsu_writeback_bytes_mem_lgds, ncu's own L1 roofline level; the
+operands wgmma reads straight from shared memory are not in it), L2 -> SM reads (l1tex__m_xbar2l1tex_read_bytes.sum)
+and DRAM reads + writes (dram__bytes_read.sum + dram__bytes_write.sum).
 The flat roof is the bf16-in, fp32-accumulate tensor-core peak, TENSOR_FLOP_PER_CLK_PER_SM x SMs x the SM
 clock Nsight Compute measured during the kernels. Bandwidth slopes are drawn only where the export carries
-the peak-bandwidth metrics (dram__bytes.sum.peak_sustained x dram__cycles_elapsed.avg.per_second, and the
-lts__ pair for L2); nothing here is a datasheet constant.
+the peak-bandwidth metrics (bytes per cycle x that unit's cycles per second: dram__bytes.sum.peak_sustained x
+dram__cycles_elapsed, derived__lts__lts2xbar_bytes.sum.peak_sustained x lts__cycles_elapsed for L2,
+derived__l1tex__lsu_writeback_bytes_mem_lgds.sum.peak_sustained x l1tex__cycles_elapsed for L1); nothing here
+is a datasheet constant.
 
 Every Triton version's kernel is called flash_fwd_kernel, and Nsight Compute's default kernel name
 (the function name without namespace) can give SDPA's kernel the same name, so rows are matched to
@@ -40,9 +44,13 @@ TIME = "gpu__time_duration.sum"
 L2 = "l1tex__m_xbar2l1tex_read_bytes.sum"
 DRAM = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 CLOCK = "sm__cycles_elapsed.avg.per_second"
-# (level, marker, label, peak bytes per cycle metric, that unit's cycles per second metric)
-LEVELS = (("L2", "o", "L2 → SM reads", "lts__t_bytes.sum.peak_sustained", "lts__cycles_elapsed.avg.per_second"),
-          ("DRAM", "s", "DRAM reads + writes", "dram__bytes.sum.peak_sustained",
+L1 = "derived__l1tex__lsu_writeback_bytes_mem_lgds.sum.per_second"   # bytes/s; x duration = bytes
+# (level, marker, label, peak bytes per cycle metrics (the first the export has), that unit's cycles per second)
+LEVELS = (("L1", "^", "L1 → registers (LSU writeback)",
+           ("derived__l1tex__lsu_writeback_bytes_mem_lgds.sum.peak_sustained",), "l1tex__cycles_elapsed.avg.per_second"),
+          ("L2", "o", "L2 → SM reads", ("derived__lts__lts2xbar_bytes.sum.peak_sustained", "lts__t_bytes.sum.peak_sustained"),
+           "lts__cycles_elapsed.avg.per_second"),
+          ("DRAM", "s", "DRAM reads + writes", ("dram__bytes.sum.peak_sustained",),
            "dram__cycles_elapsed.avg.per_second"))
 
 
@@ -89,10 +97,12 @@ def points(df: pd.DataFrame, path: Path) -> pd.DataFrame:
                                 "no level to place the kernels at")
     l2 = nan if l2 is None else l2
     dram = nan if reads is None or writes is None else reads + writes
+    l1_rate = data.metric(df, path, L1, required=False)
+    l1 = nan if l1_rate is None else l1_rate * t
     ops = pd.to_numeric(df["predicted_flops"], errors="coerce")
-    out = df[["who", "N", "causal"]].assign(ops=ops, seconds=t, tflops=ops / t / 1e12,
+    out = df[["who", "N", "causal"]].assign(ops=ops, seconds=t, tflops=ops / t / 1e12, intensity_L1=ops / l1,
                                             intensity_L2=ops / l2, intensity_DRAM=ops / dram,
-                                            l2_bytes=l2, dram_bytes=dram)
+                                            l1_bytes=l1, l2_bytes=l2, dram_bytes=dram)
     bad = out[~np.isfinite(out["tflops"]) | (out["seconds"] <= 0)]
     if len(bad):
         raise data.ResultsError(f"results file {path} has rows without a usable {TIME} or predicted_flops "
@@ -170,9 +180,12 @@ def bandwidths(rows: pd.DataFrame, path: Path) -> dict[str, float]:
     """Peak bandwidth (bytes/s) per level where the export carries both metrics (median over rows)."""
     out = {}
     for level, _, _, per_cycle, cycles in LEVELS:
-        a, b = data.metric(rows, path, per_cycle, required=False), data.metric(rows, path, cycles, required=False)
-        if a is not None and b is not None and (a * b).notna().any():
-            out[level] = float((a * b).median())
+        b = data.metric(rows, path, cycles, required=False)
+        for name in per_cycle:
+            a = data.metric(rows, path, name, required=False)
+            if a is not None and b is not None and (a * b).notna().any():
+                out[level] = float((a * b).median())
+                break
     return out
 
 
@@ -185,7 +198,7 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
     peak, roof_note = roof(rows, paths[0], gpu_slug, results_root)
     bw = bandwidths(rows, paths[0])
     shapes_ = sorted(set(zip(pts["N"], pts["causal"])))
-    fig, axes = style.figure(1, len(shapes_), panel=(max(5.4, 11.0 / len(shapes_)), 4.4), sharey=True)
+    fig, axes = style.figure(1, len(shapes_), panel=(max(6.6, 13.0 / len(shapes_)), 4.6), sharey=True)
     order = [w for w in (*versions.NAMES, data.SDPA) if w in set(pts["who"])]
     for ax, (N, causal) in zip(axes[0], shapes_):
         p = pts[(pts["N"] == N) & (pts["causal"] == causal)]
@@ -218,7 +231,7 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
         ax.set_ylim(min(ys) / 3, max(ys) * 1.8)
-        ax.set_xlabel("arithmetic intensity (FLOP/byte, algorithm's FLOPs)")
+        ax.set_xlabel("arithmetic intensity (algorithm's FLOP / byte)")
         ax.set_ylabel("achieved TFLOP/s (algorithm's FLOPs / ncu duration)")
         config = sorted({str(c) for c in rows[(rows["N"] == N) & (rows["causal"].astype(int) == causal)]
                          .get("config", pd.Series(dtype=object)).dropna() if str(c).strip()})
@@ -235,16 +248,20 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
     notes = [
         "Operations are the algorithm's FLOP count (predicted_flops: 4·B·H·N²·D, halved for causal), not the "
         "tensor-core operations ncu counted; time is gpu__time_duration.sum under ncu (clocks not locked).",
-        "Bytes: L2 = l1tex__m_xbar2l1tex_read_bytes.sum (L2 → SMs), DRAM = dram__bytes_read.sum + "
-        "dram__bytes_write.sum.",
+        "Bytes: L1 = derived__l1tex__lsu_writeback_bytes_mem_lgds (loads into registers through L1, ncu's L1 "
+        "roofline level; wgmma's operands read straight from shared memory are not in it, hence the far-right "
+        "triangles of the TMA/wgmma kernels), L2 = l1tex__m_xbar2l1tex_read_bytes.sum (L2 → SMs), "
+        "DRAM = dram__bytes_read.sum + dram__bytes_write.sum.",
         roof_note + ".",
     ]
     if missing_bw:
         notes.append(f"No {' or '.join(missing_bw)} bandwidth slope: the export has no peak-bandwidth metrics for "
                      "it (e.g. dram__bytes.sum.peak_sustained × dram__cycles_elapsed.avg.per_second), "
                      "and none is assumed.")
-    notes.append("Kernels matched to versions by launch order (every Triton version's kernel is flash_fwd_kernel); "
-                 f"the last run in each file. source: {', '.join(f'results/{gpu_slug}/ncu/{p.name}' for p in paths)}")
+    named = {"version", "run_id"} <= set(rows.columns)
+    notes.append(("Kernels named by the NVTX range each ran in" if named else
+                  "Kernels matched to versions by launch order (every Triton version's kernel is flash_fwd_kernel)")
+                 + f"; the last run in each file. source: {', '.join(f'results/{gpu_slug}/ncu/{p.name}' for p in paths)}")
     prov = style.provenance_line(rows, paths[0]).split("; ", 1)
     if len(prov) > 1:
         notes[-1] += "; " + prov[1]

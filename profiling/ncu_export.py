@@ -12,9 +12,13 @@ from __future__ import annotations
 import csv
 import math
 import re
+import sys
 from pathlib import Path
 
-from fa2lab import shapes
+if __package__ in (None, ""):  # run as a file: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fa2lab import shapes  # noqa: E402
 
 # Patterns of the metrics the article reads (duration, tensor work and peak, instructions,
 # registers, shared memory, occupancy, L2 -> SM bytes, DRAM bytes, stalls).
@@ -41,6 +45,9 @@ PATTERNS = [
     r"^(dram|lts)__bytes\.sum\.peak_sustained$",
     r"^lts__t_bytes\.sum\.peak_sustained$",
     r"^(dram|lts)__cycles_elapsed\.avg\.per_second$",
+    r"^derived__lts__lts2xbar_bytes\.sum\.peak_sustained$",   # L2's peak, as ncu's own roofline draws it
+    r"^derived__l1tex__lsu_writeback_bytes_mem_lgds\.sum(\.peak_sustained|\.per_second)?$",   # L1's, and achieved
+    r"^l1tex__cycles_elapsed\.avg\.per_second$",
     r"^device__attribute_(multiprocessor_count|compute_capability_major|compute_capability_minor)$",
 ]
 
@@ -93,3 +100,51 @@ def summarise_raw(path, N: int, causal: bool, config: str = "", predicted_flops:
             row["predicted_l2_to_sm_bytes"] = programs * per_program
         out.append(row)
     return out
+
+
+def resummarise(summary_csv: str | Path) -> int:
+    """Rewrite a summary CSV from the raw exports its rows name (after PATTERNS gained metrics), keeping
+    every row's own provenance (run, date, environment): the numbers come from the same recorded run,
+    nothing is measured. Returns the number of rows rewritten."""
+    import pandas as pd
+
+    from fa2lab.versions import REPO
+
+    summary_csv = Path(summary_csv)
+    old = pd.read_csv(summary_csv, dtype={"ncu_id": str, "config": str}, keep_default_na=False)
+    own = ["run_id", "raw_export", "date", *[c for c in old.columns if not (c in _SUMMARY_KEYS or "[" in c
+                                                                           or c.startswith(("stall_", "predicted_"))
+                                                                           or "__" in c)]]
+    own = list(dict.fromkeys(c for c in own if c in old.columns))
+    rows = []
+    for raw, group in old.groupby("raw_export", sort=False):
+        first = group.iloc[0]
+        fresh = summarise_raw(REPO / raw, N=int(first["N"]), causal=bool(int(first["causal"])),
+                              config=str(first.get("config", "")))
+        by_id = {str(r["ncu_id"]): r for r in fresh}
+        for _, r in group.iterrows():
+            if str(r["ncu_id"]) not in by_id:
+                raise ValueError(f"{summary_csv}: kernel {r['ncu_id']} is not in {raw}")
+            rows.append({**by_id[str(r["ncu_id"])], **{c: r[c] for c in own}})
+    tmp = summary_csv.with_suffix(".csv.tmp")
+    pd.DataFrame(rows).to_csv(tmp, index=False)
+    tmp.replace(summary_csv)
+    return len(rows)
+
+
+_SUMMARY_KEYS = ("kernel", "version", "ncu_id", "N", "causal", "config")
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Re-derive ncu summary CSVs from the raw exports they name.")
+    ap.add_argument("--resummarise", nargs="+", required=True, metavar="SUMMARY_CSV")
+    args = ap.parse_args(argv)
+    for path in args.resummarise:
+        print(f"{path}: {resummarise(path)} rows re-derived from their raw exports")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -114,6 +114,14 @@ def _raw_export(kernels: list[str], causal: int, time_unit: str, absurd: bool = 
     return "==PROF== Connected to process 1\n" + "\n".join(",".join(f'"{c}"' for c in r) for r in lines) + "\n"
 
 
+# The L1 and L2 metrics as `--print-units base` exports them (ncu's own roofline levels), on the causal file
+L1_L2_PEAKS = {"derived__lts__lts2xbar_bytes.sum.peak_sustained [byte]": 6000.0,
+               "lts__cycles_elapsed.avg.per_second [hz]": 1.7e9,
+               "derived__l1tex__lsu_writeback_bytes_mem_lgds.sum.peak_sustained": 16896.0,
+               "l1tex__cycles_elapsed.avg.per_second [hz]": 1.8e9,
+               "derived__l1tex__lsu_writeback_bytes_mem_lgds.sum.per_second": 5e11}
+
+
 def write_ncu(root: Path):
     """all_N4096_noncausal.csv: two appended runs (the first absurd, in msecond; the last in usecond), SDPA's
     kernel under ncu's default function name; v5_final_N4096_causal.csv: v5 and SDPA under its full name,
@@ -134,7 +142,7 @@ def write_ncu(root: Path):
     for r in rows:
         r.update({"dram__bytes.sum.peak_sustained [byte/cycle]": 1024.0,
                   "dram__cycles_elapsed.avg.per_second [cycle/usecond]": 4000.0, **PROV,
-                  "max_sm_clock_mhz": 1980})
+                  "max_sm_clock_mhz": 1980, **L1_L2_PEAKS})
     append_rows(folder / "v5_final_N4096_causal.csv", rows)
 
 
@@ -433,7 +441,11 @@ def test_roofline_roof_and_slopes(results_root, tmp_path):
     clocks = [ncu_values(i, c)["clock_hz"] for c, n in ((0, len(roofline.ALL) + 1), (1, 2)) for i in range(n)]
     assert peak == pytest.approx(4096 * 132 * float(pd.Series(clocks).median()) / 1e12)
     assert "median SM clock Nsight Compute measured" in note
-    assert roofline.bandwidths(rows, paths[0]) == {"DRAM": pytest.approx(1024 * 4000e6)}
+    assert roofline.bandwidths(rows, paths[0]) == {"DRAM": pytest.approx(1024 * 4000e6),
+                                                   "L2": pytest.approx(6000 * 1.7e9), "L1": pytest.approx(16896 * 1.8e9)}
+    causal = pts[pts["causal"] == 1]
+    assert causal["intensity_L1"].to_numpy() == pytest.approx(causal["ops"] / (5e11 * causal["seconds"]))
+    assert pts[pts["causal"] == 0]["intensity_L1"].isna().all()   # that export has no L1 bytes: no triangle
     # without provenance or device columns in the export, architecture and SM count come from the bench rows
     only_all = rows[rows["causal"] == 0].dropna(axis=1, how="all")
     assert "arch" not in only_all.columns

@@ -54,3 +54,25 @@ def test_matmul_rows_are_named_by_variant_and_count_two_s_cubed(tmp_path):
     rows = summarise_raw(path, N=0, causal=False, predicted_flops=2 * 8192**3)
     assert [r["version"] for r in rows] == ["bf16->fp32", "int8->int32"]
     assert all(r["predicted_flops"] == 2 * 8192**3 for r in rows)
+
+
+def test_resummarise_rederives_metrics_from_the_raw_export_and_keeps_each_rows_provenance(tmp_path):
+    import pandas as pd
+
+    from profiling.ncu_export import resummarise
+
+    raw = tmp_path / "raw.csv"
+    raw.write_text(RAW)
+    rows = [{**r, "run_id": "run-1", "raw_export": str(raw), "date": "2026-11-29", "gpu": "NVIDIA H200"}
+            for r in summarise_raw(raw, N=4096, causal=False)]
+    summary = tmp_path / "all_N4096_noncausal.csv"
+    older = pd.DataFrame(rows).drop(columns=["launch__registers_per_thread [register/thread]"])  # an older writer
+    older.to_csv(summary, index=False)
+    assert resummarise(summary) == 2
+    df = pd.read_csv(summary)
+    assert df["launch__registers_per_thread [register/thread]"].tolist() == [255, 255]
+    assert df["gpu"].tolist() == ["NVIDIA H200"] * 2 and df["run_id"].tolist() == ["run-1"] * 2
+    assert df["gpu__time_duration.sum [usecond]"].tolist() == [2060.5, 2130.0]
+    raw.write_text(RAW.split('"1","1","sdpa')[0])   # the raw export lost a kernel: an error, not a silent drop
+    with pytest.raises(ValueError, match="kernel 1 is not in"):
+        resummarise(summary)
