@@ -131,6 +131,20 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
         raise Exit("sweep failed", code=1)
 
 
+@task(help={"N": "comma-separated sequence lengths (default: all four)", "causal": "both, 0 or 1",
+            "dq_mode": "separate (dQ in its own kernel) or atomic (fp32 atomics in the dK/dV kernel)",
+            "limit_minutes": "stop measuring after this many minutes (rerun to resume)"})
+def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0):
+    """Sweep the Triton backward's tiles, warps and stages at the harness shapes (issue 7); resumable,
+    one row per measurement in results/<gpu>/sweep_bwd/flash_backward_triton.csv."""
+    _need_gpu("invoke sweep-backward", "the committed results/<gpu>/sweep_bwd/*.csv can be read without one")
+    cmd = [sys.executable, "sweeps/sweep_backward.py", "--causal", causal, "--dq-mode", dq_mode]
+    cmd += ["--N", *N.split(",")] if N else []
+    cmd += ["--limit-minutes", str(limit_minutes)] if float(limit_minutes) else []
+    if _run(cmd) != 0:
+        raise Exit("backward sweep failed", code=1)
+
+
 @task(help={"kernel": "the swept version (v0_baseline: writes v1-v4 tables; v4_exp2: writes v5's)",
             "gpu": "results folder to read (default: this GPU's, or the only one present)",
             "dry_run": "print what would be written, write nothing"})

@@ -44,6 +44,10 @@ def flops(B: int, H: int, N: int, D: int, causal: bool, N_k: int | None = None) 
     return total / 2 if causal else total
 
 
+BWD_FLOP_FACTOR = 2.5      # backward: 5 matrix products (S, dV, dP, dQ, dK) against the forward's 2
+FWD_BWD_FLOP_FACTOR = 3.5  # forward + backward
+
+
 def masks_from(choice: str) -> tuple[bool, ...]:
     """The scripts' --causal choice ('both', '0' or '1') as the masks to run."""
     try:

@@ -131,33 +131,39 @@ def compile_all(version: str, jobs: list[tuple[Config, bool]], N: int, workers: 
     return out
 
 
-def done_keys(csv_path: Path) -> set[tuple]:
-    """(N, causal, q_tile, k_tile, warps, stages) already in the CSV."""
+KEY_FIELDS = ("N", "causal", "q_tile", "k_tile", "num_warps", "num_stages")   # one row of the forward sweep
+
+
+def done_keys(csv_path: Path, fields: tuple[str, ...] = KEY_FIELDS) -> set[tuple]:
+    """The keys (N, causal, q_tile, k_tile, warps, stages by default) already in the CSV."""
     if not csv_path.exists():
         return set()
     import csv
 
     with csv_path.open(newline="") as f:
-        return {(int(r["N"]), int(r["causal"]), int(r["q_tile"]), int(r["k_tile"]), int(r["num_warps"]),
-                 int(r["num_stages"])) for r in csv.DictReader(f)}
+        return {row_key(r, fields) for r in csv.DictReader(f)}
 
 
-def merge_parts(parts: list[Path], out_csv: Path) -> int:
+def row_key(row: dict, fields: tuple[str, ...] = KEY_FIELDS) -> tuple:
+    """A CSV row's key: integer fields as ints, the rest (e.g. the backward's dq_mode) as text."""
+    return tuple(int(row[k]) if str(row[k]).lstrip("-").isdigit() else row[k] for k in fields)
+
+
+def merge_parts(parts: list[Path], out_csv: Path, fields: tuple[str, ...] = KEY_FIELDS) -> int:
     """Append to out_csv the rows of part CSVs (written by sweeps run side by side, one per GPU)
-    whose configuration and shape it does not hold yet, then remove the parts. Returns rows added."""
+    whose key it does not hold yet, then remove the parts. Returns rows added."""
     import csv
 
     from .results import append_rows
 
-    have = done_keys(out_csv)
+    have = done_keys(out_csv, fields)
     added = 0
     for part in parts:
         with part.open(newline="") as f:
             rows = [r for r in csv.DictReader(f)
-                    if (int(r["N"]), int(r["causal"]), int(r["q_tile"]), int(r["k_tile"]), int(r["num_warps"]),
-                        int(r["num_stages"])) not in have]
+                    if row_key(r, fields) not in have]
         append_rows(out_csv, rows)
-        have |= done_keys(part)
+        have |= done_keys(part, fields)
         added += len(rows)
         part.unlink()
     return added

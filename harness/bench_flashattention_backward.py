@@ -31,9 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the fa2lab package, uninstalled
 
 from fa2lab import shapes  # noqa: E402
-
-BWD_FLOP_FACTOR = 2.5      # backward: 5 matrix products (S, dV, dP, dQ, dK) against the forward's 2
-FWD_BWD_FLOP_FACTOR = 3.5  # forward + backward
+from fa2lab.shapes import BWD_FLOP_FACTOR, FWD_BWD_FLOP_FACTOR  # noqa: E402
 
 
 def backward_impl(cls) -> str:

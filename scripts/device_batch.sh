@@ -22,6 +22,7 @@
 #   sweep-v0-nc | sweep-v0-c     its non-causal / causal half, into a part CSV (side by side on two GPUs)
 #   sweep-v4-nc | sweep-v4-c | sweep-v7-nc | sweep-v7-c
 #   merge-v0 | merge-v4 | merge-v7   fold the part CSVs into results/<gpu>/sweep/<version>.csv
+#   sweep-bwd | sweep-bwd-nc | sweep-bwd-c | merge-bwd   the Triton backward's sweep (issue 7), likewise
 #   pick-v0 | pick-v4 | pick-v7      write the sm_XX entries of the versions that sweep feeds
 #   profile           ncu, every version (v2 aside) and SDPA, N = 4096, both masks
 #   profile-matmul    ncu over the matmul peak table's variants (tensor-pipe counter vs roofline)
@@ -64,6 +65,10 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     sweep-v0-nc|sweep-v4-nc|sweep-v7-nc) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 0 --part nc --limit-minutes $mins" ;;
     sweep-v0-c|sweep-v4-c|sweep-v7-c) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 1 --part c --limit-minutes $mins" ;;
     merge-v0|merge-v4|merge-v7) echo "python3 sweeps/sweep.py --kernel $(body "$s") --merge" ;;
+    sweep-bwd-nc) echo "python3 sweeps/sweep_backward.py --causal 0 --part nc --limit-minutes $mins" ;;
+    sweep-bwd-c) echo "python3 sweeps/sweep_backward.py --causal 1 --part c --limit-minutes $mins" ;;
+    sweep-bwd) echo "python3 sweeps/sweep_backward.py --limit-minutes $mins" ;;
+    merge-bwd) echo "python3 sweeps/sweep_backward.py --merge" ;;
     pick-v0|pick-v4|pick-v7) echo "python3 sweeps/pick_configs.py --kernel $(body "$s")" ;;
     profile) echo "python3 profiling/run_profile.py --tool ncu --kernel all && python3 profiling/run_profile.py --tool ncu --kernel all --causal" ;;
     profile-matmul) echo "python3 profiling/run_profile.py --tool ncu --kernel matmul" ;;

@@ -355,7 +355,7 @@ def _bwd_dq_kernel(
 
 @dataclass(frozen=True)
 class BackwardConfig:
-    """Tile sizes, warps and stages of the backward's kernels (one value of a future sweep).
+    """Tile sizes, warps and stages of the backward's kernels (one point of fa2lab.sweep_backward).
 
     The dK/dV kernel owns a key tile of `dkdv_k_tile` rows and streams query tiles of
     `dkdv_q_tile`; the dQ kernel owns a query tile of `dq_q_tile` and streams key tiles of
@@ -441,11 +441,12 @@ def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _launch(kernel, grid, args, meta, cfg: BackwardConfig):
+def _launch(kernel, grid, args, meta, cfg: BackwardConfig, strict: bool = False):
     """Launch with cfg's warps and stages; if it does not fit this GPU's shared memory, drop
-    stages, then fall back to FALLBACK's tiles. `meta(cfg)` gives the tile constexprs."""
+    stages, then fall back to FALLBACK's tiles (strict: raise instead, as the sweep needs).
+    `meta(cfg)` gives the tile constexprs."""
     tried = []
-    for c in [cfg.with_stages(s) for s in range(cfg.num_stages, 0, -1)] + [FALLBACK]:
+    for c in [cfg] if strict else [cfg.with_stages(s) for s in range(cfg.num_stages, 0, -1)] + [FALLBACK]:
         try:
             kernel[grid(c)](*args, **meta(c), num_warps=c.num_warps, num_stages=c.num_stages)
             return c
@@ -478,14 +479,15 @@ def validate_backward_inputs(Q, K, V, O, L, dO) -> None:
 
 def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor,
                              L: torch.Tensor, dO: torch.Tensor, is_causal: bool = False, *,
-                             config: BackwardConfig | None = None,
-                             dq_mode: str = "separate") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                             config: BackwardConfig | None = None, dq_mode: str = "separate",
+                             strict: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of O = softmax(Q K^T / sqrt(D)) V (SDPA's top-left causal mask if is_causal).
 
     Q (B, N_q, D), K and V (B, N_k, D), O and dO like Q, all in one dtype (bf16, fp16, fp32);
     L (B, N_q) float32, the forward's natural-log log-sum-exp of the scaled scores.
     dq_mode "separate" (default) computes dQ in its own kernel, deterministically; "atomic"
     accumulates it with fp32 atomics inside the dK/dV kernel. Gradients come back in Q's dtype.
+    strict launches exactly `config` (OutOfResources if it does not fit) instead of dropping stages.
     """
     if dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode must be one of {', '.join(DQ_MODES)}, got {dq_mode!r}")
@@ -517,13 +519,13 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     _launch(_bwd_dkdv_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile), B),
             (Q, K, V, dO, L, Delta, dK, dV, dQ_buf, *common, *_strides(dK, dV, dQ_buf), N_q, N_k, scale),
             lambda c: dict(D=D, BLOCK_Q=c.dkdv_q_tile, BLOCK_K=c.dkdv_k_tile, is_causal=causal, ATOMIC_DQ=atomic),
-            config)
+            config, strict)
     if atomic:
         dQ = dQ_buf if Q.dtype == torch.float32 else dQ_buf.to(Q.dtype)
     else:
         _launch(_bwd_dq_kernel, lambda c: (triton.cdiv(N_q, c.dq_q_tile), B),
                 (Q, K, V, dO, L, Delta, dQ_buf, *common, *_strides(dQ_buf), N_q, N_k, scale),
                 lambda c: dict(D=D, BLOCK_Q=c.dq_q_tile, BLOCK_K=c.dq_k_tile, is_causal=causal),
-                config)
+                config, strict)
         dQ = dQ_buf
     return dQ, dK, dV
