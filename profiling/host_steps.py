@@ -17,6 +17,11 @@ go to results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
   descriptors       v7's TMA path only: building the four tensor descriptors it needs on every call
   launch            CompiledKernel.run with O and L preallocated: Triton's launcher alone
 
+and, for versions with the Triton backward (v6, v7):
+  sdpa_backward     autograd.grad through SDPA on a kept graph
+  backward          autograd.grad through FlashAttentionTriton on a kept graph (what bench --mode bwd times)
+  backward_direct   flash_attention_backward called directly: its checks, allocations and three launches
+
 apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch.
 """
 
@@ -31,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import shapes  # noqa: E402
 
-STEPS = ("sdpa", "apply", "function_nop", "cache_hit", "signature", "allocate", "descriptors", "launch")
+STEPS = ("sdpa", "apply", "function_nop", "cache_hit", "signature", "allocate", "descriptors", "launch",
+         "sdpa_backward", "backward", "backward_direct")
 
 
 def step_functions(module, N: int, causal: bool) -> dict:
@@ -81,6 +87,21 @@ def step_functions(module, N: int, causal: bool) -> dict:
     def raw_launch():
         kern.run(*inner.grid, stream, kern.function, kern.packed_metadata, None,
                  knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *pointers, *inner.tail)
+
+    if hasattr(cls, "BACKWARD_CONFIG"):   # the Triton backward (v6, v7): its host cost beside SDPA's
+        from fa2lab.versions import load_shared
+
+        bwd = load_shared("flash_backward_triton")
+        qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        q4g, k4g, v4g = (t.detach().view(B, H, N, D).requires_grad_() for t in (q, k, v))
+        dO = torch.randn_like(q)
+        O_g = cls.apply(qg, kg, vg, causal)
+        L_g = next(t for t in O_g.grad_fn.saved_tensors if t.dtype == torch.float32 and t.dim() == 2)
+        O_s = F.scaled_dot_product_attention(q4g, k4g, v4g, is_causal=causal)
+        fns["sdpa_backward"] = lambda: torch.autograd.grad(O_s, (q4g, k4g, v4g), dO.view(B, H, N, D),
+                                                            retain_graph=True)
+        fns["backward"] = lambda: torch.autograd.grad(O_g, (qg, kg, vg), dO, retain_graph=True)
+        fns["backward_direct"] = lambda: bwd.flash_attention_backward(q, k, v, O_g.detach(), L_g, dO, causal)
 
     return fns | {
         "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal),
