@@ -269,7 +269,8 @@ def report(c, out="RESULTS.md"):
 @task(help={"name": "pcast, launch-order or timing", "N": "comma-separated sequence lengths",
             "rounds": "interleaved timing rounds"})
 def experiment(c, name, N="", rounds=5):
-    """Experiments beyond the harness: pcast (where P is rounded), launch-order (v6), timing (small N).
+    """Experiments beyond the harness: pcast (where P is rounded), launch-order (v6), timing (small N),
+    other-shapes (v7 against v6 and SDPA where neither was tuned).
 
     Rows go to results/<gpu>/experiments/<name>.csv."""
     _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")

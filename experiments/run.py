@@ -3,6 +3,7 @@
     python experiments/run.py pcast          # where P is rounded: time at N = 4096 and error against float64
     python experiments/run.py launch-order   # v6's launch orders with the same configurations
     python experiments/run.py timing         # small N: do_bench against CUDA-graph replay (the harness, N = 512, 1024)
+    python experiments/run.py other-shapes   # v7 against v6 and SDPA on shapes neither was tuned on (B, H, N, D = 128)
 
 Each appends rows with provenance to results/<gpu>/experiments/<name>.csv. GPU only.
 """
@@ -129,16 +130,56 @@ def timing(args, save):
         subprocess.run(cmd, env=version_env(get(name), FA2_RUN_ID=f"experiment-timing/{name}"), check=True)
 
 
+# Shapes none of v6's or v7's configurations were picked on (the harness is B = 4, H = 8, D = 64,
+# N = 512..4096): (B, H, N, D). A long sequence, many short ones, head dimension 128, a ragged length.
+OTHER_SHAPES = ((1, 16, 8192, 64), (8, 16, 1024, 64), (2, 16, 2048, 128), (4, 8, 4096, 128), (16, 4, 777, 64))
+
+
+def other_shapes(args, save):
+    """v7 against v6 (and SDPA, same process) where neither was tuned: issue 6's 'not slower than v6'."""
+    import torch
+    import torch.nn.functional as F
+
+    from fa2lab.versions import load
+
+    v6, v7 = load(V6).FlashAttentionTriton, load("v7_hopper")
+    rows = []
+    for B, H, N, D in OTHER_SHAPES:
+        for causal in (False, True) if args.causal == 2 else (bool(args.causal),):
+            q, k, v = (torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
+            ref = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal).view(B * H, N, D).float()
+            calls = {"v6_longest_first": lambda: v6.apply(q, k, v, causal),
+                     "v7_hopper": lambda: v7.FlashAttentionTriton.apply(q, k, v, causal),
+                     "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)}
+            errs = {name: (calls[name]().float() - ref).abs().max().item() for name in ("v6_longest_first", "v7_hopper")}
+            path = v7.last_path()
+            timed = _interleaved(calls, args.rounds)
+            flop = shapes.flops(B, H, N, D, causal)
+            for name, t in timed.items():
+                rows.append({"who": name, "B": B, "H": H, "N": N, "D": D, "causal": int(causal), "ms": t[0],
+                             "ms_min": t[1], "ms_max": t[2], "tflops": shapes.tflops(flop, t[0]),
+                             "pct_of_sdpa": 100.0 * timed["sdpa"][0] / t[0],
+                             "v7_over_v6": timed["v6_longest_first"][0] / timed["v7_hopper"][0],
+                             "v7_path": path, "max_abs_err_vs_sdpa": errs.get(name, float("nan")),
+                             "rounds": args.rounds})
+            print(f"B={B} H={H} N={N} D={D} causal={int(causal)}: " + ", ".join(
+                f"{n} {t[0]:.3f} ms" for n, t in timed.items())
+                + f"; v7 {timed['v6_longest_first'][0] / timed['v7_hopper'][0]:.3f}x v6 (path {path})", flush=True)
+    save("other_shapes", rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", choices=("pcast", "launch-order", "timing"))
+    ap.add_argument("name", choices=("pcast", "launch-order", "timing", "other-shapes"))
     ap.add_argument("--N", dest="Ns", type=int, nargs="*", default=None, help="sequence lengths")
     ap.add_argument("--causal", type=int, choices=(0, 1, 2), default=None, help="0, 1, or 2 for both")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--seeds", type=int, default=3, help="pcast: inputs for the error")
     ap.add_argument("--configs", type=int, default=3, help="launch-order: how many of v6's candidates")
     args = ap.parse_args(argv)
-    defaults = {"pcast": ([4096], 0), "launch-order": ([2048, 4096], 1), "timing": ([512, 1024], 2)}[args.name]
+    defaults = {"pcast": ([4096], 0), "launch-order": ([2048, 4096], 1), "timing": ([512, 1024], 2),
+                "other-shapes": ([0], 2)}[args.name]
     args.Ns = args.Ns or defaults[0]
     args.causal = defaults[1] if args.causal is None else args.causal
     args.N = args.Ns[0]
@@ -157,7 +198,7 @@ def main(argv=None) -> int:
                            [{**r, "date": now(), **environment()} for r in rows])
         print(f"wrote {len(rows)} rows to {path}")
 
-    {"pcast": pcast, "launch-order": launch_order, "timing": timing}[args.name](args, save)
+    {"pcast": pcast, "launch-order": launch_order, "timing": timing, "other-shapes": other_shapes}[args.name](args, save)
     return 0
 
 

@@ -29,7 +29,7 @@
 #   nsys | torch-trace           a timeline of every version at N = 4096 (nsys needs .debs carried)
 #   host-steps        each step of the lean host path timed alone (profiling/host_steps.py, issue 8)
 #   compile-cost | autotune-bias the Round 3 experiments
-#   pcast | launch-order | timing  experiments/run.py
+#   pcast | launch-order | timing | other-shapes   experiments/run.py
 #   ceilings          the matmul peak table and the copy bandwidth
 #   nonsquare         the full non-square causal check
 set -u
@@ -77,7 +77,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     host-steps) echo "python3 profiling/host_steps.py --N 512 4096" ;;
     compile-cost) echo "python3 sweeps/compile_cost.py" ;;
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
-    pcast|launch-order|timing) echo "python3 experiments/run.py $s" ;;
+    pcast|launch-order|timing|other-shapes) echo "python3 experiments/run.py $s" ;;
     ceilings) echo "python3 profiling/matmul_peak.py" ;;
     nonsquare) echo "python3 harness/check_nonsquare.py --kernel all --save" ;;
     *) return 1 ;;
