@@ -85,16 +85,19 @@ def select(table: dict, arch: str | None = None, smem_limit: int | None = None,
 
 def write_entry(path: str | Path, arch: str, configs: list[Config], *, gpu: str, source: str,
                 provisional: bool = False, note: str = "") -> dict:
-    """Replace one architecture's entry of a table, keeping the others."""
+    """Replace one architecture's entry of a table, keeping the others, and keeping any keys of its
+    own beyond the standard ones (v7's pipeline_qk choices)."""
     path = Path(path)
     table = load_table(path)
-    table["arches"][arch] = {
+    standard = {
         "gpu": gpu,
         "source": source,
         "provisional": provisional,
         "note": note,
         "configs": [[c.q_tile, c.k_tile, c.num_warps, c.num_stages] for c in configs],
     }
+    extra = {k: v for k, v in table["arches"].get(arch, {}).items() if k not in standard}
+    table["arches"][arch] = {**standard, **extra}
     table["arches"] = dict(sorted(table["arches"].items(), key=lambda kv: _arch_number(kv[0])))
     path.write_text(json.dumps(table, indent=2) + "\n")
     return table

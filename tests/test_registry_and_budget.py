@@ -90,6 +90,16 @@ def test_write_entry_keeps_other_arches(tmp_path):
     assert table["arches"]["sm_90"]["configs"] == [[128, 64, 8, 3]]
 
 
+def test_write_entry_replaces_the_configs_but_keeps_an_entrys_own_keys(tmp_path):
+    path = tmp_path / "configs.json"
+    path.write_text(json.dumps({"version": "x", "arches": {"sm_90": {"configs": [[64, 64, 4, 3]], "source": "old",
+                                                                     "provisional": True, "pipeline_qk": [1, 0]}}}))
+    write_entry(path, "sm_90", [Config(128, 64, 8, 4)], gpu="NVIDIA H200", source="sweep.csv")
+    entry = load_table(path)["arches"]["sm_90"]
+    assert entry["configs"] == [[128, 64, 8, 4]] and entry["source"] == "sweep.csv" and entry["provisional"] is False
+    assert entry["pipeline_qk"] == [1, 0]
+
+
 def test_bad_table_is_a_clear_error(tmp_path):
     bad = tmp_path / "configs.json"
     bad.write_text("{not json")
