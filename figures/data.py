@@ -58,7 +58,7 @@ HOSTPATH_COLUMNS = ("version", "run_id", "N", "causal", "ms", "graph_ms", "host_
                     "sdpa_ms", "sdpa_graph_ms", "sdpa_host_us")
 
 
-SWEEP_VERSIONS = ("v0_baseline", "v4_exp2")   # the kernel bodies of Round 1 and Round 5
+SWEEP_VERSIONS = ("v0_baseline", "v4_exp2", "v7_hopper")   # the bodies of Round 1, Round 5 and v7's re-sweep
 
 
 def sweep_versions(gpu_slug: str, results_root=None) -> list[str]:
@@ -66,9 +66,9 @@ def sweep_versions(gpu_slug: str, results_root=None) -> list[str]:
     paths = {v: root(results_root) / gpu_slug / "sweep" / f"{v}.csv" for v in SWEEP_VERSIONS}
     found = [v for v, p in paths.items() if p.exists()]
     if not found:
-        names = [str(p) for p in paths.values()]
-        raise ResultsError(f"results file {names[-1]} does not exist (nor {', '.join(names[:-1])}): "
-                           "run invoke sweep first")
+        first = paths["v4_exp2"]   # the Round 5 sweep, data.sweep's default, named first
+        others = [str(p) for p in paths.values() if p != first]
+        raise ResultsError(f"results file {first} does not exist (nor {', '.join(others)}): run invoke sweep first")
     return found
 
 

@@ -29,6 +29,8 @@ import pandas as pd  # noqa: E402
 from fa2lab import versions  # noqa: E402
 from figures import compile_cost as compile_cost_fig  # noqa: E402
 from figures import data, roofline  # noqa: E402
+from profiling.host_steps import STEPS as HOST_STEPS  # noqa: E402
+from profiling.run_profile import MATMUL_SIZE  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 NOT_YET = "not measured yet"
@@ -234,8 +236,13 @@ def section_rounds(gpu, root, summary, paths, ref) -> str:
                                 "Ada, causal"], rows)])
 
 
-# (swept body, round, the article's transcribed winners of that round)
-SWEEPS = (("v0_baseline", "Round 1", "sweep_winners_round1"), ("v4_exp2", "Round 5", "sweep_winners_round5"))
+# (swept body, round, the article's transcribed winners of that round (None: the article has no such round),
+# the section's title; {n}: ", <count> configurations per shape" once the sweep has run)
+SWEEPS = (("v0_baseline", "Round 1", "sweep_winners_round1", "Round 1 sweep winners (v0_baseline's body{n})"),
+          ("v4_exp2", "Round 5", "sweep_winners_round5", "Round 5 sweep winners (v4_exp2's body{n})"),
+          ("v7_hopper", "Round 7", None, "Round 7: v7's re-sweep (v7_hopper's own body, pinned one configuration "
+                                         "at a time{n})"))
+PIPELINE_QK = "PIPELINE_QK"   # v7's loop order, recorded by the sweep beside the tiles (fa2lab.sweep)
 PICK_ROLES = (("single", "single winner"), ("per_shape", "per-shape winners"), ("shortlist", "short list"))
 
 
@@ -282,27 +289,32 @@ def ada_winner(ref: pd.DataFrame | None, N, causal) -> str:
     return ", ".join(parts) + (f": {a.tflops:.1f}" if pd.notna(a.get("tflops")) else "")
 
 
-def section_one_sweep(gpu, root, ref_root, version, rnd, ref_name) -> str:
+def section_one_sweep(gpu, root, ref_root, version, rnd, ref_name, title) -> str:
     df, best, path = sweep_winners(gpu, root, version)
     if df is None:
-        return not_yet(f"### {rnd} sweep winners ({version}'s body)", f"invoke sweep --kernel {version}", path)
-    ref, ref_path = ada(ref_name, ref_root)
+        return not_yet("### " + title.format(n=""), f"invoke sweep --kernel {version}", path)
+    ref, ref_path = ada(ref_name, ref_root) if ref_name else (None, None)
     per_shape = int(df.groupby(["N", "causal"]).size().max())
     counts = df.groupby("status").size() / df.groupby(["N", "causal"]).ngroups
     picks, picks_df, picks_path = sweep_picks(gpu, root, version)
     ok = df[(df.status == "ok") & df.tflops.notna()].assign(key=lambda d: config_key(d))
     single = (picks.get("single") or [None])[0]
     short = picks.get("shortlist", [])
+    pipelined = PIPELINE_QK in df.columns
     rows = []
     for r in best.sort_values(["causal", "N"]).itertuples():
         shape = ok[(ok.N == r.N) & (ok.causal == r.causal)]
         t_single = shape[shape.key == single].tflops.max() if single else float("nan")
         t_short = shape[shape.key.isin(short)].tflops.max() if short else float("nan")
-        rows.append([r.N, "yes" if r.causal else "no", f"{r.q_tile}×{r.k_tile}, {r.num_warps}w, {r.num_stages}s",
-                     f"{r.tflops:.1f}", fmt(getattr(r, "pct_of_sdpa", float("nan")), ".0f", "%"),
-                     f"{fmt(t_single, '.1f')} ({fmt(100 * t_single / r.tflops, '.0f', '%')})",
-                     f"{fmt(t_short, '.1f')} ({fmt(100 * t_short / r.tflops, '.0f', '%')})",
-                     ada_winner(ref, r.N, r.causal)])
+        row = [r.N, "yes" if r.causal else "no", f"{r.q_tile}×{r.k_tile}, {r.num_warps}w, {r.num_stages}s"]
+        if pipelined:
+            row.append(fmt(pd.to_numeric(best.loc[r.Index, PIPELINE_QK], errors="coerce"), ".0f"))
+        row += [f"{r.tflops:.1f}", fmt(getattr(r, "pct_of_sdpa", float("nan")), ".0f", "%"),
+                f"{fmt(t_single, '.1f')} ({fmt(100 * t_single / r.tflops, '.0f', '%')})",
+                f"{fmt(t_short, '.1f')} ({fmt(100 * t_short / r.tflops, '.0f', '%')})"]
+        if ref_name:
+            row.append(ada_winner(ref, r.N, r.causal))
+        rows.append(row)
     if picks_df is None:
         picks_text = (f"Picks: {NOT_YET} (`invoke pick-configs --kernel {version}` writes `{rel(picks_path)}`).")
     else:
@@ -316,13 +328,18 @@ def section_one_sweep(gpu, root, ref_root, version, rnd, ref_name) -> str:
                                   for role, label in PICK_ROLES) + ".")
         if from_csv and Path(from_csv).name != path.name:
             picks_text += f" The picks name another sweep file than `{rel(path)}`."
+    header = ["N", "causal", "best (ours)"] + ([PIPELINE_QK] if pipelined else []) + [
+        "TFLOP/s", "% of SDPA", "single winner: TFLOP/s", "short list's best: TFLOP/s"] + (
+        ["best on Ada (TFLOP/s)"] if ref_name else [])
+    sources = f"Source: `{rel(path)}`" + (f"; Ada: `{rel(ref_path) if ref_path else '–'}`" if ref_name else
+                                          f" (the article has no {rnd})")
     return "\n".join([
-        f"### {rnd} sweep winners ({version}'s body, {per_shape} configurations per shape)",
-        f"Per shape: {', '.join(f'{n:.0f} {s}' for s, n in counts.items())}. Source: `{rel(path)}`; "
-        f"Ada: `{rel(ref_path) if ref_path else '–'}`. The single winner's and the short list's columns give their "
-        "TFLOP/s at each shape from the same sweep, in brackets as a share of that shape's best.", "",
-        md_table(["N", "causal", "best (ours)", "TFLOP/s", "% of SDPA", "single winner: TFLOP/s",
-                  "short list's best: TFLOP/s", "best on Ada (TFLOP/s)"], rows),
+        "### " + title.format(n=f", {per_shape} configurations per shape"),
+        f"Per shape: {', '.join(f'{n:.0f} {s}' for s, n in counts.items())}. {sources}. The single winner's and "
+        "the short list's columns give their TFLOP/s at each shape from the same sweep, in brackets as a share of "
+        "that shape's best." + (f" {PIPELINE_QK}: the winner's loop order as the sweep recorded it (1: the next "
+                                "Q Kᵀ issued before the softmax, 0: v6's order)." if pipelined else ""), "",
+        md_table(header, rows),
         "", picks_text])
 
 
@@ -381,6 +398,69 @@ def section_hostpath(gpu, root) -> str:
         "µs, medians of the latest protocol; sources: " + ", ".join(f"`{rel(p)}`" for _, _, p in frames) + ".", "",
         md_table(["version", "N", "causal", "do_bench", "graph", "host/call", "SDPA do_bench", "SDPA graph",
                   "SDPA host/call"], rows)])
+
+
+# ---------------------------------------------------------------- the host path step by step (issue 8)
+
+HOST_STEPS_COLUMNS = ("version", "N", "causal", "step", "us_median", "us_min", "us_max")
+# (column, minuend, subtrahend): the differences profiling/host_steps.py's docstring reads ("apply - cache_hit is
+# what the autograd.Function and the lookup add; cache_hit - allocate is the launch"), and ours against SDPA's
+HOST_STEP_DIFFS = (("Function + lookup (apply − cache_hit)", "apply", "cache_hit"),
+                   ("launch (cache_hit − allocate)", "cache_hit", "allocate"),
+                   ("ours − SDPA (apply − sdpa)", "apply", "sdpa"),
+                   ("backward − SDPA's (backward − sdpa_backward)", "backward", "sdpa_backward"))
+
+
+def host_steps(gpu, root):
+    """(the latest row per version, shape and step of results/<gpu>/hostpath/steps.csv, the file);
+    (None, path) if `invoke host-steps` has not run; a malformed file is a ResultsError naming it."""
+    path = data.root(root) / gpu / "hostpath" / "steps.csv"
+    df = optional(path, HOST_STEPS_COLUMNS)
+    if df is None:
+        return None, path
+    df = numeric(df, path, ("N", "causal", "us_median", "us_min", "us_max"))
+    df = df.assign(version=df["version"].astype(str), step=df["step"].astype(str))
+    return latest_rows(df, ("version", "N", "causal", "step")), path
+
+
+def host_step_table(df: pd.DataFrame) -> tuple[list[str], list[dict]]:
+    """(the steps that have data, in profiling/host_steps.py's order then any other; per (version, N, causal)
+    in registry order a dict: version, N, causal, step -> (median, min, max) µs, and each difference's µs)."""
+    steps = [s for s in HOST_STEPS if s in set(df.step)] + [s for s in dict.fromkeys(df.step) if s not in HOST_STEPS]
+    order = {v: i for i, v in enumerate(versions.NAMES)}
+    out = []
+    for (v, N, causal), g in df.groupby(["version", "N", "causal"]):
+        by = g.set_index("step")
+        times = {s: (float(by.us_median[s]), float(by.us_min[s]), float(by.us_max[s])) for s in by.index}
+        diffs = {name: times[a][0] - times[b][0] if a in times and b in times else float("nan")
+                 for name, a, b in HOST_STEP_DIFFS}
+        out.append({"version": v, "N": int(N), "causal": int(causal), "times": times, "diffs": diffs})
+    out.sort(key=lambda r: (order.get(r["version"], len(order)), r["version"], r["causal"], r["N"]))
+    return steps, out
+
+
+def section_host_steps(gpu, root) -> str:
+    title = "### Where a call's host time goes, step by step (issue 8)"
+    df, path = host_steps(gpu, root)
+    if df is None:
+        return not_yet(title, "invoke host-steps", path)
+    steps, table = host_step_table(df)
+    rows = []
+    for r in table:
+        t = r["times"]
+        rows.append([r["version"], r["N"], "yes" if r["causal"] else "no"]
+                    + [span(*t[s], ".1f") if s in t else "–" for s in steps]
+                    + [fmt(r["diffs"][name], "+.1f") for name, _, _ in HOST_STEP_DIFFS])
+    return "\n".join([
+        title,
+        "µs per call, each step timed alone as the harness times host_us (calls back to back, the GPU queue never "
+        "drained): the median over the repeats (min–max), the latest row per step. The steps are "
+        "profiling/host_steps.py's (sdpa: SDPA's forward; apply: FlashAttentionTriton.apply; function_nop: an "
+        "empty autograd.Function; cache_hit: the cached launch called directly; signature: the lookup; allocate: "
+        "O and L; descriptors: v7's TMA descriptors; launch: Triton's launcher alone; sdpa_backward, backward: "
+        "autograd.grad through SDPA and ours on a kept graph; backward_direct: the Triton backward called "
+        "directly). The last four columns are differences of the medians. Source: " + f"`{rel(path)}`.", "",
+        md_table(["version", "N", "causal", *steps, *(name for name, _, _ in HOST_STEP_DIFFS)], rows)])
 
 
 # ---------------------------------------------------------------- Round 3: compile cost, autotune bias
@@ -667,16 +747,82 @@ def section_ncu(gpu, root, ref_root) -> str:
     return "\n".join(text)
 
 
+# ---------------------------------------------------------------- Round 2: the matmul peak table under Nsight Compute
+
+MATMUL_FILE = f"matmul_S{MATMUL_SIZE}.csv"   # profiling/run_profile.py --tool ncu --kernel matmul, in ceilings/
+MATMUL_VARIANTS = ("bf16->fp32", "fp16->fp32", "tf32->fp32", "fp16->fp16", "int8->int32")   # matmul_peak.VARIANTS
+HALF, WHOLE = (0.45, 0.55), (0.9, 1.1)   # counted / predicted for bf16->fp32: Ada's artefact, or the true count
+
+
+def matmul_profile(gpu, root):
+    """(per variant of the file's last run, in profiling/matmul_peak.py's order: duration (s), predicted and
+    achieved TFLOP/s, the SM clock ncu measured (MHz), the bf16->fp32 tensor-core peak at that clock, the tensor
+    operations counted (the sum of sm__ops_path_tensor_src_*, as the final profile sums them) and their ratio to
+    predicted_flops, tensor pipe active %; the file; the peak's note), or (None, path, "") if not profiled.
+    A malformed file, or one whose rows name no variant, is a ResultsError naming it."""
+    path = data.root(root) / gpu / "ceilings" / MATMUL_FILE
+    df = optional(path, ("kernel", "version", "predicted_flops"))
+    if df is None:
+        return None, path, ""
+    df = df.assign(version=df["version"].astype(object).where(df["version"].notna(), "").astype(str).str.strip())
+    df = df[df.version != ""]   # kernels outside the variants' NVTX ranges (summarise_raw leaves them unnamed)
+    if df.empty:
+        raise data.ResultsError(f"results file {path} has no row named by a matmul variant (its version column)")
+    if "run_id" in df.columns:
+        df = df[df["run_id"] == df["run_id"].iloc[-1]]
+    rows = numeric(df.drop_duplicates("version", keep="last").copy(), path, ("predicted_flops",))
+    seconds = data.metric(rows, path, roofline.TIME)
+    if not (np.isfinite(seconds) & (seconds > 0)).all() or rows.predicted_flops.isna().any():
+        raise data.ResultsError(f"results file {path} has rows without a usable {roofline.TIME} or predicted_flops")
+    clock = data.metric(rows, path, roofline.CLOCK, required=False)
+    clock = pd.Series(np.nan, index=rows.index) if clock is None else clock
+    peak = pd.Series([roofline.roof(rows.loc[[i]], path, gpu, root)[0] if pd.notna(clock[i]) else None
+                      for i in rows.index], index=rows.index, dtype=float)
+    ops, _ = tensor_ops(rows, path)
+    pipe = data.metric(rows, path, NCU_EXTRA["pipe_tensor"], required=False)
+    tflops = rows.predicted_flops / seconds / 1e12
+    out = pd.DataFrame({"variant": rows.version, "seconds": seconds, "predicted": rows.predicted_flops,
+                        "tflops": tflops, "clock_mhz": clock / 1e6, "peak": peak, "pct_peak": 100 * tflops / peak,
+                        "ops_counted": ops, "ops_ratio": ops / rows.predicted_flops,
+                        "pipe_tensor": pipe if pipe is not None else np.nan})
+    order = {v: i for i, v in enumerate(MATMUL_VARIANTS)}
+    out = out.sort_values("variant", key=lambda c: c.map(lambda v: order.get(v, len(order))), kind="stable")
+    return out.reset_index(drop=True), path, roofline.roof(rows, path, gpu, root)[1]
+
+
+def section_matmul_ncu(gpu, root) -> str:
+    title = "### The matmul peak table under Nsight Compute (Round 2, issue 4)"
+    prof, path, note = matmul_profile(gpu, root)
+    if prof is None:
+        return not_yet(title, "invoke profile --tool ncu --kernel matmul", path)
+    rows = [[r.variant, fmt(r.seconds * 1e6, ",.1f"), fmt(r.tflops, ".1f"), fmt(r.pct_peak, ".1f", "%"),
+             fmt(r.clock_mhz, ".0f"), f"{fmt(r.ops_counted / 1e12, '.3f')} / {r.predicted / 1e12:.3f} "
+             f"({fmt(r.ops_ratio, '.3f', '×')})", fmt(r.pipe_tensor, ".1f", "%")] for r in prof.itertuples()]
+    return "\n".join([
+        title,
+        f"One Triton matmul, M = N = K = {MATMUL_SIZE}, per input → accumulator type; the file's last run. "
+        "TFLOP/s (TOP/s for int8): predicted_flops (2·S³) over the duration ncu measured; % of peak: that over the "
+        "bf16-in, fp32-accumulate tensor-core peak at the SM clock ncu measured during the kernel (as in the final "
+        "profile; the same peak for every variant); tensor ops: counted (the sum of sm__ops_path_tensor_src_*) / "
+        "predicted, in T, and their ratio (the article's Ada reads 0.5 for fp32 accumulation); tensor pipe: "
+        f"sm__pipe_tensor_cycles_active. Source: `{rel(path)}`" + (f". {note}." if note else "."), "",
+        md_table(["variant", "µs", "TFLOP/s", "% of peak", "SM MHz", "tensor ops T (counted / predicted)",
+                  "tensor pipe"], rows)])
+
+
 # ---------------------------------------------------------------- experiments beyond the harness
 
 EXPERIMENTS = {"pcast": ("variant", "p_cast", "N", "causal", "ms", "ms_min", "ms_max", "tflops", "mae_vs_float64"),
                "launch_order": ("order", "config", "N", "causal", "ms", "speedup_vs_forward"),
                "timing": ("version", "N", "causal", "ms", "graph_ms", "host_us", "sdpa_ms", "sdpa_graph_ms",
                           "sdpa_host_us", "pct_of_sdpa")}
+EXPERIMENTS["other_shapes"] = ("who", "B", "H", "N", "D", "causal", "ms", "ms_min", "ms_max", "tflops", "pct_of_sdpa",
+                               "v7_over_v6", "v7_path", "max_abs_err_vs_sdpa")
 EXPERIMENT_KEYS = {"pcast": ("p_cast", "N", "causal"), "launch_order": ("order", "config", "N", "causal"),
-                   "timing": ("version", "N", "causal")}
+                   "timing": ("version", "N", "causal"), "other_shapes": ("who", "B", "H", "N", "D", "causal")}
 EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke experiment launch-order",
-                   "timing": "invoke experiment timing"}
+                   "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes"}
+EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path")   # columns that are not numbers
 
 
 def experiment(gpu, root, name: str):
@@ -685,7 +831,7 @@ def experiment(gpu, root, name: str):
     df = optional(path, EXPERIMENTS[name])
     if df is None:
         return None, path
-    numbers = [c for c in EXPERIMENTS[name] if c not in ("variant", "order", "config", "version")]
+    numbers = [c for c in EXPERIMENTS[name] if c not in EXPERIMENT_TEXT]
     return latest_rows(numeric(df, path, numbers), EXPERIMENT_KEYS[name]), path
 
 
@@ -734,6 +880,61 @@ def section_experiments(gpu, root) -> str:
                  md_table(["version", "N", "causal", "do_bench", "graph", "host/call", "SDPA do_bench", "SDPA graph",
                            "SDPA host/call", "% of SDPA (do_bench)", "% of SDPA (graph)", "SM MHz median"], rows)]
     return "\n".join(text)
+
+
+V6, V7 = "v6_longest_first", "v7_hopper"
+NOT_SLOWER = 0.98   # v7_over_v6 (v6's ms / v7's ms) at or above this: v7 is not slower than v6 (within 2%)
+SHAPE_KEYS = ("B", "H", "N", "D", "causal")
+
+
+def other_shapes(gpu, root):
+    """(per shape (B, H, N, D, causal) in the file's order: v6's, v7's and SDPA's ms (median, min, max), v7_over_v6,
+    v7's % of SDPA and path, each version's max abs error; the file), or (None, path) if it has not run."""
+    df, path = experiment(gpu, root, "other_shapes")
+    if df is None:
+        return None, path
+    out = []
+    for key, g in df.groupby(list(SHAPE_KEYS), sort=False):
+        by = g.drop_duplicates("who", keep="last").set_index("who")
+
+        def at(who, col):
+            return by.at[who, col] if who in by.index else float("nan")
+
+        out.append({**dict(zip(SHAPE_KEYS, (int(k) for k in key))),
+                    **{f"{w}_{c}": at(who, c) for w, who in (("v6", V6), ("v7", V7), ("sdpa", data.SDPA))
+                       for c in ("ms", "ms_min", "ms_max")},
+                    "v7_over_v6": at(V7, "v7_over_v6"), "v7_pct_of_sdpa": at(V7, "pct_of_sdpa"),
+                    "v7_path": at(V7, "v7_path"), "v6_err": at(V6, "max_abs_err_vs_sdpa"),
+                    "v7_err": at(V7, "max_abs_err_vs_sdpa")})
+    return pd.DataFrame(out), path
+
+
+def section_other_shapes(gpu, root) -> str:
+    title = "### v7 against v6 and SDPA on shapes neither was tuned on (issue 6)"
+    df, path = other_shapes(gpu, root)
+    if df is None:
+        return not_yet(title, EXPERIMENT_TASK["other_shapes"], path)
+    rows = [[r.B, r.H, r.N, r.D, "yes" if r.causal else "no", span(r.v6_ms, r.v6_ms_min, r.v6_ms_max, ".3f"),
+             span(r.v7_ms, r.v7_ms_min, r.v7_ms_max, ".3f"), span(r.sdpa_ms, r.sdpa_ms_min, r.sdpa_ms_max, ".3f"),
+             fmt(r.v7_over_v6, ".3f", "×"), fmt(r.v7_pct_of_sdpa, ".0f", "%"),
+             r.v7_path if isinstance(r.v7_path, str) else "–", fmt(r.v6_err, ".2e"), fmt(r.v7_err, ".2e")]
+            for r in df.itertuples()]
+    measured = df[df.v7_over_v6.notna()]
+    slower = measured[measured.v7_over_v6 < NOT_SLOWER]
+    verdict = (f"v7 is not slower than v6 on {len(measured) - len(slower)} of {len(measured)} shapes (not slower: "
+               f"v7_over_v6 = v6's ms ÷ v7's ms ≥ {NOT_SLOWER}, i.e. at most {100 * (1 - NOT_SLOWER):.0f}% slower)"
+               + ("; slower on " + ", ".join(f"B={r.B} H={r.H} N={r.N} D={r.D} {data.mask_name(r.causal)} "
+                                              f"({r.v7_over_v6:.3f}×)" for r in slower.itertuples())
+                  if len(slower) else "") + ".")
+    return "\n".join([
+        title,
+        "ms: the median of the interleaved rounds' do_bench medians (min–max), bf16; v7 ÷ v6: v6's ms over v7's "
+        "(above 1: v7 faster); % of SDPA: SDPA's ms over v7's, same process; path: the one v7 took (tma or v6's); "
+        "error: the largest absolute difference from SDPA's output. The latest row per shape. Source: "
+        f"`{rel(path)}`.", "",
+        md_table(["B", "H", "N", "D", "causal", "v6 ms", "v7 ms", "SDPA ms", "v7 ÷ v6", "v7 % of SDPA", "v7's path",
+                  "max abs error v6", "max abs error v7"], rows),
+        "", verdict])
 
 
 # ---------------------------------------------------------------- the backward (issue 7)
@@ -789,6 +990,161 @@ def section_backward(gpu, root) -> str:
         + f". Backward: {', '.join(impls)}. Sources: " + ", ".join(f"`{rel(p)}`" for p in paths) + ".", "",
         md_table(["version", "N", "causal", "runs", "fwd+bwd ms", "% of SDPA", "% of FLASH", "bwd ms", "% of SDPA",
                   "% of FLASH", "SDPA fwd+bwd ms", "SDPA bwd ms"], rows)])
+
+
+BWD_SWEEP_CONFIG = ("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_warps", "num_stages")
+BWD_SWEEP_KEYS = ("N", "causal", *BWD_SWEEP_CONFIG, "dq_mode")     # fa2lab.sweep_backward.KEY_FIELDS
+BWD_SWEEP_MEASURED = ("bwd_ms", "tflops", "pct_of_sdpa", "sdpa_bwd_ms")
+BWD_DEFAULTS = ("SM90_DEFAULT", "SM90_FP32_D128", "SM80_DEFAULT", "FALLBACK")   # the backward module's names
+
+
+def bwd_config_text(r) -> str:
+    return (f"dkdv {int(r.dkdv_q_tile)}×{int(r.dkdv_k_tile)}, dq {int(r.dq_q_tile)}×{int(r.dq_k_tile)}, "
+            f"{int(r.num_warps)}w, {int(r.num_stages)}s")
+
+
+def backward_default(df: pd.DataFrame):
+    """(the configuration the Triton backward uses when none is given, for the sweep's GPU, head dimension and
+    bf16; its name in kernels/_shared/flash_backward_triton.py): default_config of that module, read through
+    fa2lab.versions.load_shared, for the architecture the sweep rows name (sm_90 if none is named)."""
+    import torch
+
+    bwd = versions.load_shared("flash_backward_triton")
+    arch = next((a for a in df.get("arch", pd.Series(dtype=object)).dropna().astype(str)[::-1]
+                 if re.fullmatch(r"sm_\d+a?", a)), "sm_90")
+    D = int(pd.to_numeric(df["D"], errors="coerce").dropna().iloc[-1]) if "D" in df and df["D"].notna().any() else 64
+    cfg = bwd.default_config(D, torch.bfloat16, arch)
+    name = next((n for n in BWD_DEFAULTS if getattr(bwd, n, None) == cfg), "default_config")
+    return cfg, name, arch
+
+
+def backward_sweep(gpu, root):
+    """(every row, the best ok row per (N, causal, dq_mode), the file) of results/<gpu>/sweep_bwd/
+    flash_backward_triton.csv (fa2lab.sweep_backward; the latest row per configuration); (None, None, path)
+    if it has not run. A malformed file, or one without a single ok configuration, is a ResultsError naming it."""
+    path = data.root(root) / gpu / "sweep_bwd" / "flash_backward_triton.csv"
+    df = optional(path, (*BWD_SWEEP_KEYS, "status"))
+    if df is None:
+        return None, None, path
+    df = numeric(df, path, ("N", "causal", *BWD_SWEEP_CONFIG))
+    df = numeric(df.assign(**{c: df[c] if c in df else np.nan for c in BWD_SWEEP_MEASURED}), path, BWD_SWEEP_MEASURED)
+    df = latest_rows(df.assign(status=df["status"].astype(str), dq_mode=df["dq_mode"].astype(str)), BWD_SWEEP_KEYS)
+    ok = df[(df.status == "ok") & df.bwd_ms.notna()]
+    if ok.empty:
+        raise data.ResultsError(f"results file {path} has no ok configuration")
+    best = ok.loc[ok.groupby(["N", "causal", "dq_mode"])["bwd_ms"].idxmin()]
+    return df, best, path
+
+
+def section_backward_sweep(gpu, root) -> str:
+    title = "### The backward's configuration sweep (issue 7)"
+    df, best, path = backward_sweep(gpu, root)
+    if df is None:
+        return not_yet(title, "invoke sweep-backward [--dq-mode atomic]", path)
+    cfg, name, arch = backward_default(df)
+    is_default = np.logical_and.reduce([df[c] == getattr(cfg, c) for c in BWD_SWEEP_CONFIG])
+    default = df[is_default]
+    rows = []
+    mode_order = {"separate": 0, "atomic": 1}   # sweep_backward.py's default first
+    best = best.sort_values(["dq_mode", "causal", "N"], key=lambda c: c.map(lambda m: mode_order.get(m, 2))
+                            if c.name == "dq_mode" else c, kind="stable")
+    for r in best.itertuples():
+        d = default[(default.N == r.N) & (default.causal == r.causal) & (default.dq_mode == r.dq_mode)]
+        d = d.iloc[-1] if len(d) else None
+        d_ok = d is not None and d.status == "ok" and pd.notna(d.bwd_ms)
+        rows.append([int(r.N), "yes" if r.causal else "no", r.dq_mode, bwd_config_text(r), fmt(r.bwd_ms, ".3f"),
+                     fmt(r.tflops, ".1f"), fmt(r.pct_of_sdpa, ".0f", "%"),
+                     fmt(d.bwd_ms, ".3f") if d_ok else ("not swept" if d is None else d.status),
+                     fmt(d.pct_of_sdpa, ".0f", "%") if d_ok else "–",
+                     fmt(100 * r.bwd_ms / d.bwd_ms, ".0f", "%") if d_ok else "–"])
+    shapes_per_mode = df.groupby("dq_mode")[["N", "causal"]].apply(lambda g: len(g.drop_duplicates()))
+    counts = "; ".join(f"{mode} dQ ({shapes_per_mode[mode]} shape(s), {len(g)} rows): "
+                       + ", ".join(f"{n} {s}" for s, n in g.status.value_counts().items())
+                       for mode, g in sorted(df.groupby("dq_mode"), key=lambda kv: mode_order.get(kv[0], 2)))
+    text = [title,
+            "The Triton backward of kernels/_shared/ with each configuration launched as given (dK/dV's query × key "
+            "tile, dQ's query × key tile, warps, stages), checked against SDPA's gradients and timed with do_bench "
+            f"against SDPA's backward in the same process (% of SDPA: SDPA's ms over ours); the latest row per "
+            f"configuration. Rows per status: {counts}. The default: `{name}` ({cfg}; default_config for {arch}, "
+            f"read from the module); its share of the best: the best's ms over the default's. Source: `{rel(path)}`.",
+            "", md_table(["N", "causal", "dQ", "best", "bwd ms", "TFLOP/s", "% of SDPA", "default: bwd ms",
+                          "default: % of SDPA", "default's share of the best"], rows)]
+    modes = sorted(set(best.dq_mode))
+    if len(modes) >= 2:
+        lines = []
+        for causal in (0, 1):
+            at = best[(best.N == 4096) & (best.causal == causal)].sort_values("bwd_ms")
+            if len(at) < 2:
+                lines.append(f"{data.mask_name(causal)}: not every dQ mode has an ok configuration at N = 4096")
+                continue
+            a, b = at.iloc[0], at.iloc[1]
+            lines.append(f"{data.mask_name(causal)}: {a.dq_mode} ({a.bwd_ms:.3f} ms against {b.dq_mode}'s "
+                         f"{b.bwd_ms:.3f} ms, {b.bwd_ms / a.bwd_ms:.2f}×)")
+        text += ["", "The faster dQ mode at N = 4096, best against best: " + "; ".join(lines) + "."]
+    else:
+        text += ["", f"Only the {modes[0]} dQ mode has been swept (`invoke sweep-backward --dq-mode "
+                 f"{'atomic' if modes[0] == 'separate' else 'separate'}` adds the other)."]
+    return "\n".join(text)
+
+
+# ---------------------------------------------------------------- the non-square causal check (issue 6)
+
+NONSQUARE_COLUMNS = ("version", "config", "n_q", "n_k", "D", "dtype", "causal", "status", "git_commit")
+NONSQUARE_STATUSES = ("passed", "failed", "skipped_smem")   # fa2lab.nonsquare.check_version's counts
+
+
+def nonsquare(gpu, root):
+    """(the rows of the latest git commit in results/<gpu>/checks/nonsquare.csv (the commit of its newest row, by
+    date, else by row order), the latest row per case, with `quick` (0 where the file has none); that commit; the
+    file), or (None, None, path) if it has not been saved. A malformed file, or a status check_version does not
+    write, is a ResultsError naming it."""
+    path = data.root(root) / gpu / "checks" / "nonsquare.csv"
+    df = optional(path, NONSQUARE_COLUMNS)
+    if df is None:
+        return None, None, path
+    df = numeric(df.assign(quick=df["quick"] if "quick" in df else 0), path, ("n_q", "n_k", "D", "causal", "quick"))
+    df = df.assign(quick=df["quick"].fillna(0).astype(int), status=df["status"].astype(str),
+                   git_commit=df["git_commit"].astype(str), version=df["version"].astype(str))
+    bad = sorted(set(df.status) - set(NONSQUARE_STATUSES))
+    if bad:
+        raise data.ResultsError(f"results file {path} has status value(s) {', '.join(bad)} "
+                                f"(expected {', '.join(NONSQUARE_STATUSES)})")
+    if "date" in df.columns:
+        df = df.sort_values("date", kind="stable")
+    commit = df["git_commit"].iloc[-1]
+    rows = df[df.git_commit == commit]
+    rows = rows.drop_duplicates(["version", "quick", "config", "n_q", "n_k", "D", "dtype", "causal"], keep="last")
+    return rows, commit, path
+
+
+def section_nonsquare(gpu, root) -> str:
+    title = "### The non-square causal check (issue 6)"
+    df, commit, path = nonsquare(gpu, root)
+    if df is None:
+        return not_yet(title, "invoke check-nonsquare --save", path)
+    order = {v: i for i, v in enumerate(versions.NAMES)}
+    rows = []
+    for (v, quick), g in sorted(df.groupby(["version", "quick"]), key=lambda kv: (order.get(kv[0][0], len(order)),
+                                                                                  kv[0][0], kv[0][1])):
+        n = g.status.value_counts()
+        rows.append([v, "quick" if quick else "full", len(g), *(int(n.get(s, 0)) for s in NONSQUARE_STATUSES)])
+    missing = [v for v in versions.NAMES if v not in set(df.version)]
+    failed = df[df.status == "failed"]
+    text = [title,
+            f"Cases per version at git commit {commit} (the latest in the file; earlier commits' rows are left out), "
+            "each through `apply` and the explicit tile configurations of fa2lab.nonsquare, against a float64 "
+            "reference with the top-left causal mask; a configuration that does not fit in shared memory is "
+            f"skipped, not failed. Source: `{rel(path)}`.", "",
+            md_table(["version", "set", "cases", "passed", "failed", "skipped (shared memory)"], rows)]
+    if missing:
+        text += ["", f"Not checked at {commit}: {', '.join(missing)}."]
+    if len(failed):
+        shown = failed.head(5)
+        text += ["", f"Failed ({len(failed)}): " + "; ".join(
+            f"{r.version} `{r.config}` {int(r.n_q)}×{int(r.n_k)} D={int(r.D)} {r.dtype} "
+            f"{'causal' if r.causal else 'full'}"
+            for r in shown.itertuples()) + ("; …" if len(failed) > len(shown) else "") + "."]
+    return "\n".join(text)
 
 
 def inspections(root) -> list[tuple[Path, dict]]:
@@ -1056,10 +1412,35 @@ def profile_claims(gpu, root, prof, folder, ops_ratio) -> list[Claim]:
         claims.append(Claim(text, "holds" if ok else "does not hold",
                             f"counted / predicted at N = 4096: v0 non-causal {r0:.3f}×, v1 causal {r1:.3f}×, "
                             f"v3 causal {r3:.3f}×", ", ".join(sorted({rel(p0), rel(p1), rel(p3)}))))
-    claims.append(Claim("On GeForce Ada the tensor-pipe counter reads exactly half for fp32 accumulation (a metric "
-                        "defect)", NOT_YET, "needs `invoke profile --tool ncu --kernel matmul`",
-                        f"results/{gpu}/ceilings/matmul_S8192.csv (pending)"))
+    claims.append(matmul_claim(gpu, root))
     return claims
+
+
+def matmul_claim(gpu, root) -> Claim:
+    """Ada's counter artefact on this GPU, from the bf16->fp32 row of the matmul profile: counted / predicted within
+    HALF: it exists here too; within WHOLE: it does not (the counter reads the algorithm's operations); else the
+    ratio, neither half nor whole."""
+    text = "On GeForce Ada the tensor-pipe counter reads exactly half for fp32 accumulation (a metric defect)"
+    prof, path, _ = matmul_profile(gpu, root)
+    if prof is None:
+        return Claim(text, NOT_YET, "needs `invoke profile --tool ncu --kernel matmul`",
+                     f"results/{gpu}/ceilings/{MATMUL_FILE} (pending)")
+    bf16 = prof[prof.variant == "bf16->fp32"]
+    if bf16.empty or bf16.ops_ratio.isna().all():
+        return Claim(text, NOT_YET, "the file has no bf16->fp32 row with tensor-operation counts "
+                     "(sm__ops_path_tensor_src_*)", rel(path))
+    r = float(bf16.ops_ratio.iloc[0])
+    if HALF[0] <= r <= HALF[1]:
+        verdict = f"holds: the artefact exists on this GPU too (the counter reads {r:.3f}× the algorithm's operations)"
+    elif WHOLE[0] <= r <= WHOLE[1]:
+        verdict = f"does not: the counter reads {r:.3f}× the algorithm's operations"
+    else:
+        verdict = f"neither: the counter reads {r:.3f}× the algorithm's operations (not half, not all)"
+    evidence = "counted / predicted per variant: " + ", ".join(
+        f"{v.variant} {fmt(v.ops_ratio, '.3f', '×')} (tensor pipe {fmt(v.pipe_tensor, '.1f', '%')})"
+        for v in prof.itertuples()) + (f"; artefact if bf16->fp32 reads {HALF[0]}–{HALF[1]}×, none if "
+                                      f"{WHOLE[0]}–{WHOLE[1]}×")
+    return Claim(text, verdict, evidence, rel(path))
 
 
 def experiment_claims(gpu, root) -> list[Claim]:
@@ -1148,10 +1529,15 @@ def build(root=None) -> str:
                   section_compile_cost(gpu, root, root), "",
                   section_autotune_bias(gpu, root), "",
                   section_hostpath(gpu, root), "",
+                  section_host_steps(gpu, root), "",
                   section_inspect(root), "",
                   section_ncu(gpu, root, root), "",
+                  section_matmul_ncu(gpu, root), "",
                   section_experiments(gpu, root), "",
+                  section_other_shapes(gpu, root), "",
                   section_backward(gpu, root), "",
+                  section_backward_sweep(gpu, root), "",
+                  section_nonsquare(gpu, root), "",
                   section_ledger(ledger(gpu, root, root, summary, paths, ref)), "",
                   section_pending(gpu, root), ""]
     return "\n".join(parts)

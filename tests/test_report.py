@@ -406,3 +406,390 @@ def test_a_malformed_file_is_an_error_naming_it(full_root, relpath, content, mes
     with pytest.raises(report.data.ResultsError, match=re.escape(str(path)) + ".*" + re.escape(message)):
         report.build(full_root)
     assert report.main(["--results", str(full_root), "--out", str(full_root / "R.md")]) == 1
+
+
+# ---- the sections the next GPU session fills: host steps, other shapes, the backward's sweep, the matmul table under
+# Nsight Compute (and ledger claim 22), v7's re-sweep, the non-square check. Each fixture is written in its writer's
+# format (through fa2lab.results.append_rows, and for the matmul through profiling.ncu_export.summarise_raw); every
+# expected number below is computed here from the fixture.
+
+import math  # noqa: E402
+
+from fa2lab.results import append_rows  # noqa: E402
+from fa2lab.versions import load_shared  # noqa: E402
+
+HOST_US = {"sdpa": 20.0, "apply": 31.0, "function_nop": 8.0, "cache_hit": 18.5, "signature": 1.5, "allocate": 5.25,
+           "descriptors": 6.0, "launch": 11.0, "sdpa_backward": 60.0, "backward": 77.0, "backward_direct": 50.0}
+FORWARD_ONLY = ("descriptors", "sdpa_backward", "backward", "backward_direct")   # v5_final has none of these
+
+
+def host_step_values(version, causal):
+    """(median, min, max) µs per step: v7 at 1×, v5 at 1.1× (no descriptors, no Triton backward), causal +1 µs."""
+    scale = 1.0 if version == "v7_hopper" else 1.1
+    steps = [s for s in HOST_US if version == "v7_hopper" or s not in FORWARD_ONLY]
+    return {s: (HOST_US[s] * scale + causal, HOST_US[s] * scale * 0.9 + causal, HOST_US[s] * scale * 1.2 + causal)
+            for s in steps}
+
+
+def write_host_steps(root):
+    path = root / GPU / "hostpath" / "steps.csv"
+    env = {k: v for k, v in PROV.items() if k != "date"}
+    for date, absurd in (("2026-11-29T10:00:00+00:00", True), ("2026-11-29T18:00:00+00:00", False)):
+        rows = [{"version": v, "N": 512, "causal": c, "step": s, "us_median": 1000.0 if absurd else m,
+                 "us_min": lo, "us_max": hi, "repeats": 5, "calls_each": 200, "date": date, **env}
+                for v in ("v5_final", "v7_hopper") for c in (0, 1) for s, (m, lo, hi) in host_step_values(v, c).items()]
+        append_rows(path, rows)   # a re-run appends: the older, absurd rows must not count
+    return path
+
+
+# (B, H, N, D, causal) -> (v6 ms, v7 ms, SDPA ms, v7's path): v7 faster; 1.5% slower (not slower by the 0.98
+# threshold); 10% slower
+OTHER = {(1, 16, 8192, 64, 1): (1.00, 0.90, 0.95, "tma"), (2, 16, 2048, 128, 0): (0.50, 0.5075, 0.45, "tma"),
+         (16, 4, 777, 64, 1): (0.20, 0.22, 0.18, "v6")}
+
+
+def write_other_shapes(root):
+    rows = []
+    for (B, H, N, D, causal), (t6, t7, ts, path) in OTHER.items():
+        flop = shapes.flops(B, H, N, D, bool(causal))
+        for who, t in (("v6_longest_first", t6), ("v7_hopper", t7), ("sdpa", ts)):
+            rows.append({"who": who, "B": B, "H": H, "N": N, "D": D, "causal": causal, "ms": t, "ms_min": 0.99 * t,
+                         "ms_max": 1.02 * t, "tflops": flop / t / 1e9, "pct_of_sdpa": 100 * ts / t,
+                         "v7_over_v6": t6 / t7, "v7_path": path,
+                         "max_abs_err_vs_sdpa": {"v6_longest_first": 1.5e-3, "v7_hopper": 2.5e-3}.get(who, math.nan),
+                         "rounds": 5, **PROV})
+    return append_rows(root / GPU / "experiments" / "other_shapes.csv", rows)
+
+
+BWD = load_shared("flash_backward_triton")
+DEFAULT_BWD = (32, 128, 128, 32, 8, 3)             # SM90_DEFAULT as the module defines it today
+# (dkdv_q, dkdv_k, dq_q, dq_k, warps, stages) -> (status, time as a multiple of the shape's base)
+BWD_SWEEP = {DEFAULT_BWD: ("ok", 1.0), (16, 64, 64, 16, 4, 2): ("ok", 0.8), (32, 128, 128, 32, 8, 1): ("ok", 1.3),
+             (64, 64, 64, 64, 8, 2): ("wrong", 0.1), (64, 128, 128, 64, 8, 3): ("out_of_smem", math.nan)}
+BWD_MODE = {("separate", 0): 1.0, ("separate", 1): 1.0, ("atomic", 0): 1.2, ("atomic", 1): 0.9}
+
+
+def bwd_base(N, causal):
+    return 0.4 * N / 4096 * (0.6 if causal else 1.0)
+
+
+def bwd_sweep_rows(modes=("separate", "atomic")):
+    rows = []
+    for mode in modes:
+        for causal in (0, 1):
+            for N in (512, 4096):
+                sdpa = 0.9 * bwd_base(N, causal)
+                flop = shapes.BWD_FLOP_FACTOR * shapes.flops(4, 8, N, 64, bool(causal))
+                for cfg, (status, k) in BWD_SWEEP.items():
+                    row = {"date": f"2026-11-30T0{modes.index(mode)}:00:00+00:00", "N": N, "causal": causal, "B": 4,
+                           "H": 8, "D": 64, "dtype": "bfloat16",
+                           **dict(zip(report.BWD_SWEEP_CONFIG, cfg)), "dq_mode": mode, "sdpa_bwd_ms": sdpa,
+                           "status": status, **PROV}
+                    if status == "ok":
+                        ms = bwd_base(N, causal) * k * BWD_MODE[(mode, causal)]
+                        row.update(bwd_ms=ms, tflops=flop / ms / 1e9, pct_of_sdpa=100 * sdpa / ms)
+                    else:
+                        row.update(error="fixture")
+                    rows.append(row)
+    return rows
+
+
+MATMUL_S = 8192
+# variant -> (duration s, SM clock Hz, tensor ops counted as a multiple of 2·S³, tensor pipe active %, ops metric)
+MATMUL_FIX = {"bf16->fp32": (1.70e-3, 1.755e9, 1.0, 91.5, "sm__ops_path_tensor_src_bf16_dst_fp32.sum"),
+              "fp16->fp32": (1.72e-3, 1.750e9, 1.0, 90.5, "sm__ops_path_tensor_src_fp16.sum"),
+              "tf32->fp32": (3.60e-3, 1.745e9, 1.0, 88.0, "sm__ops_path_tensor_src_tf32_dst_fp32.sum"),
+              "fp16->fp16": (1.69e-3, 1.760e9, 1.0, 92.0, "sm__ops_path_tensor_src_fp16.sum"),
+              "int8->int32": (0.95e-3, 1.740e9, 1.0, 85.0, "sm__ops_path_tensor_src_int8.sum")}
+OPS_METRICS = sorted({m for *_, m in MATMUL_FIX.values()})
+
+
+def write_matmul_ncu(root, bf16_ratio=1.0):
+    """ceilings/matmul_S8192.csv as run_profile.py --kernel matmul writes it: ncu's raw export (base units, kernels
+    renamed by their NVTX range) summarised by profiling.ncu_export.summarise_raw, two appended runs (the first
+    absurd), and a kernel outside every NVTX range."""
+    from profiling.ncu_export import summarise_raw
+
+    folder = root / GPU / "ceilings"
+    folder.mkdir(parents=True, exist_ok=True)
+    head = ["ID", "Process ID", "Kernel Name", "gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second",
+            *OPS_METRICS, "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]
+    units = ["", "", "", "ns", "hz", *[""] * len(OPS_METRICS), "%"]
+    for run_id, absurd in (("2026-11-29T10:00:00+00:00", True), ("2026-11-29T18:00:00+00:00", False)):
+        lines = [head, units, ["0", "1", "distribution_elementwise_grid_stride_kernel", "5000", "1.7e9",
+                               *["0"] * len(OPS_METRICS), "0"]]
+        for i, (variant, (t, clock, ratio, pipe, metric)) in enumerate(MATMUL_FIX.items()):
+            ratio = bf16_ratio if variant == "bf16->fp32" else ratio
+            ops = [f"{ratio * 2 * MATMUL_S**3:.0f}" if m == metric else "0" for m in OPS_METRICS]
+            lines.append([str(i + 1), "1", f"matmul {variant} S={MATMUL_S}/matmul_kernel",
+                          f"{t * 1e9 * (100 if absurd else 1):.1f}", f"{clock:.0f}", *ops, f"{pipe}"])
+        raw = folder / "raw" / f"matmul_S{MATMUL_S}_{run_id.replace(':', '')}.csv"
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        raw.write_text("==PROF== Connected\n" + "\n".join(",".join(f'"{c}"' for c in r) for r in lines) + "\n")
+        rows = summarise_raw(raw, N=4096, causal=False, predicted_flops=2 * MATMUL_S**3)
+        append_rows(folder / f"matmul_S{MATMUL_S}.csv", [{**r, "run_id": run_id, "raw_export": str(raw),
+                                                          "date": run_id, **{k: v for k, v in PROV.items()
+                                                                             if k != "date"}} for r in rows])
+
+
+def pipeline_qk(r):
+    """0 for the winner (128,64,8,4), 1 for every other ok configuration: the column must be the winner's."""
+    if r["status"] != "ok":
+        return math.nan
+    return int((r["q_tile"], r["k_tile"], r["num_warps"], r["num_stages"]) != (128, 64, 8, 4))
+
+
+def write_v7_sweep(root):
+    rows = [{**r, "version": "v7_hopper", "PIPELINE_QK": pipeline_qk(r)} for r in _sweep_rows()]
+    _write(root / GPU / "sweep" / "v7_hopper.csv", rows)
+    write_picks(root, "v7_hopper", {"shortlist": ["128,64,8,4", "64,32,8,3"]}, date="2026-11-30T12:00:00+00:00")
+
+
+# version -> [(config, n_q, n_k, D, dtype, causal, status)] at the latest commit
+NONSQUARE = {"v0_baseline": [("apply", 200, 96, 64, "bfloat16", 1, "passed"), ("64,16,4,2", 200, 96, 64, "bfloat16", 1,
+                                                                                "passed"),
+                             ("32,32,4,2", 96, 200, 32, "float32", 1, "passed"),
+                             ("16,64,4,2", 64, 160, 128, "float32", 1, "skipped_smem")],
+             "v6_longest_first": [("apply", 200, 96, 64, "bfloat16", 1, "passed"),
+                                  ("128,32,4,2", 257, 129, 128, "float32", 1, "failed"),
+                                  ("64,16,4,2", 130, 77, 16, "float32", 0, "passed")]}
+
+
+def write_nonsquare(root):
+    env = {k: v for k, v in PROV.items() if k != "date"}
+
+    def rows(version, cases, commit, date, quick=0):
+        return [{"version": version, "quick": quick, "config": c, "n_q": q, "n_k": k, "D": D, "dtype": dt,
+                 "causal": causal, "status": st, "rel_err": 0.5 if st == "failed" else 1e-3,
+                 "error": "OutOfResources: shared memory" if st == "skipped_smem" else "", "date": date,
+                 "git_commit": commit, **env} for c, q, k, D, dt, causal, st in cases]
+    path = root / GPU / "checks" / "nonsquare.csv"
+    # an older commit where everything failed; then the latest commit, v0 and v6 only; v6's first case ran twice
+    append_rows(path, rows("v5_final", [(c, q, k, D, dt, ca, "failed") for c, q, k, D, dt, ca, _ in
+                                        NONSQUARE["v0_baseline"]], "old0000", "2026-11-28T00:00:00+00:00"))
+    append_rows(path, rows("v6_longest_first", [("apply", 200, 96, 64, "bfloat16", 1, "failed")], "new1111",
+                           "2026-11-29T00:00:00+00:00"))
+    for i, (v, cases) in enumerate(NONSQUARE.items()):
+        append_rows(path, rows(v, cases, "new1111", f"2026-11-29T0{i + 1}:00:00+00:00"))
+    return path
+
+
+@pytest.fixture
+def later_root(full_root):
+    """full_root with the results the next GPU session writes."""
+    write_host_steps(full_root)
+    write_other_shapes(full_root)
+    append_rows(full_root / GPU / "sweep_bwd" / "flash_backward_triton.csv", bwd_sweep_rows())
+    write_matmul_ncu(full_root)
+    write_v7_sweep(full_root)
+    write_nonsquare(full_root)
+    return full_root
+
+
+def test_host_steps_per_version_and_shape(later_root):
+    text = report.build(later_root)
+    assert "### Where a call's host time goes, step by step (issue 8)" in text
+    assert f"Source: `{later_root / GPU / 'hostpath' / 'steps.csv'}`." in text
+    header = ("| version | N | causal | " + " | ".join(HOST_US) + " | Function + lookup (apply − cache_hit) | launch "
+              "(cache_hit − allocate) | ours − SDPA (apply − sdpa) | backward − SDPA's (backward − sdpa_backward) |")
+    assert header in text
+    for v in ("v5_final", "v7_hopper"):
+        for c in (0, 1):
+            t = host_step_values(v, c)
+            cells = [f"{t[s][0]:.1f} ({t[s][1]:.1f}–{t[s][2]:.1f})" if s in t else "–" for s in HOST_US]
+            med = {s: m for s, (m, _, _) in t.items()}
+            diffs = [med["apply"] - med["cache_hit"], med["cache_hit"] - med["allocate"], med["apply"] - med["sdpa"]]
+            diffs = [f"{d:+.1f}" for d in diffs] + ([f"{med['backward'] - med['sdpa_backward']:+.1f}"]
+                                                    if "backward" in med else ["–"])
+            row = f"| {v} | 512 | {'yes' if c else 'no'} | " + " | ".join(cells + diffs) + " |"
+            assert row in text, row
+    # the launch is cache_hit − allocate (host_steps.py's docstring), not cache_hit − signature
+    assert f"{HOST_US['cache_hit'] - HOST_US['allocate']:+.1f}" == "+13.2"
+    # v5 first, in registry order
+    assert text.index("| v5_final | 512 | no |") < text.index("| v7_hopper | 512 | no |")
+
+
+def test_other_shapes_table_and_the_not_slower_count(later_root):
+    text = report.build(later_root)
+    assert "### v7 against v6 and SDPA on shapes neither was tuned on (issue 6)" in text
+    for (B, H, N, D, causal), (t6, t7, ts, path) in OTHER.items():
+        row = (f"| {B} | {H} | {N} | {D} | {'yes' if causal else 'no'} | "
+               + " | ".join(f"{t:.3f} ({0.99 * t:.3f}–{1.02 * t:.3f})" for t in (t6, t7, ts))
+               + f" | {t6 / t7:.3f}× | {100 * ts / t7:.0f}% | {path} | 1.50e-03 | 2.50e-03 |")
+        assert row in text, row
+    not_slower = sum(t6 / t7 >= 0.98 for t6, t7, _, _ in OTHER.values())
+    assert not_slower == 2                                   # 1.5% slower counts as not slower; 10% does not
+    assert (f"v7 is not slower than v6 on {not_slower} of {len(OTHER)} shapes (not slower: v7_over_v6 = v6's ms ÷ "
+            "v7's ms ≥ 0.98, i.e. at most 2% slower); slower on B=16 H=4 N=777 D=64 causal (0.909×).") in text
+
+
+def test_backward_sweep_best_default_and_dq_mode(later_root):
+    text = report.build(later_root)
+    assert "### The backward's configuration sweep (issue 7)" in text
+    n = len(BWD_SWEEP)
+    assert f"separate dQ (4 shape(s), {4 * n} rows): 12 ok, 4 wrong, 4 out_of_smem" in text
+    assert "The default: `SM90_DEFAULT` (dkdv 32x128, dq 128x32, 8w, 3s; default_config for sm_90" in text
+    for mode in ("separate", "atomic"):
+        for causal in (0, 1):
+            for N in (512, 4096):
+                base, sdpa = bwd_base(N, causal) * BWD_MODE[(mode, causal)], 0.9 * bwd_base(N, causal)
+                best, default = 0.8 * base, 1.0 * base
+                flop = shapes.BWD_FLOP_FACTOR * shapes.flops(4, 8, N, 64, bool(causal))
+                row = (f"| {N} | {'yes' if causal else 'no'} | {mode} | dkdv 16×64, dq 64×16, 4w, 2s | {best:.3f} | "
+                       f"{flop / best / 1e9:.1f} | {100 * sdpa / best:.0f}% | {default:.3f} | "
+                       f"{100 * sdpa / default:.0f}% | {100 * best / default:.0f}% |")
+                assert row in text, row
+    b = {(m, c): 0.8 * bwd_base(4096, c) * BWD_MODE[(m, c)] for m in ("separate", "atomic") for c in (0, 1)}
+    assert (f"The faster dQ mode at N = 4096, best against best: non-causal: separate ({b['separate', 0]:.3f} ms "
+            f"against atomic's {b['atomic', 0]:.3f} ms, {b['atomic', 0] / b['separate', 0]:.2f}×); causal: atomic "
+            f"({b['atomic', 1]:.3f} ms against separate's {b['separate', 1]:.3f} ms, "
+            f"{b['separate', 1] / b['atomic', 1]:.2f}×).") in text
+
+
+def test_backward_sweep_reads_the_default_from_the_module(later_root, monkeypatch):
+    monkeypatch.setattr(BWD, "SM90_DEFAULT", BWD.BackwardConfig(32, 128, 128, 32, num_warps=8, num_stages=1))
+    text = report.build(later_root)
+    assert "The default: `SM90_DEFAULT` (dkdv 32x128, dq 128x32, 8w, 1s;" in text
+    base = bwd_base(4096, 0)
+    assert f"| dkdv 16×64, dq 64×16, 4w, 2s | {0.8 * base:.3f} | " in text
+    assert f"| {1.3 * base:.3f} | {100 * 0.9 / 1.3:.0f}% | {100 * 0.8 / 1.3:.0f}% |" in text   # 1-stage's share
+
+
+def test_backward_sweep_with_one_dq_mode(later_root):
+    path = later_root / GPU / "sweep_bwd" / "flash_backward_triton.csv"
+    path.unlink()
+    append_rows(path, bwd_sweep_rows(("separate",)))
+    text = report.build(later_root)
+    assert "Only the separate dQ mode has been swept (`invoke sweep-backward --dq-mode atomic` adds the other)." in text
+    assert "The faster dQ mode" not in text
+
+
+def matmul_expected(variant, ratio=None):
+    t, clock, r, pipe, _ = MATMUL_FIX[variant]
+    r = r if ratio is None else ratio
+    pred = 2 * MATMUL_S**3
+    tflops = pred / t / 1e12
+    pct = 100 * tflops / (4096 * 132 * clock / 1e12)          # sm_90: 4096 FLOP/clock/SM, 132 SMs (PROV)
+    return (f"| {variant} | {t * 1e6:,.1f} | {tflops:.1f} | {pct:.1f}% | {clock / 1e6:.0f} | "
+            f"{r * pred / 1e12:.3f} / {pred / 1e12:.3f} ({r:.3f}×) | {pipe:.1f}% |")
+
+
+def test_matmul_table_under_ncu(later_root):
+    text = report.build(later_root)
+    assert "### The matmul peak table under Nsight Compute (Round 2, issue 4)" in text
+    table = text[text.index("| variant | µs | TFLOP/s |"):]
+    rows = [matmul_expected(v) for v in MATMUL_FIX]
+    for row in rows:
+        assert row in text, row                                 # the last run's, not the absurd first one's
+    assert [table.index(r) for r in rows] == sorted(table.index(r) for r in rows)   # matmul_peak's order
+    assert "distribution_elementwise" not in table[:2000]      # the unnamed kernel is left out
+
+
+@pytest.mark.parametrize("ratio, verdict", [
+    (1.0, "does not: the counter reads 1.000× the algorithm's operations"),
+    (0.5, "holds: the artefact exists on this GPU too (the counter reads 0.500× the algorithm's operations)"),
+    (0.54, "holds: the artefact exists on this GPU too (the counter reads 0.540× the algorithm's operations)"),
+    (1.08, "does not: the counter reads 1.080× the algorithm's operations"),
+    (0.75, "neither: the counter reads 0.750× the algorithm's operations (not half, not all)"),
+    (0.4, "neither: the counter reads 0.400× the algorithm's operations (not half, not all)")])
+def test_claim_22_follows_the_bf16_ratio(later_root, ratio, verdict):
+    path = later_root / GPU / "ceilings" / f"matmul_S{MATMUL_S}.csv"
+    path.unlink()
+    write_matmul_ncu(later_root, bf16_ratio=ratio)
+    c = claim(later_root, "On GeForce Ada")
+    assert c.verdict == verdict
+    assert c.source == str(path)
+    assert f"bf16->fp32 {ratio:.3f}× (tensor pipe 91.5%)" in c.evidence
+    text = report.build(later_root)
+    assert re.search(r"\| \d+ \| " + re.escape("On GeForce Ada the tensor-pipe counter reads exactly half for fp32 "
+                                             f"accumulation (a metric defect) | {verdict} |"), text)
+    assert matmul_expected("bf16->fp32", ratio) in text
+
+
+def test_v7_resweep_winners_picks_and_pipeline_qk(later_root, tmp_path):
+    text = report.build(later_root)
+    title = ("### Round 7: v7's re-sweep (v7_hopper's own body, pinned one configuration at a time, 9 configurations "
+             "per shape)")
+    assert title in text
+    section = text[text.index(title):text.index("### The shared-memory budget")]
+    assert ("| N | causal | best (ours) | PIPELINE_QK | TFLOP/s | % of SDPA | single winner: TFLOP/s | short list's "
+            "best: TFLOP/s |\n") in section                    # no Ada column: the article has no Round 7
+    for causal in (0, 1):
+        for N in shapes.SEQ_LENS:
+            best = 200.0 * N / 4096 / (2 if causal else 1)
+            assert f"| {N} | {'yes' if causal else 'no'} | 128×64, 8w, 4s | 0 | {best:.1f} | – | – (–) | " \
+                   f"{best:.1f} (100%) |" in section
+    assert "short list (2): `128,64,8,4`, `64,32,8,3`" in section and "single winner (0): –" in section
+    assert "(the article has no Round 7)" in section
+    # the sweep figures draw v7's sweep too
+    from figures import tile_heatmap
+
+    names = {p.name for p in tile_heatmap.draw(GPU, tmp_path, later_root)}
+    assert {"tile_heatmap_v0_baseline.png", "tile_heatmap_v4_exp2.png", "tile_heatmap_v7_hopper.png"} <= names
+
+
+def test_nonsquare_counts_of_the_latest_commit(later_root):
+    text = report.build(later_root)
+    assert "### The non-square causal check (issue 6)" in text
+    assert "Cases per version at git commit new1111 (the latest in the file" in text
+    for v, cases in NONSQUARE.items():
+        st = [c[-1] for c in cases]
+        row = f"| {v} | full | {len(cases)} | {st.count('passed')} | {st.count('failed')} | {st.count('skipped_smem')} |"
+        assert row in text, row
+    assert "| v5_final |" not in text[text.index("### The non-square causal check"):]   # only at the old commit
+    assert "Not checked at new1111: v1_tiles, v2_autotune, v3_causal_skip, v4_exp2, v5_final, v7_hopper." in text
+    assert "Failed (1): v6_longest_first `128,32,4,2` 257×129 D=128 float32 causal." in text
+
+
+LATER_MISSING = [("hostpath/steps.csv", "### Where a call's host time goes, step by step (issue 8)",
+                  "`invoke host-steps` writes"),
+                 ("experiments/other_shapes.csv", "### v7 against v6 and SDPA on shapes neither was tuned on (issue 6)",
+                  "`invoke experiment other-shapes` writes"),
+                 ("sweep_bwd/flash_backward_triton.csv", "### The backward's configuration sweep (issue 7)",
+                  "`invoke sweep-backward [--dq-mode atomic]` writes"),
+                 (f"ceilings/matmul_S{MATMUL_S}.csv", "### The matmul peak table under Nsight Compute (Round 2, "
+                  "issue 4)", "`invoke profile --tool ncu --kernel matmul` writes"),
+                 ("sweep/v7_hopper.csv", "### Round 7: v7's re-sweep (v7_hopper's own body, pinned one configuration "
+                  "at a time)", "`invoke sweep --kernel v7_hopper` writes"),
+                 ("checks/nonsquare.csv", "### The non-square causal check (issue 6)",
+                  "`invoke check-nonsquare --save` writes")]
+
+
+@pytest.mark.parametrize("relpath, title, line", LATER_MISSING)
+def test_a_missing_later_file_is_not_measured_yet(later_root, relpath, title, line):
+    path = later_root / GPU / relpath
+    path.unlink()
+    text = report.build(later_root)
+    assert f"{title}\nnot measured yet: {line} `{path}`." in text
+    if relpath.startswith("ceilings/"):
+        c = claim(later_root, "On GeForce Ada")
+        assert c.verdict == "not measured yet" and c.source == f"results/{GPU}/ceilings/matmul_S8192.csv (pending)"
+
+
+LATER_MALFORMED = [("hostpath/steps.csv", "version,N,causal,step\nv5_final,512,0,apply\n", "lacks column"),
+                   ("hostpath/steps.csv", "version,N,causal,step,us_median,us_min,us_max\n"
+                    "v5_final,512,0,apply,fast,1,2\n", "column us_median has a value that is not a number"),
+                   ("experiments/other_shapes.csv", "who,B,H,N,D,causal,ms\nsdpa,1,16,8192,64,1,0.9\n", "lacks column"),
+                   ("sweep_bwd/flash_backward_triton.csv", "N,causal,status\n512,0,ok\n", "lacks column"),
+                   ("sweep_bwd/flash_backward_triton.csv", ",".join(report.BWD_SWEEP_KEYS) + ",status\n"
+                    "512,0,32,128,128,32,8,3,separate,wrong\n", "has no ok configuration"),
+                   (f"ceilings/matmul_S{MATMUL_S}.csv", "", "is malformed"),
+                   (f"ceilings/matmul_S{MATMUL_S}.csv", "kernel,version,predicted_flops\nm,bf16->fp32,1e12\n",
+                    "lacks column gpu__time_duration.sum"),
+                   (f"ceilings/matmul_S{MATMUL_S}.csv", "kernel,version,predicted_flops,gpu__time_duration.sum [ns]\n"
+                    "m,,1e12,1000\n", "has no row named by a matmul variant"),
+                   ("sweep/v7_hopper.csv", "N,causal,q_tile,k_tile,num_warps,num_stages,status,tflops\n"
+                    "4096,0,64,32,4,3,out_of_smem,\n", "has no ok configuration"),
+                   ("checks/nonsquare.csv", "version,config,n_q,n_k,D,dtype,causal,status\n"
+                    "v0_baseline,apply,200,96,64,bfloat16,1,passed\n", "lacks column"),
+                   ("checks/nonsquare.csv", "version,config,n_q,n_k,D,dtype,causal,status,git_commit\n"
+                    "v0_baseline,apply,200,96,64,bfloat16,1,crashed,abc\n", "has status value(s) crashed")]
+
+
+@pytest.mark.parametrize("relpath, content, message", LATER_MALFORMED)
+def test_a_malformed_later_file_is_an_error_naming_it(later_root, relpath, content, message):
+    path = later_root / GPU / relpath
+    path.write_text(content)
+    with pytest.raises(report.data.ResultsError, match=re.escape(str(path)) + ".*" + re.escape(message)):
+        report.build(later_root)
+    assert report.main(["--results", str(later_root), "--out", str(later_root / "R.md")]) == 1
