@@ -399,13 +399,18 @@ MALFORMED = [("sweep/v0_baseline.picks.csv", "role,config\nsingle,\"64,32,4,3\"\
              ("bench_bwd/v6_longest_first.csv", "version,N\nv6_longest_first,512\n", "lacks column")]
 
 
-@pytest.mark.parametrize("relpath, content, message", MALFORMED)
-def test_a_malformed_file_is_an_error_naming_it(full_root, relpath, content, message):
-    path = full_root / GPU / relpath
+def _assert_malformed_is_named(root, relpath, content, message):
+    """Write a malformed results file: build() raises naming it, and main() exits 1."""
+    path = root / GPU / relpath
     path.write_text(content)
     with pytest.raises(report.data.ResultsError, match=re.escape(str(path)) + ".*" + re.escape(message)):
-        report.build(full_root)
-    assert report.main(["--results", str(full_root), "--out", str(full_root / "R.md")]) == 1
+        report.build(root)
+    assert report.main(["--results", str(root), "--out", str(root / "R.md")]) == 1
+
+
+@pytest.mark.parametrize("relpath, content, message", MALFORMED)
+def test_a_malformed_file_is_an_error_naming_it(full_root, relpath, content, message):
+    _assert_malformed_is_named(full_root, relpath, content, message)
 
 
 # ---- the sections the next GPU session fills: host steps, other shapes, the backward's sweep, the matmul table under
@@ -788,8 +793,4 @@ LATER_MALFORMED = [("hostpath/steps.csv", "version,N,causal,step\nv5_final,512,0
 
 @pytest.mark.parametrize("relpath, content, message", LATER_MALFORMED)
 def test_a_malformed_later_file_is_an_error_naming_it(later_root, relpath, content, message):
-    path = later_root / GPU / relpath
-    path.write_text(content)
-    with pytest.raises(report.data.ResultsError, match=re.escape(str(path)) + ".*" + re.escape(message)):
-        report.build(later_root)
-    assert report.main(["--results", str(later_root), "--out", str(later_root / "R.md")]) == 1
+    _assert_malformed_is_named(later_root, relpath, content, message)
