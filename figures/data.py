@@ -23,6 +23,10 @@ class ResultsError(Exception):
     """A results file is missing, malformed or lacks what a figure needs; the message names it."""
 
 
+class MissingResults(ResultsError):
+    """The results file does not exist (as opposed to existing and being malformed)."""
+
+
 def root(results_root: str | Path | None = None) -> Path:
     """The results folder: the argument, else $FA2_RESULTS (read now), else fa2lab's default."""
     if results_root is not None:
@@ -45,7 +49,9 @@ def load(path: Path, required: tuple[str, ...] = ()) -> pd.DataFrame:
     """fa2lab.results.read_csv, with every failure (missing, malformed, columns, no rows) as ResultsError."""
     try:
         df = results.read_csv(path, required=required)
-    except (FileNotFoundError, ValueError) as e:
+    except FileNotFoundError as e:
+        raise MissingResults(str(e)) from None
+    except ValueError as e:
         raise ResultsError(str(e)) from None
     if df.empty:
         raise ResultsError(f"results file {path} has no rows")
@@ -140,9 +146,7 @@ def hostpath_tables(gpu_slug: str, results_root=None) -> list[tuple[str, pd.Data
     for v in HOSTPATH_VERSIONS:
         try:
             found.append((v, *hostpath(gpu_slug, v, results_root)))
-        except ResultsError as e:
-            if "does not exist" not in str(e):
-                raise
+        except MissingResults as e:
             first_missing = first_missing or e
     if not found:
         raise first_missing
