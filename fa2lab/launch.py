@@ -98,6 +98,13 @@ def is_autotuned(kernel) -> bool:
     return hasattr(kernel, "configs") and hasattr(kernel, "fn")
 
 
+def _forget_launches(cls) -> None:
+    """Drop a version's cached launches (fa2lab.hostpath), so its next call takes the normal path."""
+    launches = getattr(cls, "launches", None)
+    if launches is not None and hasattr(launches, "entries"):
+        launches.entries.clear()
+
+
 def pin_config(module, cfg: Config, D: int = 64) -> str:
     """Make a loaded version launch exactly `cfg` (the profile drivers' --config, the sweep). Returns how.
 
@@ -110,9 +117,7 @@ def pin_config(module, cfg: Config, D: int = 64) -> str:
     """
     kernel = module.flash_fwd_kernel
     cls = module.FlashAttentionTriton
-    launches = getattr(cls, "launches", None)
-    if launches is not None and hasattr(launches, "entries"):
-        launches.entries.clear()
+    _forget_launches(cls)
     if is_autotuned(kernel):
         if not hasattr(kernel, "_fa2_saved"):
             kernel._fa2_saved = (kernel.configs, kernel.cache)
@@ -132,9 +137,7 @@ def pin_config(module, cfg: Config, D: int = 64) -> str:
 def unpin_config(module) -> None:
     """Give a version back its own configuration(s) after pin_config."""
     kernel, cls = module.flash_fwd_kernel, module.FlashAttentionTriton
-    launches = getattr(cls, "launches", None)
-    if launches is not None and hasattr(launches, "entries"):
-        launches.entries.clear()
+    _forget_launches(cls)
     if is_autotuned(kernel) and hasattr(kernel, "_fa2_saved"):
         kernel.configs, kernel.cache = kernel._fa2_saved
         del kernel._fa2_saved

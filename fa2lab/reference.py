@@ -63,6 +63,12 @@ def autograd_backward(ctx, dO):
     return (dQ, dK, dV, None) + ((None,) if hasattr(ctx, "window") else ())
 
 
+def saved_lse(O: torch.Tensor) -> torch.Tensor:
+    """The L a version's forward saved beside O for its backward: the float32 (B, N_q) tensor among
+    O.grad_fn's saved tensors (ctx.save_for_backward(Q, K, V, O, L) in every version)."""
+    return next(t for t in O.grad_fn.saved_tensors if t.dtype == torch.float32 and t.dim() == 2)
+
+
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64; NaN anywhere gives inf."""
     out64, ref64 = out.double(), ref.double()

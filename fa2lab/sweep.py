@@ -169,6 +169,18 @@ def merge_parts(parts: list[Path], out_csv: Path, fields: tuple[str, ...] = KEY_
     return added
 
 
+def part_path(merged_csv: Path, part: str) -> Path:
+    """Where one GPU's share of a sweep run side by side goes: parts/<name>.<part>.csv beside the merged CSV."""
+    return merged_csv.parent / "parts" / f"{merged_csv.stem}.{part}.csv"
+
+
+def merge_into(merged_csv: Path, fields: tuple[str, ...] = KEY_FIELDS) -> str:
+    """Fold every part of merged_csv (part_path) into it; returns a line saying what was merged."""
+    parts = sorted((merged_csv.parent / "parts").glob(f"{merged_csv.stem}.*.csv"))
+    added = merge_parts(parts, merged_csv, fields)
+    return f"merged {len(parts)} part(s): {added} new rows in {merged_csv}"
+
+
 def occupancy_columns(cfg: Config, info: CompileInfo, D: int, elem_bytes: int = 2) -> dict:
     from .gpu import facts
 

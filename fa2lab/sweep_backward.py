@@ -64,7 +64,7 @@ def run_backward_sweep(Ns, masks, out_csv: Path, *, limit_minutes: float | None,
 
     from . import timing
     from .provenance import ClockSampler, environment, now
-    from .reference import relative_error
+    from .reference import relative_error, saved_lse
     from .results import append_rows
     from .versions import load, load_shared
 
@@ -89,7 +89,7 @@ def run_backward_sweep(Ns, masks, out_csv: Path, *, limit_minutes: float | None,
                        for _ in range(3))
             dO = torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16)
             O = forward.apply(q, k, v, causal)
-            L = next(t for t in O.grad_fn.saved_tensors if t.dtype == torch.float32 and t.dim() == 2)
+            L = saved_lse(O)
             Q, K, V, O = (t.detach() for t in (q, k, v, O))
             q4, k4, v4 = (t.detach().view(B, H, N, D).requires_grad_() for t in (q, k, v))
             O_sdpa = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)

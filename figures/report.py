@@ -377,9 +377,10 @@ def section_budget(gpu, root, ref_root) -> str:
 
 
 def hostpath_table(gpu, root):
+    """The host-path rows of each version that has them; [] when none has (a malformed file is an error)."""
     try:
         return data.hostpath_tables(gpu, root)
-    except data.ResultsError:
+    except data.MissingResults:
         return []
 
 
@@ -644,26 +645,30 @@ def tensor_ops(rows: pd.DataFrame, path: Path) -> tuple[pd.Series, pd.Series]:
     return total, fam
 
 
+def row_peaks(rows: pd.DataFrame, path: Path, gpu, root) -> tuple[pd.Series, pd.Series]:
+    """(the SM clock ncu measured during each kernel, Hz; the tensor-core peak at that clock, TFLOP/s),
+    per row: NaN where the export has no clock for the row."""
+    clock = data.metric(rows, path, roofline.CLOCK, required=False)
+    clock = pd.Series(np.nan, index=rows.index) if clock is None else clock
+    peak = pd.Series([roofline.roof(rows.loc[[i]], path, gpu, root)[0] if pd.notna(clock[i]) else None
+                      for i in rows.index], index=rows.index, dtype=float)
+    return clock, peak
+
+
 def ncu_profile(gpu, root):
     """Per profiled version and shape, from the last run of each results/<gpu>/ncu/ summary (the matmul
-    profile aside): duration, TFLOP/s, % of the tensor-core peak at the SM clock ncu measured during that
+    profile lives in ceilings/): duration, TFLOP/s, % of the tensor-core peak at the SM clock ncu measured during that
     kernel, operations counted against predicted, registers, shared memory, occupancy, bytes, top stalls.
     (None, folder) if nothing has been profiled; a malformed summary is a ResultsError naming it."""
     folder = data.root(root) / gpu / "ncu"
-    summaries = [p for p in folder.glob("*.csv") if not p.name.endswith(".raw.csv")
-                 and not p.name.startswith("matmul")] if folder.is_dir() else []
+    summaries = [p for p in folder.glob("*.csv") if not p.name.endswith(".raw.csv")] if folder.is_dir() else []
     if not summaries:
         return None, folder, ""
     frames, note = [], ""
     for df, path in data.ncu(gpu, root):
-        if path.name.startswith("matmul"):
-            continue
         rows = roofline.label_rows(df.copy(), path)   # the copy: a wide read_csv frame is fragmented
         pts = roofline.points(rows, path)
-        clock = data.metric(rows, path, roofline.CLOCK, required=False)
-        clock = pd.Series(np.nan, index=rows.index) if clock is None else clock
-        peak = pd.Series([roofline.roof(rows.loc[[i]], path, gpu, root)[0] if pd.notna(clock[i]) else None
-                          for i in rows.index], index=rows.index, dtype=float)
+        clock, peak = row_peaks(rows, path, gpu, root)
         note = note or roofline.roof(rows, path, gpu, root)[1]
         ops, fam = tensor_ops(rows, path)
         extra = {k: data.metric(rows, path, m, required=False) for k, m in NCU_EXTRA.items()}
@@ -774,10 +779,7 @@ def matmul_profile(gpu, root):
     seconds = data.metric(rows, path, roofline.TIME)
     if not (np.isfinite(seconds) & (seconds > 0)).all() or rows.predicted_flops.isna().any():
         raise data.ResultsError(f"results file {path} has rows without a usable {roofline.TIME} or predicted_flops")
-    clock = data.metric(rows, path, roofline.CLOCK, required=False)
-    clock = pd.Series(np.nan, index=rows.index) if clock is None else clock
-    peak = pd.Series([roofline.roof(rows.loc[[i]], path, gpu, root)[0] if pd.notna(clock[i]) else None
-                      for i in rows.index], index=rows.index, dtype=float)
+    clock, peak = row_peaks(rows, path, gpu, root)
     ops, _ = tensor_ops(rows, path)
     pipe = data.metric(rows, path, NCU_EXTRA["pipe_tensor"], required=False)
     tflops = rows.predicted_flops / seconds / 1e12

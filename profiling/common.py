@@ -19,7 +19,7 @@ from typing import Callable
 
 from fa2lab import shapes
 from fa2lab.budget import Config
-from fa2lab.launch import pin_config  # noqa: F401 - the drivers pin configurations through it
+from fa2lab.launch import pin_config
 
 
 def add_common_args(ap: argparse.ArgumentParser) -> None:

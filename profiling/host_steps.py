@@ -89,6 +89,7 @@ def step_functions(module, N: int, causal: bool) -> dict:
                  knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *pointers, *inner.tail)
 
     if hasattr(cls, "BACKWARD_CONFIG"):   # the Triton backward (v6, v7): its host cost beside SDPA's
+        from fa2lab.reference import saved_lse
         from fa2lab.versions import load_shared
 
         bwd = load_shared("flash_backward_triton")
@@ -96,7 +97,7 @@ def step_functions(module, N: int, causal: bool) -> dict:
         q4g, k4g, v4g = (t.detach().view(B, H, N, D).requires_grad_() for t in (q, k, v))
         dO = torch.randn_like(q)
         O_g = cls.apply(qg, kg, vg, causal)
-        L_g = next(t for t in O_g.grad_fn.saved_tensors if t.dtype == torch.float32 and t.dim() == 2)
+        L_g = saved_lse(O_g)
         O_s = F.scaled_dot_product_attention(q4g, k4g, v4g, is_causal=causal)
         fns["sdpa_backward"] = lambda: torch.autograd.grad(O_s, (q4g, k4g, v4g), dO.view(B, H, N, D),
                                                             retain_graph=True)

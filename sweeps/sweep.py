@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import shapes  # noqa: E402
-from fa2lab.sweep import ALL_CONFIGS, run_sweep  # noqa: E402
+from fa2lab.sweep import ALL_CONFIGS, part_path, run_sweep  # noqa: E402
 from fa2lab.versions import get  # noqa: E402
 
 
@@ -43,13 +43,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.merge:
         from fa2lab.results import gpu_dir
-        from fa2lab.sweep import merge_parts
+        from fa2lab.sweep import merge_into
 
-        version = get(args.kernel)
-        folder = gpu_dir() / "sweep"
-        parts = sorted((folder / "parts").glob(f"{version.name}.*.csv"))
-        added = merge_parts(parts, folder / f"{version.name}.csv")
-        print(f"merged {len(parts)} part(s): {added} new rows in {folder / f'{version.name}.csv'}")
+        print(merge_into(gpu_dir() / "sweep" / f"{get(args.kernel).name}.csv"))
         return 0
 
     import torch
@@ -62,10 +58,7 @@ def main(argv=None) -> int:
 
     version = get(args.kernel)
     merged = gpu_dir() / "sweep" / f"{version.name}.csv"
-    if args.part:
-        out = merged.parent / "parts" / f"{version.name}.{args.part}.csv"
-    else:
-        out = args.out or merged
+    out = part_path(merged, args.part) if args.part else (args.out or merged)
     if args.fresh and out.exists():
         aside = out.with_suffix(".csv.bak")
         out.rename(aside)

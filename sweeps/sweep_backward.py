@@ -41,17 +41,15 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     from fa2lab.results import gpu_dir
-    from fa2lab.sweep import merge_parts
+    from fa2lab.sweep import merge_into, part_path
     from fa2lab.sweep_backward import KEY_FIELDS, backward_configs, run_backward_sweep
     from fa2lab.versions import load_shared
 
-    folder = gpu_dir() / "sweep_bwd"
-    merged = folder / f"{NAME}.csv"
+    merged = gpu_dir() / "sweep_bwd" / f"{NAME}.csv"
     if args.merge:
-        parts = sorted((folder / "parts").glob(f"{NAME}.*.csv"))
-        print(f"merged {len(parts)} part(s): {merge_parts(parts, merged, KEY_FIELDS)} new rows in {merged}")
+        print(merge_into(merged, KEY_FIELDS))
         return 0
-    out = folder / "parts" / f"{NAME}.{args.part}.csv" if args.part else merged
+    out = part_path(merged, args.part) if args.part else merged
     configs = backward_configs(load_shared(NAME))
     configs = configs[: args.max_configs] if args.max_configs else configs
     masks = shapes.masks_from(args.causal)

@@ -116,3 +116,16 @@ def test_missing_rows_counts_what_an_interrupted_sweep_still_lacks():
     assert pick.missing_rows(full) == 0
     assert pick.missing_rows(full.iloc[:-7]) == 7
     assert pick.missing_rows(full[full.causal == 0]) == len(full) // 2
+
+
+def test_parts_live_beside_the_merged_csv_and_merge_into_folds_them(tmp_path):
+    from fa2lab.sweep import merge_into, part_path
+
+    merged = tmp_path / "sweep" / "v0_baseline.csv"
+    assert part_path(merged, "nc") == tmp_path / "sweep" / "parts" / "v0_baseline.nc.csv"
+    row = {"N": 512, "causal": 0, "q_tile": 64, "k_tile": 32, "num_warps": 4, "num_stages": 3, "status": "ok"}
+    append_rows(part_path(merged, "nc"), [row])
+    append_rows(part_path(merged, "c"), [{**row, "causal": 1}])
+    assert merge_into(merged) == f"merged 2 part(s): 2 new rows in {merged}"
+    assert done_keys(merged) == {(512, 0, 64, 32, 4, 3), (512, 1, 64, 32, 4, 3)}
+    assert not list((merged.parent / "parts").glob("*.csv"))

@@ -5,7 +5,7 @@ import torch
 
 from fa2lab import versions
 from fa2lab.interpret import autotuner_of, only_config, tile_candidates
-from fa2lab.reference import attention, causal_keep, relative_error
+from fa2lab.reference import attention, causal_keep, relative_error, saved_lse
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -34,10 +34,6 @@ def inputs(B, n_q, n_k, D, dtype=torch.float32, seed=0):
     return [torch.randn(B, n, D, generator=g).to(DEVICE, dtype) for n in (n_q, n_k, n_k)]
 
 
-def lse_of(O):
-    return next(t for t in O.grad_fn.saved_tensors if t.dtype == torch.float32 and t.dim() == 2)
-
-
 # fp32 inputs: on a GPU tl.dot rounds them to TF32 (10-bit mantissa), which moves a score, and so L,
 # by about 1e-3 at D = 64 (on the H200: 1.5318 against 1.5330, commit 260ca6e); the interpreter multiplies in full fp32.
 # A wrong L (a missing ln 2, a dropped row maximum) is off by 0.1 or more, far beyond either bound.
@@ -63,7 +59,7 @@ def test_window_matches_explicit_masked_reference(n_q, n_k, D, window, cfg):
     ref_O, ref_L = attention(Q.detach().cpu(), K.cpu(), V.cpu(), True, window=window)
     assert torch.isfinite(O).all()
     assert relative_error(O.detach().cpu(), ref_O) < 3e-3
-    L = lse_of(O).detach().cpu().double()
+    L = saved_lse(O).detach().cpu().double()
     seen = torch.isfinite(ref_L)
     assert torch.equal(torch.isfinite(L), seen), "rows that see no key must have L = -inf, the others finite"
     assert torch.allclose(L[seen], ref_L[seen], atol=L_ATOL)
@@ -76,7 +72,7 @@ def test_rows_that_see_no_key_give_zero_output_and_minus_inf_lse():
     blind = ~causal_keep(160, 48, window=8).any(dim=1)
     assert blind.sum() == 160 - (48 + 8 - 1)
     assert torch.equal(O.detach()[:, blind.to(O.device)], torch.zeros_like(O.detach()[:, blind.to(O.device)]))
-    assert torch.isneginf(lse_of(O).detach()[:, blind.to(O.device)]).all()
+    assert torch.isneginf(saved_lse(O).detach()[:, blind.to(O.device)]).all()
 
 
 def test_tiles_outside_the_band_are_never_visited():

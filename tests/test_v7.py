@@ -20,7 +20,7 @@ import torch
 from fa2lab import versions
 from fa2lab.configs import load_table
 from fa2lab.interpret import autotuner_of, only_config, tile_candidates
-from fa2lab.reference import attention, causal_keep, relative_error
+from fa2lab.reference import attention, causal_keep, relative_error, saved_lse
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -59,10 +59,6 @@ def run(Q, K, V, causal, window=None, cfg=None):
 def inputs(B, n_q, n_k, D, dtype=torch.bfloat16, seed=0):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(B, n, D, generator=g).to(DEVICE, dtype) for n in (n_q, n_k, n_k)]
-
-
-def lse_of(O):
-    return next(t for t in O.grad_fn.saved_tensors if t.dtype == torch.float32 and t.dim() == 2)
 
 
 TOL = {torch.bfloat16: 1.5e-2, torch.float16: 5e-3, torch.float32: 3e-3}
@@ -258,7 +254,7 @@ def test_tma_path_matches_float64_reference(B, n_q, n_k, D, causal, window, grid
     ref_O, ref_L = attention(Q.detach().cpu(), K.cpu(), V.cpu(), causal, window=window)
     assert torch.isfinite(O).all()
     assert relative_error(O.detach().cpu(), ref_O) < TOL[torch.bfloat16]
-    L = lse_of(O).detach().cpu().double()
+    L = saved_lse(O).detach().cpu().double()
     seen = torch.isfinite(ref_L)
     assert torch.equal(torch.isfinite(L), seen), "rows that see no key must have L = -inf, the others finite"
     assert torch.allclose(L[seen], ref_L[seen], atol=1e-2)
@@ -272,7 +268,7 @@ def test_rows_that_see_no_key_give_zero_output_on_the_tma_path():
     blind = ~causal_keep(160, 48, window=8).any(dim=1)
     assert blind.sum() == 160 - (48 + 8 - 1)
     assert torch.equal(O.detach()[:, blind], torch.zeros_like(O.detach()[:, blind]))
-    assert torch.isneginf(lse_of(O).detach()[:, blind]).all()
+    assert torch.isneginf(saved_lse(O).detach()[:, blind]).all()
 
 
 @pytest.mark.parametrize("pipeline_qk", [1, 0], ids=["pipelined", "v6_order"])
