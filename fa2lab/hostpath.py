@@ -40,17 +40,44 @@ class Launch:
     def __call__(self, Q, K, V):   # the per-call hot path: no imports or checks here
         O = torch.empty_strided(self.o_shape, self.o_stride, dtype=Q.dtype, device=Q.device)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
-        k = self.kernel
-        args = (Q, K, V, O, L, *self.tail)
-        stream = driver.active.get_current_stream(Q.device.index)
-        enter = knobs.runtime.launch_enter_hook
-        meta = k.launch_metadata(self.grid, stream, *args) if enter is not None else None
-        k.run(*self.grid, stream, k.function, k.packed_metadata, meta, enter, knobs.runtime.launch_exit_hook, *args)
+        run_compiled(self.kernel, self.grid, (Q, K, V, O, L, *self.tail), Q.device.index)
         return O, L
 
 
+def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: int) -> None:
+    """Launch a CompiledKernel (what `jit_fn[grid](...)` returned) on the current stream, skipping
+    Triton's argument binding and specialisation: `args` is every parameter in signature order,
+    constexprs included, exactly as the first launch bound them. Launch hooks (Nsight's, Proton's)
+    still fire."""
+    stream = driver.active.get_current_stream(device_index)
+    enter = knobs.runtime.launch_enter_hook
+    meta = kernel.launch_metadata(grid, stream, *args) if enter is not None else None
+    kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, meta, enter, knobs.runtime.launch_exit_hook,
+               *args)
+
+
+def compiled_or_none(ret):
+    """What a `jit_fn[grid](...)` call returned, if it is a binary that `run_compiled` can repeat:
+    None under the interpreter, which launches nothing."""
+    return ret if ret is not None and hasattr(ret, "packed_metadata") else None
+
+
+def aligned_cuda(*tensors) -> bool:
+    """Every tensor on a GPU, its data 16-byte aligned and its last stride 1: the inputs for which
+    Triton's specialisation (pointer alignment, unit stride) is the same on every call with the
+    same shapes and strides, so a recorded launch may be repeated. False under the interpreter."""
+    if interpreting():
+        return False
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or t.data_ptr() % 16 or t.stride(-1) != 1:
+            return False
+    return True
+
+
 class LaunchCache:
-    """signature -> Launch. `stats` counts normal-path ('slow') and cached ('fast') calls."""
+    """signature -> launch. `stats` counts normal-path ('slow') and cached ('fast') calls. The
+    forward's key is `signature`; the backward (kernels/_shared/flash_backward_triton.py) builds
+    its own and calls `lookup`."""
 
     def __init__(self):
         self.entries: dict[tuple, Launch] = {}
@@ -59,26 +86,25 @@ class LaunchCache:
     @staticmethod
     def signature(Q, K, V, mode):
         """The cache key, or None when this input must take the normal path."""
-        if not (isinstance(Q, torch.Tensor) and isinstance(K, torch.Tensor) and isinstance(V, torch.Tensor)):
-            return None
-        if Q.device.type != "cuda" or interpreting():
-            return None
-        if (Q.data_ptr() | K.data_ptr() | V.data_ptr()) % 16 or Q.stride(-1) != 1 or K.stride(-1) != 1 \
-                or V.stride(-1) != 1:
+        if not aligned_cuda(Q, K, V):
             return None
         return (Q.shape, K.shape, V.shape, Q.stride(), K.stride(), V.stride(), Q.dtype, K.dtype, V.dtype,
                 Q.device, mode)
 
     def __call__(self, Q, K, V, mode, slow: Callable):
-        """`mode` is whatever else selects the kernel (the mask, a window: hashable);
-        `slow(Q, K, V, mode)` runs the normal path and returns (O, L, Launch or None)."""
-        key = self.signature(Q, K, V, mode)
+        """The forward's entry: `mode` is whatever else selects the kernel (the mask, a window:
+        hashable); `slow(Q, K, V, mode)` runs the normal path and returns (O, L, Launch or None)."""
+        return self.lookup(self.signature(Q, K, V, mode), (Q, K, V), lambda: slow(Q, K, V, mode))
+
+    def lookup(self, key, fast_args: tuple, slow: Callable) -> tuple:
+        """`launch(*fast_args)` if `key` has a recorded launch; otherwise `slow()`, which returns
+        (*outputs, launch or None), and the launch is recorded under `key` (unless key is None)."""
         launch = self.entries.get(key) if key is not None else None
         if launch is not None:
             self.stats["fast"] += 1
-            return launch(Q, K, V)
+            return launch(*fast_args)
         self.stats["slow"] += 1
-        O, L, launch = slow(Q, K, V, mode)
+        *outputs, launch = slow()
         if key is not None and launch is not None:
             self.entries[key] = launch
-        return O, L
+        return tuple(outputs)

@@ -22,6 +22,38 @@ def bench_graph_ms(fn, **kw) -> float:
         return float(triton.testing.do_bench_cudagraph(fn, return_mode="median", **kw))
 
 
+def bench_noflush_ms(fn, warmup_ms: float = 25, rep_ms: float = 100) -> float:
+    """do_bench without its cache flush: the median of per-call CUDA-event times, calls back to
+    back. Beside do_bench and graph replay it splits a small-N gap in two (issue 8): do_bench -
+    no-flush is what the 256 MB flush costs the next call (a cold L2, and the call waiting behind
+    the flush); no-flush - graph is the per-call cost a graph removes (events, launch latency, and
+    the host's time whenever it exceeds the kernel's, since nothing is queued ahead)."""
+    import statistics
+
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    probe_s, probe_e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    probe_s.record()
+    for _ in range(5):
+        fn()
+    probe_e.record()
+    torch.cuda.synchronize()
+    per_call = max(probe_s.elapsed_time(probe_e) / 5, 1e-3)
+    for _ in range(max(1, int(warmup_ms / per_call))):
+        fn()
+    n = max(1, int(rep_ms / per_call))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return float(statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)))
+
+
 def host_us_per_call(fn, calls: int = 200) -> float:
     """Wall time per call on the host with the GPU queue never drained (launch cost)."""
     import torch

@@ -266,10 +266,11 @@ def metric(df: pd.DataFrame, path: Path, name: str, required: bool = True) -> pd
     return out
 
 
-def ncu(gpu_slug: str, results_root=None) -> list[tuple[pd.DataFrame, Path]]:
+def ncu(gpu_slug: str, results_root=None, folder_name: str = "ncu") -> list[tuple[pd.DataFrame, Path]]:
     """Every Nsight Compute summary in results/<gpu>/ncu/ (<tag>.csv, written by profiling/run_profile.py
-    --tool ncu; the raw exports beside them, <tag>.raw.csv, are not summaries), in name order."""
-    folder = root(results_root) / gpu_slug / "ncu"
+    --tool ncu; the raw exports beside them, <tag>.raw.csv, are not summaries), in name order; ncu_bwd/
+    for the backward's (--mode bwd)."""
+    folder = root(results_root) / gpu_slug / folder_name
     paths = sorted(p for p in folder.glob("*.csv") if not p.name.endswith(".raw.csv")) if folder.is_dir() else []
     if not paths:
         raise ResultsError(f"results file {folder / '<tag>.csv'} does not exist (no Nsight Compute summary; "

@@ -15,7 +15,6 @@ import argparse
 import json
 import math
 import re
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -388,17 +387,27 @@ def section_hostpath(gpu, root) -> str:
     frames = hostpath_table(gpu, root)
     if not frames:
         return f"### Host path\n{NOT_YET}: `invoke bench` with graphs writes results/{gpu}/hostpath/."
+    # do_bench without its flush (harness column noflush_ms, added after the first H200 protocol)
+    noflush = any("noflush_ms" in df.columns and df["noflush_ms"].notna().any() for _, df, _ in frames)
     rows = []
     for v, df, _ in frames:
         for (causal, N), g in df.groupby(["causal", "N"]):
-            rows.append([v, N, "yes" if causal else "no", g.ms.median() * 1e3, g.graph_ms.median() * 1e3,
-                         g.host_us.median(), g.sdpa_ms.median() * 1e3, g.sdpa_graph_ms.median() * 1e3,
-                         g.sdpa_host_us.median()])
+            row = [v, N, "yes" if causal else "no", g.ms.median() * 1e3]
+            if noflush:
+                row.append(g.noflush_ms.median() * 1e3 if "noflush_ms" in g else float("nan"))
+            row += [g.graph_ms.median() * 1e3, g.host_us.median(), g.sdpa_ms.median() * 1e3]
+            if noflush:
+                row.append(g.sdpa_noflush_ms.median() * 1e3 if "sdpa_noflush_ms" in g else float("nan"))
+            rows.append(row + [g.sdpa_graph_ms.median() * 1e3, g.sdpa_host_us.median()])
+    header = ["version", "N", "causal", "do_bench", *(["no flush"] if noflush else []), "graph", "host/call",
+              "SDPA do_bench", *(["SDPA no flush"] if noflush else []), "SDPA graph", "SDPA host/call"]
     return "\n".join([
         "### do_bench against CUDA-graph replay, and the host's time per call (issue 8)",
-        "µs, medians of the latest protocol; sources: " + ", ".join(f"`{rel(p)}`" for _, _, p in frames) + ".", "",
-        md_table(["version", "N", "causal", "do_bench", "graph", "host/call", "SDPA do_bench", "SDPA graph",
-                  "SDPA host/call"], rows)])
+        "µs, medians of the latest protocol; sources: " + ", ".join(f"`{rel(p)}`" for _, _, p in frames) + "."
+        + (" 'no flush': per-call CUDA events like do_bench's, without its 256 MB cache flush between calls "
+           "(fa2lab.timing.bench_noflush_ms): do_bench − no flush is what the flush costs the next call, "
+           "no flush − graph what a graph saves per call." if noflush else ""), "",
+        md_table(header, rows)])
 
 
 # ---------------------------------------------------------------- the host path step by step (issue 8)
@@ -994,6 +1003,63 @@ def section_backward(gpu, root) -> str:
                   "% of FLASH", "SDPA fwd+bwd ms", "SDPA bwd ms"], rows)])
 
 
+def backward_profile(gpu, root):
+    """The backward's Nsight Compute profile (results/<gpu>/ncu_bwd/, `invoke profile --mode bwd`), one row
+    per NVTX range of each file's last run: the Triton backward's kernels ('<version>:bwd_<kernel>', in both
+    dQ modes), SDPA's backward ('sdpa-bwd', 'sdpa_flash-bwd': several kernels each, summed), and what ran
+    outside any range (the atomic mode's zero fill and dQ conversion). (None, folder) if not profiled."""
+    folder = data.root(root) / gpu / "ncu_bwd"
+    if not folder.is_dir() or not any(p for p in folder.glob("*.csv") if not p.name.endswith(".raw.csv")):
+        return None, folder
+    out = []
+    for df, path in data.ncu(gpu, root, "ncu_bwd"):
+        if "run_id" not in df.columns:
+            raise data.ResultsError(f"results file {path} lacks column run_id")
+        rows = df[df["run_id"] == df["run_id"].iloc[-1]].copy()
+        rows["who"] = rows["version"].fillna("").astype(str).replace("", "outside the ranges")
+        seconds = data.metric(rows, path, roofline.TIME)
+        ops, _ = tensor_ops(rows, path)
+        clock, peak = row_peaks(rows, path, gpu, root)
+        extra = {k: data.metric(rows, path, m, required=False) for k, m in NCU_EXTRA.items()}
+        rows = rows.assign(seconds=seconds, ops_counted=ops, peak=peak, clock=clock, **{
+            k: (v if v is not None else np.nan) for k, v in extra.items()})
+        for who, g in rows.groupby("who", sort=False):
+            main = g.loc[g.seconds.idxmax()]
+            predicted = pd.to_numeric(g["predicted_flops"], errors="coerce").max()
+            sec = g.seconds.sum()
+            out.append({"who": who, "N": int(g.N.iloc[0]), "causal": int(g.causal.iloc[0]), "kernels": len(g),
+                        "us": sec * 1e6, "predicted": predicted, "tflops": predicted / sec / 1e12 if predicted else np.nan,
+                        "pct_peak": 100 * predicted / sec / 1e12 / main.peak if predicted else np.nan,
+                        "ops_ratio": g.ops_counted.sum() / predicted if predicted else np.nan,
+                        "regs": main.regs, "smem": (main.smem_dynamic if pd.notna(main.smem_dynamic) else 0)
+                        + (main.smem_static if pd.notna(main.smem_static) else 0),
+                        "occ": main.occ_theoretical, "pipe": main.pipe_tensor,
+                        "stalls": ", ".join(str(main[c]) for c in ("stall_1", "stall_2") if c in g and pd.notna(main[c])),
+                        "source": path})
+    return pd.DataFrame(out), folder
+
+
+def section_backward_profile(gpu, root) -> str:
+    title = "### The backward under Nsight Compute (issue 7)"
+    prof, folder = backward_profile(gpu, root)
+    if prof is None:
+        return not_yet(title, "invoke profile --kernel v7_hopper --mode bwd [--causal]", folder / "<tag>.csv")
+    rows = [[r.who, r.N, "yes" if r.causal else "no", r.kernels, fmt(r.us, ".1f"), fmt(r.tflops, ".1f"),
+             fmt(r.pct_peak, ".1f", "%"), fmt(r.ops_ratio, ".3f", "×"), fmt(r.regs, ".0f"), fmt(r.smem, ",.0f"),
+             fmt(r.occ, ".1f", "%"), fmt(r.pipe, ".1f", "%"), r.stalls] for r in prof.itertuples()]
+    return "\n".join([
+        title,
+        "The last run of each file; one row per NVTX range (each Triton kernel has its own; SDPA's backward is one "
+        "range of several kernels, summed). µs: ncu's durations, summed over the range's kernels (each replayed "
+        "alone, so no overlap between them). TFLOP/s and % of peak: the range's algorithmic FLOPs (dK/dV 4 products "
+        "of N×N×D, with atomics 5, dQ 3, SDPA's whole backward 5; halved causal) over that time, against the "
+        "tensor-core peak at the clock ncu measured. Tensor ops: counted over predicted. Registers, shared "
+        "bytes, theoretical occupancy, tensor pipe and stalls: the range's longest kernel. Sources: "
+        + ", ".join(f"`{rel(p)}`" for p in sorted(set(prof.source))) + ".", "",
+        md_table(["range", "N", "causal", "kernels", "µs", "TFLOP/s", "% of peak", "tensor ops counted/predicted",
+                  "regs", "smem B", "occupancy", "tensor pipe", "top stalls"], rows)])
+
+
 BWD_SWEEP_CONFIG = ("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_warps", "num_stages")
 BWD_SWEEP_KEYS = ("N", "causal", *BWD_SWEEP_CONFIG, "dq_mode")     # fa2lab.sweep_backward.KEY_FIELDS
 BWD_SWEEP_MEASURED = ("bwd_ms", "tflops", "pct_of_sdpa", "sdpa_bwd_ms")
@@ -1539,6 +1605,7 @@ def build(root=None) -> str:
                   section_other_shapes(gpu, root), "",
                   section_backward(gpu, root), "",
                   section_backward_sweep(gpu, root), "",
+                  section_backward_profile(gpu, root), "",
                   section_nonsquare(gpu, root), "",
                   section_ledger(ledger(gpu, root, root, summary, paths, ref)), "",
                   section_pending(gpu, root), ""]

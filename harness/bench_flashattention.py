@@ -7,9 +7,9 @@ The version is whichever kernels/<version> folder is on PYTHONPATH:
 For each harness shape (B = 4, H = 8, D = 64, bf16; N = 512..4096; non-causal then
 causal) it times FlashAttentionTriton.apply and SDPA (default backend, and the
 FLASH_ATTENTION backend) on the same inputs in this process with do_bench medians,
-plus CUDA-graph replay times and the host time per call, prints the article's
-table and appends one CSV row per shape, with provenance, to
-results/<gpu>/bench/<version>.csv.
+plus CUDA-graph replay times, do_bench without its cache flush (noflush_ms) and the
+host time per call, prints the article's table and appends one CSV row per shape, with
+provenance, to results/<gpu>/bench/<version>.csv.
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ def measure(shape: shapes.Shape, graphs: bool) -> dict:
     if graphs:
         row["graph_ms"] = timing.bench_graph_ms(ours)
         row["sdpa_graph_ms"] = timing.bench_graph_ms(sdpa)
+        row["noflush_ms"] = timing.bench_noflush_ms(ours)
+        row["sdpa_noflush_ms"] = timing.bench_noflush_ms(sdpa)
         row["host_us"] = timing.host_us_per_call(ours)
         row["sdpa_host_us"] = timing.host_us_per_call(sdpa)
     row["max_abs_err_vs_sdpa"] = err

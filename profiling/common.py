@@ -33,6 +33,9 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--fresh-cache", type=int, choices=(0, 1), default=0,
                     help="point TRITON_CACHE_DIR at an empty folder first, so the binary's line info names "
                          "this checkout's file (the article's stale-cache trap)")
+    ap.add_argument("--mode", choices=("fwd", "bwd"), default="fwd",
+                    help="bwd: the Triton backward's kernels (v6 and later), each in its own NVTX range "
+                         "('<version>:bwd_dkdv N=...'), in both dQ modes, beside SDPA's backward (issue 7)")
     ap.add_argument("--dry-run", action="store_true", help="print what would run and exit, without CUDA")
     ap.add_argument("--torch-trace", default="", help="also capture the region with torch.profiler (CUPTI) and "
                     "write a Chrome/Perfetto trace here: the timeline where nsys is not available")
@@ -98,6 +101,48 @@ def build_calls(modules: dict, N: int, causal: bool, sdpa: bool) -> list[Call]:
     return calls
 
 
+def build_backward_calls(modules: dict, N: int, causal: bool, sdpa: bool) -> list[Call]:
+    """The backward's calls (--mode bwd): for each version with the Triton backward, its recorded
+    launches (one per dQ mode, each kernel in its own NVTX range, so the ncu export names them), then
+    autograd.grad through SDPA's default and FLASH_ATTENTION backends on a kept graph."""
+    import torch
+    import torch.nn.functional as F
+
+    from fa2lab.reference import saved_lse
+    from fa2lab.versions import load_shared
+
+    fb = load_shared("flash_backward_triton")
+    (q, k, v), (q4, k4, v4) = make_inputs(N)
+    dO = torch.randn_like(q)
+    calls = []
+    for name, m in modules.items():
+        cls = m.FlashAttentionTriton
+        if not hasattr(cls, "BACKWARD_CONFIG"):
+            raise SystemExit(f"--mode bwd: {name} has no Triton backward (v6_longest_first and later have)")
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        O = cls.apply(qg, kg, vg, causal)
+        O_, L = O.detach(), saved_lse(O)
+        for dq_mode in fb.DQ_MODES:
+            args = (q, k, v, O_, L, dO, causal, cls.BACKWARD_CONFIG, dq_mode, False)
+            fb.flash_attention_backward(*args[:7], config=args[7], dq_mode=dq_mode)   # records the launch
+            launch = fb.LAUNCHES.entries[fb.backward_signature(*args)]
+            calls.append(Call("", lambda launch=launch, label=name: launch(q, k, v, O_, L, dO,
+                                                                            ranges=(label, range_name("", N, causal)))))
+    if sdpa:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        q4g, k4g, v4g = (t.detach().requires_grad_() for t in (q4, k4, v4))
+        dO4 = dO.view_as(q4)
+        O4 = F.scaled_dot_product_attention(q4g, k4g, v4g, is_causal=causal)
+        calls.append(Call(range_name("sdpa-bwd", N, causal),
+                          lambda: torch.autograd.grad(O4, (q4g, k4g, v4g), dO4, retain_graph=True)))
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            O4f = F.scaled_dot_product_attention(q4g, k4g, v4g, is_causal=causal)
+        calls.append(Call(range_name("sdpa_flash-bwd", N, causal),
+                          lambda: torch.autograd.grad(O4f, (q4g, k4g, v4g), dO4, retain_graph=True)))
+    return calls
+
+
 def warm_up(calls: list[Call], seconds: float) -> int:
     """Compile (and autotune) every call once, then keep the GPU busy for `seconds`. Returns rounds run."""
     import torch
@@ -122,9 +167,11 @@ def capture(calls: list[Call], iters: int) -> None:
     torch.cuda.cudart().cudaProfilerStart()
     for _ in range(iters):
         for c in calls:
-            torch.cuda.nvtx.range_push(c.name)
+            if c.name:   # an unnamed call opens its own ranges (the backward's kernels)
+                torch.cuda.nvtx.range_push(c.name)
             c.fn()
-            torch.cuda.nvtx.range_pop()
+            if c.name:
+                torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
 
@@ -163,10 +210,16 @@ def load_versions(names: list[str], config: str) -> tuple[dict, list[str]]:
 def plan(script: str, names: list[str], args, log: list[str]) -> str:
     """What a run would do, and the article's commands to profile it (for --dry-run and the log)."""
     causal = bool(args.causal)
-    ranges = [range_name(n, args.N, causal) for n in names + (["sdpa"] if args.sdpa else [])]
+    if getattr(args, "mode", "fwd") == "bwd":
+        ranges = [range_name(f"{n}:bwd_{k}", args.N, causal) for n in names
+                  for k in ("preprocess", "dkdv", "dq", "preprocess", "atomic_dkdv")]
+        ranges += [range_name(s, args.N, causal) for s in ("sdpa-bwd", "sdpa_flash-bwd") if args.sdpa]
+    else:
+        ranges = [range_name(n, args.N, causal) for n in names + (["sdpa"] if args.sdpa else [])]
     which = f"--kernel {names[0]}" if script == "profile_driver.py" else f"--kernels {','.join(names)}"
     cmd = f"python profiling/{script} {which} --N {args.N} --causal {args.causal}"
     cmd += f" --config {args.config}" if args.config else ""
+    cmd += " --mode bwd" if getattr(args, "mode", "fwd") == "bwd" else ""
     tag = names[0] if len(names) == 1 else "compare"
     lines = [
         f"{script}: B={shapes.BATCH} H={shapes.HEADS} N={args.N} D={shapes.HEAD_DIM} bf16, causal={args.causal}",
@@ -196,7 +249,8 @@ def run(script: str, names: list[str], args) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU visible: the drivers only run on a GPU (use --dry-run to see the plan)")
         return 2
-    calls = build_calls(modules, args.N, bool(args.causal), bool(args.sdpa))
+    build = build_backward_calls if args.mode == "bwd" else build_calls
+    calls = build(modules, args.N, bool(args.causal), bool(args.sdpa))
     rounds = warm_up(calls, args.warmup_s)
     print(f"warm-up: {rounds} rounds after the first (compiling) one", flush=True)
     capture(calls, args.iters)

@@ -71,6 +71,22 @@ def _num(text: str) -> float | None:
         return None
 
 
+# The backward's kernels (profiling --mode bwd names each '<version>:bwd_<kernel>'): matrix products of
+# size N x N x D each does, over the forward's two (so the forward's count times this / 2). dK/dV
+# recomputes S^T and does dV, dP^T and dK (4); with atomics also dQ (5); the dQ pass recomputes S and dP
+# and does dQ (3); the preprocessing does none. SDPA's backward ranges ('sdpa-bwd') hold several kernels:
+# each row carries the whole backward's 5 (fa2lab.shapes.BWD_FLOP_FACTOR = 2.5), to be summed per range.
+BACKWARD_PRODUCTS = {"bwd_preprocess": 0, "bwd_dkdv": 4, "bwd_atomic_dkdv": 5, "bwd_dq": 3}
+
+
+def backward_share(version: str) -> float:
+    """predicted_flops multiplier for a kernel row: 1 for the forward, the products / 2 for a backward kernel."""
+    part = version.rsplit(":", 1)[-1] if ":" in version else ""
+    if part in BACKWARD_PRODUCTS:
+        return BACKWARD_PRODUCTS[part] / 2
+    return shapes.BWD_FLOP_FACTOR if version.endswith("-bwd") else 1.0
+
+
 def summarise_raw(path, N: int, causal: bool, config: str = "", predicted_flops: float | None = None) -> list[dict]:
     """One row per kernel. predicted_flops defaults to the attention harness shape's count at N; the
     matmul peak table passes 2·S³. With `--print-nvtx-rename kernel` each kernel is named by the NVTX
@@ -86,7 +102,7 @@ def summarise_raw(path, N: int, causal: bool, config: str = "", predicted_flops:
         words = name.split(" ")
         version = (words[1] if words[0] == "matmul" and len(words) > 2 else words[0]) if (" N=" in name or " S=" in name) else ""
         row = {"kernel": name[:120], "version": version, "ncu_id": k.get("ID", ""), "N": N, "causal": int(causal),
-               "config": config, "predicted_flops": predicted_flops}
+               "config": config, "predicted_flops": predicted_flops * backward_share(version)}
         for c in picked:
             row[f"{c} [{units.get(c, '')}]".replace(" []", "")] = _num(k[c]) if _num(k[c]) is not None else k[c]
         stalls = {c: _num(k[c]) for c in picked if "issue_stalled" in c and _num(k[c]) is not None}

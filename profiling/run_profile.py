@@ -5,6 +5,7 @@
     python profiling/run_profile.py --tool nsys --kernel all
     python profiling/run_profile.py --tool torch --kernel all        # timeline where nsys does not work
     python profiling/run_profile.py --tool ncu --kernel matmul       # tensor-pipe counter vs roofline, per input type
+    python profiling/run_profile.py --tool ncu --kernel v7_hopper --mode bwd   # the Triton backward beside SDPA's
 
 ncu runs with the full section set, source import, capture limited to the profiler range,
 clocks left alone (--clock-control none) and an empty TRITON_CACHE_DIR (so source lines
@@ -45,6 +46,7 @@ def driver_command(names: list[str], args, extra: list[str]) -> list[str]:
     which = ["--kernels", ",".join(names)] if len(names) > 1 else ["--kernel", names[0]]
     cmd = [sys.executable, str(REPO / "profiling" / script), *which, "--N", str(args.N),
            "--causal", str(int(args.causal))]
+    cmd += ["--mode", args.mode] if getattr(args, "mode", "fwd") != "fwd" else []
     return cmd + (["--config", args.config] if args.config else []) + extra
 
 
@@ -56,6 +58,8 @@ def main(argv=None) -> int:
     ap.add_argument("--N", type=int, default=4096)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--config", default="", help="Q,K,WARPS,STAGES for every version profiled")
+    ap.add_argument("--mode", choices=("fwd", "bwd"), default="fwd",
+                    help="bwd: the Triton backward's kernels in both dQ modes beside SDPA's backward (issue 7)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
 
@@ -69,7 +73,8 @@ def main(argv=None) -> int:
         names = [v.name for v in versions.resolve(args.kernel)]
         if args.kernel == "all":   # v2 runs v1's kernel with v1's configurations (the article leaves it out too)
             names = [n for n in names if n != "v2_autotune"]
-        tag = (names[0] if len(names) == 1 else "all") + f"_N{args.N}_{'causal' if args.causal else 'noncausal'}"
+        tag = (names[0] if len(names) == 1 else "all") + ("_bwd" if args.mode == "bwd" else "") \
+            + f"_N{args.N}_{'causal' if args.causal else 'noncausal'}"
     if not args.dry_run:
         import torch
 
@@ -80,7 +85,9 @@ def main(argv=None) -> int:
     from fa2lab.results import RESULTS, gpu_dir
 
     # The matmul table's counters go beside its timings (ceilings/), not among the attention kernels' profiles.
-    out = (gpu_dir() if not args.dry_run else RESULTS / "GPU") / ("ceilings" if matmul else args.tool)
+    # The backward's kernels go to ncu_bwd/ (a range there holds several kernels; ncu/ holds one per version).
+    folder = "ceilings" if matmul else "ncu_bwd" if args.mode == "bwd" and args.tool == "ncu" else args.tool
+    out = (gpu_dir() if not args.dry_run else RESULTS / "GPU") / folder
     out.mkdir(parents=True, exist_ok=True) if not args.dry_run else None
     env = dict(os.environ, PYTHONUNBUFFERED="1")
 

@@ -26,6 +26,7 @@
 #   pick-v0 | pick-v4 | pick-v7      write the sm_XX entries of the versions that sweep feeds
 #   profile           ncu, every version (v2 aside) and SDPA, N = 4096, both masks
 #   profile-matmul    ncu over the matmul peak table's variants (tensor-pipe counter vs roofline)
+#   profile-bwd       ncu over the Triton backward's kernels (both dQ modes) and SDPA's backward, N = 4096, both masks
 #   nsys | torch-trace           a timeline of every version at N = 4096 (nsys needs .debs carried)
 #   host-steps        each step of the lean host path timed alone (profiling/host_steps.py, issue 8)
 #   compile-cost | autotune-bias the Round 3 experiments
@@ -72,6 +73,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     pick-v0|pick-v4|pick-v7) echo "python3 sweeps/pick_configs.py --kernel $(body "$s")" ;;
     profile) echo "python3 profiling/run_profile.py --tool ncu --kernel all && python3 profiling/run_profile.py --tool ncu --kernel all --causal" ;;
     profile-matmul) echo "python3 profiling/run_profile.py --tool ncu --kernel matmul" ;;
+    profile-bwd) echo "python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --mode bwd && python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --mode bwd --causal" ;;
     nsys) echo "python3 profiling/run_profile.py --tool nsys --kernel all" ;;
     torch-trace) echo "python3 profiling/run_profile.py --tool torch --kernel all" ;;
     host-steps) echo "python3 profiling/host_steps.py --N 512 4096" ;;

@@ -211,3 +211,80 @@ def test_backward_bench_help_runs_without_a_gpu():
                          capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "backward" in out.stdout and "--dq-mode" in out.stdout
+
+
+# --- the lean host path (issues 7 and 8): a repeat skips checks, configuration choice and binding
+
+def test_backward_signature_separates_what_selects_the_kernels(monkeypatch):
+    """The cache key must change with everything that changes the launch (a wrong hit would
+    silently run another kernel), and refuse what only the checked path may see."""
+    monkeypatch.setattr(fb, "aligned_cuda", lambda *t: True)   # CPU tensors stand in for GPU ones
+    Q, K, V, O, L, dO = _ok_inputs()
+    base = fb.backward_signature(Q, K, V, O, L, dO, False, None, "separate", False)
+    assert base == fb.backward_signature(Q.clone(), K.clone(), V, O, L, dO, False, None, "separate", False)
+    others = [
+        fb.backward_signature(Q, K, V, O, L, dO, True, None, "separate", False),
+        fb.backward_signature(Q, K, V, O, L, dO, False, KEY_WIDER, "separate", False),
+        fb.backward_signature(Q, K, V, O, L, dO, False, None, "atomic", False),
+        fb.backward_signature(Q, K, V, O, L, dO, False, None, "separate", True),
+        fb.backward_signature(Q.double(), K, V, O, L, dO, False, None, "separate", False),
+        fb.backward_signature(Q, K[:, :10], V[:, :10], O, L, dO, False, None, "separate", False),
+        fb.backward_signature(Q, K, V, O, L, dO.transpose(1, 2).contiguous().transpose(1, 2), False, None,
+                              "separate", False),
+    ]
+    assert all(k is not None and k != base for k in others)
+    assert len(set(others)) == len(others)
+    # Unhashable or wrong options go to the checked path, which names the problem.
+    assert fb.backward_signature(Q, K, V, O, L, dO, False, (32, 128), "separate", False) is None
+    assert fb.backward_signature(Q, K, V, O, L, dO, False, None, ["atomic"], False) is None
+    monkeypatch.undo()
+    assert fb.backward_signature(Q, K, V, O, L, dO, False, None, "separate", False) is None  # not on a GPU here
+
+
+def test_backward_second_call_skips_the_checked_path(monkeypatch):
+    """Two calls with one signature: the first takes the checked path and records its launch, the
+    second replays it; a call with another mask is another signature."""
+    monkeypatch.setattr(fb, "aligned_cuda", lambda *t: True)
+    replays, checked = [], []
+
+    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict):
+        checked.append(causal)
+        return Q * 0, K * 0, V * 0, lambda *a: (replays.append(1), (Q * 1, K * 1, V * 1))[1]
+
+    monkeypatch.setattr(fb, "_checked_backward", fake_checked)
+    monkeypatch.setattr(fb, "LAUNCHES", fb.LaunchCache())
+    Q, K, V, O, L, dO = _ok_inputs()
+    first = flash_attention_backward(Q, K, V, O, L, dO, False)
+    second = flash_attention_backward(Q, K, V, O, L, dO, False)
+    flash_attention_backward(Q, K, V, O, L, dO, True)
+    assert checked == [False, True] and replays == [1]
+    assert torch.equal(first[0], Q * 0) and torch.equal(second[0], Q)
+    assert fb.LAUNCHES.stats == {"slow": 2, "fast": 1}
+
+
+def test_interpreter_records_no_launch():
+    """Under the interpreter nothing is compiled, so every call takes the checked path."""
+    if ON_GPU:
+        pytest.skip("the interpreter's behaviour")
+    Q, K, V, O, L, dO = _ok_inputs()
+    assert fb._checked_backward(Q, K, V, O, L, dO, False, None, "separate", False)[-1] is None
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs a GPU: the cached launch replays real binaries")
+@pytest.mark.parametrize("dq_mode", fb.DQ_MODES)
+def test_backward_replay_matches_the_checked_path(monkeypatch, dq_mode):
+    Q, K, V, O, L, dO = make_inputs(4, 320, 320, 64, BF16, True)
+    monkeypatch.setattr(fb, "LAUNCHES", fb.LaunchCache())
+    first = flash_attention_backward(Q, K, V, O, L, dO, True, dq_mode=dq_mode)
+    runs = []
+    original = type(fb._bwd_dkdv_kernel).run
+    monkeypatch.setattr(type(fb._bwd_dkdv_kernel), "run",
+                        lambda self, *a, **kw: (runs.append(1), original(self, *a, **kw))[1])
+    second = flash_attention_backward(Q, K, V, O, L, dO, True, dq_mode=dq_mode)
+    assert runs == [], "the repeat went through Triton's argument binding"
+    assert fb.LAUNCHES.stats == {"slow": 1, "fast": 1}
+    for a, b in zip(first, second):
+        if dq_mode == "separate":
+            assert torch.equal(a, b)
+        else:   # atomics add in a varying order
+            assert relative_error(b, a) < 1e-2

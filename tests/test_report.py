@@ -794,3 +794,44 @@ LATER_MALFORMED = [("hostpath/steps.csv", "version,N,causal,step\nv5_final,512,0
 @pytest.mark.parametrize("relpath, content, message", LATER_MALFORMED)
 def test_a_malformed_later_file_is_an_error_naming_it(later_root, relpath, content, message):
     _assert_malformed_is_named(later_root, relpath, content, message)
+
+
+def test_hostpath_table_gains_no_flush_columns_when_the_harness_wrote_them(results_root):
+    from figures import report
+
+    rows = _hostpath_rows("v5_final")
+    _write(results_root / GPU / "hostpath" / "v5_final.csv", rows)
+    assert "no flush" not in report.section_hostpath(GPU, results_root)   # the older files: no column
+    latest = [r for r in rows if not r["run_id"].startswith("graphs-")]
+    _write(results_root / GPU / "hostpath" / "v5_final.csv",
+           [{**r, "noflush_ms": 0.04, "sdpa_noflush_ms": 0.015} for r in latest])
+    text = report.section_hostpath(GPU, results_root)
+    assert "| do_bench | no flush | graph | host/call | SDPA do_bench | SDPA no flush |" in text
+    # run medians: do_bench 0.15 ms -> 150 µs; no flush 40 µs; graph 50; host 80; SDPA 30, 15, 20, 25
+    assert "| v5_final | 512 | no | 150.0 | 40.0 | 50.0 | 80.0 | 30.0 | 15.0 | 20.0 | 25.0 |" in text
+
+
+def test_backward_profile_sums_each_range_and_predicts_per_kernel(full_root):
+    from fa2lab.results import append_rows
+    from profiling.ncu_export import summarise_raw
+    from test_figures import _raw_export
+
+    assert "not measured yet: `invoke profile --kernel v7_hopper --mode bwd" in report.section_backward_profile(
+        GPU, full_root)
+    folder = full_root / GPU / "ncu_bwd"
+    folder.mkdir(parents=True)
+    names = [f"v7_hopper:bwd_{k} N=4096 causal=1" for k in ("preprocess", "dkdv", "dq")] + ["sdpa-bwd N=4096 causal=1"] * 2
+    raw = folder / "v7_hopper_bwd_N4096_causal.raw.csv"
+    for run_id, absurd in (("old", True), ("new", False)):   # only the last run counts
+        raw.write_text(_raw_export(names, 1, "usecond", absurd))
+        append_rows(folder / "v7_hopper_bwd_N4096_causal.csv",
+                    [{**r, "run_id": run_id} for r in summarise_raw(raw, N=4096, causal=True)])
+    text = report.section_backward_profile(GPU, full_root)
+    fwd = shapes.flops(4, 8, 4096, 64, True)
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    # fixture durations: kernel i takes 2.0 + 0.5 i + 1 ms (causal)
+    assert "| v7_hopper:bwd_dkdv | 4096 | yes | 1 | 3500.0 | " + f"{2 * fwd / 3.5e-3 / 1e12:.1f} |" in lines["v7_hopper:bwd_dkdv"]
+    assert "| v7_hopper:bwd_dq | 4096 | yes | 1 | 4000.0 | " + f"{1.5 * fwd / 4.0e-3 / 1e12:.1f} |" in lines["v7_hopper:bwd_dq"]
+    assert "| sdpa-bwd | 4096 | yes | 2 | 9500.0 | " + f"{2.5 * fwd / 9.5e-3 / 1e12:.1f} |" in lines["sdpa-bwd"]
+    assert "| v7_hopper:bwd_preprocess | 4096 | yes | 1 | 3000.0 | – |" in lines["v7_hopper:bwd_preprocess"]
+    assert "ncu_bwd/v7_hopper_bwd_N4096_causal.csv" in text and "### The backward under Nsight Compute" in text

@@ -43,9 +43,13 @@ def tile_configs():
     return tile_candidates(TUNER)
 
 
-def candidate(q_tile, k_tile, pipeline_qk):
-    return next(c for c in TUNER.configs if (c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"],
-                                               c.kwargs["PIPELINE_QK"]) == (q_tile, k_tile, pipeline_qk))
+def candidate(q_tile, k_tile, pipeline_qk, num_warps=4, num_stages=3):
+    """A candidate as v7 builds them (tma_autotune_configs), whatever configs.json lists today: the tests
+    need particular tiles (ragged and multi-tile key ranges), not the H200's picks."""
+    from fa2lab.budget import Config
+
+    return next(c for c in v7.tma_autotune_configs([Config(q_tile, k_tile, num_warps, num_stages)])
+                if c.kwargs["PIPELINE_QK"] == pipeline_qk)
 
 
 def run(Q, K, V, causal, window=None, cfg=None):
@@ -105,14 +109,14 @@ def test_misaligned_inputs_fall_back_to_v6():
     assert relative_error(O.cpu(), attention(Q.cpu(), K.cpu(), V.cpu(), False)[0]) < TOL[torch.bfloat16]
 
 
-@pytest.mark.parametrize("q_tile,k_tile", [(128, 16), (64, 64), (128, 64)])
-def test_both_loop_orders_compute_the_same_thing(q_tile, k_tile):
+@pytest.mark.parametrize("q_tile,k_tile,warps", [(128, 16, 4), (64, 64, 4), (128, 64, 8)])
+def test_both_loop_orders_compute_the_same_thing(q_tile, k_tile, warps):
     """PIPELINE_QK only reorders the loop (the last tile peeled off): the same products, the same
     result, for one-tile, few-tile and many-tile key ranges."""
     for n_k in (k_tile, 3 * k_tile + 5, 200):
         Q, K, V = inputs(2, 100, n_k, 64, seed=n_k)
-        O1 = run(Q, K, V, True, cfg=candidate(q_tile, k_tile, 1))
-        O0 = run(Q, K, V, True, cfg=candidate(q_tile, k_tile, 0))
+        O1 = run(Q, K, V, True, cfg=candidate(q_tile, k_tile, 1, warps))
+        O0 = run(Q, K, V, True, cfg=candidate(q_tile, k_tile, 0, warps))
         assert torch.equal(O1, O0), f"n_k={n_k}"
 
 
@@ -132,7 +136,11 @@ def test_a_repeated_tma_launch_reuses_its_descriptors_with_the_new_tensors(monke
         def launch_metadata(self, *args):
             return None
 
-    monkeypatch.setattr(v7, "driver", types.SimpleNamespace(active=types.SimpleNamespace(get_current_stream=lambda i: 0)))
+    import fa2lab.hostpath
+
+    # the stream lookup lives in fa2lab.hostpath.run_compiled, which every recorded launch calls
+    monkeypatch.setattr(fa2lab.hostpath, "driver",
+                        types.SimpleNamespace(active=types.SimpleNamespace(get_current_stream=lambda i: 0)))
     B, N, D = 2, 64, 32
     launch = v7.TmaLaunch(FakeKernel(), (B, 1, 1), (7,), torch.Size((B, N, D)), (N * D, D, 1), torch.Size((B, N)))
     launch.blocks = ((1, 64, D), (1, 32, D), (1, 32, D), (1, 64, D))
@@ -197,11 +205,19 @@ def test_pruning_keeps_both_loop_orders_and_drops_what_would_spill(monkeypatch):
     assert [c.kwargs["PIPELINE_QK"] for c in v7.prune_tma_configs(big, {}, D=64)] == [0]
 
 
-def test_configs_are_v6s_sm90_list_marked_provisional():
+def test_sm90_configs_are_the_picks_of_v7s_own_sweep():
+    """The sm_90 entry is what pick-configs took from v7's H200 sweep (its short list, in the picks
+    file's order); sm_89 stays v6's Ada entry."""
+    import csv
+
     table = load_table(versions.get("v7_hopper").folder / "configs.json")
     v6_table = load_table(versions.get("v6_longest_first").folder / "configs.json")
-    assert table["arches"]["sm_90"]["provisional"] is True
-    assert table["arches"]["sm_90"]["configs"] == v6_table["arches"]["sm_90"]["configs"]
+    entry = table["arches"]["sm_90"]
+    assert entry["provisional"] is False and "sweep/v7_hopper.csv" in entry["source"]
+    picks = versions.REPO / "results" / "nvidia-h200" / "sweep" / "v7_hopper.picks.csv"
+    with picks.open() as f:
+        shortlist = [[int(x) for x in r["config"].split(",")] for r in csv.DictReader(f) if r["role"] == "shortlist"]
+    assert entry["configs"] == shortlist and len(shortlist) >= 1
     assert table["arches"]["sm_89"]["configs"] == v6_table["arches"]["sm_89"]["configs"]
 
 

@@ -56,6 +56,7 @@ import triton
 import triton.language as tl
 
 from fa2lab.checks import SUPPORTED_DTYPES, validate_qkv
+from fa2lab.hostpath import LaunchCache, aligned_cuda, compiled_or_none, run_compiled
 from fa2lab.launch import device_arch
 
 LOG2E = 1.4426950408889634  # log2(e): natural-log L -> log2 units
@@ -444,15 +445,78 @@ def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
 def _launch(kernel, grid, args, meta, cfg: BackwardConfig, strict: bool = False):
     """Launch with cfg's warps and stages; if it does not fit this GPU's shared memory, drop
     stages, then fall back to FALLBACK's tiles (strict: raise instead, as the sweep needs).
-    `meta(cfg)` gives the tile constexprs."""
+    `meta(cfg)` gives the tile constexprs, in the kernel's signature order. Returns what a repeat
+    needs: the compiled kernel (None under the interpreter), its 3-D grid and the constexprs."""
     tried = []
     for c in [cfg] if strict else [cfg.with_stages(s) for s in range(cfg.num_stages, 0, -1)] + [FALLBACK]:
         try:
-            kernel[grid(c)](*args, **meta(c), num_warps=c.num_warps, num_stages=c.num_stages)
-            return c
+            compiled = kernel[grid(c)](*args, **meta(c), num_warps=c.num_warps, num_stages=c.num_stages)
+            return compiled_or_none(compiled), (*grid(c), 1), tuple(meta(c).values())
         except triton.runtime.errors.OutOfResources as e:
             tried.append(f"{c}: {e}")
     raise triton.runtime.errors.OutOfResources(0, 0, "no backward configuration fits: " + "; ".join(tried))
+
+
+@dataclass
+class BackwardLaunch:
+    """What one checked call launched (fa2lab.hostpath's lean repeat; issues 7 and 8): the three
+    compiled kernels with their grids and the arguments after their tensors. A repeat is three or
+    four allocations and two or three launches, without the checks, the configuration choice or
+    Triton's argument binding, which made the H200's backward cost about 0.3 ms per call on the
+    host whatever N (commit 260ca6e, bench_bwd at N = 512 to 2048)."""
+
+    preprocess: object
+    dkdv: object
+    dq: object | None          # None in dq_mode="atomic"
+    grids: tuple               # one 3-D grid per kernel, in launch order
+    tails: tuple               # per kernel, every argument after its tensors (constexprs included)
+    delta_shape: tuple
+
+    def __call__(self, Q, K, V, O, L, dO, ranges: tuple[str, str] | None = None):
+        """The hot path: no checks (the cache key vouches). `ranges` = (prefix, suffix) puts each
+        kernel in its own NVTX range, f"{prefix}:bwd_<kernel>{suffix}", for the profile drivers."""
+        dev = Q.device
+        Delta = torch.empty(self.delta_shape, device=dev, dtype=torch.float32)
+        dK = torch.empty(K.shape, device=dev, dtype=K.dtype)
+        dV = torch.empty(V.shape, device=dev, dtype=V.dtype)
+        atomic = self.dq is None
+        dQ = torch.zeros(Q.shape, device=dev, dtype=torch.float32) if atomic else \
+            torch.empty(Q.shape, device=dev, dtype=Q.dtype)
+        g, t, i = self.grids, self.tails, dev.index
+        self._run("preprocess", self.preprocess, g[0], (O, dO, Delta, *t[0]), i, ranges)
+        self._run("atomic_dkdv" if atomic else "dkdv", self.dkdv, g[1], (Q, K, V, dO, L, Delta, dK, dV, dQ, *t[1]),
+                  i, ranges)
+        if atomic:
+            return (dQ if Q.dtype == torch.float32 else dQ.to(Q.dtype)), dK, dV
+        self._run("dq", self.dq, g[2], (Q, K, V, dO, L, Delta, dQ, *t[2]), i, ranges)
+        return dQ, dK, dV
+
+    @staticmethod
+    def _run(name, kernel, grid, args, device_index, ranges):
+        if ranges is None:
+            run_compiled(kernel, grid, args, device_index)
+            return
+        torch.cuda.nvtx.range_push(f"{ranges[0]}:bwd_{name}{ranges[1]}")
+        run_compiled(kernel, grid, args, device_index)
+        torch.cuda.nvtx.range_pop()
+
+
+# Input signature -> BackwardLaunch: the forward's LaunchCache with the backward's own key.
+LAUNCHES = LaunchCache()
+
+
+def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool):
+    """The cache key, or None when the call must take the checked path: every shape, stride,
+    dtype and device that the checks and Triton's specialisation look at, and what selects the
+    kernels. Only GPU tensors, 16-byte aligned with a unit last stride (fa2lab.hostpath)."""
+    if not aligned_cuda(Q, K, V, O, dO, L) or not isinstance(dq_mode, str) \
+            or not (config is None or isinstance(config, BackwardConfig)):
+        return None   # the checked path names what is wrong
+    return (Q.shape, K.shape, V.shape, O.shape, dO.shape, L.shape,
+            Q.stride(), K.stride(), V.stride(), O.stride(), dO.stride(), L.stride(),
+            Q.dtype, K.dtype, V.dtype, O.dtype, dO.dtype, L.dtype,
+            Q.device, K.device, V.device, O.device, dO.device, L.device,
+            causal, config, dq_mode, strict)
 
 
 def validate_backward_inputs(Q, K, V, O, L, dO) -> None:
@@ -489,6 +553,15 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     accumulates it with fp32 atomics inside the dK/dV kernel. Gradients come back in Q's dtype.
     strict launches exactly `config` (OutOfResources if it does not fit) instead of dropping stages.
     """
+    causal = bool(is_causal)
+    key = backward_signature(Q, K, V, O, L, dO, causal, config, dq_mode, strict)
+    return LAUNCHES.lookup(key, (Q, K, V, O, L, dO),
+                           lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, strict))
+
+
+def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool):
+    """The normal path: check, choose the configuration, allocate, launch. Returns dQ, dK, dV and
+    the BackwardLaunch that repeats it (None under the interpreter)."""
     if dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode must be one of {', '.join(DQ_MODES)}, got {dq_mode!r}")
     validate_backward_inputs(Q, K, V, O, L, dO)
@@ -502,7 +575,6 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     B, N_q, D = Q.shape
     N_k = K.shape[1]
     scale = 1.0 / math.sqrt(D)
-    causal = bool(is_causal)
     atomic = dq_mode == "atomic"
 
     Delta = torch.empty((B, N_q), device=Q.device, dtype=torch.float32)
@@ -512,20 +584,32 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
               else torch.empty_like(Q, memory_format=torch.contiguous_format))
 
     pre = config.preprocess_q_tile
-    _bwd_preprocess_kernel[(triton.cdiv(N_q, pre), B)](
-        O, dO, Delta, *_strides(O, dO, Delta), N_q, D=D, BLOCK_Q=pre, num_warps=4)
+    pre_grid = (triton.cdiv(N_q, pre), B)
+    pre_strides = (*_strides(O, dO, Delta), N_q)
+    pre_kernel = compiled_or_none(
+        _bwd_preprocess_kernel[pre_grid](O, dO, Delta, *pre_strides, D=D, BLOCK_Q=pre, num_warps=4))
 
     common = (*_strides(Q, K, V, dO, L, Delta),)
-    _launch(_bwd_dkdv_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile), B),
-            (Q, K, V, dO, L, Delta, dK, dV, dQ_buf, *common, *_strides(dK, dV, dQ_buf), N_q, N_k, scale),
-            lambda c: dict(D=D, BLOCK_Q=c.dkdv_q_tile, BLOCK_K=c.dkdv_k_tile, is_causal=causal, ATOMIC_DQ=atomic),
-            config, strict)
+    dkdv_tail = (*common, *_strides(dK, dV, dQ_buf), N_q, N_k, scale)
+    dkdv_kernel, dkdv_grid, dkdv_meta = _launch(
+        _bwd_dkdv_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile), B),
+        (Q, K, V, dO, L, Delta, dK, dV, dQ_buf, *dkdv_tail),
+        lambda c: dict(D=D, BLOCK_Q=c.dkdv_q_tile, BLOCK_K=c.dkdv_k_tile, is_causal=causal, ATOMIC_DQ=atomic),
+        config, strict)
+    dq_kernel, dq_grid, dq_tail = None, None, ()
     if atomic:
         dQ = dQ_buf if Q.dtype == torch.float32 else dQ_buf.to(Q.dtype)
     else:
-        _launch(_bwd_dq_kernel, lambda c: (triton.cdiv(N_q, c.dq_q_tile), B),
-                (Q, K, V, dO, L, Delta, dQ_buf, *common, *_strides(dQ_buf), N_q, N_k, scale),
-                lambda c: dict(D=D, BLOCK_Q=c.dq_q_tile, BLOCK_K=c.dq_k_tile, is_causal=causal),
-                config, strict)
+        dq_tail = (*common, *_strides(dQ_buf), N_q, N_k, scale)
+        dq_kernel, dq_grid, dq_meta = _launch(
+            _bwd_dq_kernel, lambda c: (triton.cdiv(N_q, c.dq_q_tile), B),
+            (Q, K, V, dO, L, Delta, dQ_buf, *dq_tail),
+            lambda c: dict(D=D, BLOCK_Q=c.dq_q_tile, BLOCK_K=c.dq_k_tile, is_causal=causal),
+            config, strict)
+        dq_tail = (*dq_tail, *dq_meta)
         dQ = dQ_buf
-    return dQ, dK, dV
+    launch = None
+    if pre_kernel is not None and dkdv_kernel is not None and (atomic or dq_kernel is not None):
+        launch = BackwardLaunch(pre_kernel, dkdv_kernel, dq_kernel, ((*pre_grid, 1), dkdv_grid, dq_grid),
+                                ((*pre_strides, D, pre), (*dkdv_tail, *dkdv_meta), dq_tail), (B, N_q))
+    return dQ, dK, dV, launch

@@ -29,7 +29,7 @@ import triton.language as tl
 
 from fa2lab.checks import unit_stride, validate_qkv
 from fa2lab.configs import load_table, select
-from fa2lab.hostpath import Launch, LaunchCache
+from fa2lab.hostpath import Launch, LaunchCache, compiled_or_none
 from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2lab.reference import autograd_backward
 
@@ -179,7 +179,7 @@ def _checked_launch(Q, K, V, is_causal):
     grid = lambda meta: (triton.cdiv(N_q, meta["Q_TILE_SIZE"]), B)  # noqa: E731
     tail = (*strides(Q, K, V, O, L), N_q, K.shape[1], 1.0 / math.sqrt(D))
     compiled = flash_fwd_kernel[grid](Q, K, V, O, L, *tail, D=D, is_causal=is_causal)
-    if compiled is None or not hasattr(compiled, "packed_metadata"):  # the interpreter launches no binary
+    if compiled_or_none(compiled) is None:  # the interpreter launches no binary
         return O, L, None
     cfg = flash_fwd_kernel.best_config
     launch = Launch(compiled, (triton.cdiv(N_q, cfg.kwargs["Q_TILE_SIZE"]), B, 1),

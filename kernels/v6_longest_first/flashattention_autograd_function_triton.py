@@ -36,7 +36,7 @@ import triton.language as tl
 
 from fa2lab.checks import unit_stride, validate_qkv
 from fa2lab.configs import load_table, select
-from fa2lab.hostpath import Launch, LaunchCache
+from fa2lab.hostpath import Launch, LaunchCache, compiled_or_none
 from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2lab.reference import autograd_backward
 from fa2lab.versions import load_shared
@@ -231,7 +231,7 @@ def _checked_launch(Q, K, V, mode):
     tail = (*strides(Q, K, V, O, L), N_q, K.shape[1], window, 1.0 / math.sqrt(D))
     flags = dict(is_causal=is_causal, HAS_WINDOW=window > 0, HEAD_MAJOR=head_major, REVERSE=reverse, P_CAST=p_cast)
     compiled = flash_fwd_kernel[grid](Q, K, V, O, L, *tail, D=D, **flags)
-    if compiled is None or not hasattr(compiled, "packed_metadata"):  # the interpreter launches no binary
+    if compiled_or_none(compiled) is None:  # the interpreter launches no binary
         return O, L, None
     meta = flash_fwd_kernel.best_config.kwargs
     launch = Launch(compiled, (*grid(meta), 1),

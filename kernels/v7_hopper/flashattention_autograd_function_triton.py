@@ -68,9 +68,14 @@ Which path runs (LAST_PATH, or last_path(), says which one the last call took):
   query and key tiles of v7's first candidate).
 FlashAttentionTriton.FORCE_PATH ("tma" or "v6") overrides the choice, for experiments.
 
-The sm_90 configurations in configs.json are still provisional: v6's H200 short list, each with
-PIPELINE_QK 1 and 0, not swept for this body (the harness does not record which one the autotuner
-picked); the sm_89 entry is v6's Ada one, used only if the TMA path is forced there.
+The sm_90 configurations in configs.json come from v7's own sweep on the H200 (commit db5fde1,
+results/nvidia-h200/sweep/v7_hopper.csv: 625 configurations x 8 shapes, each pinned with the
+PIPELINE_QK that pipelining_applies gives it, 4248 of 5000 ran). It moved the best tiles: 128x128
+with 4 warps and 3 stages (no pipelined Q K^T: it does not fit there) wins 5 of the 8 shapes and is
+the single winner, at 448 TFLOP/s non-causal and 405 causal at N = 4096 in the sweep's do_bench,
+where v6's short list, which v7 used until then, gave it 425 and 397 in the harness. The short list
+(128x64 4w 3s, 64x64 4w 3s, 128x128 4w 3s, 64x256 4w 1s) brings every shape to its best. The sm_89
+entry is v6's Ada one, used only if the TMA path is forced there.
 """
 
 import math
@@ -80,15 +85,13 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
-from triton import knobs
-from triton.runtime import driver
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fa2lab.budget import Config, accumulator_registers
 from fa2lab.checks import unit_stride, validate_qkv
 from fa2lab.configs import load_table, select
 from fa2lab.gpu import interpreting
-from fa2lab.hostpath import Launch, LaunchCache
+from fa2lab.hostpath import Launch, LaunchCache, compiled_or_none, run_compiled
 from fa2lab.interpret import only_config
 from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2lab.reference import autograd_backward
@@ -426,12 +429,7 @@ class TmaLaunch(Launch):
                 d.block_shape = list(block)
         else:
             descs[0].base, descs[1].base, descs[2].base, descs[3].base = Q, K, V, O
-        k = self.kernel
-        args = (*descs, L, *self.tail)
-        stream = driver.active.get_current_stream(Q.device.index)
-        enter = knobs.runtime.launch_enter_hook
-        meta = k.launch_metadata(self.grid, stream, *args) if enter is not None else None
-        k.run(*self.grid, stream, k.function, k.packed_metadata, meta, enter, knobs.runtime.launch_exit_hook, *args)
+        run_compiled(self.kernel, self.grid, (*descs, L, *self.tail), Q.device.index)
         LAST_PATH = "tma"
         return O, L
 
@@ -468,7 +466,7 @@ def _tma_launch(Q, K, V, is_causal, window, grid_mode):
             compiled = flash_fwd_kernel[grid](*descs, L, *tail, D=D, **flags)
     else:
         compiled = flash_fwd_kernel[grid](*descs, L, *tail, D=D, **flags)
-    if compiled is None or not hasattr(compiled, "packed_metadata"):  # the interpreter launches no binary
+    if compiled_or_none(compiled) is None:  # the interpreter launches no binary
         return O, L, None
     meta = flash_fwd_kernel.best_config.kwargs
     g = grid(meta)
