@@ -879,17 +879,24 @@ def section_experiments(gpu, root) -> str:
     if df is None:
         text += ["", f"Small-N timing: {NOT_YET} (`{EXPERIMENT_TASK['timing']}` writes `{rel(path)}`)."]
     else:
-        rows = [[r.version, int(r.N), "yes" if r.causal else "no", fmt(r.ms * 1e3, ".1f"), fmt(r.graph_ms * 1e3, ".1f"),
-                 fmt(r.host_us, ".1f"), fmt(r.sdpa_ms * 1e3, ".1f"), fmt(r.sdpa_graph_ms * 1e3, ".1f"),
-                 fmt(r.sdpa_host_us, ".1f"), fmt(r.pct_of_sdpa, ".0f", "%"),
+        nf = "noflush_ms" in df.columns and df["noflush_ms"].notna().any()   # harness column since e0fa889
+
+        def us(r, col):
+            return fmt(getattr(r, col, float("nan")) * 1e3, ".1f")
+        rows = [[r.version, int(r.N), "yes" if r.causal else "no", us(r, "ms"), *([us(r, "noflush_ms")] if nf else []),
+                 us(r, "graph_ms"), fmt(r.host_us, ".1f"), us(r, "sdpa_ms"), *([us(r, "sdpa_noflush_ms")] if nf else []),
+                 us(r, "sdpa_graph_ms"), fmt(r.sdpa_host_us, ".1f"), fmt(r.pct_of_sdpa, ".0f", "%"),
                  fmt(r.sdpa_graph_ms / r.graph_ms * 100, ".0f", "%"),
                  f"{fmt(getattr(r, 'sm_clock_mhz_median', float('nan')), '.0f')} "
                  f"(min {fmt(getattr(r, 'sm_clock_mhz_min', float('nan')), '.0f')})"]
                 for r in df.sort_values(["version", "causal", "N"]).itertuples()]
-        text += ["", f"Small N: the harness's do_bench against CUDA-graph replay, in µs, and the host's time per call "
-                 f"(one harness run per version). Source: `{rel(path)}`.", "",
-                 md_table(["version", "N", "causal", "do_bench", "graph", "host/call", "SDPA do_bench", "SDPA graph",
-                           "SDPA host/call", "% of SDPA (do_bench)", "% of SDPA (graph)", "SM MHz median"], rows)]
+        text += ["", "Small N: the harness's do_bench against CUDA-graph replay, in µs, and the host's time per call "
+                 "(one harness run per version)"
+                 + ("; 'no flush': do_bench's per-call events without its cache flush" if nf else "")
+                 + f". Source: `{rel(path)}`.", "",
+                 md_table(["version", "N", "causal", "do_bench", *(["no flush"] if nf else []), "graph", "host/call",
+                           "SDPA do_bench", *(["SDPA no flush"] if nf else []), "SDPA graph", "SDPA host/call",
+                           "% of SDPA (do_bench)", "% of SDPA (graph)", "SM MHz median"], rows)]
     return "\n".join(text)
 
 

@@ -835,3 +835,19 @@ def test_backward_profile_sums_each_range_and_predicts_per_kernel(full_root):
     assert "| sdpa-bwd | 4096 | yes | 2 | 9500.0 | " + f"{2.5 * fwd / 9.5e-3 / 1e12:.1f} |" in lines["sdpa-bwd"]
     assert "| v7_hopper:bwd_preprocess | 4096 | yes | 1 | 3000.0 | – |" in lines["v7_hopper:bwd_preprocess"]
     assert "ncu_bwd/v7_hopper_bwd_N4096_causal.csv" in text and "### The backward under Nsight Compute" in text
+
+
+def test_timing_table_gains_no_flush_columns_from_newer_rows(full_root):
+    from fa2lab.results import append_rows
+
+    path = full_root / GPU / "experiments" / "timing.csv"
+    assert "no flush" not in report.section_experiments(GPU, full_root)
+    later = [{"version": "v7_hopper", "run_id": "experiment-timing/v7_hopper", "N": 512, "causal": 0, "ms": 0.016,
+              "noflush_ms": 0.011, "graph_ms": 0.009, "host_us": 30.0, "sdpa_ms": 0.0145, "sdpa_noflush_ms": 0.0105,
+              "sdpa_graph_ms": 0.0099, "sdpa_host_us": 16.5, "pct_of_sdpa": 90.6, **PROV,
+              "date": "2026-11-30T00:00:00+00:00"}]
+    append_rows(path, later)   # a newer run appends, with the new columns
+    text = report.section_experiments(GPU, full_root)
+    assert "| do_bench | no flush | graph | host/call | SDPA do_bench | SDPA no flush |" in text
+    assert "| v7_hopper | 512 | no | 16.0 | 11.0 | 9.0 | 30.0 | 14.5 | 10.5 | 9.9 | 16.5 |" in text
+    assert "| v5_final | 512 | no | 15.0 | – | 10.0 |" in text   # older rows: no value, not a made-up one
