@@ -144,3 +144,41 @@ def run_backward_sweep(Ns, masks, out_csv: Path, *, limit_minutes: float | None,
     counts.update(status_counts)
     counts["interrupted_by_limit"] = interrupted
     return counts
+
+
+# --- picking the default (sweeps/sweep_backward.py --pick) -----------------------------------
+
+CONFIG_FIELDS = ("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_warps", "num_stages")
+
+
+def pick_single(df, dq_mode: str = "separate", n_configs: int | None = None):
+    """The configuration with the best geometric mean, over the sweep's shapes, of (that shape's best time
+    / its time), among those that ran correctly at every shape; `df` is the sweep CSV as a DataFrame.
+
+    Returns (config as a tuple of CONFIG_FIELDS, that geometric mean, {(N, causal): (its ms, best ms)}).
+    A sweep that lacks rows (n_configs configurations at each shape it names) raises ValueError: a pick
+    from part of the space would not say what it claims."""
+    import numpy as np
+
+    rows = df[df["dq_mode"] == dq_mode]
+    if rows.empty:
+        raise ValueError(f"the sweep has no {dq_mode!r} rows")
+    shapes_seen = sorted({(int(n), int(c)) for n, c in zip(rows["N"], rows["causal"])})
+    if n_configs is not None:
+        per_shape = rows.groupby(["N", "causal"]).size()
+        short = {k: int(v) for k, v in per_shape.items() if v < n_configs}
+        if short:
+            raise ValueError(f"incomplete sweep: rows per (N, causal) {short}, expected {n_configs} each")
+    ok = rows[(rows["status"] == "ok") & rows["bwd_ms"].notna()]
+    best = ok.groupby(["N", "causal"])["bwd_ms"].min()
+    scored = []
+    for cfg, g in ok.groupby(list(CONFIG_FIELDS)):
+        if len(g) != len(shapes_seen):
+            continue   # failed, skipped or wrong somewhere: never the default
+        ratios = [best[(n, c)] / ms for n, c, ms in zip(g["N"], g["causal"], g["bwd_ms"])]
+        scored.append((float(np.exp(np.mean(np.log(ratios)))), tuple(int(x) for x in cfg), g))
+    if not scored:
+        raise ValueError("no configuration ran correctly at every shape")
+    score, cfg, g = max(scored, key=lambda t: t[0])
+    return cfg, score, {(int(n), int(c)): (float(ms), float(best[(n, c)]))
+                        for n, c, ms in zip(g["N"], g["causal"], g["bwd_ms"])}

@@ -23,6 +23,7 @@
 #   sweep-v4-nc | sweep-v4-c | sweep-v7-nc | sweep-v7-c
 #   merge-v0 | merge-v4 | merge-v7   fold the part CSVs into results/<gpu>/sweep/<version>.csv
 #   sweep-bwd | sweep-bwd-nc | sweep-bwd-c | merge-bwd   the Triton backward's sweep (issue 7), likewise
+#   pick-bwd          its best geometric mean -> kernels/_shared/backward_configs.json (the backward's default)
 #   pick-v0 | pick-v4 | pick-v7      write the sm_XX entries of the versions that sweep feeds
 #   profile           ncu, every version (v2 aside) and SDPA, N = 4096, both masks
 #   profile-matmul    ncu over the matmul peak table's variants (tensor-pipe counter vs roofline)
@@ -70,6 +71,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     sweep-bwd-c) echo "python3 sweeps/sweep_backward.py --causal 1 --part c --limit-minutes $mins" ;;
     sweep-bwd) echo "python3 sweeps/sweep_backward.py --limit-minutes $mins" ;;
     merge-bwd) echo "python3 sweeps/sweep_backward.py --merge" ;;
+    pick-bwd) echo "python3 sweeps/sweep_backward.py --pick" ;;
     pick-v0|pick-v4|pick-v7) echo "python3 sweeps/pick_configs.py --kernel $(body "$s")" ;;
     profile) echo "python3 profiling/run_profile.py --tool ncu --kernel all && python3 profiling/run_profile.py --tool ncu --kernel all --causal" ;;
     profile-matmul) echo "python3 profiling/run_profile.py --tool ncu --kernel matmul" ;;
@@ -114,6 +116,6 @@ for phase in "$@"; do
   fi
 done
 tar czf "$OUT/results.tgz" --exclude='*.ncu-rep' --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' \
-  results kernels/*/configs.json
+  results kernels/*/configs.json $(ls kernels/_shared/backward_configs.json 2>/dev/null)
 for f in "$OUT"/lane*.log; do echo "--- tail of $f"; tail -n 25 "$f"; done
 cat "$LOG"

@@ -4,9 +4,13 @@
     python sweeps/sweep_backward.py --causal 1 --part c      # one mask, into a part CSV (side by side on 2 GPUs)
     python sweeps/sweep_backward.py --merge                  # fold the parts into the CSV
     python sweeps/sweep_backward.py --dq-mode atomic         # the same space with dQ accumulated by atomics
+    python sweeps/sweep_backward.py --pick                   # the best geometric mean becomes this GPU's default
 
 Rows go to results/<gpu>/sweep_bwd/flash_backward_triton.csv (see fa2lab/sweep_backward.py for
-the space, the checks and the timing).
+the space, the checks and the timing). --pick writes the configuration with the best geometric
+mean of (shape's best / its time) over the 8 shapes, among those correct at all of them, into
+kernels/_shared/backward_configs.json under this GPU's architecture, which the backward then uses
+for 16-bit inputs with D <= 64 (the sweep's dtype and head dimension).
 """
 
 from __future__ import annotations
@@ -32,7 +36,12 @@ def main(argv=None) -> int:
     ap.add_argument("--max-configs", type=int, default=None, help="only the first K configurations (smoke test)")
     ap.add_argument("--part", default=None, help="write to sweep_bwd/parts/<name>.<PART>.csv (side by side)")
     ap.add_argument("--merge", action="store_true", help="only fold the part CSVs into the CSV, then exit")
+    ap.add_argument("--pick", action="store_true",
+                    help="write the best configuration (geometric mean over the shapes) as this GPU's default, then exit")
+    ap.add_argument("--partial", action="store_true", help="with --pick: accept a sweep that lacks rows")
     args = ap.parse_args(argv)
+    if args.pick:
+        return pick(args)
 
     import torch
 
@@ -63,6 +72,53 @@ def main(argv=None) -> int:
         return 130
     print("summary:", counts)
     return 0
+
+
+def pick(args) -> int:
+    """--pick: read the merged sweep (no GPU needed), write the pick beside the backward module."""
+    import json
+
+    import pandas as pd
+
+    from fa2lab.results import RESULTS, append_rows
+    from fa2lab.sweep_backward import CONFIG_FIELDS, backward_configs, pick_single
+    from fa2lab.versions import REPO, load_shared
+
+    bwd = load_shared(NAME)
+    csvs = sorted(RESULTS.glob(f"*/sweep_bwd/{NAME}.csv"))
+    if not csvs:
+        print(f"no backward sweep under {RESULTS}/<gpu>/sweep_bwd/: run the sweep first", file=sys.stderr)
+        return 2
+    status = 0
+    for csv_path in csvs:
+        df = pd.read_csv(csv_path)
+        last = df.iloc[-1]
+        arch = str(last.get("arch", "sm_90")).rstrip("a")
+        try:
+            cfg, score, per_shape = pick_single(df, args.dq_mode, None if args.partial else len(backward_configs(bwd)))
+        except ValueError as e:
+            print(f"{csv_path}: {e} (--partial picks anyway)", file=sys.stderr)
+            status = 1
+            continue
+        table = json.loads(bwd.PICKS_FILE.read_text()) if bwd.PICKS_FILE.exists() else {"arches": {}}
+        table["module"] = NAME
+        table["arches"][arch] = {
+            "config": list(cfg), "fields": list(CONFIG_FIELDS), "dq_mode": args.dq_mode,
+            "applies_to": "16-bit inputs with D <= 64 (the sweep's bf16, D = 64)",
+            "geomean_of_best": round(score, 4), "shapes": len(per_shape), "gpu": str(last.get("gpu", "")),
+            "source": str(csv_path.relative_to(REPO)) if csv_path.is_relative_to(REPO) else str(csv_path),
+            "sweep_commit": str(last.get("git_commit", "")), "partial": bool(args.partial)}
+        bwd.PICKS_FILE.write_text(json.dumps(table, indent=2) + "\n")
+        picks_csv = csv_path.with_name(f"{NAME}.picks.csv")
+        append_rows(picks_csv, [{"arch": arch, "config": ",".join(map(str, cfg)), "dq_mode": args.dq_mode,
+                                 "geomean_of_best": score, "N": n, "causal": c, "ms": ms, "best_ms": best,
+                                 "source_csv": str(csv_path.name), "sweep_commit": str(last.get("git_commit", ""))}
+                                for (n, c), (ms, best) in sorted(per_shape.items())])
+        print(f"{csv_path}: {arch} picks {bwd.BackwardConfig(*cfg)} (geometric mean {score:.3f} of each shape's "
+              f"best) -> {bwd.PICKS_FILE}, {picks_csv}")
+        for (n, c), (ms, best) in sorted(per_shape.items()):
+            print(f"  N={n} causal={c}: {ms:.4f} ms, best {best:.4f} ms ({best / ms:.3f})")
+    return status
 
 
 if __name__ == "__main__":

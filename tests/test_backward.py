@@ -153,7 +153,8 @@ def test_with_v4_triton_forward():
         assert relative_error(ours, ref) <= REL_TOL[torch.float32]
 
 
-def test_default_config_by_architecture():
+def test_default_config_by_architecture(monkeypatch):
+    monkeypatch.setattr(fb, "PICKED", {})   # the built-in defaults, whatever a sweep picked
     assert fb.default_config(64, torch.bfloat16, "sm_90") == fb.SM90_DEFAULT
     assert fb.default_config(128, torch.bfloat16, "sm_90") == fb.SM90_DEFAULT
     assert fb.default_config(64, torch.float32, "sm_90a") == fb.SM90_DEFAULT
@@ -164,6 +165,22 @@ def test_default_config_by_architecture():
     assert BackwardConfig.parse("32,128,128,32,8,3") == fb.SM90_DEFAULT
     for cfg in (fb.SM90_DEFAULT, fb.SM90_FP32_D128, fb.SM80_DEFAULT, fb.FALLBACK):
         cfg.validate()
+
+
+def test_a_picked_configuration_applies_where_the_sweep_measured_it(tmp_path, monkeypatch):
+    """The sweep's pick (bf16, D = 64) becomes the default for 16-bit inputs with D <= 64 on its
+    architecture; fp32, larger heads and other GPUs keep the built-in defaults."""
+    picks = tmp_path / "backward_configs.json"
+    picks.write_text('{"arches": {"sm_90": {"config": [64, 128, 128, 64, 8, 2], "dq_mode": "separate"}}}')
+    monkeypatch.setattr(fb, "PICKED", fb._load_picks(picks))
+    chosen = BackwardConfig(64, 128, 128, 64, num_warps=8, num_stages=2)
+    assert fb.default_config(64, torch.bfloat16, "sm_90a") == chosen
+    assert fb.default_config(32, torch.float16, "sm_90") == chosen
+    assert fb.default_config(64, torch.bfloat16, None) == chosen          # the interpreter runs the sm_90 choice
+    assert fb.default_config(128, torch.bfloat16, "sm_90") == fb.SM90_DEFAULT
+    assert fb.default_config(64, torch.float32, "sm_90") == fb.SM90_DEFAULT
+    assert fb.default_config(64, torch.bfloat16, "sm_89") == fb.SM80_DEFAULT
+    assert fb._load_picks(tmp_path / "absent.json") == {}
 
 
 def _ok_inputs():

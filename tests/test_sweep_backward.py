@@ -1,5 +1,7 @@
 """The backward sweep's space, pruning and resumable keys (the measurement itself needs a GPU)."""
 
+import pytest
+
 from fa2lab.results import append_rows
 from fa2lab.sweep import done_keys, merge_parts
 from fa2lab.sweep_backward import KEY_FIELDS, backward_configs, config_columns, skip_reason
@@ -34,3 +36,27 @@ def test_rows_resume_and_merge_by_configuration_shape_and_dq_mode(tmp_path):
     assert merge_parts([part_a, part_b], merged, KEY_FIELDS) == 2
     key = (512, 1, *config_columns(cfg, "separate").values())
     assert done_keys(merged, KEY_FIELDS) == {key, (*key[:-1], "atomic")}
+
+
+def test_pick_takes_the_best_geometric_mean_among_configurations_correct_everywhere():
+    import pandas as pd
+
+    from fa2lab.sweep_backward import pick_single
+
+    def row(cfg, N, causal, ms, status="ok"):
+        return dict(zip(("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_warps", "num_stages"), cfg),
+                    N=N, causal=causal, bwd_ms=ms if status == "ok" else float("nan"), status=status,
+                    dq_mode="separate")
+    A, B, C = (32, 128, 128, 32, 8, 3), (64, 128, 128, 64, 8, 2), (16, 64, 64, 16, 4, 1)
+    df = pd.DataFrame([row(A, 512, 0, 1.0), row(A, 4096, 1, 1.5), row(B, 512, 0, 1.1), row(B, 4096, 1, 1.0),
+                       row(C, 512, 0, 0.5), row(C, 4096, 1, 0.0, status="wrong_result")])
+    cfg, score, per_shape = pick_single(df, n_configs=3)
+    # A: (1.0/1.0, 1.0/1.5) -> 0.816; B: (1.0/1.1, 1.0/1.0) -> 0.953; C is fastest at 512 but wrong at 4096.
+    # The best time at 512 counts C's (only rows that ran correctly define a shape's best).
+    assert cfg == B
+    assert per_shape == {(512, 0): (1.1, 0.5), (4096, 1): (1.0, 1.0)}
+    assert abs(score - (0.5 / 1.1) ** 0.5) < 1e-9
+    with pytest.raises(ValueError, match="incomplete sweep"):
+        pick_single(df, n_configs=4)
+    with pytest.raises(ValueError, match="no 'atomic' rows"):
+        pick_single(df, "atomic")
