@@ -151,11 +151,16 @@ def run_backward_sweep(Ns, masks, out_csv: Path, *, limit_minutes: float | None,
 CONFIG_FIELDS = ("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_warps", "num_stages")
 
 
-def pick_single(df, dq_mode: str = "separate", n_configs: int | None = None):
-    """The configuration with the best geometric mean, over the sweep's shapes, of (that shape's best time
-    / its time), among those that ran correctly at every shape; `df` is the sweep CSV as a DataFrame.
+CRITERIA = ("total", "geomean")
 
-    Returns (config as a tuple of CONFIG_FIELDS, that geometric mean, {(N, causal): (its ms, best ms)}).
+
+def pick_single(df, dq_mode: str = "separate", n_configs: int | None = None, criterion: str = "geomean"):
+    """The configuration that ran correctly at every shape with, by `criterion`, the best geometric mean
+    over the sweep's shapes of (that shape's best time / its time) ("geomean": every shape weighs the
+    same), or the least total time over the shapes ("total": a pass over the harness shapes, so the
+    longest shapes weigh most and a noisy millisecond-scale shape cannot decide); `df` is the sweep CSV.
+
+    Returns (config as a tuple of CONFIG_FIELDS, its geometric mean, {(N, causal): (its ms, best ms)}).
     A sweep that lacks rows (n_configs configurations at each shape it names) raises ValueError: a pick
     from part of the space would not say what it claims."""
     import numpy as np
@@ -179,6 +184,9 @@ def pick_single(df, dq_mode: str = "separate", n_configs: int | None = None):
         scored.append((float(np.exp(np.mean(np.log(ratios)))), tuple(int(x) for x in cfg), g))
     if not scored:
         raise ValueError("no configuration ran correctly at every shape")
-    score, cfg, g = max(scored, key=lambda t: t[0])
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
+    key = (lambda t: t[0]) if criterion == "geomean" else (lambda t: -float(t[2]["bwd_ms"].sum()))
+    score, cfg, g = max(scored, key=key)
     return cfg, score, {(int(n), int(c)): (float(ms), float(best[(n, c)]))
                         for n, c, ms in zip(g["N"], g["causal"], g["bwd_ms"])}

@@ -15,6 +15,7 @@
 # interrupted (SIGINT, then SIGKILL) so that the packing still happens. Sweeps write each row as
 # it is measured and resume, so a cut costs nothing but time. Steps:
 #   tests             the test file natively for every version, then tests/ (xdist, TEST_WORKERS)
+#   unit-tests        tests/ only (and the report's host-steps test verbosely)
 #   bench             invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} (interleaved protocol)
 #   bench-bwd         invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper}
 #   bench-bwd-atomic  the same with dQ accumulated by atomics in the dK/dV kernel (issue 7's comparison)
@@ -23,6 +24,7 @@
 #   sweep-v4-nc | sweep-v4-c | sweep-v7-nc | sweep-v7-c
 #   merge-v0 | merge-v4 | merge-v7   fold the part CSVs into results/<gpu>/sweep/<version>.csv
 #   sweep-bwd | sweep-bwd-nc | sweep-bwd-c | merge-bwd   the Triton backward's sweep (issue 7), likewise
+#   sweep-bwd-atomic  the same space with dQ accumulated by atomics (rows beside the separate ones)
 #   pick-bwd          its best geometric mean -> kernels/_shared/backward_configs.json (the backward's default)
 #   pick-v0 | pick-v4 | pick-v7      write the sm_XX entries of the versions that sweep feeds
 #   profile           ncu, every version (v2 aside) and SDPA, N = 4096, both masks
@@ -60,6 +62,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
   mins=$(python3 -c "print(round(max(0.5, ($secs - 40) / 60), 2))")
   case "$s" in
     tests) echo "python3 -m invoke test --workers ${TEST_WORKERS:-12}" ;;
+    unit-tests) echo "python3 -m pytest -q -p no:cacheprovider -n ${TEST_WORKERS:-12} tests/; python3 -m pytest -q -p no:cacheprovider -vv tests/test_report.py -k host_steps_per_version" ;;
     bench) echo "python3 -m invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} --pause ${PAUSE:-0}" ;;
     bench-bwd) echo "python3 -m invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper} --runs ${RUNS_BWD:-1}" ;;
     bench-bwd-atomic) echo "python3 -m invoke bench --mode bwd --dq-mode atomic --kernel ${BWD_KERNELS:-v6_longest_first} --runs ${RUNS_BWD:-1}" ;;
@@ -70,6 +73,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     sweep-bwd-nc) echo "python3 sweeps/sweep_backward.py --causal 0 --part nc --limit-minutes $mins" ;;
     sweep-bwd-c) echo "python3 sweeps/sweep_backward.py --causal 1 --part c --limit-minutes $mins" ;;
     sweep-bwd) echo "python3 sweeps/sweep_backward.py --limit-minutes $mins" ;;
+    sweep-bwd-atomic) echo "python3 sweeps/sweep_backward.py --dq-mode atomic --limit-minutes $mins" ;;
     merge-bwd) echo "python3 sweeps/sweep_backward.py --merge" ;;
     pick-bwd) echo "python3 sweeps/sweep_backward.py --pick" ;;
     pick-v0|pick-v4|pick-v7) echo "python3 sweeps/pick_configs.py --kernel $(body "$s")" ;;

@@ -8,7 +8,8 @@
 
 Rows go to results/<gpu>/sweep_bwd/flash_backward_triton.csv (see fa2lab/sweep_backward.py for
 the space, the checks and the timing). --pick writes the configuration with the best geometric
-mean of (shape's best / its time) over the 8 shapes, among those correct at all of them, into
+mean of (shape's best / its time) over the 8 shapes, or (--criterion total, the default) the least
+total time over them, among those correct at all of them, into
 kernels/_shared/backward_configs.json under this GPU's architecture, which the backward then uses
 for 16-bit inputs with D <= 64 (the sweep's dtype and head dimension).
 """
@@ -39,25 +40,32 @@ def main(argv=None) -> int:
     ap.add_argument("--pick", action="store_true",
                     help="write the best configuration (geometric mean over the shapes) as this GPU's default, then exit")
     ap.add_argument("--partial", action="store_true", help="with --pick: accept a sweep that lacks rows")
+    ap.add_argument("--criterion", choices=("total", "geomean"), default="total",
+                    help="with --pick: least total time over the shapes (default: the long shapes decide, which "
+                         "host noise at N = 512 cannot sway), or best geometric mean of each shape's best / its time")
     args = ap.parse_args(argv)
     if args.pick:
         return pick(args)
 
+    from fa2lab.results import RESULTS, gpu_dir
+    from fa2lab.sweep import merge_into, part_path
+    from fa2lab.sweep_backward import KEY_FIELDS, backward_configs, run_backward_sweep
+    from fa2lab.versions import load_shared
+
+    if args.merge:   # no GPU needed: every GPU folder whose parts are waiting
+        folders = sorted(p.parent.parent for p in RESULTS.glob(f"*/sweep_bwd/parts/{NAME}.*.csv"))
+        for folder in dict.fromkeys(folders):
+            print(merge_into(folder / f"{NAME}.csv", KEY_FIELDS))
+        if not folders:
+            print(f"no part CSVs under {RESULTS}/<gpu>/sweep_bwd/parts/: nothing to merge")
+        return 0
     import torch
 
     if not torch.cuda.is_available():
         print("the backward sweep needs a CUDA GPU; the committed results/*/sweep_bwd/*.csv can be read without one",
               file=sys.stderr)
         return 2
-    from fa2lab.results import gpu_dir
-    from fa2lab.sweep import merge_into, part_path
-    from fa2lab.sweep_backward import KEY_FIELDS, backward_configs, run_backward_sweep
-    from fa2lab.versions import load_shared
-
     merged = gpu_dir() / "sweep_bwd" / f"{NAME}.csv"
-    if args.merge:
-        print(merge_into(merged, KEY_FIELDS))
-        return 0
     out = part_path(merged, args.part) if args.part else merged
     configs = backward_configs(load_shared(NAME))
     configs = configs[: args.max_configs] if args.max_configs else configs
@@ -95,7 +103,8 @@ def pick(args) -> int:
         last = df.iloc[-1]
         arch = str(last.get("arch", "sm_90")).rstrip("a")
         try:
-            cfg, score, per_shape = pick_single(df, args.dq_mode, None if args.partial else len(backward_configs(bwd)))
+            cfg, score, per_shape = pick_single(df, args.dq_mode, None if args.partial else len(backward_configs(bwd)),
+                                                args.criterion)
         except ValueError as e:
             print(f"{csv_path}: {e} (--partial picks anyway)", file=sys.stderr)
             status = 1
@@ -105,12 +114,15 @@ def pick(args) -> int:
         table["arches"][arch] = {
             "config": list(cfg), "fields": list(CONFIG_FIELDS), "dq_mode": args.dq_mode,
             "applies_to": "16-bit inputs with D <= 64 (the sweep's bf16, D = 64)",
-            "geomean_of_best": round(score, 4), "shapes": len(per_shape), "gpu": str(last.get("gpu", "")),
+            "criterion": args.criterion, "geomean_of_best": round(score, 4),
+            "total_ms": round(sum(ms for ms, _ in per_shape.values()), 4), "shapes": len(per_shape),
+            "gpu": str(last.get("gpu", "")),
             "source": str(csv_path.relative_to(REPO)) if csv_path.is_relative_to(REPO) else str(csv_path),
             "sweep_commit": str(last.get("git_commit", "")), "partial": bool(args.partial)}
         bwd.PICKS_FILE.write_text(json.dumps(table, indent=2) + "\n")
         picks_csv = csv_path.with_name(f"{NAME}.picks.csv")
         append_rows(picks_csv, [{"arch": arch, "config": ",".join(map(str, cfg)), "dq_mode": args.dq_mode,
+                                 "criterion": args.criterion,
                                  "geomean_of_best": score, "N": n, "causal": c, "ms": ms, "best_ms": best,
                                  "source_csv": str(csv_path.name), "sweep_commit": str(last.get("git_commit", ""))}
                                 for (n, c), (ms, best) in sorted(per_shape.items())])

@@ -255,7 +255,8 @@ def test_backward_signature_separates_what_selects_the_kernels(monkeypatch):
     assert fb.backward_signature(Q, K, V, O, L, dO, False, (32, 128), "separate", False) is None
     assert fb.backward_signature(Q, K, V, O, L, dO, False, None, ["atomic"], False) is None
     monkeypatch.undo()
-    assert fb.backward_signature(Q, K, V, O, L, dO, False, None, "separate", False) is None  # not on a GPU here
+    cpu = [t.cpu() for t in (Q, K, V, O, L, dO)]
+    assert fb.backward_signature(*cpu, False, None, "separate", False) is None   # CPU tensors: the checked path
 
 
 def test_backward_second_call_skips_the_checked_path(monkeypatch):

@@ -56,6 +56,14 @@ def test_pick_takes_the_best_geometric_mean_among_configurations_correct_everywh
     assert cfg == B
     assert per_shape == {(512, 0): (1.1, 0.5), (4096, 1): (1.0, 1.0)}
     assert abs(score - (0.5 / 1.1) ** 0.5) < 1e-9
+    # by total time: A 2.5 ms, B 2.1 ms (C is out: wrong at 4096)
+    assert pick_single(df, n_configs=3, criterion="total")[0] == B
+    df2 = df.copy()
+    df2.loc[(df2.dkdv_q_tile == 32) & (df2.N == 512), "bwd_ms"] = 0.3   # A: 1.8 ms in all, but 0.3/1.5 at 4096
+    assert pick_single(df2, n_configs=3, criterion="total")[0] == A
+    assert pick_single(df2, n_configs=3, criterion="geomean")[0] == A
+    with pytest.raises(ValueError, match="criterion must be"):
+        pick_single(df, criterion="fastest")
     with pytest.raises(ValueError, match="incomplete sweep"):
         pick_single(df, n_configs=4)
     with pytest.raises(ValueError, match="no 'atomic' rows"):
