@@ -25,7 +25,7 @@ if __package__ in (None, ""):
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fa2lab import versions  # noqa: E402
+from fa2lab import shapes, versions  # noqa: E402
 from figures import compile_cost as compile_cost_fig  # noqa: E402
 from figures import data, roofline  # noqa: E402
 from profiling.host_steps import STEPS as HOST_STEPS  # noqa: E402
@@ -1010,11 +1010,22 @@ def section_backward(gpu, root) -> str:
                   "% of FLASH", "SDPA fwd+bwd ms", "SDPA bwd ms"], rows)])
 
 
+# Kernels that ran outside every NVTX range in a --mode bwd capture: autograd runs a backward on its own
+# thread, whose kernels the main thread's ranges do not enclose, so SDPA's backward is told by kernel name.
+UNRANGED_BWD = ((re.compile(r"cudnn"), "sdpa-bwd (cuDNN, by kernel name)"),
+                (re.compile(r"pytorch_flash::flash_bwd"), "sdpa_flash-bwd (by kernel name)"),
+                (re.compile(r"FillFunctor|bfloat16_copy"), "atomic dQ's zero fill and bf16 cast (by kernel name)"))
+TOTALS_BWD = (("Triton backward, separate dQ", ("bwd_preprocess", "bwd_dkdv", "bwd_dq")),
+              ("Triton backward, atomic dQ", ("bwd_preprocess", "bwd_atomic_dkdv", "atomic dQ's zero fill")),
+              ("SDPA's backward, cuDNN", ("sdpa-bwd",)), ("SDPA's backward, FLASH_ATTENTION", ("sdpa_flash-bwd",)))
+
+
 def backward_profile(gpu, root):
     """The backward's Nsight Compute profile (results/<gpu>/ncu_bwd/, `invoke profile --mode bwd`), one row
-    per NVTX range of each file's last run: the Triton backward's kernels ('<version>:bwd_<kernel>', in both
-    dQ modes), SDPA's backward ('sdpa-bwd', 'sdpa_flash-bwd': several kernels each, summed), and what ran
-    outside any range (the atomic mode's zero fill and dQ conversion). (None, folder) if not profiled."""
+    per range of each file's last run: the Triton backward's kernels ('<version>:bwd_<kernel>', both dQ
+    modes; a range holds one launch, so a name seen twice, the preprocessing of both modes, is averaged),
+    SDPA's backward kernels (outside the ranges: told by name, summed per backend), then per mask the
+    totals of each backward. (None, folder) if not profiled."""
     folder = data.root(root) / gpu / "ncu_bwd"
     if not folder.is_dir() or not any(p for p in folder.glob("*.csv") if not p.name.endswith(".raw.csv")):
         return None, folder
@@ -1023,27 +1034,50 @@ def backward_profile(gpu, root):
         if "run_id" not in df.columns:
             raise data.ResultsError(f"results file {path} lacks column run_id")
         rows = df[df["run_id"] == df["run_id"].iloc[-1]].copy()
-        rows["who"] = rows["version"].fillna("").astype(str).replace("", "outside the ranges")
+        ranged = rows["version"].fillna("").astype(str)
+        names = rows["kernel"].astype(str)
+        who = [v if v else next((label for pat, label in UNRANGED_BWD if pat.search(k)), "other kernels (by name)")
+               for v, k in zip(ranged, names)]
         seconds = data.metric(rows, path, roofline.TIME)
         ops, _ = tensor_ops(rows, path)
         clock, peak = row_peaks(rows, path, gpu, root)
         extra = {k: data.metric(rows, path, m, required=False) for k, m in NCU_EXTRA.items()}
-        rows = rows.assign(seconds=seconds, ops_counted=ops, peak=peak, clock=clock, **{
+        rows = rows.assign(who=who, seconds=seconds, ops_counted=ops, peak=peak, **{
             k: (v if v is not None else np.nan) for k, v in extra.items()})
-        for who, g in rows.groupby("who", sort=False):
+        fwd = shapes.flops(shapes.BATCH, shapes.HEADS, int(rows.N.iloc[0]), shapes.HEAD_DIM, bool(rows.causal.iloc[0]))
+        for name, g in rows.groupby("who", sort=False):
+            one_launch = ":bwd_" in name   # a Triton range: each launch is the whole kernel
+            sec = g.seconds.mean() if one_launch else g.seconds.sum()
             main = g.loc[g.seconds.idxmax()]
-            predicted = pd.to_numeric(g["predicted_flops"], errors="coerce").max()
-            sec = g.seconds.sum()
-            out.append({"who": who, "N": int(g.N.iloc[0]), "causal": int(g.causal.iloc[0]), "kernels": len(g),
-                        "us": sec * 1e6, "predicted": predicted, "tflops": predicted / sec / 1e12 if predicted else np.nan,
-                        "pct_peak": 100 * predicted / sec / 1e12 / main.peak if predicted else np.nan,
-                        "ops_ratio": g.ops_counted.sum() / predicted if predicted else np.nan,
-                        "regs": main.regs, "smem": (main.smem_dynamic if pd.notna(main.smem_dynamic) else 0)
+            share = BACKWARD_SHARE.get(name.rsplit(":", 1)[-1]) if one_launch else (
+                shapes.BWD_FLOP_FACTOR if name.startswith("sdpa") else None)
+            predicted = fwd * share if share else np.nan
+            counted = g.ops_counted.mean() if one_launch else g.ops_counted.sum()
+            out.append({"who": name, "N": int(g.N.iloc[0]), "causal": int(g.causal.iloc[0]), "kernels": len(g),
+                        "us": sec * 1e6, "tflops": predicted / sec / 1e12, "pct_peak": 100 * predicted / sec / 1e12
+                        / main.peak, "ops_ratio": counted / predicted, "regs": main.regs,
+                        "smem": (main.smem_dynamic if pd.notna(main.smem_dynamic) else 0)
                         + (main.smem_static if pd.notna(main.smem_static) else 0),
                         "occ": main.occ_theoretical, "pipe": main.pipe_tensor,
                         "stalls": ", ".join(str(main[c]) for c in ("stall_1", "stall_2") if c in g and pd.notna(main[c])),
-                        "source": path})
+                        "source": path, "total": False})
+        parts = out[-len(set(who)):]
+        for label, members in TOTALS_BWD:
+            chosen = [r for r in parts if any(r["who"].split(":")[-1].startswith(m) or r["who"].startswith(m)
+                                              for m in members)]
+            if not chosen:
+                continue
+            us = sum(r["us"] for r in chosen)
+            predicted = fwd * shapes.BWD_FLOP_FACTOR
+            out.append({"who": f"**{label}**", "N": chosen[0]["N"], "causal": chosen[0]["causal"],
+                        "kernels": sum(1 if ":bwd_" in r["who"] else r["kernels"] for r in chosen), "us": us,
+                        "tflops": predicted / us / 1e6, "pct_peak": np.nan, "ops_ratio": np.nan, "regs": np.nan,
+                        "smem": np.nan, "occ": np.nan, "pipe": np.nan, "stalls": "", "source": path, "total": True})
     return pd.DataFrame(out), folder
+
+
+# predicted FLOPs of each Triton backward kernel over the forward's (profiling.ncu_export.BACKWARD_PRODUCTS / 2)
+BACKWARD_SHARE = {"bwd_preprocess": None, "bwd_dkdv": 2.0, "bwd_atomic_dkdv": 2.5, "bwd_dq": 1.5}
 
 
 def section_backward_profile(gpu, root) -> str:
@@ -1056,12 +1090,15 @@ def section_backward_profile(gpu, root) -> str:
              fmt(r.occ, ".1f", "%"), fmt(r.pipe, ".1f", "%"), r.stalls] for r in prof.itertuples()]
     return "\n".join([
         title,
-        "The last run of each file; one row per NVTX range (each Triton kernel has its own; SDPA's backward is one "
-        "range of several kernels, summed). µs: ncu's durations, summed over the range's kernels (each replayed "
-        "alone, so no overlap between them). TFLOP/s and % of peak: the range's algorithmic FLOPs (dK/dV 4 products "
-        "of N×N×D, with atomics 5, dQ 3, SDPA's whole backward 5; halved causal) over that time, against the "
-        "tensor-core peak at the clock ncu measured. Tensor ops: counted over predicted. Registers, shared "
-        "bytes, theoretical occupancy, tensor pipe and stalls: the range's longest kernel. Sources: "
+        "The last run of each file. One row per NVTX range of the Triton backward (one launch each; the "
+        "preprocessing runs once per dQ mode, averaged), then the kernels outside every range: autograd runs a "
+        "backward on its own thread, which the driver's ranges do not enclose, so SDPA's backward kernels are told "
+        "by name (cuDNN's `cudnn…`, the FLASH backend's `pytorch_flash::flash_bwd…`; PyTorch's layout copies stay "
+        "'other') and summed per backend; in bold, each backward's total. µs: ncu's durations (each kernel replayed "
+        "alone, so no overlap). TFLOP/s and % of peak: the algorithmic FLOPs (dK/dV 4 products of N×N×D, with "
+        "atomics 5, dQ 3, a whole backward 5; halved causal) over that time, against the tensor-core peak at the "
+        "clock ncu measured. Tensor ops: counted over predicted. Registers, shared bytes, theoretical occupancy, "
+        "tensor pipe and stalls: the longest kernel of the row. Sources: "
         + ", ".join(f"`{rel(p)}`" for p in sorted(set(prof.source))) + ".", "",
         md_table(["range", "N", "causal", "kernels", "µs", "TFLOP/s", "% of peak", "tensor ops counted/predicted",
                   "regs", "smem B", "occupancy", "tensor pipe", "top stalls"], rows)])

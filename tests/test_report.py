@@ -821,6 +821,9 @@ def test_backward_profile_sums_each_range_and_predicts_per_kernel(full_root):
     folder = full_root / GPU / "ncu_bwd"
     folder.mkdir(parents=True)
     names = [f"v7_hopper:bwd_{k} N=4096 causal=1" for k in ("preprocess", "dkdv", "dq")] + ["sdpa-bwd N=4096 causal=1"] * 2
+    # outside every range (autograd's thread): told by name
+    names += ["cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_kernel0_0",
+              "void cudnn::fusion::convert_dq_to_16bits<(bool)1>(const void *)"]
     raw = folder / "v7_hopper_bwd_N4096_causal.raw.csv"
     for run_id, absurd in (("old", True), ("new", False)):   # only the last run counts
         raw.write_text(_raw_export(names, 1, "usecond", absurd))
@@ -834,6 +837,11 @@ def test_backward_profile_sums_each_range_and_predicts_per_kernel(full_root):
     assert "| v7_hopper:bwd_dq | 4096 | yes | 1 | 4000.0 | " + f"{1.5 * fwd / 4.0e-3 / 1e12:.1f} |" in lines["v7_hopper:bwd_dq"]
     assert "| sdpa-bwd | 4096 | yes | 2 | 9500.0 | " + f"{2.5 * fwd / 9.5e-3 / 1e12:.1f} |" in lines["sdpa-bwd"]
     assert "| v7_hopper:bwd_preprocess | 4096 | yes | 1 | 3000.0 | – |" in lines["v7_hopper:bwd_preprocess"]
+    # kernels 5 and 6 (5.5 + 6.0 ms) are cuDNN's, by name
+    assert ("| sdpa-bwd (cuDNN, by kernel name) | 4096 | yes | 2 | 11500.0 | "
+            + f"{2.5 * fwd / 11.5e-3 / 1e12:.1f} |") in lines["sdpa-bwd (cuDNN, by kernel name)"]
+    assert "| **Triton backward, separate dQ** | 4096 | yes | 3 | 10500.0 | " in lines["**Triton backward, separate dQ**"]
+    assert "| **SDPA's backward, cuDNN** | 4096 | yes | 4 | 21000.0 | " in lines["**SDPA's backward, cuDNN**"]
     assert "ncu_bwd/v7_hopper_bwd_N4096_causal.csv" in text and "### The backward under Nsight Compute" in text
 
 
