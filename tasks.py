@@ -133,10 +133,17 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
 
 @task(help={"N": "comma-separated sequence lengths (default: all four)", "causal": "both, 0 or 1",
             "dq_mode": "separate (dQ in its own kernel) or atomic (fp32 atomics in the dK/dV kernel)",
-            "limit_minutes": "stop measuring after this many minutes (rerun to resume)"})
-def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0):
+            "limit_minutes": "stop measuring after this many minutes (rerun to resume)",
+            "pick": "no sweep: write the sweep's best configuration (least total time over the shapes) as this "
+                    "GPU's backward default in kernels/_shared/backward_configs.json (no GPU needed)"})
+def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0, pick=False):
     """Sweep the Triton backward's tiles, warps and stages at the harness shapes (issue 7); resumable,
-    one row per measurement in results/<gpu>/sweep_bwd/flash_backward_triton.csv."""
+    one row per measurement in results/<gpu>/sweep_bwd/flash_backward_triton.csv. --pick turns a
+    finished sweep into the backward's default for that GPU."""
+    if pick:
+        if _run([sys.executable, "sweeps/sweep_backward.py", "--pick", "--dq-mode", dq_mode]) != 0:
+            raise Exit("no backward configuration picked", code=1)
+        return
     _need_gpu("invoke sweep-backward", "the committed results/<gpu>/sweep_bwd/*.csv can be read without one")
     cmd = [sys.executable, "sweeps/sweep_backward.py", "--causal", causal, "--dq-mode", dq_mode]
     cmd += ["--N", *N.split(",")] if N else []
