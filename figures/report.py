@@ -1126,7 +1126,9 @@ def backward_default(df: pd.DataFrame):
                  if re.fullmatch(r"sm_\d+a?", a)), "sm_90")
     D = int(pd.to_numeric(df["D"], errors="coerce").dropna().iloc[-1]) if "D" in df and df["D"].notna().any() else 64
     cfg = bwd.default_config(D, torch.bfloat16, arch)
-    name = next((n for n in BWD_DEFAULTS if getattr(bwd, n, None) == cfg), "default_config")
+    picked = getattr(bwd, "PICKED", {}).get("sm_" + arch.removeprefix("sm_").rstrip("a"))
+    name = "the sweep's pick, backward_configs.json" if picked is not None and picked == cfg else next(
+        (n for n in BWD_DEFAULTS if getattr(bwd, n, None) == cfg), "default_config")
     return cfg, name, arch
 
 

@@ -628,7 +628,8 @@ def test_other_shapes_table_and_the_not_slower_count(later_root):
             "v7's ms ≥ 0.98, i.e. at most 2% slower); slower on B=16 H=4 N=777 D=64 causal (0.909×).") in text
 
 
-def test_backward_sweep_best_default_and_dq_mode(later_root):
+def test_backward_sweep_best_default_and_dq_mode(later_root, monkeypatch):
+    monkeypatch.setattr(BWD, "PICKED", {})   # the built-in default, whatever the H200's sweep picked
     text = report.build(later_root)
     assert "### The backward's configuration sweep (issue 7)" in text
     n = len(BWD_SWEEP)
@@ -652,12 +653,17 @@ def test_backward_sweep_best_default_and_dq_mode(later_root):
 
 
 def test_backward_sweep_reads_the_default_from_the_module(later_root, monkeypatch):
+    monkeypatch.setattr(BWD, "PICKED", {})
     monkeypatch.setattr(BWD, "SM90_DEFAULT", BWD.BackwardConfig(32, 128, 128, 32, num_warps=8, num_stages=1))
     text = report.build(later_root)
     assert "The default: `SM90_DEFAULT` (dkdv 32x128, dq 128x32, 8w, 1s;" in text
     base = bwd_base(4096, 0)
     assert f"| dkdv 16×64, dq 64×16, 4w, 2s | {0.8 * base:.3f} | " in text
     assert f"| {1.3 * base:.3f} | {100 * 0.9 / 1.3:.0f}% | {100 * 0.8 / 1.3:.0f}% |" in text   # 1-stage's share
+    # a sweep's pick (backward_configs.json) takes over the default, and the report names it so
+    monkeypatch.setattr(BWD, "PICKED", {"sm_90": BWD.BackwardConfig(16, 64, 64, 16, num_warps=4, num_stages=2)})
+    text = report.build(later_root)
+    assert "The default: `the sweep's pick, backward_configs.json` (dkdv 16x64, dq 64x16, 4w, 2s;" in text
 
 
 def test_backward_sweep_with_one_dq_mode(later_root):
