@@ -973,16 +973,22 @@ def backward_summary(gpu, root):
         if df is None:
             continue
         flash = [c for c in BWD_FLASH if c in df.columns]
-        df = data.latest_protocol(numeric(df, path, BWD_COLUMNS[2:] + tuple(flash)))
-        g = df.groupby(["causal", "N"])
-        out = g.agg(runs=("run_id", "nunique"), fwd_bwd_ms=("fwd_bwd_ms", "median"), bwd_ms=("bwd_ms", "median"),
-                    sdpa_fwd_bwd_ms=("sdpa_fwd_bwd_ms", "median"), sdpa_bwd_ms=("sdpa_bwd_ms", "median"),
-                    fb_pct=("fwd_bwd_pct_of_sdpa", "median"), b_pct=("bwd_pct_of_sdpa", "median"))
-        for c, name in zip(BWD_FLASH, ("fb_pct_fa", "b_pct_fa")):
-            out[name] = g[c].median() if c in df.columns else float("nan")
-        protocol = df["run_id"].astype(str).str.rsplit("/", n=1).str[0].iloc[0]
-        impl = ", ".join(sorted(set(df["backward_impl"].astype(str)))) if "backward_impl" in df else "?"
-        frames.append(out.reset_index().assign(version=v.name, protocol=protocol, impl=impl))
+        df = numeric(df, path, BWD_COLUMNS[2:] + tuple(flash))
+        # the latest protocol of each dQ mode (bench --mode bwd --dq-mode atomic appends its own protocol)
+        modes = df["dq_mode"].fillna("separate").astype(str) if "dq_mode" in df else pd.Series("separate", df.index)
+        for mode in sorted(set(modes), key=lambda m: (m != "separate", m)):
+            latest = data.latest_protocol(df[modes == mode])
+            g = latest.groupby(["causal", "N"])
+            out = g.agg(runs=("run_id", "nunique"), fwd_bwd_ms=("fwd_bwd_ms", "median"), bwd_ms=("bwd_ms", "median"),
+                        sdpa_fwd_bwd_ms=("sdpa_fwd_bwd_ms", "median"), sdpa_bwd_ms=("sdpa_bwd_ms", "median"),
+                        fb_pct=("fwd_bwd_pct_of_sdpa", "median"), b_pct=("bwd_pct_of_sdpa", "median"))
+            for c, name in zip(BWD_FLASH, ("fb_pct_fa", "b_pct_fa")):
+                out[name] = g[c].median() if c in latest.columns else float("nan")
+            protocol = latest["run_id"].astype(str).str.rsplit("/", n=1).str[0].iloc[0]
+            impl = ", ".join(sorted(set(latest["backward_impl"].astype(str)))) if "backward_impl" in latest else "?"
+            config = ", ".join(sorted(set(latest["bwd_config"].dropna().astype(str)))) if "bwd_config" in latest else ""
+            frames.append(out.reset_index().assign(version=v.name, dq_mode=mode, protocol=protocol, impl=impl,
+                                                   config=config or "the default_config of its commit"))
         paths.append(path)
     if not frames:
         return None, [], folder
@@ -994,11 +1000,12 @@ def section_backward(gpu, root) -> str:
     summary, paths, folder = backward_summary(gpu, root)
     if summary is None:
         return not_yet(title, "invoke bench --kernel v6_longest_first --mode bwd", folder / "<version>.csv")
-    rows = [[r.version, r.N, "yes" if r.causal else "no", r.runs, fmt(r.fwd_bwd_ms, ".3f"), fmt(r.fb_pct, ".0f", "%"),
-             fmt(r.fb_pct_fa, ".0f", "%"), fmt(r.bwd_ms, ".3f"), fmt(r.b_pct, ".0f", "%"), fmt(r.b_pct_fa, ".0f", "%"),
-             fmt(r.sdpa_fwd_bwd_ms, ".3f"), fmt(r.sdpa_bwd_ms, ".3f")] for r in summary.itertuples()]
-    protocols = "; ".join(f"{v}: {p} ({int(g.runs.max())} run(s))" for (v, p), g in summary.groupby(
-        ["version", "protocol"], sort=False))
+    rows = [[r.version, r.dq_mode, r.N, "yes" if r.causal else "no", r.runs, fmt(r.fwd_bwd_ms, ".3f"),
+             fmt(r.fb_pct, ".0f", "%"), fmt(r.fb_pct_fa, ".0f", "%"), fmt(r.bwd_ms, ".3f"), fmt(r.b_pct, ".0f", "%"),
+             fmt(r.b_pct_fa, ".0f", "%"), fmt(r.sdpa_fwd_bwd_ms, ".3f"), fmt(r.sdpa_bwd_ms, ".3f")]
+            for r in summary.itertuples()]
+    protocols = "; ".join(f"{v} ({m} dQ, {c}): {p} ({int(g.runs.max())} run(s))" for (v, m, c, p), g in summary.groupby(
+        ["version", "dq_mode", "config", "protocol"], sort=False))
     impls = sorted(set(summary.impl))
     return "\n".join([
         title,
@@ -1006,8 +1013,8 @@ def section_backward(gpu, root) -> str:
         "medians over the runs of each file's latest protocol; % of SDPA: the median of each run's own ratio to "
         "SDPA's default backend and to its FLASH_ATTENTION backend, same process. Protocols: " + protocols
         + f". Backward: {', '.join(impls)}. Sources: " + ", ".join(f"`{rel(p)}`" for p in paths) + ".", "",
-        md_table(["version", "N", "causal", "runs", "fwd+bwd ms", "% of SDPA", "% of FLASH", "bwd ms", "% of SDPA",
-                  "% of FLASH", "SDPA fwd+bwd ms", "SDPA bwd ms"], rows)])
+        md_table(["version", "dQ", "N", "causal", "runs", "fwd+bwd ms", "% of SDPA", "% of FLASH", "bwd ms",
+                  "% of SDPA", "% of FLASH", "SDPA fwd+bwd ms", "SDPA bwd ms"], rows)])
 
 
 # Kernels that ran outside every NVTX range in a --mode bwd capture: autograd runs a backward on its own

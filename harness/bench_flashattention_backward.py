@@ -149,7 +149,12 @@ def main(argv=None) -> int:
     version = of_module(kernel_module)
     impl = backward_impl(FlashAttentionTriton)
     dq_mode = getattr(FlashAttentionTriton, "BACKWARD_DQ_MODE", "")
-    bwd_config = str(getattr(FlashAttentionTriton, "BACKWARD_CONFIG", "") or "")
+    bwd_config = getattr(FlashAttentionTriton, "BACKWARD_CONFIG", None)
+    if bwd_config is None and hasattr(FlashAttentionTriton, "BACKWARD_CONFIG"):   # the backward's own default
+        from fa2lab.versions import load_shared
+
+        bwd_config = load_shared("flash_backward_triton").default_config(shapes.HEAD_DIM, torch.bfloat16)
+    bwd_config = str(bwd_config or "")
     masks = shapes.masks_from(args.causal)
     env = environment()
     rows = []

@@ -349,15 +349,26 @@ def test_experiments_tables_and_claims(full_root):
 
 def test_backward_medians_of_the_latest_protocol(full_root):
     text = report.build(full_root)
-    assert "v6_longest_first: 20261129T180000-new (2 run(s))" in text
+    assert "v6_longest_first (separate dQ, the default_config of its commit): 20261129T180000-new (2 run(s))" in text
     N = 4096
     fb = np.median([0.3 * N / 1024 * (1 + 0.1 * r) for r in (1, 2)])
     b = np.median([0.2 * N / 1024 * (1 + 0.1 * r) for r in (1, 2)])
     pct_fb = np.median([100 * 0.25 / (0.3 * (1 + 0.1 * r)) for r in (1, 2)])
     pct_b = np.median([100 * 0.15 / (0.2 * (1 + 0.1 * r)) for r in (1, 2)])
-    row = (f"| v6_longest_first | {N} | no | 2 | {fb:.3f} | {pct_fb:.0f}% | {2 * pct_fb:.0f}% | {b:.3f} | "
+    row = (f"| v6_longest_first | separate | {N} | no | 2 | {fb:.3f} | {pct_fb:.0f}% | {2 * pct_fb:.0f}% | {b:.3f} | "
            f"{pct_b:.0f}% | {2 * pct_b:.0f}% | {0.25 * 4:.3f} | {0.15 * 4:.3f} |")
     assert row in text, row
+    # a later protocol in the atomic mode is a table of its own, not the separate mode's latest
+    later = [{**r, "dq_mode": "atomic", "bwd_config": "dkdv 64x64, dq 64x64, 4w, 3s",
+              "run_id": r["run_id"].replace("20261129T180000-new", "20261129T190000-atomic"),
+              "date": "2026-11-29T19:00:00+00:00", "bwd_ms": 2 * r["bwd_ms"]}
+             for r in bwd_rows("v6_longest_first", "20261129T180000-new", [1, 2])]
+    append_rows(full_root / GPU / "bench_bwd" / "v6_longest_first.csv", later)
+    text = report.build(full_root)
+    assert row in text, "the separate mode's latest protocol stays"
+    assert ("v6_longest_first (atomic dQ, dkdv 64x64, dq 64x64, 4w, 3s): 20261129T190000-atomic (2 run(s))"
+            in text)
+    assert f"| v6_longest_first | atomic | {N} | no | 2 | {fb:.3f} | " in text
 
 
 MISSING = [("sweep/v0_baseline.csv", "`invoke sweep --kernel v0_baseline` writes"),
@@ -607,7 +618,9 @@ def test_host_steps_per_version_and_shape(later_root):
             diffs = [f"{d:+.1f}" for d in diffs] + ([f"{med['backward'] - med['sdpa_backward']:+.1f}"]
                                                     if "backward" in med else ["–"])
             row = f"| {v} | 512 | {'yes' if c else 'no'} | " + " | ".join(cells + diffs) + " |"
-            assert row in text, row
+            # the section itself as the message: on the H200's Python 3.12 / numpy 2.5 this once failed
+            # where CI passes, and the whole report's repr hid which cell differed
+            assert row in text, f"{row}\nnot in:\n{report.section_host_steps(GPU, later_root)}"
     # the launch is cache_hit − allocate (host_steps.py's docstring), not cache_hit − signature
     assert f"{HOST_US['cache_hit'] - HOST_US['allocate']:+.1f}" == "+13.2"
     # v5 first, in registry order
