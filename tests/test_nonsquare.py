@@ -13,3 +13,25 @@ def test_nonsquare_causal_quick_subset(name):
     assert len(rows) == expected
     assert counts["failed"] == 0, [r for r in rows if r["status"] == "failed"]
     assert counts["passed"] == expected   # the subset fits any GPU's shared memory, and the interpreter has none
+
+
+def test_brief_autotuning_swaps_the_benchmark_only_while_checking():
+    """The check times an autotuned version's candidates briefly (correctness, not selection), and gives
+    the autotuner its own benchmark back afterwards, also when a case raises."""
+    import pytest
+
+    from fa2lab.interpret import autotuner_of
+    from fa2lab.nonsquare import brief_autotuning
+    from fa2lab.versions import load
+
+    tuner = autotuner_of(load("v5_final"))
+    before = tuner._do_bench
+    with brief_autotuning(tuner):
+        assert tuner._do_bench is not before and callable(tuner._do_bench)
+    assert tuner._do_bench is before
+    with pytest.raises(RuntimeError):
+        with brief_autotuning(tuner):
+            raise RuntimeError("a case crashed")
+    assert tuner._do_bench is before
+    with brief_autotuning(None):   # a version without an autotuner: nothing to swap
+        pass
