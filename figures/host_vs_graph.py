@@ -1,6 +1,7 @@
-"""Time per call by N, three ways, for v5-v7 (the lean host path) and SDPA measured in the same process: do_bench (what
-the harness reports, cache flush included), CUDA-graph replay (the kernel without Python), and the
-host's own time per call (µs). Where do_bench sits at the host time, it measures the host."""
+"""Time per call by N, three or four ways, for v5-v7 (the lean host path) and SDPA measured in the same process:
+do_bench (what the harness reports, cache flush included), CUDA-graph replay (the kernel without Python), the
+host's own time per call (µs), and, where the harness wrote it, do_bench's per-call events without the flush.
+Where do_bench sits at the host time, it measures the host."""
 
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ NAME = "host_vs_graph"
 MEASURES = (("ms", "sdpa_ms", 1000.0, "do_bench (harness)", "-", "o"),
             ("graph_ms", "sdpa_graph_ms", 1000.0, "CUDA-graph replay", "--", "s"),
             ("host_us", "sdpa_host_us", 1.0, "host time per call", ":", "^"))
+# drawn where the harness wrote it (protocols since commit e0fa889)
+NOFLUSH = ("noflush_ms", "sdpa_noflush_ms", 1000.0, "do_bench without its flush", "-.", "D")
+
+
+def measures(df: pd.DataFrame) -> tuple:
+    """MEASURES, plus the no-flush timing where every row of the table has it for ours and SDPA."""
+    has = all(c in df.columns and df[c].notna().all() for c in NOFLUSH[:2])
+    return MEASURES + ((NOFLUSH,) if has else ())
 
 
 def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
@@ -30,7 +39,7 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
         for j, causal in enumerate(shapes.MASKS):
             ax = axes[i, j]
             rows = data.shape_rows(df, path, None, causal)
-            for k, (ours, sdpa, scale, measure, ls, marker) in enumerate(MEASURES):
+            for k, (ours, sdpa, scale, measure, ls, marker) in enumerate(measures(rows)):
                 for col, who, colour in ((ours, style.label(version), style.colour(version)),
                                          (sdpa, "SDPA", style.SDPA_COLOUR)):
                     s = data.spread(rows, rows[col] * scale, by=("N",))

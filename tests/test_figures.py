@@ -565,3 +565,15 @@ def test_pending_figures_name_a_malformed_file(results_root, tmp_path, relpath, 
     figure = {"ncu": roofline, "tuning": compile_cost, "torch": timeline}[relpath.split("/")[0]]
     with pytest.raises(data.ResultsError, match=re.escape(str(path)) + ".*" + message):
         figure.draw(GPU, tmp_path, results_root)
+
+
+def test_host_vs_graph_draws_the_no_flush_timing_only_where_every_row_has_it():
+    import pandas as pd
+
+    from figures.host_vs_graph import MEASURES, NOFLUSH, measures
+
+    old = pd.DataFrame({"ms": [0.1, 0.2], "sdpa_ms": [0.1, 0.2]})
+    assert measures(old) == MEASURES
+    new = old.assign(noflush_ms=[0.3, 0.4], sdpa_noflush_ms=[0.2, 0.3])
+    assert measures(new) == MEASURES + (NOFLUSH,)
+    assert measures(new.assign(sdpa_noflush_ms=[0.2, None])) == MEASURES   # a gap: not drawn as if measured
