@@ -36,6 +36,17 @@ loading it (L * log2(e)), so the recomputation is again one FFMA and one exp2 pe
 
     P = exp2(S_raw * qk_scale - L * log2(e)),   S_raw = Q K^T (unscaled).
 
+Configuration. Without an explicit config, `default_config` takes this GPU's pick from
+backward_configs.json (written by `invoke sweep-backward --pick` from the sweep of
+results/<gpu>/sweep_bwd/) for 16-bit inputs with D <= 64, and the built-in defaults below otherwise.
+On the H200 the pick (64-row tiles in both kernels, 4 warps, 3 stages; least total time over the
+8 harness shapes) took the backward at N = 4096 from 1.166 to 1.001 ms non-causal and from 0.766 to
+0.572 ms causal (3-run protocols, commits 260ca6e and 2bf92b9): 82% and 87% of cuDNN's backward,
+130% and 142% of the FLASH_ATTENTION backend's. At N <= 1024 the harness measures the host: the
+autograd call through this backward costs 170-210 us per call on that machine's CPU against 110-130
+for SDPA's (results/nvidia-h200/hostpath/steps.csv). dQ by atomics was slower at every N >= 2048
+(1.225 against 1.001 ms at N = 4096 non-causal), so "separate" stays the default.
+
 Tiling notes (GPU): every product is a tl.dot with fp32 accumulation; P and dS are cast
 to the input dtype before their dots (what FlashAttention-2 does); tile sizes are constexpr,
 so each configuration is its own compiled kernel, and warps and stages come from
@@ -401,8 +412,8 @@ class BackwardConfig:
             raise ValueError(f"BackwardConfig.num_stages must be >= 1, got {self.num_stages!r}")
 
 
-# Provisional until a sweep on the H200 replaces them (the GPU session's job). The numbers
-# below are from offline sm_90 compiles (Triton 3.6.0, its ptxas; no GPU), causal, both dQ modes.
+# The built-in defaults (a sweep's pick in backward_configs.json overrides them where it applies). The
+# numbers below are from offline sm_90 compiles (Triton 3.6.0, its ptxas; no GPU), causal, both dQ modes.
 # sm_90: the shape of Triton's fused-attention tutorial (the owned tile 128, the streamed
 # one 32) at 8 warps: wgmma, no spills for 16-bit inputs at D = 16..128 and fp32 at D <= 64
 # (D = 64 bf16: 153/179 registers dK/dV without/with atomics, 112 dQ; 58/82 KB shared).
