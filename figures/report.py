@@ -1308,6 +1308,18 @@ def section_pending(gpu, root) -> str:
     if not (base / "sweep" / "v0_baseline.csv").exists():
         lines.append(f"- the Round 1 sweep of v0_baseline's body: {NOT_YET} (`invoke sweep --kernel v0_baseline`); "
                      "v1–v4's sm_90 configurations are provisional until it lands")
+    checked, commit, _ = nonsquare(gpu, root) if (base / "checks").is_dir() else (None, None, None)
+    if checked is not None:
+        missing = [v for v in versions.NAMES if v not in set(checked.version)]
+        if missing:
+            lines.append(f"- the non-square causal check for {', '.join(missing)}: not run at {commit[:7]}, the "
+                         f"latest commit in results/{gpu}/checks/nonsquare.csv (`invoke check-nonsquare --save` "
+                         "checks every version at the current commit; a cut run resumes at the same commit)")
+    sweep_bwd = base / "sweep_bwd" / "flash_backward_triton.csv"
+    if sweep_bwd.exists():
+        modes = set(optional(sweep_bwd, ("dq_mode",))["dq_mode"].astype(str))
+        for mode in (m for m in ("separate", "atomic") if m not in modes):
+            lines.append(f"- the backward sweep with {mode} dQ: {NOT_YET} (`invoke sweep-backward --dq-mode {mode}`)")
     return "### Not measured yet\n" + ("\n".join(lines) if lines else "Nothing: every experiment has results.")
 
 

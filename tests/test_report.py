@@ -878,3 +878,16 @@ def test_timing_table_gains_no_flush_columns_from_newer_rows(full_root):
     assert "| do_bench | no flush | graph | host/call | SDPA do_bench | SDPA no flush |" in text
     assert "| v7_hopper | 512 | no | 16.0 | 11.0 | 9.0 | 30.0 | 14.5 | 10.5 | 9.9 | 16.5 |" in text
     assert "| v5_final | 512 | no | 15.0 | – | 10.0 |" in text   # older rows: no value, not a made-up one
+
+
+def test_pending_names_unchecked_versions_and_an_unswept_dq_mode(later_root):
+    text = report.section_pending(GPU, later_root)
+    checked = {"v0_baseline", "v6_longest_first"}   # write_nonsquare: the latest commit has these two
+    others = ", ".join(v for v in report.versions.NAMES if v not in checked)
+    assert f"- the non-square causal check for {others}: not run at new1111" in text
+    assert "backward sweep with" not in text         # both dQ modes are in the fixture
+    path = later_root / GPU / "sweep_bwd" / "flash_backward_triton.csv"
+    path.unlink()
+    append_rows(path, bwd_sweep_rows(("separate",)))
+    assert ("- the backward sweep with atomic dQ: not measured yet (`invoke sweep-backward --dq-mode atomic`)"
+            in report.section_pending(GPU, later_root))
