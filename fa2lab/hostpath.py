@@ -11,6 +11,12 @@ The signature covers everything the checks and Triton's specialisation look at: 
 strides, dtypes, device and mask, and it only applies when every input is 16-byte aligned
 with a unit last stride (so Triton's alignment specialisation is the same on every hit).
 Under the interpreter, or for any other input, the normal path runs every time.
+
+`LeanApply` is the second half: when no gradient can be asked for (grad mode off, or no input
+requires one), `apply` calls the Function's forward directly with a context that keeps nothing,
+so the call skips torch.autograd.Function's own machinery (7 us per call on the H200's host,
+hostpath/steps.csv, step function_nop). With an input that requires a gradient it is
+torch.autograd.Function.apply, unchanged.
 """
 
 from __future__ import annotations
@@ -72,6 +78,32 @@ def aligned_cuda(*tensors) -> bool:
         if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or t.data_ptr() % 16 or t.stride(-1) != 1:
             return False
     return True
+
+
+class NoGradContext:
+    """What `forward(ctx, ...)` gets when no gradient can be asked for: saves and marks go nowhere,
+    attributes are kept on the object (and dropped with it)."""
+
+    def save_for_backward(self, *tensors):
+        pass
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+    def set_materialize_grads(self, value):
+        pass
+
+
+class LeanApply:
+    """Mixin for a torch.autograd.Function (listed first among the bases): `apply` skips autograd when
+    grad mode is off or no argument is a tensor that requires a gradient (the output then has no
+    grad_fn either way), and is torch.autograd.Function.apply otherwise."""
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        if torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in args):
+            return super().apply(*args, **kwargs)
+        return cls.forward(NoGradContext(), *args, **kwargs)
 
 
 class LaunchCache:

@@ -96,13 +96,19 @@ def brief_autotuning(tuner):
         return
     import triton.testing
 
-    saved = tuner._do_bench
-    tuner._do_bench = lambda kernel_call, quantiles: triton.testing.do_bench(kernel_call, warmup=1, rep=1,
-                                                                             quantiles=quantiles)
+    # Triton 3.6's Autotuner.do_bench is a functools.cached_property: the instance's __dict__ entry is
+    # what it calls (set after its first autotuning), so that entry is what is swapped and put back.
+    missing = object()
+    saved = tuner.__dict__.get("do_bench", missing)
+    tuner.__dict__["do_bench"] = lambda kernel_call, quantiles: triton.testing.do_bench(
+        kernel_call, warmup=1, rep=1, quantiles=quantiles)
     try:
         yield
     finally:
-        tuner._do_bench = saved
+        if saved is missing:
+            tuner.__dict__.pop("do_bench", None)
+        else:
+            tuner.__dict__["do_bench"] = saved
 
 
 def check_version(name: str, quick: bool, progress=None) -> tuple[dict, list[dict]]:

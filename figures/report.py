@@ -415,7 +415,7 @@ def section_hostpath(gpu, root) -> str:
 HOST_STEPS_COLUMNS = ("version", "N", "causal", "step", "us_median", "us_min", "us_max")
 # (column, minuend, subtrahend): the differences profiling/host_steps.py's docstring reads ("apply - cache_hit is
 # what the autograd.Function and the lookup add; cache_hit - allocate is the launch"), and ours against SDPA's
-HOST_STEP_DIFFS = (("Function + lookup (apply − cache_hit)", "apply", "cache_hit"),
+HOST_STEP_DIFFS = (("apply's own (apply − cache_hit)", "apply", "cache_hit"),
                    ("launch (cache_hit − allocate)", "cache_hit", "allocate"),
                    ("ours − SDPA (apply − sdpa)", "apply", "sdpa"),
                    ("backward − SDPA's (backward − sdpa_backward)", "backward", "sdpa_backward"))
@@ -465,7 +465,9 @@ def section_host_steps(gpu, root) -> str:
         title,
         "µs per call, each step timed alone as the harness times host_us (calls back to back, the GPU queue never "
         "drained): the median over the repeats (min–max), the latest row per step. The steps are "
-        "profiling/host_steps.py's (sdpa: SDPA's forward; apply: FlashAttentionTriton.apply; function_nop: an "
+        "profiling/host_steps.py's (sdpa: SDPA's forward; apply: FlashAttentionTriton.apply, as the harness calls it "
+        "(since LeanApply, without autograd's Function machinery when no input needs a gradient); apply_grad: the "
+        "same with Q requiring a gradient; function_nop: an "
         "empty autograd.Function; cache_hit: the cached launch called directly; signature: the lookup; allocate: "
         "O and L; descriptors: v7's TMA descriptors; launch: Triton's launcher alone; sdpa_backward, backward: "
         "autograd.grad through SDPA and ours on a kept graph; backward_direct: the Triton backward called "

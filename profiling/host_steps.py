@@ -8,7 +8,9 @@ drained (fa2lab.timing.host_us_per_call), `--repeats` times; rows (median, min, 
 go to results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
 
   sdpa              F.scaled_dot_product_attention, the reference (one C++ op)
-  apply             FlashAttentionTriton.apply: what the harness's host_us measures
+  apply             FlashAttentionTriton.apply: what the harness's host_us measures (inputs that need no
+                    gradient: since fa2lab.hostpath.LeanApply, no torch.autograd.Function machinery)
+  apply_grad        the same with Q requiring a gradient: autograd's apply, a graph recorded per call
   function_nop      a torch.autograd.Function whose forward only allocates O: the price of the
                     Function machinery (ctx, apply's dispatch) whatever the kernel
   cache_hit         the cached Launch called directly: signature lookup skipped, 2 allocations + launch
@@ -36,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import shapes  # noqa: E402
 
-STEPS = ("sdpa", "apply", "function_nop", "cache_hit", "signature", "allocate", "descriptors", "launch",
+STEPS = ("sdpa", "apply", "apply_grad", "function_nop", "cache_hit", "signature", "allocate", "descriptors", "launch",
          "sdpa_backward", "backward", "backward_direct")
 
 
@@ -44,8 +46,8 @@ def step_functions(module, N: int, causal: bool) -> dict:
     """{step: zero-argument callable} for one version, shape and mask (CUDA inputs, the harness's layout)."""
     import torch
     import torch.nn.functional as F
-    from triton import knobs
-    from triton.runtime import driver
+
+    from fa2lab.hostpath import run_compiled
 
     cls = module.FlashAttentionTriton
     B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
@@ -70,7 +72,6 @@ def step_functions(module, N: int, causal: bool) -> dict:
     O = torch.empty_strided(inner.o_shape, inner.o_stride, dtype=q.dtype, device=q.device)
     L = torch.empty(inner.l_shape, dtype=torch.float32, device=q.device)
     kern = inner.kernel
-    stream = driver.active.get_current_stream(q.device.index)
     fns = {}
     if getattr(inner, "blocks", ()):   # v7's TMA path: tensor descriptors, rebuilt on every call
         def descriptors():
@@ -85,8 +86,7 @@ def step_functions(module, N: int, causal: bool) -> dict:
         pointers = (q, k, v, O, L)
 
     def raw_launch():
-        kern.run(*inner.grid, stream, kern.function, kern.packed_metadata, None,
-                 knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *pointers, *inner.tail)
+        run_compiled(kern, inner.grid, (*pointers, *inner.tail), q.device.index)
 
     if hasattr(cls, "BACKWARD_CONFIG"):   # the Triton backward (v6, v7): its host cost beside SDPA's
         from fa2lab.reference import saved_lse
@@ -104,9 +104,11 @@ def step_functions(module, N: int, causal: bool) -> dict:
         fns["backward"] = lambda: torch.autograd.grad(O_g, (qg, kg, vg), dO, retain_graph=True)
         fns["backward_direct"] = lambda: bwd.flash_attention_backward(q, k, v, O_g.detach(), L_g, dO, causal)
 
+    q_grad = q.detach().clone().requires_grad_()   # autograd's path: a graph is recorded on every call
     return fns | {
         "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal),
         "apply": lambda: cls.apply(q, k, v, causal),
+        "apply_grad": lambda: cls.apply(q_grad, k, v, causal),
         "function_nop": lambda: Nop.apply(q, k, v, causal),
         "cache_hit": lambda: launch(q, k, v),
         "signature": lambda: cache.entries.get(cache.signature(q, k, v, mode)),

@@ -1,10 +1,12 @@
 """The lean host path (issue 8): structure, not speed (CPU timings would mean nothing)."""
 
+import contextlib
+
 import pytest
 import torch
 
 from fa2lab import versions
-from fa2lab.hostpath import LaunchCache
+from fa2lab.hostpath import LaunchCache, LeanApply
 
 
 class FakeLaunch:
@@ -77,3 +79,68 @@ def test_host_steps_refuses_without_a_gpu_and_names_the_committed_file():
     p = subprocess.run([sys.executable, str(repo / "profiling" / "host_steps.py")], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 2 and "hostpath/steps.csv" in p.stderr
+
+
+class _Twice(LeanApply, torch.autograd.Function):
+    """A toy Function with the lean apply: forward doubles its input and records what ctx it got."""
+
+    seen = []
+
+    @staticmethod
+    def forward(ctx, x, scale=2.0):
+        _Twice.seen.append(type(ctx).__name__)
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        return x * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.scale, None
+
+
+def test_lean_apply_skips_autograd_only_when_no_gradient_can_be_asked_for(monkeypatch):
+    from fa2lab.hostpath import NoGradContext
+
+    calls = []
+    original = torch.autograd.Function.apply.__func__
+    monkeypatch.setattr(torch.autograd.Function, "apply",
+                        classmethod(lambda cls, *a, **k: (calls.append(cls.__name__), original(cls, *a, **k))[1]))
+    _Twice.seen.clear()
+    x = torch.randn(4)
+    y = _Twice.apply(x, 3.0)                         # no input requires a gradient: straight to forward
+    assert calls == [] and _Twice.seen == [NoGradContext.__name__]
+    assert y.grad_fn is None and torch.equal(y, 3 * x)
+    xg = x.clone().requires_grad_()
+    z = _Twice.apply(xg, scale=3.0)                  # a gradient can be asked for: autograd's apply, unchanged
+    assert calls == ["_Twice"] and z.grad_fn is not None
+    z.sum().backward()
+    assert torch.equal(xg.grad, torch.full_like(x, 3.0))
+    with torch.no_grad():                            # grad mode off: no graph either way
+        w = _Twice.apply(xg, 3.0)
+    assert calls == ["_Twice"] and w.grad_fn is None and not w.requires_grad
+
+
+@pytest.mark.parametrize("name", ["v5_final", "v6_longest_first", "v7_hopper"])
+def test_versions_with_the_lean_host_path_skip_autograd_without_gradients(name, monkeypatch):
+    """The harness's call (inputs that need no gradient) does not enter torch.autograd.Function.apply, and
+    gives what the autograd path gives; inputs that need one still get a grad_fn and the saved L."""
+    from fa2lab.interpret import autotuner_of, only_config
+    from fa2lab.reference import saved_lse
+
+    module = versions.load(name)
+    FA = module.FlashAttentionTriton
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    q, k, v = (torch.randn(2, 96, 32, device=device, dtype=torch.bfloat16) for _ in range(3))
+    tuner = autotuner_of(module)
+    pinned = only_config(tuner, tuner.configs[0]) if device == "cpu" else contextlib.nullcontext()
+    with pinned:
+        qg = q.clone().requires_grad_()
+        O_grad = FA.apply(qg, k, v, True)
+        assert O_grad.grad_fn is not None and saved_lse(O_grad).shape == (2, 96)
+        original = torch.autograd.Function.apply.__func__
+        entered = []
+        monkeypatch.setattr(torch.autograd.Function, "apply",
+                            classmethod(lambda cls, *a, **kw: (entered.append(1), original(cls, *a, **kw))[1]))
+        O = FA.apply(q, k, v, True)
+    assert entered == [] and O.grad_fn is None
+    assert torch.equal(O, O_grad.detach())

@@ -606,7 +606,7 @@ def test_host_steps_per_version_and_shape(later_root):
     text = report.build(later_root)
     assert "### Where a call's host time goes, step by step (issue 8)" in text
     assert f"Source: `{later_root / GPU / 'hostpath' / 'steps.csv'}`." in text
-    header = ("| version | N | causal | " + " | ".join(HOST_US) + " | Function + lookup (apply − cache_hit) | launch "
+    header = ("| version | N | causal | " + " | ".join(HOST_US) + " | apply's own (apply − cache_hit) | launch "
               "(cache_hit − allocate) | ours − SDPA (apply − sdpa) | backward − SDPA's (backward − sdpa_backward) |")
     assert header in text
     for v in ("v5_final", "v7_hopper"):

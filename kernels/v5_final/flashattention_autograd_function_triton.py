@@ -17,7 +17,10 @@ Host path (issue 8, not in the article): on the H200 the host spent 75 to 120 us
 call (checks, Triton's argument binding, the autotuner's key) against a 10 us kernel at
 N = 512, so do_bench timed Python there. After the first call for an input signature,
 fa2lab.hostpath.LaunchCache launches the compiled kernel directly; the kernel and what it
-computes are unchanged.
+computes are unchanged. Measured then (results/nvidia-h200/hostpath/steps.csv, commit 2bf92b9,
+N = 512 non-causal): 31 us per apply against SDPA's 18, of which torch.autograd.Function's own
+machinery was 7. So `apply` (fa2lab.hostpath.LeanApply) now calls forward directly when no input
+needs a gradient, as in the harness; with one that does, it is autograd's apply. Not yet measured.
 """
 
 import math
@@ -29,7 +32,7 @@ import triton.language as tl
 
 from fa2lab.checks import unit_stride, validate_qkv
 from fa2lab.configs import load_table, select
-from fa2lab.hostpath import Launch, LaunchCache, compiled_or_none
+from fa2lab.hostpath import LeanApply, Launch, LaunchCache, compiled_or_none
 from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2lab.reference import autograd_backward
 
@@ -188,7 +191,7 @@ def _checked_launch(Q, K, V, is_causal):
     return O, L, launch
 
 
-class FlashAttentionTriton(torch.autograd.Function):
+class FlashAttentionTriton(LeanApply, torch.autograd.Function):
 
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
     launches = LaunchCache()

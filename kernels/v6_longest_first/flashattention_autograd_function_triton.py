@@ -36,7 +36,7 @@ import triton.language as tl
 
 from fa2lab.checks import unit_stride, validate_qkv
 from fa2lab.configs import load_table, select
-from fa2lab.hostpath import Launch, LaunchCache, compiled_or_none
+from fa2lab.hostpath import LeanApply, Launch, LaunchCache, compiled_or_none
 from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2lab.reference import autograd_backward
 from fa2lab.versions import load_shared
@@ -240,7 +240,7 @@ def _checked_launch(Q, K, V, mode):
     return O, L, launch
 
 
-class FlashAttentionTriton(torch.autograd.Function):
+class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     LAUNCH_ORDER = "longest_first"   # see LAUNCH_ORDERS; the launch-order experiment changes it
     P_CAST = 0                       # the P-cast experiment's variants (0 is the kernel's choice)
     BACKWARD_DQ_MODE = "separate"    # dQ in its own kernel ("separate") or by atomics in the dK/dV kernel

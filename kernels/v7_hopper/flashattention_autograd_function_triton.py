@@ -94,7 +94,7 @@ from fa2lab.budget import Config, accumulator_registers
 from fa2lab.checks import unit_stride, validate_qkv
 from fa2lab.configs import load_table, select
 from fa2lab.gpu import interpreting
-from fa2lab.hostpath import Launch, LaunchCache, compiled_or_none, run_compiled
+from fa2lab.hostpath import LeanApply, Launch, LaunchCache, compiled_or_none, run_compiled
 from fa2lab.interpret import only_config
 from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2lab.reference import autograd_backward
@@ -521,7 +521,7 @@ def _checked_launch(Q, K, V, mode):
     return O, L, launch
 
 
-class FlashAttentionTriton(torch.autograd.Function):
+class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     GRID = "per_tile"                # "persistent": SM slots loop over work items (an experiment)
     PERSISTENT_PROGRAMS_PER_SM = 2   # programs per SM of the persistent grid (unmeasured guess)
     FORCE_PATH = None                # None (the rules above), "tma" or "v6"
