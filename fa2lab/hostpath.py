@@ -29,7 +29,6 @@ import torch
 from triton import knobs
 from triton.runtime import driver
 
-from .gpu import interpreting
 
 
 @dataclass
@@ -71,12 +70,16 @@ def compiled_or_none(ret):
 def aligned_cuda(*tensors) -> bool:
     """Every tensor on a GPU, its data 16-byte aligned and its last stride 1: the inputs for which
     Triton's specialisation (pointer alignment, unit stride) is the same on every call with the
-    same shapes and strides, so a recorded launch may be repeated. False under the interpreter."""
-    if interpreting():
+    same shapes and strides, so a recorded launch may be repeated. Anything else (not a tensor,
+    0-d) is False. It runs on every call, so it is kept to attribute reads: no check of the
+    interpreter here, since under it nothing is compiled and no launch is ever recorded
+    (compiled_or_none), whatever the inputs' device."""
+    try:
+        for t in tensors:
+            if not t.is_cuda or t.data_ptr() % 16 or t.stride(-1) != 1:
+                return False
+    except (AttributeError, TypeError, IndexError, RuntimeError):
         return False
-    for t in tensors:
-        if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or t.data_ptr() % 16 or t.stride(-1) != 1:
-            return False
     return True
 
 

@@ -144,3 +144,17 @@ def test_versions_with_the_lean_host_path_skip_autograd_without_gradients(name, 
         O = FA.apply(q, k, v, True)
     assert entered == [] and O.grad_fn is None
     assert torch.equal(O, O_grad.detach())
+
+
+def test_aligned_cuda_refuses_what_a_recorded_launch_cannot_repeat():
+    from fa2lab.hostpath import aligned_cuda
+
+    q = torch.randn(2, 32, 16)
+    assert not aligned_cuda(q)                                   # CPU
+    assert not aligned_cuda("Q") and not aligned_cuda(None)      # not tensors: the checked path names them
+    assert not aligned_cuda(torch.tensor(1.0))                   # 0-d
+    if torch.cuda.is_available():
+        g = q.cuda()
+        assert aligned_cuda(g, g)
+        assert not aligned_cuda(g.transpose(1, 2))               # last stride 16, not 1
+        assert not aligned_cuda(g.flatten()[1:64])                # data 4 bytes past a 16-byte boundary
