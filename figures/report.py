@@ -465,9 +465,10 @@ def section_host_steps(gpu, root) -> str:
         title,
         "µs per call, each step timed alone as the harness times host_us (calls back to back, the GPU queue never "
         "drained): the median over the repeats (min–max), the latest row per step. The steps are "
-        "profiling/host_steps.py's (sdpa: SDPA's forward; apply: FlashAttentionTriton.apply, as the harness calls it "
-        "(since LeanApply, without autograd's Function machinery when no input needs a gradient); apply_grad: the "
-        "same with Q requiring a gradient; function_nop: an "
+        "profiling/host_steps.py's (sdpa: SDPA's forward; apply: FlashAttentionTriton.apply, as the harness calls it: "
+        "through autograd's Function machinery in rows from commits before 068021e, which added "
+        "fa2lab.hostpath.LeanApply, and without it from then on, since no input needs a gradient; apply_grad: the "
+        "same with Q requiring one; function_nop: an "
         "empty autograd.Function; cache_hit: the cached launch called directly; signature: the lookup; allocate: "
         "O and L; descriptors: v7's TMA descriptors; launch: Triton's launcher alone; sdpa_backward, backward: "
         "autograd.grad through SDPA and ours on a kept graph; backward_direct: the Triton backward called "
