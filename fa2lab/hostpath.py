@@ -30,7 +30,6 @@ from triton import knobs
 from triton.runtime import driver
 
 
-
 @dataclass
 class Launch:
     """What one normal-path call launched: enough to repeat it without Triton's front end."""

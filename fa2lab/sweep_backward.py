@@ -30,8 +30,8 @@ STREAMED = (16, 32, 64)   # dK/dV's query tile = dQ's key tile
 WARPS = (4, 8)
 STAGES = (1, 2, 3)
 ACC_REGISTER_LIMIT = 128  # fp32 registers per thread for the dK and dV accumulators alone
-KEY_FIELDS = ("N", "causal", "dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_warps", "num_stages",
-              "dq_mode")
+CONFIG_FIELDS = ("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_warps", "num_stages")   # BackwardConfig's
+KEY_FIELDS = ("N", "causal", *CONFIG_FIELDS, "dq_mode")
 GRAD_TOLERANCE = 3e-2     # relative Frobenius error of each gradient against SDPA's, bf16
 
 
@@ -50,8 +50,7 @@ def skip_reason(cfg, D: int) -> str | None:
 
 
 def config_columns(cfg, dq_mode: str) -> dict:
-    return {"dkdv_q_tile": cfg.dkdv_q_tile, "dkdv_k_tile": cfg.dkdv_k_tile, "dq_q_tile": cfg.dq_q_tile,
-            "dq_k_tile": cfg.dq_k_tile, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "dq_mode": dq_mode}
+    return {**{f: getattr(cfg, f) for f in CONFIG_FIELDS}, "dq_mode": dq_mode}
 
 
 def run_backward_sweep(Ns, masks, out_csv: Path, *, limit_minutes: float | None, dq_mode: str = "separate",
@@ -148,9 +147,6 @@ def run_backward_sweep(Ns, masks, out_csv: Path, *, limit_minutes: float | None,
 
 # --- picking the default (sweeps/sweep_backward.py --pick) -----------------------------------
 
-CONFIG_FIELDS = ("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_warps", "num_stages")
-
-
 CRITERIA = ("total", "geomean")
 
 
@@ -165,6 +161,8 @@ def pick_single(df, dq_mode: str = "separate", n_configs: int | None = None, cri
     from part of the space would not say what it claims."""
     import numpy as np
 
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
     rows = df[df["dq_mode"] == dq_mode]
     if rows.empty:
         raise ValueError(f"the sweep has no {dq_mode!r} rows")
@@ -184,8 +182,6 @@ def pick_single(df, dq_mode: str = "separate", n_configs: int | None = None, cri
         scored.append((float(np.exp(np.mean(np.log(ratios)))), tuple(int(x) for x in cfg), g))
     if not scored:
         raise ValueError("no configuration ran correctly at every shape")
-    if criterion not in CRITERIA:
-        raise ValueError(f"criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
     key = (lambda t: t[0]) if criterion == "geomean" else (lambda t: -float(t[2]["bwd_ms"].sum()))
     score, cfg, g = max(scored, key=key)
     return cfg, score, {(int(n), int(c)): (float(ms), float(best[(n, c)]))

@@ -26,9 +26,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fa2lab import shapes, versions  # noqa: E402
+from fa2lab.sweep_backward import CONFIG_FIELDS, KEY_FIELDS  # noqa: E402
 from figures import compile_cost as compile_cost_fig  # noqa: E402
 from figures import data, roofline  # noqa: E402
 from profiling.host_steps import STEPS as HOST_STEPS  # noqa: E402
+from profiling.ncu_export import backward_share  # noqa: E402
 from profiling.run_profile import MATMUL_SIZE  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -1059,8 +1061,8 @@ def backward_profile(gpu, root):
             one_launch = ":bwd_" in name   # a Triton range: each launch is the whole kernel
             sec = g.seconds.mean() if one_launch else g.seconds.sum()
             main = g.loc[g.seconds.idxmax()]
-            share = BACKWARD_SHARE.get(name.rsplit(":", 1)[-1]) if one_launch else (
-                shapes.BWD_FLOP_FACTOR if name.startswith("sdpa") else None)
+            # a Triton range: its kernel's products (the preprocessing has none); SDPA's: a whole backward
+            share = backward_share(name) if one_launch else (shapes.BWD_FLOP_FACTOR if name.startswith("sdpa") else None)
             predicted = fwd * share if share else np.nan
             counted = g.ops_counted.mean() if one_launch else g.ops_counted.sum()
             out.append({"who": name, "N": int(g.N.iloc[0]), "causal": int(g.causal.iloc[0]), "kernels": len(g),
@@ -1084,10 +1086,6 @@ def backward_profile(gpu, root):
                         "tflops": predicted / us / 1e6, "pct_peak": np.nan, "ops_ratio": np.nan, "regs": np.nan,
                         "smem": np.nan, "occ": np.nan, "pipe": np.nan, "stalls": "", "source": path, "total": True})
     return pd.DataFrame(out), folder
-
-
-# predicted FLOPs of each Triton backward kernel over the forward's (profiling.ncu_export.BACKWARD_PRODUCTS / 2)
-BACKWARD_SHARE = {"bwd_preprocess": None, "bwd_dkdv": 2.0, "bwd_atomic_dkdv": 2.5, "bwd_dq": 1.5}
 
 
 def section_backward_profile(gpu, root) -> str:
@@ -1114,8 +1112,7 @@ def section_backward_profile(gpu, root) -> str:
                   "regs", "smem B", "occupancy", "tensor pipe", "top stalls"], rows)])
 
 
-BWD_SWEEP_CONFIG = ("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_warps", "num_stages")
-BWD_SWEEP_KEYS = ("N", "causal", *BWD_SWEEP_CONFIG, "dq_mode")     # fa2lab.sweep_backward.KEY_FIELDS
+BWD_SWEEP_CONFIG, BWD_SWEEP_KEYS = CONFIG_FIELDS, KEY_FIELDS   # fa2lab.sweep_backward's
 BWD_SWEEP_MEASURED = ("bwd_ms", "tflops", "pct_of_sdpa", "sdpa_bwd_ms")
 BWD_DEFAULTS = ("SM90_DEFAULT", "SM90_FP32_D128", "SM80_DEFAULT", "FALLBACK")   # the backward module's names
 
