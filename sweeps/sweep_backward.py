@@ -88,6 +88,7 @@ def pick(args) -> int:
 
     import pandas as pd
 
+    from fa2lab.provenance import git_commit, now
     from fa2lab.results import RESULTS, append_rows
     from fa2lab.sweep_backward import CONFIG_FIELDS, backward_configs, pick_single
     from fa2lab.versions import REPO, load_shared
@@ -97,7 +98,7 @@ def pick(args) -> int:
     if not csvs:
         print(f"no backward sweep under {RESULTS}/<gpu>/sweep_bwd/: run the sweep first", file=sys.stderr)
         return 2
-    status = 0
+    status, picked_at = 0, now()
     for csv_path in csvs:
         df = pd.read_csv(csv_path)
         last = df.iloc[-1]
@@ -124,7 +125,8 @@ def pick(args) -> int:
         append_rows(picks_csv, [{"arch": arch, "config": ",".join(map(str, cfg)), "dq_mode": args.dq_mode,
                                  "criterion": args.criterion,
                                  "geomean_of_best": score, "N": n, "causal": c, "ms": ms, "best_ms": best,
-                                 "source_csv": str(csv_path.name), "sweep_commit": str(last.get("git_commit", ""))}
+                                 "source_csv": str(csv_path.name), "sweep_commit": str(last.get("git_commit", "")),
+                                 "gpu": str(last.get("gpu", "")), "date": picked_at, "git_commit": git_commit()}
                                 for (n, c), (ms, best) in sorted(per_shape.items())])
         print(f"{csv_path}: {arch} picks {bwd.BackwardConfig(*cfg)} (geometric mean {score:.3f} of each shape's "
               f"best) -> {bwd.PICKS_FILE}, {picks_csv}")
