@@ -40,7 +40,7 @@ def backward_impl(cls) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}"
 
 
-def measure(FlashAttentionTriton, shape: shapes.Shape) -> dict:
+def measure(FlashAttentionTriton, shape: shapes.Shape, graphs: bool = True) -> dict:
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -88,6 +88,7 @@ def measure(FlashAttentionTriton, shape: shapes.Shape) -> dict:
         row["bwd_ms"] = timing.bench_ms(ours_bwd)
         row["sdpa_fwd_bwd_ms"] = timing.bench_ms(sdpa_fwd_bwd)
         row["sdpa_bwd_ms"] = timing.bench_ms(sdpa_bwd)
+        flash_only = None
         try:
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 O_flash = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
@@ -97,12 +98,36 @@ def measure(FlashAttentionTriton, shape: shapes.Shape) -> dict:
 
             row["sdpa_flash_fwd_bwd_ms"] = timing.bench_ms(flash_fwd_bwd)
             row["sdpa_flash_bwd_ms"] = timing.bench_ms(flash_bwd)
+            flash_only = flash_bwd
         except RuntimeError as e:  # the backend may not support this GPU or shape
             row["sdpa_flash_fwd_bwd_ms"] = row["sdpa_flash_bwd_ms"] = float("nan")
             print(f"  SDPA FLASH_ATTENTION backend unavailable: {e}", file=sys.stderr)
     row.update(clocks.summary())
     row.update(errs)
+    if graphs:
+        row.update(graph_and_host_columns(
+            {"": (ours_fwd_bwd, ours_bwd), "sdpa_": (sdpa_fwd_bwd, sdpa_bwd),
+             "sdpa_flash_": (flash_fwd_bwd, flash_only)}))
     return row
+
+
+def graph_and_host_columns(fns: dict) -> dict:
+    """Issue 8's split for the backward: per prefix ('' for ours, 'sdpa_', 'sdpa_flash_'), forward +
+    backward under CUDA-graph replay (fwd_bwd_graph_ms: the kernels' time, no Python) and the host's
+    time per backward call with the queue never drained (bwd_host_us). The graph is of forward and
+    backward together, captured in one stream, because a kept graph's backward would run on the
+    stream of a forward made outside the capture. A capture that fails is recorded as NaN and named."""
+    from fa2lab import timing
+
+    out = {}
+    for prefix, (fwd_bwd, bwd) in fns.items():   # each fwd_bwd picks its own SDPA backend
+        try:
+            out[f"{prefix}fwd_bwd_graph_ms"] = timing.bench_graph_ms(fwd_bwd)
+        except RuntimeError as e:
+            out[f"{prefix}fwd_bwd_graph_ms"] = float("nan")
+            print(f"  {prefix or 'ours_'}fwd_bwd: CUDA-graph capture failed: {str(e)[:200]}", file=sys.stderr)
+        out[f"{prefix}bwd_host_us"] = timing.host_us_per_call(bwd) if bwd is not None else float("nan")
+    return out
 
 
 def main(argv=None) -> int:
@@ -114,6 +139,8 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default=None,
                     help="override FlashAttentionTriton.BACKWARD_CONFIG: 'DKDV_Q,DKDV_K,DQ_Q,DQ_K,WARPS,STAGES'")
     ap.add_argument("--run-id", default=os.environ.get("FA2_RUN_ID", ""), help="groups rows of one protocol run")
+    ap.add_argument("--no-graphs", action="store_true",
+                    help="skip the CUDA-graph (fwd_bwd_graph_ms) and host-time (bwd_host_us) columns")
     ap.add_argument("--no-save", action="store_true", help="print only; write no CSV")
     ap.add_argument("--out", type=Path, default=None,
                     help="CSV path (default results/<gpu>/bench_bwd/<version>.csv)")
@@ -161,9 +188,10 @@ def main(argv=None) -> int:
     print(f"{version.name} on {env['gpu']} (driver {env['driver']}, torch {env['torch']}, triton {env['triton']})")
     print(f"backward: {impl}" + (f", dq_mode {dq_mode}" if dq_mode else "") + (f", {bwd_config}" if bwd_config else ""))
     print(f"{'N':>6} {'causal':>6} {'bwd ms':>8} {'bwd TF':>7} {'SDPA':>8} {'% SDPA':>7} {'FA2':>8} {'% FA2':>6} "
-          f"{'f+b ms':>8} {'f+b TF':>7} {'SDPA':>8} {'% SDPA':>7} {'FA2':>8} {'% FA2':>6} {'max err':>8}")
+          f"{'f+b ms':>8} {'f+b TF':>7} {'SDPA':>8} {'% SDPA':>7} {'FA2':>8} {'% FA2':>6} {'max err':>8} "
+          f"{'graph f+b':>9} {'FA2 graph':>9} {'bwd host us':>11} {'FA2 host':>8}")
     for shape in shapes.harness_shapes(args.N, masks):
-        m = measure(FlashAttentionTriton, shape)
+        m = measure(FlashAttentionTriton, shape, graphs=not args.no_graphs)
         fwd_flop = shape.flops
         bwd_flop, fb_flop = BWD_FLOP_FACTOR * fwd_flop, FWD_BWD_FLOP_FACTOR * fwd_flop
         row = {
@@ -189,7 +217,10 @@ def main(argv=None) -> int:
               f"{row['sdpa_flash_bwd_ms']:8.3f} {row['bwd_pct_of_sdpa_flash']:5.0f}% "
               f"{row['fwd_bwd_ms']:8.3f} {row['fwd_bwd_tflops']:7.1f} {row['sdpa_fwd_bwd_ms']:8.3f} "
               f"{row['fwd_bwd_pct_of_sdpa']:6.0f}% {row['sdpa_flash_fwd_bwd_ms']:8.3f} "
-              f"{row['fwd_bwd_pct_of_sdpa_flash']:5.0f}% {err:8.1e}", flush=True)
+              f"{row['fwd_bwd_pct_of_sdpa_flash']:5.0f}% {err:8.1e} "
+              f"{row.get('fwd_bwd_graph_ms', float('nan')):9.3f} {row.get('sdpa_flash_fwd_bwd_graph_ms', float('nan')):9.3f} "
+              f"{row.get('bwd_host_us', float('nan')):11.1f} {row.get('sdpa_flash_bwd_host_us', float('nan')):8.1f}",
+              flush=True)
     if not args.no_save:
         out = args.out or gpu_dir() / "bench_bwd" / f"{version.name}.csv"
         append_rows(out, rows)

@@ -23,6 +23,18 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
 
 
+def check_one(name: str, quick: bool) -> tuple[str, dict, list[dict]]:
+    """One version's check, in a worker process of --jobs."""
+    from fa2lab.nonsquare import check_version
+
+    if not torch.cuda.is_available():
+        from fa2lab.interpret import patch_interpreter
+
+        patch_interpreter()
+
+    return (name, *check_version(name, quick))
+
+
 def main(argv=None) -> int:
     from tqdm import tqdm
 
@@ -36,7 +48,11 @@ def main(argv=None) -> int:
                     help="append rows to results/<gpu>/checks/nonsquare.csv, each version as it finishes")
     ap.add_argument("--no-resume", dest="resume", action="store_false",
                     help="with --save: check again the versions already saved at this git commit")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="versions checked side by side, one process each (on one GPU; the check is compile-bound)")
     args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {args.jobs}")
 
     if not torch.cuda.is_available():
         from fa2lab.interpret import patch_interpreter
@@ -62,17 +78,35 @@ def main(argv=None) -> int:
                 print(f"resuming: {', '.join(sorted(done))} already checked at this commit ({out})")
             chosen = [v for v in chosen if v.name not in done]
     summary = []
-    for v in chosen:
-        total = len(cases(args.quick)) * (1 + len(explicit_configs(v.round >= 4, args.quick)))
-        with tqdm(total=total, desc=v.name, unit="case", file=sys.stdout, mininterval=2) as bar:
-            counts, rows = check_version(v.name, args.quick, progress=lambda r: bar.update(1))
-        summary.append((v.name, counts))
+
+    def record(name, counts, rows):
+        summary.append((name, counts))
         if args.save:   # each version as it finishes, so an interrupted run keeps what it checked
-            append_rows(out, [{"version": v.name, "quick": int(args.quick), **r, "date": now(), **env} for r in rows])
+            append_rows(out, [{"version": name, "quick": int(args.quick), **r, "date": now(), **env} for r in rows])
         for r in rows:
             if r["status"] == "failed":
                 why = r.get("error") or "relative error {:.2e}".format(r["rel_err"])
-                print(f"  FAILED {r['config']} {r['n_q']}x{r['n_k']} D={r['D']} {r['dtype']} causal={r['causal']}: {why}")
+                print(f"  FAILED {name} {r['config']} {r['n_q']}x{r['n_k']} D={r['D']} {r['dtype']} "
+                      f"causal={r['causal']}: {why}")
+
+    if args.jobs > 1 and len(chosen) > 1:
+        # One process per version (spawned: CUDA does not survive a fork): the check is compile-bound,
+        # so versions side by side on one GPU take about as long as the slowest one alone.
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(min(args.jobs, len(chosen)), mp_context=multiprocessing.get_context("spawn")) as ex:
+            futures = {ex.submit(check_one, v.name, args.quick): v.name for v in chosen}
+            with tqdm(total=len(futures), desc="versions", unit="version", file=sys.stdout) as bar:
+                for fut in as_completed(futures):
+                    record(*fut.result())
+                    bar.update(1)
+    else:
+        for v in chosen:
+            total = len(cases(args.quick)) * (1 + len(explicit_configs(v.round >= 4, args.quick)))
+            with tqdm(total=total, desc=v.name, unit="case", file=sys.stdout, mininterval=2) as bar:
+                counts, rows = check_version(v.name, args.quick, progress=lambda r: bar.update(1))
+            record(v.name, counts, rows)
     print(f"\n{'version':<18}{'passed':>8}{'failed':>8}{'skipped (smem)':>16}")
     for name, c in summary:
         print(f"{name:<18}{c['passed']:>8}{c['failed']:>8}{c['skipped_smem']:>16}")

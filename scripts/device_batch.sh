@@ -35,7 +35,11 @@
 #   compile-cost | autotune-bias the Round 3 experiments
 #   pcast | launch-order | timing | other-shapes   experiments/run.py
 #   ceilings          the matmul peak table and the copy bandwidth
-#   nonsquare         the full non-square causal check
+#   nonsquare         the full non-square causal check (${NONSQUARE_KERNELS:-all}, NONSQUARE_JOBS versions at once)
+#
+# CPUs: when a phase has two lanes or more and the machine has at least 8 CPUs, lane 0 runs on the
+# first QUIET_CPUS (default 4) and the other lanes on the rest (taskset), so host-sensitive timing
+# (host-steps, bench at small N, timing) belongs in lane 0, away from compiling lanes.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -87,13 +91,21 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
     pcast|launch-order|timing|other-shapes) echo "python3 experiments/run.py $s" ;;
     ceilings) echo "python3 profiling/matmul_peak.py" ;;
-    nonsquare) echo "python3 harness/check_nonsquare.py --kernel all --save" ;;
+    nonsquare) echo "python3 harness/check_nonsquare.py --kernel ${NONSQUARE_KERNELS:-all} --save --jobs ${NONSQUARE_JOBS:-6}" ;;
     *) return 1 ;;
   esac
 }
 
-run_lane() {   # lane index, steps (comma-separated)
-  local lane=$1 steps=$2 s secs cmd
+NCPU=$(nproc 2>/dev/null || echo 1)
+QUIET_CPUS=${QUIET_CPUS:-4}
+pin_of() {   # lane index, number of lanes in the phase -> a taskset prefix, or nothing
+  [ "$2" -ge 2 ] && [ "$NCPU" -ge 8 ] && command -v taskset >/dev/null || return 0
+  if [ "$1" -eq 0 ]; then echo "taskset -c 0-$((QUIET_CPUS - 1))"; else echo "taskset -c $QUIET_CPUS-$((NCPU - 1))"; fi
+}
+
+run_lane() {   # lane index, steps (comma-separated), lanes in the phase
+  local lane=$1 steps=$2 s secs cmd pin
+  pin=$(pin_of "$lane" "${3:-1}")
   local gpu=$((lane % NGPU)) llog="$OUT/lane$1.log"
   for s in ${steps//,/ }; do
     secs=$(left)
@@ -101,8 +113,8 @@ run_lane() {   # lane index, steps (comma-separated)
     if [ "$secs" -lt "$MIN_STEP_S" ]; then
       echo "[gpu $gpu] $s skipped: ${secs}s left before the deadline" | tee -a "$LOG"; continue
     fi
-    echo "=== [gpu $gpu] $s ($(date -u +%H:%M:%S), ${secs}s left): $cmd" | tee -a "$LOG" "$llog"
-    CUDA_VISIBLE_DEVICES=$gpu timeout --signal=INT --kill-after=10 "$secs" bash -c "$cmd" >> "$llog" 2>&1
+    echo "=== [gpu $gpu] $s ($(date -u +%H:%M:%S), ${secs}s left${pin:+, $pin}): $cmd" | tee -a "$LOG" "$llog"
+    CUDA_VISIBLE_DEVICES=$gpu $pin timeout --signal=INT --kill-after=10 "$secs" bash -c "$cmd" >> "$llog" 2>&1
     local rc=$?
     echo "=== [gpu $gpu] $s exit $rc$([ $rc -eq 124 ] && echo ' (cut at the deadline)') ($(date -u +%H:%M:%S))" \
       | tee -a "$LOG" "$llog"
@@ -113,7 +125,7 @@ echo "$NGPU GPU(s); deadline in ${DEADLINE_S:-560}s; phases: $*" | tee -a "$LOG"
 for phase in "$@"; do
   IFS='/' read -r -a lanes <<< "$phase"
   if [ "$NGPU" -ge "${#lanes[@]}" ]; then
-    for i in "${!lanes[@]}"; do run_lane "$i" "${lanes[$i]}" & done
+    for i in "${!lanes[@]}"; do run_lane "$i" "${lanes[$i]}" "${#lanes[@]}" & done
     wait
   else
     for i in "${!lanes[@]}"; do run_lane 0 "${lanes[$i]}"; done
