@@ -274,11 +274,12 @@ def report(c, out="RESULTS.md"):
         raise Exit("report failed", code=1)
 
 
-@task(help={"name": "pcast, launch-order or timing", "N": "comma-separated sequence lengths",
+@task(help={"name": "pcast, launch-order, timing, other-shapes or exp2-poly", "N": "comma-separated sequence lengths",
             "rounds": "interleaved timing rounds"})
 def experiment(c, name, N="", rounds=5):
     """Experiments beyond the harness: pcast (where P is rounded), launch-order (v6), timing (small N),
-    other-shapes (v7 against v6 and SDPA where neither was tuned).
+    other-shapes (v7 against v6 and SDPA where neither was tuned), exp2-poly (v7 with part of the
+    softmax's exp2 on the FMA pipe instead of the MUFU).
 
     Rows go to results/<gpu>/experiments/<name>.csv."""
     _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")

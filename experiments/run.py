@@ -4,6 +4,7 @@
     python experiments/run.py launch-order   # v6's launch orders with the same configurations
     python experiments/run.py timing         # small N: do_bench against CUDA-graph replay (the harness, N = 512, 1024)
     python experiments/run.py other-shapes   # v7 against v6 and SDPA on shapes neither was tuned on (B, H, N, D = 128)
+    python experiments/run.py exp2-poly      # v7 with part of the softmax's exp2 on the FMA pipe (EXP2_POLY 0, 2, 4)
 
 Each appends rows with provenance to results/<gpu>/experiments/<name>.csv. GPU only.
 """
@@ -130,6 +131,69 @@ def timing(args, save):
         subprocess.run(cmd, env=version_env(get(name), FA2_RUN_ID=f"experiment-timing/{name}"), check=True)
 
 
+def exp2_poly(args, save):
+    """Per shape, the configuration v7's autotuner picks (and --configs - 1 more of its candidates), each
+    pinned with EXP2_POLY = 0 (v7 as measured), 2 and 4, and SDPA, timed interleaved in the same rounds
+    at the harness shape; the output's relative error against SDPA's."""
+    import torch.nn.functional as F
+    import triton
+
+    from fa2lab.interpret import autotuner_of, only_config
+    from fa2lab.reference import relative_error
+    from fa2lab.versions import load
+
+    module = load("v7_hopper")
+    FA, tuner = module.FlashAttentionTriton, autotuner_of(module)
+    B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
+    rows = []
+    for causal in (True, False) if args.causal == 2 else (bool(args.causal),):
+        for N in args.Ns:
+            q, k, v = _inputs(N)
+            q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
+            ref = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal).view(B * H, N, D)
+            flop = shapes.flops(B, H, N, D, causal)
+            FA.launches.entries = {}
+            FA.apply(q, k, v, causal)                  # v7's autotuner picks its configuration for this shape
+            picked = tuner.best_config
+            others = [c for c in tuner.configs if c.all_kwargs() != picked.all_kwargs()]
+            for cfg in [picked, *others[: args.configs - 1]]:
+                key = (f"{cfg.kwargs['Q_TILE_SIZE']},{cfg.kwargs['K_TILE_SIZE']},{cfg.num_warps},{cfg.num_stages}"
+                       f",pqk{cfg.kwargs.get('PIPELINE_QK', 1)}")
+
+                # Each variant's first call compiles and records its launch (fa2lab.hostpath); its timed
+                # calls then repeat that launch, with the cache's entries swapped in per variant (the key
+                # does not hold EXP2_POLY), so every variant has the same lean host path.
+                entries, errors = {}, {}
+                for e in (0, 2, 4):
+                    FA.launches.entries = {}
+                    with only_config(tuner, triton.Config({**cfg.kwargs, "EXP2_POLY": e}, num_warps=cfg.num_warps,
+                                                          num_stages=cfg.num_stages)):
+                        errors[e] = relative_error(FA.apply(q, k, v, causal), ref)
+                    entries[e] = FA.launches.entries
+
+                def variant(e):
+                    def call():
+                        FA.launches.entries = entries[e]
+                        return FA.apply(q, k, v, causal)
+                    return call
+                timed = _interleaved({**{f"exp2_poly={e}": variant(e) for e in entries},
+                                      "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)},
+                                     args.rounds)
+                FA.launches.entries = {}
+                base = timed["exp2_poly=0"][0]
+                for name, t in timed.items():
+                    e = None if name == "sdpa" else int(name.split("=")[1])
+                    rows.append({"variant": name, "exp2_poly": e, "config": key, "autotuner_pick": int(cfg is picked),
+                                 "N": N, "causal": int(causal),
+                                 "ms": t[0], "ms_min": t[1], "ms_max": t[2], "tflops": shapes.tflops(flop, t[0]),
+                                 "speedup_vs_exp2_poly0": base / t[0],
+                                 "rel_err_vs_sdpa": errors.get(e, float("nan")), "rounds": args.rounds})
+                print(f"N={N} causal={int(causal)} {key}: " + ", ".join(
+                    f"{n} {t[0]:.3f} ms ({base / t[0]:.3f}x)" for n, t in timed.items())
+                    + " | rel err " + ", ".join(f"{e}: {x:.2e}" for e, x in errors.items()), flush=True)
+    save("exp2_poly", rows)
+
+
 # Shapes none of v6's or v7's configurations were picked on (the harness is B = 4, H = 8, D = 64,
 # N = 512..4096): (B, H, N, D). A long sequence, many short ones, head dimension 128, a ragged length.
 OTHER_SHAPES = ((1, 16, 8192, 64), (8, 16, 1024, 64), (2, 16, 2048, 128), (4, 8, 4096, 128), (16, 4, 777, 64))
@@ -171,15 +235,16 @@ def other_shapes(args, save):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", choices=("pcast", "launch-order", "timing", "other-shapes"))
+    ap.add_argument("name", choices=("pcast", "launch-order", "timing", "other-shapes", "exp2-poly"))
     ap.add_argument("--N", dest="Ns", type=int, nargs="*", default=None, help="sequence lengths")
     ap.add_argument("--causal", type=int, choices=(0, 1, 2), default=None, help="0, 1, or 2 for both")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--seeds", type=int, default=3, help="pcast: inputs for the error")
-    ap.add_argument("--configs", type=int, default=3, help="launch-order: how many of v6's candidates")
+    ap.add_argument("--configs", type=int, default=3,
+                    help="launch-order, exp2-poly: how many of v6's / v7's candidates")
     args = ap.parse_args(argv)
     defaults = {"pcast": ([4096], 0), "launch-order": ([2048, 4096], 1), "timing": ([512, 1024], 2),
-                "other-shapes": ([0], 2)}[args.name]
+                "other-shapes": ([0], 2), "exp2-poly": ([2048, 4096], 2)}[args.name]
     args.Ns = args.Ns or defaults[0]
     args.causal = defaults[1] if args.causal is None else args.causal
     args.N = args.Ns[0]
@@ -198,7 +263,8 @@ def main(argv=None) -> int:
                            [{**r, "date": now(), **environment()} for r in rows])
         print(f"wrote {len(rows)} rows to {path}")
 
-    {"pcast": pcast, "launch-order": launch_order, "timing": timing, "other-shapes": other_shapes}[args.name](args, save)
+    {"pcast": pcast, "launch-order": launch_order, "timing": timing, "other-shapes": other_shapes,
+     "exp2-poly": exp2_poly}[args.name](args, save)
     return 0
 
 

@@ -53,6 +53,17 @@ compiled offline for sm_90 with Triton 3.6.0 and read from its SASS):
   longest causal tiles first). It is an option for the GPU session to measure
   (FlashAttentionTriton.GRID = "persistent"), not the default.
 
+An experiment after v7's round (EXP2_POLY, a constexpr that is 0 in every configuration of this
+version, so the kernel above is the one measured): Nsight Compute on the H200 at N = 4096 non-causal
+has v7's MUFU (the XU pipe) busy 49.5% of the time and the tensor pipe 48.0%, cuDNN 52.8% and 51.1%,
+with issue slots 41.5% used and the FMA pipe 16.4% (results/nvidia-h200/ncu/raw/). At D = 64 a
+128x128 tile needs as many cycles of MUFU.EX2 (16 per cycle per SM) as of HGMMA, and the two take
+turns more than they overlap. EXP2_POLY = 2 or 4 computes 1 column in 2 or 4 of the unmasked tiles'
+exponentials with a degree-3 polynomial on the FMA and integer pipes instead (_exp2_poly; FlashAttention-4
+does the same on Blackwell); offline sm_90 SASS of 128x128/4w/3s: MUFU.EX2 per unmasked iteration 132,
+68, 100, instructions 858, 1307, 1083, no spills, no layout conversion of the score tile.
+`invoke experiment exp2-poly` times it; FA2_V7_EXP2_POLY sets it for pinned configurations.
+
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
 nothing outside visited, the head on the grid's first axis and query tiles reversed (longest
@@ -115,9 +126,35 @@ def last_path():
 
 
 @triton.jit
+def _exp2_poly(x):
+    """2^x for x <= 0 without the MUFU: Cody-Waite range reduction and a degree-3 polynomial
+    (relative error 7.5e-5, far under bf16's 3.9e-3), on the FMA and integer pipes."""
+    x = tl.maximum(x, -126.0)
+    t = x + 12582912.0                   # 1.5 * 2^23: x rounded to an integer j, in t's low bits
+    f = x - (t - 12582912.0)             # x - j, in [-0.5, 0.5]
+    p = f * 0.055171663240339314 + 0.24261112177263144
+    p = p * f + 0.693260986536644
+    p = p * f + 0.9999280735913126
+    bits = p.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)   # times 2^j
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exp2_split(X, Q_TILE: tl.constexpr, K_TILE: tl.constexpr, EXP2_POLY: tl.constexpr):
+    """2^X with 1 column in EXP2_POLY (2 or 4) on the polynomial, the rest on the MUFU."""
+    Xa, Xb = tl.split(tl.reshape(X, (Q_TILE, K_TILE // 2, 2)))        # even, odd columns
+    if EXP2_POLY == 2:
+        Pb = _exp2_poly(Xb)
+    else:
+        Xb0, Xb1 = tl.split(tl.permute(tl.reshape(Xb, (Q_TILE, 2, K_TILE // 4)), (0, 2, 1)))
+        Pb = tl.reshape(tl.permute(tl.join(tl.math.exp2(Xb0), _exp2_poly(Xb1)), (0, 2, 1)), (Q_TILE, K_TILE // 2))
+    return tl.reshape(tl.join(tl.math.exp2(Xa), Pb), (Q_TILE, K_TILE))
+
+
+@triton.jit
 def _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, WINDOW, qk_scale,
                          K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
-                         HAS_WINDOW: tl.constexpr):
+                         HAS_WINDOW: tl.constexpr, EXP2_POLY: tl.constexpr = 0):
     """Fold one tile of raw scores S_ij (and its V tile) into the running (O, l, m) state: v6's update.
 
     The unmasked copy (MASKED=False) has no compare or select; the masked copy sets invisible scores
@@ -139,7 +176,10 @@ def _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS,
         m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_sub = m_new
-    P_ij = tl.math.exp2(S_ij * qk_scale - m_sub)
+    if EXP2_POLY and not MASKED:
+        P_ij = _exp2_split(S_ij * qk_scale - m_sub, S_ij.shape[0], K_TILE_SIZE, EXP2_POLY)
+    else:
+        P_ij = tl.math.exp2(S_ij * qk_scale - m_sub)
     alpha = tl.math.exp2(m_acc - m_sub)
     l_acc = alpha * l_acc + tl.sum(P_ij, axis=1, keep_dims=True)   # sum the fp32 P,
     O_acc = alpha * O_acc
@@ -151,7 +191,7 @@ def _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS,
 def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
                       start, stop, N_KEYS, WINDOW, qk_scale,
                       D: tl.constexpr, K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
-                      HAS_WINDOW: tl.constexpr, PIPELINE_QK: tl.constexpr):
+                      HAS_WINDOW: tl.constexpr, PIPELINE_QK: tl.constexpr, EXP2_POLY: tl.constexpr = 0):
     """Fold the key tiles in [start, stop) into the running (O, l, m) state.
 
     K and V arrive by TMA: one descriptor load per tile, bounded by this head's N_KEYS (the
@@ -174,11 +214,12 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
                 S_next = tl.dot(Q_i, tl.trans(K_n))                    # the next tile's scores, issued first
                 O_acc, l_acc, m_acc = _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS,
                                                            WINDOW, qk_scale, K_TILE_SIZE, MASKED, is_causal,
-                                                           HAS_WINDOW)
+                                                           HAS_WINDOW, EXP2_POLY)
                 S_ij = S_next
             V_j = V_desc.load([head, last, 0]).reshape(K_TILE_SIZE, D)
             O_acc, l_acc, m_acc = _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, last, N_KEYS,
-                                                       WINDOW, qk_scale, K_TILE_SIZE, MASKED, is_causal, HAS_WINDOW)
+                                                       WINDOW, qk_scale, K_TILE_SIZE, MASKED, is_causal, HAS_WINDOW,
+                                                       EXP2_POLY)
     else:
         for k_start in range(start, stop, K_TILE_SIZE):
             K_j = K_desc.load([head, k_start, 0]).reshape(K_TILE_SIZE, D)
@@ -186,7 +227,7 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
             S_ij = tl.dot(Q_i, tl.trans(K_j))                          # raw scores, (Q_TILE, K_TILE) fp32
             O_acc, l_acc, m_acc = _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS,
                                                        WINDOW, qk_scale, K_TILE_SIZE, MASKED, is_causal,
-                                                       HAS_WINDOW)
+                                                       HAS_WINDOW, EXP2_POLY)
     return O_acc, l_acc, m_acc
 
 
@@ -194,7 +235,8 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
 def _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, head, query_tile_index,
                        stride_lb, stride_lq, N_QUERIES, N_KEYS, WINDOW, qk_scale,
                        D: tl.constexpr, Q_TILE_SIZE: tl.constexpr, K_TILE_SIZE: tl.constexpr,
-                       is_causal: tl.constexpr, HAS_WINDOW: tl.constexpr, PIPELINE_QK: tl.constexpr):
+                       is_causal: tl.constexpr, HAS_WINDOW: tl.constexpr, PIPELINE_QK: tl.constexpr,
+                       EXP2_POLY: tl.constexpr = 0):
     """One (head, query tile) work item: v6's program body, with descriptor loads and stores."""
     q_start = query_tile_index * Q_TILE_SIZE
     Q_i = Q_desc.load([head, q_start, 0]).reshape(Q_TILE_SIZE, D)   # rows past N_QUERIES read as 0
@@ -229,7 +271,7 @@ def _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, head, query_tile_i
     O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
                                             full_start, diag_start, N_KEYS, WINDOW, qk_scale,
                                             D=D, K_TILE_SIZE=K_TILE_SIZE, MASKED=False, is_causal=is_causal,
-                                            HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK)
+                                            HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK, EXP2_POLY=EXP2_POLY)
     O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
                                             diag_start, stop, N_KEYS, WINDOW, qk_scale,
                                             D=D, K_TILE_SIZE=K_TILE_SIZE, MASKED=True, is_causal=is_causal,
@@ -343,6 +385,7 @@ def flash_fwd_kernel(
     HAS_WINDOW: tl.constexpr,   # WINDOW is used (causal band)
     PERSISTENT: tl.constexpr,   # grid of SM slots looping over work items, instead of one program per item
     PIPELINE_QK: tl.constexpr = 1,  # key loops issue the next Q K^T before this tile's softmax (a config choice)
+    EXP2_POLY: tl.constexpr = 0,    # 0; 2 or 4: 1 column in 2 or 4 of the unmasked tiles' exp2 by polynomial
 ):
     qk_scale = scale * 1.4426950408889634
     n_tiles = tl.cdiv(N_QUERIES, Q_TILE_SIZE)
@@ -353,14 +396,14 @@ def flash_fwd_kernel(
             _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, w % BH, n_tiles - 1 - w // BH,
                                stride_lb, stride_lq, N_QUERIES, N_KEYS, WINDOW, qk_scale,
                                D=D, Q_TILE_SIZE=Q_TILE_SIZE, K_TILE_SIZE=K_TILE_SIZE, is_causal=is_causal,
-                               HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK)
+                               HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK, EXP2_POLY=EXP2_POLY)
     else:
         # v6's longest-first order: the head on axis 0, query tiles reversed on axis 1.
         _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, tl.program_id(0),
                            n_tiles - 1 - tl.program_id(1),
                            stride_lb, stride_lq, N_QUERIES, N_KEYS, WINDOW, qk_scale,
                            D=D, Q_TILE_SIZE=Q_TILE_SIZE, K_TILE_SIZE=K_TILE_SIZE, is_causal=is_causal,
-                           HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK)
+                           HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK, EXP2_POLY=EXP2_POLY)
 
 
 # --------------------------------------------------------------------------- path selection
@@ -483,7 +526,7 @@ def launch_tail(tail: tuple, D: int, meta: dict, flags: dict) -> tuple:
     """Every argument of flash_fwd_kernel after the five tensors, constexprs included, in signature
     order: what the compiled kernel's launcher takes on the lean path."""
     return (*tail, D, meta["Q_TILE_SIZE"], meta["K_TILE_SIZE"], flags["is_causal"], flags["HAS_WINDOW"],
-            flags["PERSISTENT"], meta.get("PIPELINE_QK", 1))
+            flags["PERSISTENT"], meta.get("PIPELINE_QK", 1), meta.get("EXP2_POLY", 0))
 
 
 def _v6_launch(Q, K, V, is_causal, window):
@@ -579,4 +622,5 @@ def config_kwargs(cfg, D: int = 64) -> dict:
     """The constexprs beyond the tiles that one pinned configuration needs (fa2lab.launch.pin_config:
     the profile drivers' --config and the sweep): PIPELINE_QK = 1 where pipelining_applies, else 0,
     unless FA2_V7_PIPELINE_QK says otherwise (so a sweep can be run once with each)."""
-    return {"PIPELINE_QK": int(os.environ.get("FA2_V7_PIPELINE_QK", int(pipelining_applies(cfg, D))))}
+    return {"PIPELINE_QK": int(os.environ.get("FA2_V7_PIPELINE_QK", int(pipelining_applies(cfg, D)))),
+            "EXP2_POLY": int(os.environ.get("FA2_V7_EXP2_POLY", 0))}   # 0: v7 as measured (see EXP2_POLY)
