@@ -51,13 +51,25 @@ class Launch:
 def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: int) -> None:
     """Launch a CompiledKernel (what `jit_fn[grid](...)` returned) on the current stream, skipping
     Triton's argument binding and specialisation: `args` is every parameter in signature order,
-    constexprs included, exactly as the first launch bound them. Launch hooks (Nsight's, Proton's)
-    still fire."""
+    constexprs included, exactly as the first launch bound them.
+
+    Launch hooks (Proton's, any registered with knobs.runtime) still fire. When none is registered
+    the launcher gets None for both hooks and no launch metadata: in Triton 3.6 the hooks are
+    HookChain objects that are never None, so its own JIT path builds the metadata and has the C
+    launcher call two empty chains back into Python on every launch."""
     stream = driver.active.get_current_stream(device_index)
-    enter = knobs.runtime.launch_enter_hook
-    meta = kernel.launch_metadata(grid, stream, *args) if enter is not None else None
-    kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, meta, enter, knobs.runtime.launch_exit_hook,
-               *args)
+    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    if not _hooked(enter) and not _hooked(leave):
+        kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
+        return
+    meta = kernel.launch_metadata(grid, stream, *args)
+    kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *args)
+
+
+def _hooked(hook) -> bool:
+    """A launch hook that would do something: a HookChain (Triton >= 3.4) with calls, or any other
+    non-None callable (earlier Triton)."""
+    return bool(getattr(hook, "calls", hook))
 
 
 def compiled_or_none(ret):

@@ -158,3 +158,44 @@ def test_aligned_cuda_refuses_what_a_recorded_launch_cannot_repeat():
         assert aligned_cuda(g, g)
         assert not aligned_cuda(g.transpose(1, 2))               # last stride 16, not 1
         assert not aligned_cuda(g.flatten()[1:64])                # data 4 bytes past a 16-byte boundary
+
+
+def test_run_compiled_skips_empty_launch_hooks_and_keeps_registered_ones(monkeypatch):
+    """Without a registered hook the launcher gets None for the metadata and both hooks (no call
+    back into Python per launch); with one, the metadata and the chains, so a profiler still sees
+    every lean launch."""
+    import types
+
+    from triton import knobs
+
+    import fa2lab.hostpath as hostpath
+
+    launched = []
+
+    class FakeKernel:
+        function, packed_metadata = "fn", "packed"
+
+        def run(self, *args):
+            launched.append(args)
+
+        def launch_metadata(self, grid, stream, *args):
+            return ("meta", grid, stream, args)
+
+    monkeypatch.setattr(hostpath, "driver",
+                        types.SimpleNamespace(active=types.SimpleNamespace(get_current_stream=lambda i: 42)))
+    hostpath.run_compiled(FakeKernel(), (3, 2, 1), ("a", 7), 0)
+    assert launched[-1] == (3, 2, 1, 42, "fn", "packed", None, None, None, "a", 7)
+
+    seen = []
+    hook = seen.append
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        hostpath.run_compiled(FakeKernel(), (3, 2, 1), ("a", 7), 0)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    args = launched[-1]
+    assert args[6] == ("meta", (3, 2, 1), 42, ("a", 7))
+    assert args[7] is knobs.runtime.launch_enter_hook and args[8] is knobs.runtime.launch_exit_hook
+    assert args[9:] == ("a", 7)
+    assert not knobs.runtime.launch_enter_hook.calls
+
