@@ -22,7 +22,7 @@ torch.autograd.Function.apply, unchanged.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -41,11 +41,22 @@ class Launch:
     o_stride: tuple
     l_shape: torch.Size
 
-    def __call__(self, Q, K, V):   # the per-call hot path: no imports or checks here
+    l_scratch: torch.Tensor | None = field(default=None, repr=False)
+
+    def __call__(self, Q, K, V, need_l: bool = True):   # the per-call hot path: no imports or checks here
         O = torch.empty_strided(self.o_shape, self.o_stride, dtype=Q.dtype, device=Q.device)
-        L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
+        L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
         run_compiled(self.kernel, self.grid, (Q, K, V, O, L, *self.tail), Q.device.index)
         return O, L
+
+    def scratch_l(self, Q) -> torch.Tensor:
+        """Where the kernel writes L when nobody will read it (no gradient can be asked for: LeanApply's
+        path): one buffer per recorded launch, allocated on first use and kept, instead of a fresh
+        allocation per call. Calls on other streams may write it at the same time; nothing reads it."""
+        L = self.l_scratch
+        if L is None:
+            L = self.l_scratch = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
+        return L
 
 
 def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: int) -> None:
@@ -137,10 +148,16 @@ class LaunchCache:
         return (Q.shape, K.shape, V.shape, Q.stride(), K.stride(), V.stride(), Q.dtype, K.dtype, V.dtype,
                 Q.device, mode)
 
-    def __call__(self, Q, K, V, mode, slow: Callable):
+    def __call__(self, Q, K, V, mode, slow: Callable, ctx=None):
         """The forward's entry: `mode` is whatever else selects the kernel (the mask, a window:
-        hashable); `slow(Q, K, V, mode)` runs the normal path and returns (O, L, Launch or None)."""
-        return self.lookup(self.signature(Q, K, V, mode), (Q, K, V), lambda: slow(Q, K, V, mode))
+        hashable); `slow(Q, K, V, mode)` runs the normal path and returns (O, L, Launch or None).
+        With a NoGradContext as `ctx` (nobody will read L) a repeat writes L to the launch's scratch."""
+        key = self.signature(Q, K, V, mode)
+        launch = self.entries.get(key) if key is not None else None
+        if launch is not None and type(ctx) is NoGradContext:
+            self.stats["fast"] += 1
+            return launch(Q, K, V, need_l=False)
+        return self.lookup(key, (Q, K, V), lambda: slow(Q, K, V, mode))
 
     def lookup(self, key, fast_args: tuple, slow: Callable) -> tuple:
         """`launch(*fast_args)` if `key` has a recorded launch; otherwise `slow()`, which returns

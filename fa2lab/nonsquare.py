@@ -111,18 +111,27 @@ def brief_autotuning(tuner):
             tuner.__dict__["do_bench"] = saved
 
 
-def check_version(name: str, quick: bool, progress=None) -> tuple[dict, list[dict]]:
-    """Run every case through apply and the explicit configurations. Returns counts and rows."""
+def case_key(row: dict) -> tuple:
+    """What identifies one checked case in the rows (for resuming): configuration and case."""
+    return (str(row["config"]), int(row["n_q"]), int(row["n_k"]), int(row["D"]), str(row["dtype"]), int(row["causal"]))
+
+
+def check_version(name: str, quick: bool, progress=None, shard: tuple[int, int] = (0, 1),
+                  skip: frozenset = frozenset()) -> tuple[dict, list[dict]]:
+    """Run every case through apply and the explicit configurations. Returns counts and rows.
+    shard = (i, k): only the cases whose index is i modulo k (processes side by side); skip: case
+    keys (case_key) already checked."""
     from .interpret import autotuner_of
     from .versions import get, load
 
     version = get(name)
     module = load(name)
     with brief_autotuning(autotuner_of(module)):
-        return _check_cases(name, module, version.round >= 4, quick, progress)
+        return _check_cases(name, module, version.round >= 4, quick, progress, shard, skip)
 
 
-def _check_cases(name: str, module, two_loops: bool, quick: bool, progress) -> tuple[dict, list[dict]]:
+def _check_cases(name: str, module, two_loops: bool, quick: bool, progress, shard=(0, 1),
+                 skip=frozenset()) -> tuple[dict, list[dict]]:
     import triton
 
     on_gpu = torch.cuda.is_available()
@@ -130,12 +139,14 @@ def _check_cases(name: str, module, two_loops: bool, quick: bool, progress) -> t
     configs = [None] + explicit_configs(two_loops, quick)
     counts = {"passed": 0, "failed": 0, "skipped_smem": 0}
     rows = []
-    for cfg, case in itertools.product(configs, cases(quick)):
+    for index, (cfg, case) in enumerate(itertools.product(configs, cases(quick))):
+        row = {"version": name, "config": "apply" if cfg is None else cfg.key, "n_q": case.n_q, "n_k": case.n_k,
+               "D": case.D, "dtype": str(case.dtype).removeprefix("torch."), "causal": int(case.causal)}
+        if index % shard[1] != shard[0] or case_key(row) in skip:
+            continue
         g = torch.Generator().manual_seed(case.n_q * 31 + case.n_k + case.D)
         Q, K, V = (torch.randn(1, n, case.D, generator=g).to(device, case.dtype)
                    for n in (case.n_q, case.n_k, case.n_k))
-        row = {"version": name, "config": "apply" if cfg is None else cfg.key, "n_q": case.n_q, "n_k": case.n_k,
-               "D": case.D, "dtype": str(case.dtype).removeprefix("torch."), "causal": int(case.causal)}
         try:
             O = _run(module, cfg, Q, K, V, case.causal, on_gpu)
             ref, _ = attention(Q.cpu(), K.cpu(), V.cpu(), case.causal)

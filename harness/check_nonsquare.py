@@ -5,7 +5,8 @@
 
 See fa2lab/nonsquare.py for the cases. With --save (GPU only) one row per case goes to
 results/<gpu>/checks/nonsquare.csv with provenance, version by version; rerunning skips the versions
-already saved at the same git commit, so a run cut by a time limit continues where it stopped.
+already saved at the same git commit, case by case, so a run cut by a time limit continues where it
+stopped. --jobs N runs N processes on the one GPU, the versions split into shards of their cases.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
 
 
-def check_one(name: str, quick: bool) -> tuple[str, dict, list[dict]]:
-    """One version's check, in a worker process of --jobs."""
+def check_one(name: str, quick: bool, shard: tuple[int, int], skip: frozenset) -> tuple[str, dict, list[dict]]:
+    """One shard of one version's check, in a worker process of --jobs."""
     from fa2lab.nonsquare import check_version
 
     if not torch.cuda.is_available():
@@ -32,13 +33,13 @@ def check_one(name: str, quick: bool) -> tuple[str, dict, list[dict]]:
 
         patch_interpreter()
 
-    return (name, *check_version(name, quick))
+    return (name, *check_version(name, quick, shard=shard, skip=skip))
 
 
 def main(argv=None) -> int:
     from tqdm import tqdm
 
-    from fa2lab.nonsquare import cases, check_version, explicit_configs
+    from fa2lab.nonsquare import case_key, cases, check_version, explicit_configs
     from fa2lab.versions import resolve
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,9 +48,10 @@ def main(argv=None) -> int:
     ap.add_argument("--save", action="store_true",
                     help="append rows to results/<gpu>/checks/nonsquare.csv, each version as it finishes")
     ap.add_argument("--no-resume", dest="resume", action="store_false",
-                    help="with --save: check again the versions already saved at this git commit")
+                    help="with --save: check again the cases already saved at this git commit")
     ap.add_argument("--jobs", type=int, default=1,
-                    help="versions checked side by side, one process each (on one GPU; the check is compile-bound)")
+                    help="processes side by side on the one GPU (versions split into shards of cases); "
+                         "the check is compile-bound")
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs must be at least 1, got {args.jobs}")
@@ -63,6 +65,7 @@ def main(argv=None) -> int:
         print("--save needs a GPU: interpreter runs are checks, not results", file=sys.stderr)
         return 2
     chosen = resolve(args.kernel)
+    done: dict[str, frozenset] = {v.name: frozenset() for v in chosen}   # case keys already saved, per version
     if args.save:
         from fa2lab.provenance import environment, git_commit, now
         from fa2lab.results import append_rows, gpu_dir
@@ -72,16 +75,20 @@ def main(argv=None) -> int:
             import csv
 
             with out.open(newline="") as f:
-                done = {r["version"] for r in csv.DictReader(f) if r.get("git_commit") == git_commit()
-                        and r.get("quick", "0") == str(int(args.quick))}
-            if done:
-                print(f"resuming: {', '.join(sorted(done))} already checked at this commit ({out})")
-            chosen = [v for v in chosen if v.name not in done]
-    summary = []
+                saved = [r for r in csv.DictReader(f) if r.get("git_commit") == git_commit()
+                         and r.get("quick", "0") == str(int(args.quick)) and r.get("version") in done]
+            for name in done:
+                done[name] = frozenset(case_key(r) for r in saved if r["version"] == name)
+            resumed = {n: len(k) for n, k in done.items() if k}
+            if resumed:
+                print("resuming at this commit: " + ", ".join(f"{n} ({k} cases saved)" for n, k in resumed.items()))
+    counts: dict[str, dict] = {}
 
-    def record(name, counts, rows):
-        summary.append((name, counts))
-        if args.save:   # each version as it finishes, so an interrupted run keeps what it checked
+    def record(name, got, rows):
+        c = counts.setdefault(name, {"passed": 0, "failed": 0, "skipped_smem": 0})
+        for k, n in got.items():
+            c[k] += n
+        if args.save:   # each job as it finishes, so an interrupted run keeps what it checked
             append_rows(out, [{"version": name, "quick": int(args.quick), **r, "date": now(), **env} for r in rows])
         for r in rows:
             if r["status"] == "failed":
@@ -89,24 +96,28 @@ def main(argv=None) -> int:
                 print(f"  FAILED {name} {r['config']} {r['n_q']}x{r['n_k']} D={r['D']} {r['dtype']} "
                       f"causal={r['causal']}: {why}")
 
-    if args.jobs > 1 and len(chosen) > 1:
-        # One process per version (spawned: CUDA does not survive a fork): the check is compile-bound,
-        # so versions side by side on one GPU take about as long as the slowest one alone.
+    if args.jobs > 1:
+        # Processes side by side on one GPU (spawned: CUDA does not survive a fork), each version split
+        # into shards of its cases: the check is compile-bound (each new shape autotunes and compiles).
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(min(args.jobs, len(chosen)), mp_context=multiprocessing.get_context("spawn")) as ex:
-            futures = {ex.submit(check_one, v.name, args.quick): v.name for v in chosen}
-            with tqdm(total=len(futures), desc="versions", unit="version", file=sys.stdout) as bar:
+        shards = max(1, args.jobs // len(chosen))
+        jobs = [(v.name, i, shards) for v in chosen for i in range(shards)]
+        with ProcessPoolExecutor(min(args.jobs, len(jobs)), mp_context=multiprocessing.get_context("spawn")) as ex:
+            futures = [ex.submit(check_one, name, args.quick, (i, k), done[name]) for name, i, k in jobs]
+            with tqdm(total=len(futures), desc=f"{len(chosen)} versions x {shards} shards", unit="shard",
+                      file=sys.stdout) as bar:
                 for fut in as_completed(futures):
                     record(*fut.result())
                     bar.update(1)
     else:
         for v in chosen:
-            total = len(cases(args.quick)) * (1 + len(explicit_configs(v.round >= 4, args.quick)))
+            total = len(cases(args.quick)) * (1 + len(explicit_configs(v.round >= 4, args.quick))) - len(done[v.name])
             with tqdm(total=total, desc=v.name, unit="case", file=sys.stdout, mininterval=2) as bar:
-                counts, rows = check_version(v.name, args.quick, progress=lambda r: bar.update(1))
-            record(v.name, counts, rows)
+                got, rows = check_version(v.name, args.quick, progress=lambda r: bar.update(1), skip=done[v.name])
+            record(v.name, got, rows)
+    summary = list(counts.items())
     print(f"\n{'version':<18}{'passed':>8}{'failed':>8}{'skipped (smem)':>16}")
     for name, c in summary:
         print(f"{name:<18}{c['passed']:>8}{c['failed']:>8}{c['skipped_smem']:>16}")

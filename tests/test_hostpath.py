@@ -199,3 +199,35 @@ def test_run_compiled_skips_empty_launch_hooks_and_keeps_registered_ones(monkeyp
     assert args[9:] == ("a", 7)
     assert not knobs.runtime.launch_enter_hook.calls
 
+
+
+def test_repeats_without_gradient_write_l_to_a_kept_scratch(monkeypatch):
+    """With LeanApply's NoGradContext a repeat launch gets need_l=False (L to the launch's scratch,
+    allocated once); with any other context a fresh L per call, since backward will read it."""
+    import fa2lab.hostpath as hostpath
+    from fa2lab.hostpath import Launch, NoGradContext
+
+    class Recording:
+        def __init__(self):
+            self.need = []
+
+        def __call__(self, Q, K, V, need_l=True):
+            self.need.append(need_l)
+            return Q, None
+
+    cache, rec = LaunchCache(), Recording()
+    monkeypatch.setattr(LaunchCache, "signature", staticmethod(lambda Q, K, V, mode: ("k", mode)))
+    cache.entries[("k", 1)] = rec
+    q = torch.zeros(1)
+    cache(q, q, q, 1, slow=None, ctx=NoGradContext())
+    cache(q, q, q, 1, slow=None, ctx=object())
+    cache(q, q, q, 1, slow=None)
+    assert rec.need == [False, True, True] and cache.stats["fast"] == 3
+
+    launched = []
+    monkeypatch.setattr(hostpath, "run_compiled", lambda kernel, grid, args, i: launched.append(args))
+    launch = Launch(None, (1, 1, 1), (), torch.Size((2, 3, 4)), (12, 4, 1), torch.Size((2, 3)))
+    Q = torch.zeros(2, 3, 4)
+    (_, L1), (_, L2), (_, L3) = launch(Q, Q, Q, need_l=False), launch(Q, Q, Q, need_l=False), launch(Q, Q, Q)
+    assert L1 is L2 and L3 is not L1 and L1.shape == (2, 3) and L1.dtype == torch.float32
+    assert launched[0][4] is L1 and launched[2][4] is L3

@@ -42,3 +42,18 @@ def test_brief_autotuning_swaps_the_benchmark_only_while_checking():
         tuner.__dict__.pop("do_bench", None)
     with brief_autotuning(None):   # a version without an autotuner: nothing to swap
         pass
+
+
+def test_shards_partition_the_cases_and_skip_resumes():
+    """check_version's shards cover every case exactly once, and the keys in `skip` are not run
+    again (how --jobs splits a version and how a cut run resumes)."""
+    from fa2lab.nonsquare import case_key
+
+    _, full = check_version("v0_baseline", quick=True)
+    parts = [check_version("v0_baseline", quick=True, shard=(i, 3))[1] for i in range(3)]
+    keys = [case_key(r) for p in parts for r in p]
+    assert sorted(keys) == sorted(case_key(r) for r in full) and len(set(keys)) == len(keys)
+    skip = frozenset(case_key(r) for r in full[:5])
+    counts, rest = check_version("v0_baseline", quick=True, skip=skip)
+    assert len(rest) == len(full) - 5 and not skip & {case_key(r) for r in rest}
+    assert sum(counts.values()) == len(rest)

@@ -259,7 +259,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
         if FlashAttentionTriton.P_CAST not in (0, 1, 2):
             raise ValueError("P_CAST must be 0 (sum then cast), 1 (cast then sum) or 2 (no cast)")
         mode = (bool(is_causal), window, FlashAttentionTriton.LAUNCH_ORDER, FlashAttentionTriton.P_CAST)
-        O, L = FlashAttentionTriton.launches(Q, K, V, mode, _checked_launch)
+        O, L = FlashAttentionTriton.launches(Q, K, V, mode, _checked_launch, ctx)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = bool(is_causal)
         ctx.window = window

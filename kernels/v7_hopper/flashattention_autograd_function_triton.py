@@ -464,10 +464,10 @@ class TmaLaunch(Launch):
     blocks: tuple = ()
     descs: list | None = None
 
-    def __call__(self, Q, K, V):   # the per-call hot path: no imports here
+    def __call__(self, Q, K, V, need_l=True):   # the per-call hot path: no imports here
         global LAST_PATH
         O = torch.empty_strided(self.o_shape, self.o_stride, dtype=Q.dtype, device=Q.device)
-        L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
+        L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
         descs = self.descs
         if descs is None:
             descs = self.descs = _descriptors(Q, K, V, O)
@@ -486,9 +486,9 @@ class _V6Launch:
     def __init__(self, launch):
         self.launch = launch
 
-    def __call__(self, Q, K, V):
+    def __call__(self, Q, K, V, need_l=True):
         global LAST_PATH
-        out = self.launch(Q, K, V)
+        out = self.launch(Q, K, V, need_l)
         LAST_PATH = "v6"
         return out
 
@@ -582,7 +582,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
         if FlashAttentionTriton.GRID not in GRIDS:
             raise ValueError(f"GRID must be one of {', '.join(GRIDS)}")
         mode = (bool(is_causal), window, FlashAttentionTriton.GRID, FlashAttentionTriton.FORCE_PATH)
-        O, L = FlashAttentionTriton.launches(Q, K, V, mode, _checked_launch)
+        O, L = FlashAttentionTriton.launches(Q, K, V, mode, _checked_launch, ctx)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = bool(is_causal)
         ctx.window = window
