@@ -834,10 +834,14 @@ EXPERIMENTS = {"pcast": ("variant", "p_cast", "N", "causal", "ms", "ms_min", "ms
                           "sdpa_host_us", "pct_of_sdpa")}
 EXPERIMENTS["other_shapes"] = ("who", "B", "H", "N", "D", "causal", "ms", "ms_min", "ms_max", "tflops", "pct_of_sdpa",
                                "v7_over_v6", "v7_path", "max_abs_err_vs_sdpa")
+EXPERIMENTS["exp2_poly"] = ("variant", "exp2_poly", "config", "autotuner_pick", "N", "causal", "ms", "ms_min",
+                            "ms_max", "tflops", "speedup_vs_exp2_poly0", "rel_err_vs_sdpa")
 EXPERIMENT_KEYS = {"pcast": ("p_cast", "N", "causal"), "launch_order": ("order", "config", "N", "causal"),
-                   "timing": ("version", "N", "causal"), "other_shapes": ("who", "B", "H", "N", "D", "causal")}
+                   "timing": ("version", "N", "causal"), "other_shapes": ("who", "B", "H", "N", "D", "causal"),
+                   "exp2_poly": ("variant", "config", "N", "causal")}
 EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke experiment launch-order",
-                   "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes"}
+                   "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes",
+                   "exp2_poly": "invoke experiment exp2-poly"}
 EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path")   # columns that are not numbers
 
 
@@ -902,7 +906,37 @@ def section_experiments(gpu, root) -> str:
                  md_table(["version", "N", "causal", "do_bench", *(["no flush"] if nf else []), "graph", "host/call",
                            "SDPA do_bench", *(["SDPA no flush"] if nf else []), "SDPA graph", "SDPA host/call",
                            "% of SDPA (do_bench)", "% of SDPA (graph)", "SM MHz median"], rows)]
-    return "\n".join(text)
+    return "\n".join(text + ["", section_exp2_poly(gpu, root)])
+
+
+def section_exp2_poly(gpu, root) -> str:
+    """v7 with EXP2_POLY = 0, 2, 4 against SDPA, per shape and configuration (experiments/run.py exp2_poly)."""
+    df, path = experiment(gpu, root, "exp2_poly")
+    if df is None:
+        return f"Part of the exp2 on the FMA pipe: {NOT_YET} (`{EXPERIMENT_TASK['exp2_poly']}` writes `{rel(path)}`)."
+    rows = []
+    for (N, causal, cfg), g in df.groupby(["N", "causal", "config"], sort=True):
+        g = g.set_index("variant")
+        sdpa = g.ms.get("sdpa", float("nan"))
+
+        def cell(e):
+            v = f"exp2_poly={e}"
+            if v not in g.index:
+                return "–"
+            r = g.loc[v]
+            return (f"{span(r.ms, r.ms_min, r.ms_max, '.3f')} ({fmt(r.speedup_vs_exp2_poly0, '.3f', '×')}, "
+                    f"{fmt(sdpa / r.ms * 100, '.0f', '%')} of SDPA)")
+        pick = "yes" if g.autotuner_pick.max() == 1 else "no"
+        errs = ", ".join(fmt(g.rel_err_vs_sdpa.get(f"exp2_poly={e}", float("nan")), ".1e") for e in (0, 2, 4))
+        rows.append([int(N), "yes" if causal else "no", f"`{cfg}`", pick, cell(0), cell(2), cell(4),
+                     fmt(sdpa, ".3f"), errs])
+    return "\n".join([
+        "Part of the softmax's exp2 on the FMA pipe (v7's EXP2_POLY: 1 column in 2 or 4 of the unmasked tiles by a "
+        "degree-3 polynomial instead of the MUFU), each configuration pinned, SDPA in the same interleaved rounds: "
+        "ms (min–max), speed-up against EXP2_POLY = 0 (v7 as measured), % of SDPA. 'picked': the configuration "
+        f"v7's autotuner chose for the shape. Errors: relative to SDPA's output. Source: `{rel(path)}`.", "",
+        md_table(["N", "causal", "config", "picked", "EXP2_POLY 0", "EXP2_POLY 2", "EXP2_POLY 4", "SDPA ms",
+                  "rel. error 0, 2, 4"], rows)])
 
 
 V6, V7 = "v6_longest_first", "v7_hopper"
@@ -965,6 +999,7 @@ def section_other_shapes(gpu, root) -> str:
 BWD_COLUMNS = ("version", "run_id", "N", "causal", "fwd_bwd_ms", "bwd_ms", "sdpa_fwd_bwd_ms", "sdpa_bwd_ms",
                "fwd_bwd_pct_of_sdpa", "bwd_pct_of_sdpa")
 BWD_FLASH = ("fwd_bwd_pct_of_sdpa_flash", "bwd_pct_of_sdpa_flash")
+BWD_HOST = ("bwd_host_us", "sdpa_bwd_host_us", "sdpa_flash_bwd_host_us")   # since commit f21aba3
 
 
 def backward_summary(gpu, root):
@@ -977,7 +1012,7 @@ def backward_summary(gpu, root):
         df = optional(path, BWD_COLUMNS)
         if df is None:
             continue
-        flash = [c for c in BWD_FLASH if c in df.columns]
+        flash = [c for c in BWD_FLASH + BWD_HOST if c in df.columns]
         df = numeric(df, path, BWD_COLUMNS[2:] + tuple(flash))
         # the latest protocol of each dQ mode (bench --mode bwd --dq-mode atomic appends its own protocol)
         modes = df["dq_mode"].fillna("separate").astype(str) if "dq_mode" in df else pd.Series("separate", df.index)
@@ -987,8 +1022,9 @@ def backward_summary(gpu, root):
             out = g.agg(runs=("run_id", "nunique"), fwd_bwd_ms=("fwd_bwd_ms", "median"), bwd_ms=("bwd_ms", "median"),
                         sdpa_fwd_bwd_ms=("sdpa_fwd_bwd_ms", "median"), sdpa_bwd_ms=("sdpa_bwd_ms", "median"),
                         fb_pct=("fwd_bwd_pct_of_sdpa", "median"), b_pct=("bwd_pct_of_sdpa", "median"))
-            for c, name in zip(BWD_FLASH, ("fb_pct_fa", "b_pct_fa")):
-                out[name] = g[c].median() if c in latest.columns else float("nan")
+            for c, name in zip(BWD_FLASH + BWD_HOST, ("fb_pct_fa", "b_pct_fa", "host_us", "sdpa_host_us",
+                                                       "flash_host_us")):
+                out[name] = pd.to_numeric(g[c].median(), errors="coerce") if c in latest.columns else float("nan")
             protocol = latest["run_id"].astype(str).str.rsplit("/", n=1).str[0].iloc[0]
             impl = ", ".join(sorted(set(latest["backward_impl"].astype(str)))) if "backward_impl" in latest else "?"
             config = ", ".join(sorted(set(latest["bwd_config"].dropna().astype(str)))) if "bwd_config" in latest else ""
@@ -1005,9 +1041,11 @@ def section_backward(gpu, root) -> str:
     summary, paths, folder = backward_summary(gpu, root)
     if summary is None:
         return not_yet(title, "invoke bench --kernel v6_longest_first --mode bwd", folder / "<version>.csv")
+    host = summary["host_us"].notna().any()
     rows = [[r.version, r.dq_mode, r.N, "yes" if r.causal else "no", r.runs, fmt(r.fwd_bwd_ms, ".3f"),
              fmt(r.fb_pct, ".0f", "%"), fmt(r.fb_pct_fa, ".0f", "%"), fmt(r.bwd_ms, ".3f"), fmt(r.b_pct, ".0f", "%"),
              fmt(r.b_pct_fa, ".0f", "%"), fmt(r.sdpa_fwd_bwd_ms, ".3f"), fmt(r.sdpa_bwd_ms, ".3f")]
+            + ([f"{fmt(r.host_us, '.0f')} / {fmt(r.sdpa_host_us, '.0f')} / {fmt(r.flash_host_us, '.0f')}"] if host else [])
             for r in summary.itertuples()]
     protocols = "; ".join(f"{v} ({m} dQ, {c}): {p} ({int(g.runs.max())} run(s))" for (v, m, c, p), g in summary.groupby(
         ["version", "dq_mode", "config", "protocol"], sort=False))
@@ -1019,7 +1057,11 @@ def section_backward(gpu, root) -> str:
         "SDPA's default backend and to its FLASH_ATTENTION backend, same process. Protocols: " + protocols
         + f". Backward: {', '.join(impls)}. Sources: " + ", ".join(f"`{rel(p)}`" for p in paths) + ".", "",
         md_table(["version", "dQ", "N", "causal", "runs", "fwd+bwd ms", "% of SDPA", "% of FLASH", "bwd ms",
-                  "% of SDPA", "% of FLASH", "SDPA fwd+bwd ms", "SDPA bwd ms"], rows)])
+                  "% of SDPA", "% of FLASH", "SDPA fwd+bwd ms", "SDPA bwd ms"]
+                 + (["host µs per backward: ours / SDPA / FLASH"] if host else []), rows)]
+        + (["", "Host µs per backward: autograd.grad on the kept graph, called back to back with the GPU queue never "
+            "drained (the file's bwd_host_us columns, since commit f21aba3; '–' for protocols before it). Where it "
+            "exceeds the GPU's time, do_bench's bwd ms measures the host."] if host else []))
 
 
 # Kernels that ran outside every NVTX range in a --mode bwd capture: autograd runs a backward on its own
