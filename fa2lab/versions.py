@@ -51,7 +51,7 @@ VERSIONS: tuple[Version, ...] = (
             6, True, "v6_longest_first"),
     Version("v7_hopper", "v7 hopper", "v6 with K and V loaded by TMA (host tensor descriptors) and the next "
             "Q K^T issued before each softmax, bf16/fp16 on sm_90; v6's own path otherwise; configurations "
-            "not yet swept", 7, True, "v7_hopper"),
+            "from its own sweep", 7, True, "v7_hopper"),
 )
 BY_NAME = {v.name: v for v in VERSIONS}
 NAMES = tuple(BY_NAME)

@@ -1257,9 +1257,9 @@ NONSQUARE_STATUSES = ("passed", "failed", "skipped_smem")   # fa2lab.nonsquare.c
 
 
 def nonsquare(gpu, root):
-    """(the rows of the latest git commit in results/<gpu>/checks/nonsquare.csv (the commit of its newest row, by
-    date, else by row order), the latest row per case, with `quick` (0 where the file has none); that commit; the
-    file), or (None, None, path) if it has not been saved. A malformed file, or a status check_version does not
+    """(the rows of results/<gpu>/checks/nonsquare.csv, per version and set (quick or full) those of its latest git
+    commit (by date, else by row order), the latest row per case, with `quick` (0 where the file has none); the
+    newest row's commit; the file), or (None, None, path) if it has not been saved. A malformed file, or a status check_version does not
     write, is a ResultsError naming it."""
     path = data.root(root) / gpu / "checks" / "nonsquare.csv"
     df = optional(path, NONSQUARE_COLUMNS)
@@ -1274,10 +1274,11 @@ def nonsquare(gpu, root):
                                 f"(expected {', '.join(NONSQUARE_STATUSES)})")
     if "date" in df.columns:
         df = df.sort_values("date", kind="stable")
-    commit = df["git_commit"].iloc[-1]
-    rows = df[df.git_commit == commit]
+    # per version and set, the rows of its own latest commit (versions are checked in different calls)
+    latest = df.groupby(["version", "quick"])["git_commit"].transform("last")
+    rows = df[df.git_commit == latest]
     rows = rows.drop_duplicates(["version", "quick", "config", "n_q", "n_k", "D", "dtype", "causal"], keep="last")
-    return rows, commit, path
+    return rows, df["git_commit"].iloc[-1], path
 
 
 def section_nonsquare(gpu, root) -> str:
@@ -1290,17 +1291,18 @@ def section_nonsquare(gpu, root) -> str:
     for (v, quick), g in sorted(df.groupby(["version", "quick"]), key=lambda kv: (order.get(kv[0][0], len(order)),
                                                                                   kv[0][0], kv[0][1])):
         n = g.status.value_counts()
-        rows.append([v, "quick" if quick else "full", len(g), *(int(n.get(s, 0)) for s in NONSQUARE_STATUSES)])
+        rows.append([v, "quick" if quick else "full", f"`{g.git_commit.iloc[-1][:7]}`", len(g),
+                     *(int(n.get(s, 0)) for s in NONSQUARE_STATUSES)])
     missing = [v for v in versions.NAMES if v not in set(df.version)]
     failed = df[df.status == "failed"]
     text = [title,
-            f"Cases per version at git commit {commit} (the latest in the file; earlier commits' rows are left out), "
-            "each through `apply` and the explicit tile configurations of fa2lab.nonsquare, against a float64 "
-            "reference with the top-left causal mask; a configuration that does not fit in shared memory is "
-            f"skipped, not failed. Source: `{rel(path)}`.", "",
-            md_table(["version", "set", "cases", "passed", "failed", "skipped (shared memory)"], rows)]
+            "Cases per version at that version's latest git commit in the file (earlier commits' rows of the same "
+            "version are left out), each through `apply` and the explicit tile configurations of fa2lab.nonsquare, "
+            "against a float64 reference with the top-left causal mask; a configuration that does not fit in shared "
+            f"memory is skipped, not failed. Source: `{rel(path)}`.", "",
+            md_table(["version", "set", "commit", "cases", "passed", "failed", "skipped (shared memory)"], rows)]
     if missing:
-        text += ["", f"Not checked at {commit}: {', '.join(missing)}."]
+        text += ["", f"Not checked natively: {', '.join(missing)}."]
     if len(failed):
         shown = failed.head(5)
         text += ["", f"Failed ({len(failed)}): " + "; ".join(
@@ -1350,13 +1352,13 @@ def section_pending(gpu, root) -> str:
     if not (base / "sweep" / "v0_baseline.csv").exists():
         lines.append(f"- the Round 1 sweep of v0_baseline's body: {NOT_YET} (`invoke sweep --kernel v0_baseline`); "
                      "v1–v4's sm_90 configurations are provisional until it lands")
-    checked, commit, _ = nonsquare(gpu, root) if (base / "checks").is_dir() else (None, None, None)
+    checked, _, _ = nonsquare(gpu, root) if (base / "checks").is_dir() else (None, None, None)
     if checked is not None:
         missing = [v for v in versions.NAMES if v not in set(checked.version)]
         if missing:
-            lines.append(f"- the non-square causal check for {', '.join(missing)}: not run at {commit[:7]}, the "
-                         f"latest commit in results/{gpu}/checks/nonsquare.csv (`invoke check-nonsquare --save` "
-                         "checks every version at the current commit; a cut run resumes at the same commit)")
+            lines.append(f"- the non-square causal check for {', '.join(missing)}: not in results/{gpu}/checks/"
+                         "nonsquare.csv (`invoke check-nonsquare --save` checks them; a cut run resumes case by case "
+                         "at the same commit)")
     sweep_bwd = base / "sweep_bwd" / "flash_backward_triton.csv"
     if sweep_bwd.exists():
         modes = set(optional(sweep_bwd, ("dq_mode",))["dq_mode"].astype(str))

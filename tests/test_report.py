@@ -752,17 +752,21 @@ def test_v7_resweep_winners_picks_and_pipeline_qk(later_root, tmp_path):
     assert {"tile_heatmap_v0_baseline.png", "tile_heatmap_v4_exp2.png", "tile_heatmap_v7_hopper.png"} <= names
 
 
-def test_nonsquare_counts_of_the_latest_commit(later_root):
+def test_nonsquare_counts_of_each_versions_latest_commit(later_root):
     text = report.build(later_root)
     assert "### The non-square causal check (issue 6)" in text
-    assert "Cases per version at git commit new1111 (the latest in the file" in text
+    assert "Cases per version at that version's latest git commit in the file" in text
     for v, cases in NONSQUARE.items():
         st = [c[-1] for c in cases]
-        row = f"| {v} | full | {len(cases)} | {st.count('passed')} | {st.count('failed')} | {st.count('skipped_smem')} |"
+        row = (f"| {v} | full | `new1111` | {len(cases)} | {st.count('passed')} | {st.count('failed')} | "
+               f"{st.count('skipped_smem')} |")
         assert row in text, row
-    assert "| v5_final |" not in text[text.index("### The non-square causal check"):]   # only at the old commit
-    assert "Not checked at new1111: v1_tiles, v2_autotune, v3_causal_skip, v4_exp2, v5_final, v7_hopper." in text
-    assert "Failed (1): v6_longest_first `128,32,4,2` 257×129 D=128 float32 causal." in text
+    n = len(NONSQUARE["v0_baseline"])   # v5 was checked only at the older commit: its rows stay, with that commit
+    assert f"| v5_final | full | `old0000` | {n} | 0 | {n} | 0 |" in text
+    assert "Not checked natively: v1_tiles, v2_autotune, v3_causal_skip, v4_exp2, v7_hopper." in text
+    failed = text[text.index("Failed ("):].split("\n")[0]
+    assert failed.startswith(f"Failed ({n + 1}): ")   # v5's at its only commit, v6's at its latest
+    assert "v6_longest_first `128,32,4,2` 257×129 D=128 float32 causal" in failed and "v5_final `apply`" in failed
 
 
 LATER_MISSING = [("hostpath/steps.csv", "### Where a call's host time goes, step by step (issue 8)",
@@ -882,9 +886,9 @@ def test_timing_table_gains_no_flush_columns_from_newer_rows(full_root):
 
 def test_pending_names_unchecked_versions_and_an_unswept_dq_mode(later_root):
     text = report.section_pending(GPU, later_root)
-    checked = {"v0_baseline", "v6_longest_first"}   # write_nonsquare: the latest commit has these two
+    checked = {"v0_baseline", "v6_longest_first", "v5_final"}   # write_nonsquare: v5 at an older commit
     others = ", ".join(v for v in report.versions.NAMES if v not in checked)
-    assert f"- the non-square causal check for {others}: not run at new1111" in text
+    assert f"- the non-square causal check for {others}: not in results/{GPU}/checks/nonsquare.csv" in text
     assert "backward sweep with" not in text         # both dQ modes are in the fixture
     path = later_root / GPU / "sweep_bwd" / "flash_backward_triton.csv"
     path.unlink()

@@ -62,7 +62,12 @@ turns more than they overlap. EXP2_POLY = 2 or 4 computes 1 column in 2 or 4 of 
 exponentials with a degree-3 polynomial on the FMA and integer pipes instead (_exp2_poly; FlashAttention-4
 does the same on Blackwell); offline sm_90 SASS of 128x128/4w/3s: MUFU.EX2 per unmasked iteration 132,
 68, 100, instructions 858, 1307, 1083, no spills, no layout conversion of the score tile.
-`invoke experiment exp2-poly` times it; FA2_V7_EXP2_POLY sets it for pinned configurations.
+Measured (commit 4e2309d, `invoke experiment exp2-poly`, results/nvidia-h200/experiments/exp2_poly.csv:
+the autotuner's pick and two more candidates per shape, N = 2048 and 4096, both masks, 5 interleaved
+rounds): slower in all 12 cases, 0.86-0.92x with EXP2_POLY = 2 and 0.89-0.98x with 4; at N = 4096
+non-causal 128x128 went from 0.320 ms to 0.371 and 0.356. Seven more instructions per emulated
+exponential cost more issue slots and registers than the MUFU time they free, so no version uses it;
+it stays as the recorded negative result (FA2_V7_EXP2_POLY sets it for pinned configurations).
 
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
