@@ -21,7 +21,11 @@ go to results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
 
 and, for versions with the Triton backward (v6, v7):
   sdpa_backward     autograd.grad through SDPA on a kept graph
+  sdpa_flash_backward  the same through SDPA's FLASH_ATTENTION backend
   backward          autograd.grad through FlashAttentionTriton on a kept graph (what bench --mode bwd times)
+  backward_nop      the same through a Python torch.autograd.Function that saves the same five tensors and
+                    launches nothing: the floor of any backward written as one (autograd's engine and the
+                    Python node)
   backward_direct   flash_attention_backward called directly: its checks, allocations and three launches
 
 apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch.
@@ -39,13 +43,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fa2lab import shapes  # noqa: E402
 
 STEPS = ("sdpa", "apply", "apply_grad", "function_nop", "cache_hit", "signature", "allocate", "descriptors", "launch",
-         "sdpa_backward", "backward", "backward_direct")
+         "sdpa_backward", "sdpa_flash_backward", "backward", "backward_nop", "backward_direct")
 
 
 def step_functions(module, N: int, causal: bool) -> dict:
     """{step: zero-argument callable} for one version, shape and mask (CUDA inputs, the harness's layout)."""
     import torch
     import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from fa2lab.hostpath import run_compiled
 
@@ -103,6 +108,27 @@ def step_functions(module, N: int, causal: bool) -> dict:
                                                             retain_graph=True)
         fns["backward"] = lambda: torch.autograd.grad(O_g, (qg, kg, vg), dO, retain_graph=True)
         fns["backward_direct"] = lambda: bwd.flash_attention_backward(q, k, v, O_g.detach(), L_g, dO, causal)
+        grads = tuple(torch.zeros_like(t) for t in (q, k, v))
+
+        class NopBackward(torch.autograd.Function):   # saves what FlashAttentionTriton saves, launches nothing
+            @staticmethod
+            def forward(ctx, Q, K, V, is_causal):
+                O = torch.empty_like(Q)
+                ctx.save_for_backward(Q, K, V, O, L_g)
+                ctx.is_causal = is_causal
+                return O
+
+            @staticmethod
+            def backward(ctx, dO):
+                ctx.saved_tensors
+                return (*grads, None)
+
+        O_nop = NopBackward.apply(qg, kg, vg, causal)
+        fns["backward_nop"] = lambda: torch.autograd.grad(O_nop, (qg, kg, vg), dO, retain_graph=True)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            O_f = F.scaled_dot_product_attention(q4g, k4g, v4g, is_causal=causal)
+        fns["sdpa_flash_backward"] = lambda: torch.autograd.grad(O_f, (q4g, k4g, v4g), dO.view(B, H, N, D),
+                                                                  retain_graph=True)
 
     q_grad = q.detach().clone().requires_grad_()   # autograd's path: a graph is recorded on every call
     return fns | {

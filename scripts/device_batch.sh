@@ -31,7 +31,7 @@
 #   profile-matmul    ncu over the matmul peak table's variants (tensor-pipe counter vs roofline)
 #   profile-bwd       ncu over the Triton backward's kernels (both dQ modes) and SDPA's backward, N = 4096, both masks
 #   nsys | torch-trace           a timeline of every version at N = 4096 (nsys needs .debs carried)
-#   host-steps        each step of the lean host path timed alone (profiling/host_steps.py, issue 8)
+#   host-steps        each step of the lean host path timed alone (profiling/host_steps.py ${HOST_STEPS_ARGS}, issue 8)
 #   compile-cost | autotune-bias the Round 3 experiments
 #   pcast | launch-order | timing | other-shapes | exp2-poly   experiments/run.py
 #   ceilings          the matmul peak table and the copy bandwidth
@@ -86,7 +86,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     profile-bwd) echo "python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --mode bwd && python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --mode bwd --causal" ;;
     nsys) echo "python3 profiling/run_profile.py --tool nsys --kernel all" ;;
     torch-trace) echo "python3 profiling/run_profile.py --tool torch --kernel all" ;;
-    host-steps) echo "python3 profiling/host_steps.py --N 512 4096" ;;
+    host-steps) echo "python3 profiling/host_steps.py ${HOST_STEPS_ARGS:---N 512 4096}" ;;
     compile-cost) echo "python3 sweeps/compile_cost.py" ;;
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
     pcast|launch-order|timing|other-shapes|exp2-poly) echo "python3 experiments/run.py $s" ;;
