@@ -187,14 +187,16 @@ def list_versions(c):
 
 
 @task(help={"kernel": KERNEL_HELP, "quick": "only the small subset CI runs",
-            "save": "append one row per case to results/<gpu>/checks/nonsquare.csv (GPU only)"})
-def check_nonsquare(c, kernel="all", quick=False, save=False):
+            "save": "append one row per case to results/<gpu>/checks/nonsquare.csv (GPU only)",
+            "jobs": "processes side by side on the one GPU (the check is compile-bound)"})
+def check_nonsquare(c, kernel="all", quick=False, save=False, jobs=1):
     """The article's non-square causal check for every version: passed / failed / skipped (shared memory).
 
     Queries longer and shorter than keys, ragged lengths, D 16 to 128, bf16 and fp32, through apply
     and explicit tile configurations. Without a GPU it runs under the interpreter (slow: use --quick).
+    With --jobs N, N processes share the GPU, each version split into shards of its cases.
     """
-    cmd = [sys.executable, "harness/check_nonsquare.py", "--kernel", kernel]
+    cmd = [sys.executable, "harness/check_nonsquare.py", "--kernel", kernel, "--jobs", str(jobs)]
     cmd += (["--quick"] if quick else []) + (["--save"] if save else [])
     if _run(cmd) != 0:
         raise Exit("non-square check failed", code=1)

@@ -42,10 +42,16 @@ results/<gpu>/sweep_bwd/) for 16-bit inputs with D <= 64, and the built-in defau
 On the H200 the pick (64-row tiles in both kernels, 4 warps, 3 stages; least total time over the
 8 harness shapes) took the backward at N = 4096 from 1.166 to 1.001 ms non-causal and from 0.766 to
 0.572 ms causal (3-run protocols, commits 260ca6e and 2bf92b9): 82% and 87% of cuDNN's backward,
-130% and 142% of the FLASH_ATTENTION backend's. At N <= 1024 the harness measures the host: the
-autograd call through this backward costs 170-210 us per call on that machine's CPU against 110-130
-for SDPA's (results/nvidia-h200/hostpath/steps.csv). dQ by atomics was slower at every N >= 2048
-(1.225 against 1.001 ms at N = 4096 non-causal), so "separate" stays the default.
+130% and 142% of the FLASH_ATTENTION backend's. Nsight Compute with the pick (commit a35daa0,
+results/nvidia-h200/ncu_bwd/): at N = 4096 non-causal dK/dV takes 591 us (48.5% of the tensor peak,
+213 registers, 12.5% occupancy, top stall `wait`), dQ 351 us (64.6%), Delta 11 us: 952 us against
+cuDNN's 775 and FLASH's 1245; causal 563 against 499 and 767. The dK/dV kernel is what is left.
+At N <= 1024 the harness measures the host: the autograd call through this backward costs 150-230 us
+per call on that machine's CPU against 105-160 for SDPA's whole backward. A Python
+torch.autograd.Function whose backward launches nothing already costs 88-92 us there (host_steps'
+backward_nop, commit 64288ed); this module's checks, allocations and three launches add 50-85 us
+(backward_direct). dQ by atomics was slower at every N >= 2048 (1.225 against 1.001 ms at N = 4096
+non-causal), so "separate" stays the default.
 
 Tiling notes (GPU): every product is a tl.dot with fp32 accumulation; P and dS are cast
 to the input dtype before their dots (what FlashAttention-2 does); tile sizes are constexpr,
