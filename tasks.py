@@ -82,7 +82,8 @@ def test(c, kernel="all", unit=True, k="", workers=0):
             "pause": "seconds to pause before each run", "N": "comma-separated sequence lengths (default: harness)",
             "causal": "both, 0 or 1", "graphs": "also time CUDA-graph replay and host time per call",
             "mode": "fwd (the article's harness) or bwd (forward+backward and backward-only, issue 7)",
-            "dq_mode": "with --mode bwd: default, separate or atomic (how the Triton backward computes dQ)"})
+            "dq_mode": "with --mode bwd: default, separate, atomic or fused (how the Triton backward computes dQ; "
+                       "fused: the whole backward in one launch)"})
 def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=True, mode="fwd", dq_mode="default"):
     """Run the unchanged harness for one or more versions and print medians of the per-run ratio to SDPA.
 
@@ -91,15 +92,15 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
     """
     _need_gpu("invoke bench", "`invoke test` runs every version on the CPU under the interpreter, and "
               "`invoke report` / `invoke figures` read the committed H200 results")
-    from fa2lab.protocol import HARNESS, HARNESS_BWD, format_summary, read_bench_rows, run_protocol, summarise
+    from fa2lab.protocol import HARNESS_BWD, format_summary, read_bench_rows, run_protocol, summarise
     from fa2lab.results import gpu_dir
 
     if mode not in ("fwd", "bwd"):
         raise Exit(f"--mode must be fwd or bwd, not {mode!r}", code=2)
     args = ["--causal", causal] + (["--N", *N.split(",")] if N else [])
     chosen = versions.resolve(kernel)
-    if dq_mode not in ("default", "separate", "atomic"):
-        raise Exit(f"--dq-mode must be default, separate or atomic, not {dq_mode!r}", code=2)
+    if dq_mode not in ("default", "separate", "atomic", "fused"):
+        raise Exit(f"--dq-mode must be default, separate, atomic or fused, not {dq_mode!r}", code=2)
     if mode == "bwd":
         run_protocol(chosen, int(runs), float(pause), args + ["--dq-mode", dq_mode], HARNESS_BWD)
         print(f"rows in {gpu_dir() / 'bench_bwd'}")

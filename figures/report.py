@@ -1071,6 +1071,7 @@ UNRANGED_BWD = ((re.compile(r"cudnn"), "sdpa-bwd (cuDNN, by kernel name)"),
                 (re.compile(r"FillFunctor|bfloat16_copy"), "atomic dQ's zero fill and bf16 cast (by kernel name)"))
 TOTALS_BWD = (("Triton backward, separate dQ", ("bwd_preprocess", "bwd_dkdv", "bwd_dq")),
               ("Triton backward, atomic dQ", ("bwd_preprocess", "bwd_atomic_dkdv", "atomic dQ's zero fill")),
+              ("Triton backward, fused (one launch)", ("bwd_fused",)),
               ("SDPA's backward, cuDNN", ("sdpa-bwd",)), ("SDPA's backward, FLASH_ATTENTION", ("sdpa_flash-bwd",)))
 
 

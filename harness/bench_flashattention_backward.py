@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--N", type=int, nargs="*", default=list(shapes.SEQ_LENS), help="sequence lengths")
     ap.add_argument("--causal", choices=["both", "0", "1"], default="both", help="which masks")
-    ap.add_argument("--dq-mode", choices=["default", "separate", "atomic"], default="default",
+    ap.add_argument("--dq-mode", choices=["default", "separate", "atomic", "fused"], default="default",
                     help="override FlashAttentionTriton.BACKWARD_DQ_MODE (versions that have it)")
     ap.add_argument("--config", default=None,
                     help="override FlashAttentionTriton.BACKWARD_CONFIG: 'DKDV_Q,DKDV_K,DQ_Q,DQ_K,WARPS,STAGES'")

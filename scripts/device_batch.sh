@@ -19,6 +19,7 @@
 #   bench             invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} (interleaved protocol)
 #   bench-bwd         invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper}
 #   bench-bwd-atomic  the same with dQ accumulated by atomics in the dK/dV kernel (issue 7's comparison)
+#   bench-bwd-fused   the same with the whole backward in one launch (dq_mode="fused", for small N)
 #   sweep-v0 | sweep-v4 | sweep-v7   the whole sweep of that body on one GPU (v7: pinned autotuner)
 #   sweep-v0-nc | sweep-v0-c     its non-causal / causal half, into a part CSV (side by side on two GPUs)
 #   sweep-v4-nc | sweep-v4-c | sweep-v7-nc | sweep-v7-c
@@ -70,6 +71,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     bench) echo "python3 -m invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} --pause ${PAUSE:-0}" ;;
     bench-bwd) echo "python3 -m invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper} --runs ${RUNS_BWD:-1}" ;;
     bench-bwd-atomic) echo "python3 -m invoke bench --mode bwd --dq-mode atomic --kernel ${BWD_KERNELS:-v6_longest_first} --runs ${RUNS_BWD:-1}" ;;
+    bench-bwd-fused) echo "python3 -m invoke bench --mode bwd --dq-mode fused --kernel ${BWD_KERNELS:-v7_hopper} --runs ${RUNS_BWD:-1}" ;;
     sweep-v0|sweep-v4|sweep-v7) echo "python3 sweeps/sweep.py --kernel $(body "$s") --limit-minutes $mins" ;;
     sweep-v0-nc|sweep-v4-nc|sweep-v7-nc) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 0 --part nc --limit-minutes $mins" ;;
     sweep-v0-c|sweep-v4-c|sweep-v7-c) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 1 --part c --limit-minutes $mins" ;;

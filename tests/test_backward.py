@@ -120,6 +120,18 @@ def test_gradients_match_references(case, dq_mode):
         assert not grads[1][:, N_q:].any() and not grads[2][:, N_q:].any()
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c[4] != torch.float32][:4], ids=lambda c: c[0])
+def test_fused_mode_computes_what_the_separate_kernels_compute(case):
+    """dq_mode="fused" runs the same dK/dV and dQ bodies in one launch, with Delta computed from O in
+    each program instead of by the preprocessing kernel: the same gradients up to summation order."""
+    _, N_q, N_k, D, dtype, causal, cfg = case
+    Q, K, V, O, L, dO = make_inputs(2, N_q, N_k, D, dtype, causal)
+    separate = flash_attention_backward(Q, K, V, O, L, dO, causal, config=cfg, dq_mode="separate")
+    fused = flash_attention_backward(Q, K, V, O, L, dO, causal, config=cfg, dq_mode="fused")
+    for name, a, b in zip("QKV", separate, fused):
+        assert relative_error(b.float(), a.float()) < 1e-2, f"d{name}"
+
+
 def test_non_contiguous_inputs_and_expanded_dO():
     """Strided views (B, N, D) of (N, B, D) buffers, and dO as autograd gives it for a sum (stride 0)."""
     B, N_q, N_k, D = 3, 70, 50, 32
@@ -211,7 +223,7 @@ def test_bad_inputs_raise_clear_errors(mutate, error, match):
 
 def test_bad_options_raise_clear_errors():
     Q, K, V, O, L, dO = _ok_inputs()
-    with pytest.raises(ValueError, match="dq_mode must be one of separate, atomic"):
+    with pytest.raises(ValueError, match="dq_mode must be one of separate, atomic, fused"):
         flash_attention_backward(Q, K, V, O, L, dO, False, dq_mode="fast")
     with pytest.raises(ValueError, match="dkdv_k_tile must be a power of two >= 16"):
         flash_attention_backward(Q, K, V, O, L, dO, False, config=BackwardConfig(dkdv_k_tile=24))

@@ -79,7 +79,7 @@ from fa2lab.hostpath import LaunchCache, aligned_cuda, compiled_or_none, run_com
 from fa2lab.launch import device_arch
 
 LOG2E = 1.4426950408889634  # log2(e): natural-log L -> log2 units
-DQ_MODES = ("separate", "atomic")
+DQ_MODES = ("separate", "atomic", "fused")
 
 
 # ----------------------------------------------------------------------------------------
@@ -116,20 +116,42 @@ def _bwd_preprocess_kernel(
 
 
 @triton.jit
+def _row_delta(Delta_ptr, O_ptr, do, offs_q, offs_d, stride_deltaq, stride_oq, stride_od, N_QUERIES,
+               MASKED: tl.constexpr, DELTA_FROM_O: tl.constexpr):
+    """Delta for the query rows offs_q (pointers offset to the batch*head slice): loaded from the
+    preprocessing's output, or computed from O and the dO tile already loaded (the fused mode)."""
+    if DELTA_FROM_O:
+        o_ptrs = O_ptr + offs_q[:, None] * stride_oq + offs_d[None, :] * stride_od
+        if MASKED:
+            o = tl.load(o_ptrs, mask=(offs_q < N_QUERIES)[:, None], other=0.0)
+        else:
+            o = tl.load(o_ptrs)
+        delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    else:
+        if MASKED:
+            delta = tl.load(Delta_ptr + offs_q * stride_deltaq, mask=offs_q < N_QUERIES, other=0.0)
+        else:
+            delta = tl.load(Delta_ptr + offs_q * stride_deltaq)
+    return delta
+
+
+@triton.jit
 def _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k,
-                      Q_ptr, dO_ptr, L_ptr, Delta_ptr, dQacc_ptr,
+                      Q_ptr, dO_ptr, L_ptr, Delta_ptr, dQacc_ptr, O_ptr,
                       stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
-                      stride_dqq, stride_dqd,
+                      stride_dqq, stride_dqd, stride_oq, stride_od,
                       start, stop, N_QUERIES, N_KEYS, qk_scale, scale,
                       D: tl.constexpr, BLOCK_Q: tl.constexpr,
-                      MASKED: tl.constexpr, is_causal: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+                      MASKED: tl.constexpr, is_causal: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                      DELTA_FROM_O: tl.constexpr):
     """Fold the query tiles in [start, stop) into one key tile's dK and dV accumulators.
 
     Works in the transposed orientation (keys along rows), so P^T and dS^T come out of the
     dots in the shape dV and dK need. The pointer arguments are already offset to the
     (batch*head) slice. MASKED is a compile-time flag: the unmasked copy of this loop has
     no compare, no select and no bounds checks on its loads; it is only used on tiles that
-    lie entirely inside the tensors and entirely below the causal diagonal.
+    lie entirely inside the tensors and entirely below the causal diagonal. DELTA_FROM_O (the fused
+    mode): each query tile's Delta = rowsum(dO * O) is computed here from O instead of loaded.
     """
     offs_d = tl.arange(0, D)
     for q_start in range(start, stop, BLOCK_Q):
@@ -142,12 +164,12 @@ def _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k,
             qT = tl.load(qT_ptrs, mask=q_in[None, :], other=0.0)
             do = tl.load(do_ptrs, mask=q_in[:, None], other=0.0)
             l_i = tl.load(L_ptr + offs_q * stride_lq, mask=q_in, other=0.0)
-            delta_i = tl.load(Delta_ptr + offs_q * stride_deltaq, mask=q_in, other=0.0)
         else:
             qT = tl.load(qT_ptrs)
             do = tl.load(do_ptrs)
             l_i = tl.load(L_ptr + offs_q * stride_lq)
-            delta_i = tl.load(Delta_ptr + offs_q * stride_deltaq)
+        delta_i = _row_delta(Delta_ptr, O_ptr, do, offs_q, offs_d, stride_deltaq, stride_oq, stride_od, N_QUERIES,
+                             MASKED, DELTA_FROM_O)
 
         # P^T = exp(scale * K Q^T - L), in log2 units: one FFMA and one exp2 per score.
         sT = tl.dot(K_j, qT)                                                  # (BLOCK_K, BLOCK_Q) fp32
@@ -176,33 +198,18 @@ def _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k,
 
 
 @triton.jit
-def _bwd_dkdv_kernel(
-    # pointers: inputs (Q, K, V, dO in the input dtype; L, Delta fp32), outputs (dK, dV in
-    # the input dtype), and the fp32 dQ accumulator (used only when ATOMIC_DQ)
-    Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr,
-    dK_ptr, dV_ptr, dQacc_ptr,
-    # strides (batch, sequence, head dim); L and Delta (batch, sequence)
-    stride_qb, stride_qq, stride_qd,
-    stride_kb, stride_kk, stride_kd,
-    stride_vb, stride_vk, stride_vd,
-    stride_dob, stride_doq, stride_dod,
-    stride_lb, stride_lq,
-    stride_deltab, stride_deltaq,
-    stride_dkb, stride_dkk, stride_dkd,
-    stride_dvb, stride_dvk, stride_dvd,
-    stride_dqb, stride_dqq, stride_dqd,
-    # sizes and the softmax scale
-    N_QUERIES, N_KEYS,
-    scale,
-    # compile-time meta-parameters
-    D: tl.constexpr,
-    BLOCK_Q: tl.constexpr,     # query tile streamed through the loop
-    BLOCK_K: tl.constexpr,     # key tile this program owns
-    is_causal: tl.constexpr,
-    ATOMIC_DQ: tl.constexpr,   # also accumulate dQ with atomics (dq_mode="atomic")
-):
-    key_tile_index = tl.program_id(0)
-    batch_index = tl.program_id(1)
+def _dkdv_program(key_tile_index, batch_index,
+                  Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr, dK_ptr, dV_ptr, dQacc_ptr, O_ptr,
+                  stride_qb, stride_qq, stride_qd, stride_kb, stride_kk, stride_kd,
+                  stride_vb, stride_vk, stride_vd, stride_dob, stride_doq, stride_dod,
+                  stride_lb, stride_lq, stride_deltab, stride_deltaq,
+                  stride_dkb, stride_dkk, stride_dkd, stride_dvb, stride_dvk, stride_dvd,
+                  stride_dqb, stride_dqq, stride_dqd, stride_ob, stride_oq, stride_od,
+                  N_QUERIES, N_KEYS, scale,
+                  D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, is_causal: tl.constexpr,
+                  ATOMIC_DQ: tl.constexpr, DELTA_FROM_O: tl.constexpr):
+    """One key tile's dK and dV (and, with ATOMIC_DQ, its share of dQ): the body of _bwd_dkdv_kernel
+    and of the fused kernel's key-tile programs. O_ptr and its strides are read only with DELTA_FROM_O."""
     k_start = key_tile_index * BLOCK_K
     offs_k = k_start + tl.arange(0, BLOCK_K)
     offs_d = tl.arange(0, D)
@@ -241,21 +248,22 @@ def _bwd_dkdv_kernel(
     L_b = L_ptr + batch_index * stride_lb
     Delta_b = Delta_ptr + batch_index * stride_deltab
     dQ_b = dQacc_ptr + batch_index * stride_dqb
-    dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b,
+    O_b = O_ptr + batch_index * stride_ob
+    dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b, O_b,
                                        stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
-                                       stride_dqq, stride_dqd, lo, diag_stop, N_QUERIES, N_KEYS, qk_scale, scale,
+                                       stride_dqq, stride_dqd, stride_oq, stride_od, lo, diag_stop, N_QUERIES, N_KEYS, qk_scale, scale,
                                        D=D, BLOCK_Q=BLOCK_Q, MASKED=True, is_causal=is_causal,
-                                       ATOMIC_DQ=ATOMIC_DQ)
-    dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b,
+                                       ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=DELTA_FROM_O)
+    dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b, O_b,
                                        stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
-                                       stride_dqq, stride_dqd, diag_stop, full_stop, N_QUERIES, N_KEYS, qk_scale,
+                                       stride_dqq, stride_dqd, stride_oq, stride_od, diag_stop, full_stop, N_QUERIES, N_KEYS, qk_scale,
                                        scale, D=D, BLOCK_Q=BLOCK_Q, MASKED=False, is_causal=is_causal,
-                                       ATOMIC_DQ=ATOMIC_DQ)
-    dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b,
+                                       ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=DELTA_FROM_O)
+    dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b, O_b,
                                        stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
-                                       stride_dqq, stride_dqd, tail_start, N_QUERIES, N_QUERIES, N_KEYS, qk_scale,
+                                       stride_dqq, stride_dqd, stride_oq, stride_od, tail_start, N_QUERIES, N_QUERIES, N_KEYS, qk_scale,
                                        scale, D=D, BLOCK_Q=BLOCK_Q, MASKED=True, is_causal=is_causal,
-                                       ATOMIC_DQ=ATOMIC_DQ)
+                                       ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=DELTA_FROM_O)
 
     # The softmax scale, once per element of dK instead of once per score.
     dK_acc = dK_acc * scale
@@ -263,6 +271,43 @@ def _bwd_dkdv_kernel(
              dK_acc.to(dK_ptr.dtype.element_ty), mask=k_in[:, None])
     tl.store(dV_ptr + batch_index * stride_dvb + offs_k[:, None] * stride_dvk + offs_d[None, :] * stride_dvd,
              dV_acc.to(dV_ptr.dtype.element_ty), mask=k_in[:, None])
+
+
+@triton.jit
+def _bwd_dkdv_kernel(
+    # pointers: inputs (Q, K, V, dO in the input dtype; L, Delta fp32), outputs (dK, dV in
+    # the input dtype), and the fp32 dQ accumulator (used only when ATOMIC_DQ)
+    Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr,
+    dK_ptr, dV_ptr, dQacc_ptr,
+    # strides (batch, sequence, head dim); L and Delta (batch, sequence)
+    stride_qb, stride_qq, stride_qd,
+    stride_kb, stride_kk, stride_kd,
+    stride_vb, stride_vk, stride_vd,
+    stride_dob, stride_doq, stride_dod,
+    stride_lb, stride_lq,
+    stride_deltab, stride_deltaq,
+    stride_dkb, stride_dkk, stride_dkd,
+    stride_dvb, stride_dvk, stride_dvd,
+    stride_dqb, stride_dqq, stride_dqd,
+    # sizes and the softmax scale
+    N_QUERIES, N_KEYS,
+    scale,
+    # compile-time meta-parameters
+    D: tl.constexpr,
+    BLOCK_Q: tl.constexpr,     # query tile streamed through the loop
+    BLOCK_K: tl.constexpr,     # key tile this program owns
+    is_causal: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,   # also accumulate dQ with atomics (dq_mode="atomic")
+):
+    _dkdv_program(tl.program_id(0), tl.program_id(1),
+                  Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr, dK_ptr, dV_ptr, dQacc_ptr, Q_ptr,
+                  stride_qb, stride_qq, stride_qd, stride_kb, stride_kk, stride_kd,
+                  stride_vb, stride_vk, stride_vd, stride_dob, stride_doq, stride_dod,
+                  stride_lb, stride_lq, stride_deltab, stride_deltaq,
+                  stride_dkb, stride_dkk, stride_dkd, stride_dvb, stride_dvk, stride_dvd,
+                  stride_dqb, stride_dqq, stride_dqd, 0, 0, 0,
+                  N_QUERIES, N_KEYS, scale,
+                  D=D, BLOCK_Q=BLOCK_Q, BLOCK_K=BLOCK_K, is_causal=is_causal, ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=False)
 
 
 @triton.jit
@@ -303,29 +348,17 @@ def _dq_key_tiles(dQ_acc, Q_i, dO_i, l2_i, delta_i, offs_q,
 
 
 @triton.jit
-def _bwd_dq_kernel(
-    # pointers: inputs (Q, K, V, dO in the input dtype; L, Delta fp32), output dQ (input dtype)
-    Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr,
-    dQ_ptr,
-    # strides (batch, sequence, head dim); L and Delta (batch, sequence)
-    stride_qb, stride_qq, stride_qd,
-    stride_kb, stride_kk, stride_kd,
-    stride_vb, stride_vk, stride_vd,
-    stride_dob, stride_doq, stride_dod,
-    stride_lb, stride_lq,
-    stride_deltab, stride_deltaq,
-    stride_dqb, stride_dqq, stride_dqd,
-    # sizes and the softmax scale
-    N_QUERIES, N_KEYS,
-    scale,
-    # compile-time meta-parameters
-    D: tl.constexpr,
-    BLOCK_Q: tl.constexpr,     # query tile this program owns
-    BLOCK_K: tl.constexpr,     # key tile streamed through the loop
-    is_causal: tl.constexpr,
-):
-    query_tile_index = tl.program_id(0)
-    batch_index = tl.program_id(1)
+def _dq_program(query_tile_index, batch_index,
+                Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr, dQ_ptr, O_ptr,
+                stride_qb, stride_qq, stride_qd, stride_kb, stride_kk, stride_kd,
+                stride_vb, stride_vk, stride_vd, stride_dob, stride_doq, stride_dod,
+                stride_lb, stride_lq, stride_deltab, stride_deltaq,
+                stride_dqb, stride_dqq, stride_dqd, stride_ob, stride_oq, stride_od,
+                N_QUERIES, N_KEYS, scale,
+                D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, is_causal: tl.constexpr,
+                DELTA_FROM_O: tl.constexpr):
+    """One query tile's dQ: the body of _bwd_dq_kernel and of the fused kernel's query-tile programs.
+    O_ptr and its strides are read only with DELTA_FROM_O."""
     q_start = query_tile_index * BLOCK_Q
     offs_q = q_start + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D)
@@ -338,7 +371,8 @@ def _bwd_dq_kernel(
     dO_i = tl.load(dO_ptr + batch_index * stride_dob + offs_q[:, None] * stride_doq + offs_d[None, :] * stride_dod,
                    mask=q_in[:, None], other=0.0)
     l_i = tl.load(L_ptr + batch_index * stride_lb + offs_q * stride_lq, mask=q_in, other=0.0)
-    delta_i = tl.load(Delta_ptr + batch_index * stride_deltab + offs_q * stride_deltaq, mask=q_in, other=0.0)
+    delta_i = _row_delta(Delta_ptr + batch_index * stride_deltab, O_ptr + batch_index * stride_ob, dO_i, offs_q, offs_d,
+                         stride_deltaq, stride_oq, stride_od, N_QUERIES, True, DELTA_FROM_O)
     l2_i = (l_i * 1.4426950408889634)[:, None]
     delta_i = delta_i[:, None]
     qk_scale = scale * 1.4426950408889634
@@ -367,6 +401,93 @@ def _bwd_dq_kernel(
     dQ_acc = dQ_acc * scale
     tl.store(dQ_ptr + batch_index * stride_dqb + offs_q[:, None] * stride_dqq + offs_d[None, :] * stride_dqd,
              dQ_acc.to(dQ_ptr.dtype.element_ty), mask=q_in[:, None])
+
+
+@triton.jit
+def _bwd_dq_kernel(
+    # pointers: inputs (Q, K, V, dO in the input dtype; L, Delta fp32), output dQ (input dtype)
+    Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr,
+    dQ_ptr,
+    # strides (batch, sequence, head dim); L and Delta (batch, sequence)
+    stride_qb, stride_qq, stride_qd,
+    stride_kb, stride_kk, stride_kd,
+    stride_vb, stride_vk, stride_vd,
+    stride_dob, stride_doq, stride_dod,
+    stride_lb, stride_lq,
+    stride_deltab, stride_deltaq,
+    stride_dqb, stride_dqq, stride_dqd,
+    # sizes and the softmax scale
+    N_QUERIES, N_KEYS,
+    scale,
+    # compile-time meta-parameters
+    D: tl.constexpr,
+    BLOCK_Q: tl.constexpr,     # query tile this program owns
+    BLOCK_K: tl.constexpr,     # key tile streamed through the loop
+    is_causal: tl.constexpr,
+):
+    _dq_program(tl.program_id(0), tl.program_id(1),
+                Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr, dQ_ptr, Q_ptr,
+                stride_qb, stride_qq, stride_qd, stride_kb, stride_kk, stride_kd,
+                stride_vb, stride_vk, stride_vd, stride_dob, stride_doq, stride_dod,
+                stride_lb, stride_lq, stride_deltab, stride_deltaq,
+                stride_dqb, stride_dqq, stride_dqd, 0, 0, 0,
+                N_QUERIES, N_KEYS, scale,
+                D=D, BLOCK_Q=BLOCK_Q, BLOCK_K=BLOCK_K, is_causal=is_causal, DELTA_FROM_O=False)
+
+
+@triton.jit
+def _bwd_fused_kernel(
+    # pointers: inputs (Q, K, V, dO, O in the input dtype; L fp32), outputs dK, dV, dQ (input dtype)
+    Q_ptr, K_ptr, V_ptr, dO_ptr, O_ptr, L_ptr,
+    dK_ptr, dV_ptr, dQ_ptr,
+    # strides (batch, sequence, head dim); L (batch, sequence)
+    stride_qb, stride_qq, stride_qd,
+    stride_kb, stride_kk, stride_kd,
+    stride_vb, stride_vk, stride_vd,
+    stride_dob, stride_doq, stride_dod,
+    stride_ob, stride_oq, stride_od,
+    stride_lb, stride_lq,
+    stride_dkb, stride_dkk, stride_dkd,
+    stride_dvb, stride_dvk, stride_dvd,
+    stride_dqb, stride_dqq, stride_dqd,
+    # sizes and the softmax scale
+    N_QUERIES, N_KEYS,
+    scale,
+    # compile-time meta-parameters: the dK/dV programs' tiles, then the dQ programs'
+    D: tl.constexpr,
+    KV_BLOCK_Q: tl.constexpr,
+    KV_BLOCK_K: tl.constexpr,
+    DQ_BLOCK_Q: tl.constexpr,
+    DQ_BLOCK_K: tl.constexpr,
+    is_causal: tl.constexpr,
+):
+    """dq_mode="fused": the whole backward in one launch, for shapes where the host's launches cost more
+    than the kernels. Programs 0 .. cdiv(N_KEYS, KV_BLOCK_K) - 1 along axis 0 are _bwd_dkdv_kernel's,
+    the rest _bwd_dq_kernel's, side by side on the GPU; neither reads a preprocessed Delta: each
+    computes rowsum(dO * O) for the query tiles it loads (the dK/dV programs once per query tile they
+    stream, so O is read once more per key tile: cheap at small N, not at large)."""
+    n_key_tiles = tl.cdiv(N_KEYS, KV_BLOCK_K)
+    tile = tl.program_id(0)
+    if tile < n_key_tiles:
+        _dkdv_program(tile, tl.program_id(1),
+                      Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, L_ptr, dK_ptr, dV_ptr, dQ_ptr, O_ptr,
+                      stride_qb, stride_qq, stride_qd, stride_kb, stride_kk, stride_kd,
+                      stride_vb, stride_vk, stride_vd, stride_dob, stride_doq, stride_dod,
+                      stride_lb, stride_lq, 0, 0,
+                      stride_dkb, stride_dkk, stride_dkd, stride_dvb, stride_dvk, stride_dvd,
+                      stride_dqb, stride_dqq, stride_dqd, stride_ob, stride_oq, stride_od,
+                      N_QUERIES, N_KEYS, scale,
+                      D=D, BLOCK_Q=KV_BLOCK_Q, BLOCK_K=KV_BLOCK_K, is_causal=is_causal, ATOMIC_DQ=False,
+                      DELTA_FROM_O=True)
+    else:
+        _dq_program(tile - n_key_tiles, tl.program_id(1),
+                    Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, L_ptr, dQ_ptr, O_ptr,
+                    stride_qb, stride_qq, stride_qd, stride_kb, stride_kk, stride_kd,
+                    stride_vb, stride_vk, stride_vd, stride_dob, stride_doq, stride_dod,
+                    stride_lb, stride_lq, 0, 0,
+                    stride_dqb, stride_dqq, stride_dqd, stride_ob, stride_oq, stride_od,
+                    N_QUERIES, N_KEYS, scale,
+                    D=D, BLOCK_Q=DQ_BLOCK_Q, BLOCK_K=DQ_BLOCK_K, is_causal=is_causal, DELTA_FROM_O=True)
 
 
 # ----------------------------------------------------------------------------------------
@@ -504,9 +625,9 @@ class BackwardLaunch:
     Triton's argument binding, which made the H200's backward cost about 0.3 ms per call on the
     host whatever N (commit 260ca6e, bench_bwd at N = 512 to 2048)."""
 
-    preprocess: object
+    preprocess: object | None  # None in dq_mode="fused" (dkdv is then the fused kernel)
     dkdv: object
-    dq: object | None          # None in dq_mode="atomic"
+    dq: object | None          # None in dq_mode="atomic" and "fused"
     grids: tuple               # one 3-D grid per kernel, in launch order
     tails: tuple               # per kernel, every argument after its tensors (constexprs included)
     delta_shape: tuple
@@ -515,6 +636,13 @@ class BackwardLaunch:
         """The hot path: no checks (the cache key vouches). `ranges` = (prefix, suffix) puts each
         kernel in its own NVTX range, f"{prefix}:bwd_<kernel>{suffix}", for the profile drivers."""
         dev = Q.device
+        if self.preprocess is None:   # dq_mode="fused": one launch, no Delta buffer
+            dK = torch.empty(K.shape, device=dev, dtype=K.dtype)
+            dV = torch.empty(V.shape, device=dev, dtype=V.dtype)
+            dQ = torch.empty(Q.shape, device=dev, dtype=Q.dtype)
+            self._run("fused", self.dkdv, self.grids[0], (Q, K, V, dO, O, L, dK, dV, dQ, *self.tails[0]), dev.index,
+                      ranges)
+            return dQ, dK, dV
         Delta = torch.empty(self.delta_shape, device=dev, dtype=torch.float32)
         dK = torch.empty(K.shape, device=dev, dtype=K.dtype)
         dV = torch.empty(V.shape, device=dev, dtype=V.dtype)
@@ -611,6 +739,8 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     config.validate()
 
     Q, K, V, O, dO = (_last_dim_contiguous(t) for t in (Q, K, V, O, dO))
+    if dq_mode == "fused":
+        return _checked_fused(Q, K, V, O, L, dO, causal, config, strict)
     B, N_q, D = Q.shape
     N_k = K.shape[1]
     scale = 1.0 / math.sqrt(D)
@@ -651,4 +781,23 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     if pre_kernel is not None and dkdv_kernel is not None and (atomic or dq_kernel is not None):
         launch = BackwardLaunch(pre_kernel, dkdv_kernel, dq_kernel, ((*pre_grid, 1), dkdv_grid, dq_grid),
                                 ((*pre_strides, D, pre), (*dkdv_tail, *dkdv_meta), dq_tail), (B, N_q))
+    return dQ, dK, dV, launch
+
+
+def _checked_fused(Q, K, V, O, L, dO, causal: bool, config: BackwardConfig, strict: bool):
+    """dq_mode="fused", after _checked_backward's checks: allocate dQ, dK, dV and launch _bwd_fused_kernel,
+    its grid the dK/dV programs' key tiles followed by the dQ programs' query tiles."""
+    B, N_q, D = Q.shape
+    N_k = K.shape[1]
+    dK = torch.empty_like(K, memory_format=torch.contiguous_format)
+    dV = torch.empty_like(V, memory_format=torch.contiguous_format)
+    dQ = torch.empty_like(Q, memory_format=torch.contiguous_format)
+    tail = (*_strides(Q, K, V, dO, O, L, dK, dV, dQ), N_q, N_k, 1.0 / math.sqrt(D))
+    kernel, grid, meta = _launch(
+        _bwd_fused_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile) + triton.cdiv(N_q, c.dq_q_tile), B),
+        (Q, K, V, dO, O, L, dK, dV, dQ, *tail),
+        lambda c: dict(D=D, KV_BLOCK_Q=c.dkdv_q_tile, KV_BLOCK_K=c.dkdv_k_tile, DQ_BLOCK_Q=c.dq_q_tile,
+                       DQ_BLOCK_K=c.dq_k_tile, is_causal=causal),
+        config, strict)
+    launch = None if kernel is None else BackwardLaunch(None, kernel, None, (grid,), ((*tail, *meta),), (B, N_q))
     return dQ, dK, dV, launch
