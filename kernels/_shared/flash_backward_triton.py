@@ -53,6 +53,13 @@ backward_nop, commit 64288ed); this module's checks, allocations and three launc
 (backward_direct). dQ by atomics was slower at every N >= 2048 (1.225 against 1.001 ms at N = 4096
 non-causal), so "separate" stays the default.
 
+dq_mode="fused" (`_bwd_fused_kernel`) is the answer tried for small N: one launch in which the dK/dV
+programs and the dQ programs run side by side, each computing Delta from O, so no preprocessing kernel
+and no Delta buffer. One protocol run of each mode on an unpinned single-GPU machine (commit f899b59):
+host time per backward 114-192 us fused against 175-187 separate; bwd at N <= 1024 80-96% of FLASH's
+fused against 56-110% separate (within this host's noise), and at N = 4096 slower (1.168 against 0.995
+ms non-causal: O read once more per key tile). It is an option, not the default.
+
 Tiling notes (GPU): every product is a tl.dot with fp32 accumulation; P and dS are cast
 to the input dtype before their dots (what FlashAttention-2 does); tile sizes are constexpr,
 so each configuration is its own compiled kernel, and warps and stages come from
