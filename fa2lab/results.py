@@ -67,8 +67,11 @@ def read_csv(path: str | Path, required: tuple[str, ...] = ()):
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"results file {path} does not exist (run the task that writes it first)")
+    # Numbers come back exactly as written (csv writes repr(float)): pandas 3 parses them so by default,
+    # pandas 2's default C parser can be off by one ulp, which flips a rounding tie in a table cell.
+    exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(path, **exact)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
         raise ValueError(f"results file {path} is malformed: {e}") from None
     missing = [c for c in required if c not in df.columns]
