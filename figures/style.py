@@ -148,7 +148,7 @@ def provenance_line(df, path, name: str | None = None) -> str:
         if col in df.columns and df[col].notna().any():
             parts.append(f"{col.replace('git_', '')} {', '.join(sorted(map(str, df[col].dropna().unique())))}")
     if "date" in df.columns and df["date"].notna().any():
-        parts.append(f"{str(df['date'].min())[:10]}")
+        parts.append(str(df["date"].dropna().astype(str).min())[:10])   # text: NaN beside dates breaks pandas 2's min
     return "; ".join(parts)
 
 
