@@ -99,8 +99,10 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
         raise Exit(f"--mode must be fwd or bwd, not {mode!r}", code=2)
     args = ["--causal", causal] + (["--N", *N.split(",")] if N else [])
     chosen = versions.resolve(kernel)
-    if dq_mode not in ("default", "separate", "atomic", "fused"):
-        raise Exit(f"--dq-mode must be default, separate, atomic or fused, not {dq_mode!r}", code=2)
+    from fa2lab.sweep_backward import DQ_MODES
+
+    if dq_mode not in ("default", *DQ_MODES):
+        raise Exit(f"--dq-mode must be default or one of {', '.join(DQ_MODES)}, not {dq_mode!r}", code=2)
     if mode == "bwd":
         run_protocol(chosen, int(runs), float(pause), args + ["--dq-mode", dq_mode], HARNESS_BWD)
         print(f"rows in {gpu_dir() / 'bench_bwd'}")

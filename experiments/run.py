@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import shapes  # noqa: E402
+from fa2lab.budget import Config  # noqa: E402
 
 V6 = "v6_longest_first"
 
@@ -109,7 +110,7 @@ def launch_order(args, save):
                     timed = _interleaved({o: order(o) for o in module.LAUNCH_ORDERS}, args.rounds)
                 FA.launches.entries.clear()
                 FA.LAUNCH_ORDER = "longest_first"
-                key = f"{cfg.kwargs['Q_TILE_SIZE']},{cfg.kwargs['K_TILE_SIZE']},{cfg.num_warps},{cfg.num_stages}"
+                key = Config.of_triton(cfg).key
                 base = timed["forward"][0]
                 for o, t in timed.items():
                     rows.append({"order": o, "config": key, "N": N, "causal": int(causal), "ms": t[0], "ms_min": t[1],
@@ -157,8 +158,7 @@ def exp2_poly(args, save):
             picked = tuner.best_config
             others = [c for c in tuner.configs if c.all_kwargs() != picked.all_kwargs()]
             for cfg in [picked, *others[: args.configs - 1]]:
-                key = (f"{cfg.kwargs['Q_TILE_SIZE']},{cfg.kwargs['K_TILE_SIZE']},{cfg.num_warps},{cfg.num_stages}"
-                       f",pqk{cfg.kwargs.get('PIPELINE_QK', 1)}")
+                key = f"{Config.of_triton(cfg).key},pqk{cfg.kwargs.get('PIPELINE_QK', 1)}"
 
                 # Each variant's first call compiles and records its launch (fa2lab.hostpath); its timed
                 # calls then repeat that launch, with the cache's entries swapped in per variant (the key

@@ -40,6 +40,11 @@ class Config:
     def key(self) -> str:
         return f"{self.q_tile},{self.k_tile},{self.num_warps},{self.num_stages}"
 
+    @classmethod
+    def of_triton(cls, c) -> "Config":
+        """The tiles, warps and stages of a triton.Config as fa2lab.launch.autotune_configs builds them."""
+        return cls(c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"], c.num_warps, c.num_stages)
+
     def with_stages(self, stages: int) -> "Config":
         return Config(self.q_tile, self.k_tile, self.num_warps, stages)
 

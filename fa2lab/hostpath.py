@@ -131,6 +131,9 @@ class LeanApply:
         return cls.forward(NoGradContext(), *args, **kwargs)
 
 
+_KEEP_L, _NO_L = {}, {"need_l": False}   # a forward repeat's keyword arguments: fresh L, or the scratch
+
+
 class LaunchCache:
     """signature -> launch. `stats` counts normal-path ('slow') and cached ('fast') calls. The
     forward's key is `signature`; the backward (kernels/_shared/flash_backward_triton.py) builds
@@ -152,20 +155,16 @@ class LaunchCache:
         """The forward's entry: `mode` is whatever else selects the kernel (the mask, a window:
         hashable); `slow(Q, K, V, mode)` runs the normal path and returns (O, L, Launch or None).
         With a NoGradContext as `ctx` (nobody will read L) a repeat writes L to the launch's scratch."""
-        key = self.signature(Q, K, V, mode)
-        launch = self.entries.get(key) if key is not None else None
-        if launch is not None and type(ctx) is NoGradContext:
-            self.stats["fast"] += 1
-            return launch(Q, K, V, need_l=False)
-        return self.lookup(key, (Q, K, V), lambda: slow(Q, K, V, mode))
+        return self.lookup(self.signature(Q, K, V, mode), (Q, K, V), lambda: slow(Q, K, V, mode),
+                           _NO_L if type(ctx) is NoGradContext else _KEEP_L)
 
-    def lookup(self, key, fast_args: tuple, slow: Callable) -> tuple:
-        """`launch(*fast_args)` if `key` has a recorded launch; otherwise `slow()`, which returns
-        (*outputs, launch or None), and the launch is recorded under `key` (unless key is None)."""
+    def lookup(self, key, fast_args: tuple, slow: Callable, fast_kwargs: dict = _KEEP_L) -> tuple:
+        """`launch(*fast_args, **fast_kwargs)` if `key` has a recorded launch; otherwise `slow()`, which
+        returns (*outputs, launch or None), and the launch is recorded under `key` (unless key is None)."""
         launch = self.entries.get(key) if key is not None else None
         if launch is not None:
             self.stats["fast"] += 1
-            return launch(*fast_args)
+            return launch(*fast_args, **fast_kwargs)
         self.stats["slow"] += 1
         *outputs, launch = slow()
         if key is not None and launch is not None:

@@ -31,6 +31,9 @@ WARPS = (4, 8)
 STAGES = (1, 2, 3)
 ACC_REGISTER_LIMIT = 128  # fp32 registers per thread for the dK and dV accumulators alone
 CONFIG_FIELDS = ("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_warps", "num_stages")   # BackwardConfig's
+# How the Triton backward computes dQ (flash_attention_backward's dq_mode; the harness, the sweep and the
+# tasks offer the same): its own kernel, atomics in the dK/dV kernel, or everything in one launch.
+DQ_MODES = ("separate", "atomic", "fused")
 KEY_FIELDS = ("N", "causal", *CONFIG_FIELDS, "dq_mode")
 GRAD_TOLERANCE = 3e-2     # relative Frobenius error of each gradient against SDPA's, bf16
 

@@ -96,10 +96,8 @@ def child_bias(args) -> dict:
     kernel = autotuned_kernel(configs, long_bench=bool(args.long_bench))
     call(kernel, args.N, bool(args.causal))
     best = kernel.best_config
-    timings = {f"{c.kwargs['Q_TILE_SIZE']},{c.kwargs['K_TILE_SIZE']},{c.num_warps},{c.num_stages}": t[0]
-               for c, t in kernel.configs_timings.items()}
-    return {"picked": f"{best.kwargs['Q_TILE_SIZE']},{best.kwargs['K_TILE_SIZE']},{best.num_warps},{best.num_stages}",
-            "timings_ms": timings}
+    timings = {Config.of_triton(c).key: t[0] for c, t in kernel.configs_timings.items()}
+    return {"picked": Config.of_triton(best).key, "timings_ms": timings}
 
 
 def child_careful(args) -> dict:

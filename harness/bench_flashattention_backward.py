@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the fa2lab pa
 
 from fa2lab import shapes  # noqa: E402
 from fa2lab.shapes import BWD_FLOP_FACTOR, FWD_BWD_FLOP_FACTOR  # noqa: E402
+from fa2lab.sweep_backward import DQ_MODES  # noqa: E402
 
 
 def backward_impl(cls) -> str:
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--N", type=int, nargs="*", default=list(shapes.SEQ_LENS), help="sequence lengths")
     ap.add_argument("--causal", choices=["both", "0", "1"], default="both", help="which masks")
-    ap.add_argument("--dq-mode", choices=["default", "separate", "atomic", "fused"], default="default",
+    ap.add_argument("--dq-mode", choices=["default", *DQ_MODES], default="default",
                     help="override FlashAttentionTriton.BACKWARD_DQ_MODE (versions that have it)")
     ap.add_argument("--config", default=None,
                     help="override FlashAttentionTriton.BACKWARD_CONFIG: 'DKDV_Q,DKDV_K,DQ_Q,DQ_K,WARPS,STAGES'")

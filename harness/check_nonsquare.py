@@ -28,12 +28,19 @@ def check_one(name: str, quick: bool, shard: tuple[int, int], skip: frozenset) -
     """One shard of one version's check, in a worker process of --jobs."""
     from fa2lab.nonsquare import check_version
 
-    if not torch.cuda.is_available():
-        from fa2lab.interpret import patch_interpreter
-
-        patch_interpreter()
-
+    interpret_without_gpu()
     return (name, *check_version(name, quick, shard=shard, skip=skip))
+
+
+def interpret_without_gpu() -> bool:
+    """Without a CUDA GPU, patch Triton's interpreter for the kernels (in the main process and in each
+    worker of --jobs) and say so by returning True."""
+    if torch.cuda.is_available():
+        return False
+    from fa2lab.interpret import patch_interpreter
+
+    patch_interpreter()
+    return True
 
 
 def main(argv=None) -> int:
@@ -46,7 +53,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel", default="all", help="a version, a comma-separated list, or 'all'")
     ap.add_argument("--quick", action="store_true", help="the small subset CI runs")
     ap.add_argument("--save", action="store_true",
-                    help="append rows to results/<gpu>/checks/nonsquare.csv, each version as it finishes")
+                    help="append rows to results/<gpu>/checks/nonsquare.csv, as each version (or shard) finishes")
     ap.add_argument("--no-resume", dest="resume", action="store_false",
                     help="with --save: check again the cases already saved at this git commit")
     ap.add_argument("--jobs", type=int, default=1,
@@ -56,10 +63,7 @@ def main(argv=None) -> int:
     if args.jobs < 1:
         ap.error(f"--jobs must be at least 1, got {args.jobs}")
 
-    if not torch.cuda.is_available():
-        from fa2lab.interpret import patch_interpreter
-
-        patch_interpreter()
+    if interpret_without_gpu():
         print("no CUDA GPU: running under Triton's CPU interpreter")
     if args.save and not torch.cuda.is_available():
         print("--save needs a GPU: interpreter runs are checks, not results", file=sys.stderr)

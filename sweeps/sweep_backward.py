@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import shapes  # noqa: E402
+from fa2lab.sweep_backward import DQ_MODES  # noqa: E402
 
 NAME = "flash_backward_triton"
 
@@ -31,7 +32,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--N", type=int, nargs="*", default=list(shapes.SEQ_LENS), help="sequence lengths")
     ap.add_argument("--causal", choices=["both", "0", "1"], default="both", help="which masks")
-    ap.add_argument("--dq-mode", choices=["separate", "atomic", "fused"], default="separate",
+    ap.add_argument("--dq-mode", choices=DQ_MODES, default="separate",
                     help="dQ in its own kernel (separate) or accumulated with atomics in the dK/dV kernel")
     ap.add_argument("--limit-minutes", type=float, default=None, help="stop measuring after this long (rerun to resume)")
     ap.add_argument("--max-configs", type=int, default=None, help="only the first K configurations (smoke test)")

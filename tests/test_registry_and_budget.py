@@ -137,3 +137,12 @@ def test_explain_names_the_hopper_extra_stage_and_the_p_buffer():
     assert "P buffer" in budget.explain(Config(16, 16, 4, 3), 10752, arch="sm_90")
     # fp32 at D = 128 on the H200 (budget table): 131,072 compiled, explained by the extra stage alone.
     assert budget.predicted_shared_bytes(Config(64, 32, 4, 3), 128, 4, "sm_90") == 131072
+
+
+def test_a_triton_config_reads_back_as_the_config_it_was_built_from():
+    """Config.of_triton inverts fa2lab.launch.autotune_configs: rows name autotuner candidates by it."""
+    from fa2lab.launch import autotune_configs
+
+    cfgs = [Config(128, 64, 8, 3), Config(64, 32, 4, 2)]
+    assert [Config.of_triton(c) for c in autotune_configs(cfgs)] == cfgs
+    assert Config.of_triton(autotune_configs(cfgs)[0]).key == "128,64,8,3"

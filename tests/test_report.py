@@ -233,7 +233,7 @@ def test_both_sweeps_and_their_picks(full_root):
     # best is the winner itself
     assert "| 4096 | no | 128×64, 8w, 4s | 200.0 | – | 100.0 (50%) | 200.0 (100%) | 64×32, 4w, 3s: 63.5 |" in text
     assert "single winner (1): `64,32,4,3`; per-shape winners (2): `128,64,8,4`, `64,32,4,3`; short list (2)" in text
-    assert f"Picks: not measured yet (`invoke pick-configs --kernel v4_exp2` writes " in text
+    assert "Picks: not measured yet (`invoke pick-configs --kernel v4_exp2` writes " in text
     # Round 1's claims read Round 1's sweep
     c = claim(full_root, "Every query tile peaks")
     assert c.source.endswith("sweep/v0_baseline.csv")

@@ -84,9 +84,9 @@ import triton.language as tl
 from fa2lab.checks import SUPPORTED_DTYPES, validate_qkv
 from fa2lab.hostpath import LaunchCache, aligned_cuda, compiled_or_none, run_compiled
 from fa2lab.launch import device_arch
+from fa2lab.sweep_backward import DQ_MODES
 
 LOG2E = 1.4426950408889634  # log2(e): natural-log L -> log2 units
-DQ_MODES = ("separate", "atomic", "fused")
 
 
 # ----------------------------------------------------------------------------------------
