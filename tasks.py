@@ -82,8 +82,8 @@ def test(c, kernel="all", unit=True, k="", workers=0):
             "pause": "seconds to pause before each run", "N": "comma-separated sequence lengths (default: harness)",
             "causal": "both, 0 or 1", "graphs": "also time CUDA-graph replay and host time per call",
             "mode": "fwd (the article's harness) or bwd (forward+backward and backward-only, issue 7)",
-            "dq_mode": "with --mode bwd: default, separate, atomic or fused (how the Triton backward computes dQ; "
-                       "fused: the whole backward in one launch)"})
+            "dq_mode": "with --mode bwd: default, auto, separate, atomic or fused (how the Triton backward computes dQ; "
+                       "fused: the whole backward in one launch; auto: fused for small problems, else separate)"})
 def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=True, mode="fwd", dq_mode="default"):
     """Run the unchanged harness for one or more versions and print medians of the per-run ratio to SDPA.
 
@@ -99,10 +99,10 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
         raise Exit(f"--mode must be fwd or bwd, not {mode!r}", code=2)
     args = ["--causal", causal] + (["--N", *N.split(",")] if N else [])
     chosen = versions.resolve(kernel)
-    from fa2lab.sweep_backward import DQ_MODES
+    from fa2lab.sweep_backward import DQ_CHOICES
 
-    if dq_mode not in ("default", *DQ_MODES):
-        raise Exit(f"--dq-mode must be default or one of {', '.join(DQ_MODES)}, not {dq_mode!r}", code=2)
+    if dq_mode not in ("default", *DQ_CHOICES):
+        raise Exit(f"--dq-mode must be default or one of {', '.join(DQ_CHOICES)}, not {dq_mode!r}", code=2)
     if mode == "bwd":
         run_protocol(chosen, int(runs), float(pause), args + ["--dq-mode", dq_mode], HARNESS_BWD)
         print(f"rows in {gpu_dir() / 'bench_bwd'}")
@@ -279,12 +279,14 @@ def report(c, out="RESULTS.md"):
         raise Exit("report failed", code=1)
 
 
-@task(help={"name": "pcast, launch-order, timing, other-shapes or exp2-poly", "N": "comma-separated sequence lengths",
+@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid or bwd-modes",
+            "N": "comma-separated sequence lengths",
             "rounds": "interleaved timing rounds"})
 def experiment(c, name, N="", rounds=5):
     """Experiments beyond the harness: pcast (where P is rounded), launch-order (v6), timing (small N),
     other-shapes (v7 against v6 and SDPA where neither was tuned), exp2-poly (v7 with part of the
-    softmax's exp2 on the FMA pipe instead of the MUFU).
+    softmax's exp2 on the FMA pipe instead of the MUFU), grid (v7's persistent grid against one program
+    per tile), bwd-modes (the backward's separate and fused dQ modes: GPU, host and do_bench times).
 
     Rows go to results/<gpu>/experiments/<name>.csv."""
     _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")

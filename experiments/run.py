@@ -5,8 +5,11 @@
     python experiments/run.py timing         # small N: do_bench against CUDA-graph replay (the harness, N = 512, 1024)
     python experiments/run.py other-shapes   # v7 against v6 and SDPA on shapes neither was tuned on (B, H, N, D = 128)
     python experiments/run.py exp2-poly      # v7 with part of the softmax's exp2 on the FMA pipe (EXP2_POLY 0, 2, 4)
+    python experiments/run.py grid           # v7's persistent grid (1 or 2 programs per SM) against one program per tile
+    python experiments/run.py bwd-modes      # the backward's dQ modes: GPU time (graph replay), host time, do_bench
 
-Each appends rows with provenance to results/<gpu>/experiments/<name>.csv. GPU only.
+Each appends rows with provenance to results/<gpu>/experiments/<name>.csv (grid and bwd-modes after
+every shape, so an interrupted run keeps what it measured). GPU only.
 """
 
 from __future__ import annotations
@@ -233,9 +236,138 @@ def other_shapes(args, save):
     save("other_shapes", rows)
 
 
+def grid(args, save):
+    """v7's persistent grid against its default (one program per (head, query tile)): each with its own
+    autotuned configuration (PERSISTENT is in the autotuner's key), interleaved with SDPA at the harness
+    shape. The persistent grid runs PERSISTENT_PROGRAMS_PER_SM = 2 (v7's setting) and 1."""
+    import torch.nn.functional as F
+
+    from fa2lab.reference import relative_error
+    from fa2lab.versions import load
+
+    FA = load("v7_hopper").FlashAttentionTriton
+    B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
+    variants = {"per_tile": ("per_tile", 2), "persistent_2": ("persistent", 2), "persistent_1": ("persistent", 1)}
+    saved = FA.GRID, FA.PERSISTENT_PROGRAMS_PER_SM
+    try:
+        for causal in (True, False) if args.causal == 2 else (bool(args.causal),):
+            for N in args.Ns:
+                q, k, v = _inputs(N)
+                q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
+                ref = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal).view(B * H, N, D)
+                # Each variant's first call autotunes / compiles and records its launch; the cache's key
+                # holds GRID but not the programs per SM, so each variant keeps its own entries.
+                entries, errors = {}, {}
+                for name, (g, per_sm) in variants.items():
+                    FA.GRID, FA.PERSISTENT_PROGRAMS_PER_SM = g, per_sm
+                    FA.launches.entries = {}
+                    errors[name] = relative_error(FA.apply(q, k, v, causal), ref)
+                    entries[name] = FA.launches.entries
+
+                def variant(name):
+                    g, per_sm = variants[name]
+
+                    def call():
+                        FA.GRID, FA.PERSISTENT_PROGRAMS_PER_SM = g, per_sm
+                        FA.launches.entries = entries[name]
+                        return FA.apply(q, k, v, causal)
+                    return call
+                timed = _interleaved({**{n: variant(n) for n in variants},
+                                      "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)},
+                                     args.rounds)
+                flop, base = shapes.flops(B, H, N, D, causal), timed["per_tile"][0]
+                save("grid", [{"variant": n, "N": N, "causal": int(causal), "ms": t[0], "ms_min": t[1],
+                               "ms_max": t[2], "tflops": shapes.tflops(flop, t[0]),
+                               "pct_of_sdpa": 100.0 * timed["sdpa"][0] / t[0], "speedup_vs_per_tile": base / t[0],
+                               "rel_err_vs_sdpa": errors.get(n, float("nan")), "rounds": args.rounds}
+                              for n, t in timed.items()])
+                print(f"N={N} causal={int(causal)}: " + ", ".join(
+                    f"{n} {t[0]:.3f} ms ({100.0 * timed['sdpa'][0] / t[0]:.1f}% of SDPA)" for n, t in timed.items()),
+                    flush=True)
+    finally:
+        FA.GRID, FA.PERSISTENT_PROGRAMS_PER_SM = saved
+        FA.launches.entries = {}
+
+
+def bwd_modes(args, save):
+    """The backward's dQ modes on v7's forward at the harness shape, to place dq_mode="auto"'s threshold:
+    per mode, the GPU's time (CUDA-graph replay of the backward called directly: no host in it), the
+    host's time per autograd backward (fa2lab.timing.host_us_per_call) and the harness's number (do_bench
+    of autograd.grad on a kept graph), with SDPA's default and FLASH_ATTENTION backends in the same rounds."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from fa2lab.reference import relative_error, saved_lse
+    from fa2lab.timing import bench_graph_ms, bench_ms, host_us_per_call
+    from fa2lab.versions import load, load_shared
+
+    FA, bk = load("v7_hopper").FlashAttentionTriton, load_shared("flash_backward_triton")
+    B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
+    modes = ("separate", "fused")
+    saved_mode = FA.BACKWARD_DQ_MODE
+    try:
+        for causal in (True, False) if args.causal == 2 else (bool(args.causal),):
+            for N in args.Ns:
+                q, k, v = (t.requires_grad_() for t in _inputs(N))
+                dO = torch.randn_like(q)
+                q4, k4, v4 = (t.detach().view(B, H, N, D).requires_grad_() for t in (q, k, v))
+                O = FA.apply(q, k, v, causal)
+                Od, L = O.detach(), saved_lse(O)
+                O_s = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    O_f = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+                ref = torch.autograd.grad(O_s, (q4, k4, v4), dO.view(B, H, N, D), retain_graph=True)
+
+                def autograd_of(mode):
+                    def call():
+                        FA.BACKWARD_DQ_MODE = mode
+                        return torch.autograd.grad(O, (q, k, v), dO, retain_graph=True)
+                    return call
+
+                calls = {m: autograd_of(m) for m in modes} | {
+                    "sdpa": lambda: torch.autograd.grad(O_s, (q4, k4, v4), dO.view(B, H, N, D), retain_graph=True),
+                    "sdpa_flash": lambda: torch.autograd.grad(O_f, (q4, k4, v4), dO.view(B, H, N, D),
+                                                              retain_graph=True)}
+                direct = {m: (lambda m=m: bk.flash_attention_backward(q.detach(), k.detach(), v.detach(), Od, L, dO,
+                                                                       causal, dq_mode=m)) for m in modes}
+                errors = {m: max(relative_error(a.view(B, H, N, D), b) for a, b in zip(calls[m](), ref)) for m in modes}
+                for m in modes:   # the direct call's first (checked, compiling) run, before any graph capture
+                    direct[m]()
+                samples = {(w, m): [] for m in calls for w in ("do_bench", "host", "graph")
+                           if w != "graph" or m in modes}
+                for _ in range(args.rounds):   # interleaved, so a slow moment hits every mode alike
+                    for m, fn in calls.items():
+                        samples[("do_bench", m)].append(bench_ms(fn) * 1e3)
+                        samples[("host", m)].append(host_us_per_call(fn, calls=100))
+                        if m in modes:
+                            samples[("graph", m)].append(bench_graph_ms(direct[m]) * 1e3)
+                flop = shapes.BWD_FLOP_FACTOR * shapes.flops(B, H, N, D, causal)
+                rows = []
+                for m in calls:
+                    row = {"who": m, "N": N, "causal": int(causal), "rounds": args.rounds,
+                           "auto_picks": bk.auto_dq_mode(B * H, N, N, D, causal) if m in modes else "",
+                           "max_rel_err_vs_sdpa": errors.get(m, float("nan"))}
+                    for w in ("do_bench", "host", "graph"):
+                        xs = samples.get((w, m))
+                        row.update({f"{w}_us": statistics.median(xs) if xs else float("nan"),
+                                    f"{w}_us_min": min(xs) if xs else float("nan"),
+                                    f"{w}_us_max": max(xs) if xs else float("nan")})
+                    row["do_bench_tflops"] = shapes.tflops(flop, row["do_bench_us"] / 1e3)
+                    rows.append(row)
+                save("bwd_modes", rows)
+                print(f"N={N} causal={int(causal)} (µs; auto -> {rows[0]['auto_picks']}): " + "; ".join(
+                    f"{r['who']} do_bench {r['do_bench_us']:.1f} host {r['host_us']:.1f}"
+                    + (f" graph {r['graph_us']:.1f}" if r["who"] in modes else "") for r in rows), flush=True)
+    finally:
+        FA.BACKWARD_DQ_MODE = saved_mode
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", choices=("pcast", "launch-order", "timing", "other-shapes", "exp2-poly"))
+    ap.add_argument("name", choices=("pcast", "launch-order", "timing", "other-shapes", "exp2-poly", "grid", "bwd-modes"))
     ap.add_argument("--N", dest="Ns", type=int, nargs="*", default=None, help="sequence lengths")
     ap.add_argument("--causal", type=int, choices=(0, 1, 2), default=None, help="0, 1, or 2 for both")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
@@ -244,7 +376,8 @@ def main(argv=None) -> int:
                     help="launch-order, exp2-poly: how many of v6's / v7's candidates")
     args = ap.parse_args(argv)
     defaults = {"pcast": ([4096], 0), "launch-order": ([2048, 4096], 1), "timing": ([512, 1024], 2),
-                "other-shapes": ([0], 2), "exp2-poly": ([2048, 4096], 2)}[args.name]
+                "other-shapes": ([0], 2), "exp2-poly": ([2048, 4096], 2), "grid": ([1024, 2048, 4096], 2),
+                "bwd-modes": (list(shapes.SEQ_LENS), 2)}[args.name]
     args.Ns = args.Ns or defaults[0]
     args.causal = defaults[1] if args.causal is None else args.causal
     args.N = args.Ns[0]
@@ -264,7 +397,7 @@ def main(argv=None) -> int:
         print(f"wrote {len(rows)} rows to {path}")
 
     {"pcast": pcast, "launch-order": launch_order, "timing": timing, "other-shapes": other_shapes,
-     "exp2-poly": exp2_poly}[args.name](args, save)
+     "exp2-poly": exp2_poly, "grid": grid, "bwd-modes": bwd_modes}[args.name](args, save)
     return 0
 
 

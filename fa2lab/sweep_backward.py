@@ -34,6 +34,9 @@ CONFIG_FIELDS = ("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_wa
 # How the Triton backward computes dQ (flash_attention_backward's dq_mode; the harness, the sweep and the
 # tasks offer the same): its own kernel, atomics in the dK/dV kernel, or everything in one launch.
 DQ_MODES = ("separate", "atomic", "fused")
+# What a caller may ask for: a mode, or "auto" (v6's and v7's default), which runs "fused" when the problem
+# is small enough for the host to dominate and "separate" otherwise (flash_backward_triton.auto_dq_mode).
+DQ_CHOICES = ("auto", *DQ_MODES)
 KEY_FIELDS = ("N", "causal", *CONFIG_FIELDS, "dq_mode")
 GRAD_TOLERANCE = 3e-2     # relative Frobenius error of each gradient against SDPA's, bf16
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the fa2lab pa
 
 from fa2lab import shapes  # noqa: E402
 from fa2lab.shapes import BWD_FLOP_FACTOR, FWD_BWD_FLOP_FACTOR  # noqa: E402
-from fa2lab.sweep_backward import DQ_MODES  # noqa: E402
+from fa2lab.sweep_backward import DQ_CHOICES  # noqa: E402
 
 
 def backward_impl(cls) -> str:
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--N", type=int, nargs="*", default=list(shapes.SEQ_LENS), help="sequence lengths")
     ap.add_argument("--causal", choices=["both", "0", "1"], default="both", help="which masks")
-    ap.add_argument("--dq-mode", choices=["default", *DQ_MODES], default="default",
+    ap.add_argument("--dq-mode", choices=["default", *DQ_CHOICES], default="default",
                     help="override FlashAttentionTriton.BACKWARD_DQ_MODE (versions that have it)")
     ap.add_argument("--config", default=None,
                     help="override FlashAttentionTriton.BACKWARD_CONFIG: 'DKDV_Q,DKDV_K,DQ_Q,DQ_K,WARPS,STAGES'")
@@ -169,10 +169,15 @@ def main(argv=None) -> int:
     impl = backward_impl(FlashAttentionTriton)
     dq_mode = getattr(FlashAttentionTriton, "BACKWARD_DQ_MODE", "")
     bwd_config = getattr(FlashAttentionTriton, "BACKWARD_CONFIG", None)
-    if bwd_config is None and hasattr(FlashAttentionTriton, "BACKWARD_CONFIG"):   # the backward's own default
+    ran = (lambda shape: dq_mode)   # the mode each shape runs: "auto" resolves per shape
+    if hasattr(FlashAttentionTriton, "BACKWARD_CONFIG"):   # the Triton backward
         from fa2lab.versions import load_shared
 
-        bwd_config = load_shared("flash_backward_triton").default_config(shapes.HEAD_DIM, torch.bfloat16)
+        bk = load_shared("flash_backward_triton")
+        if bwd_config is None:   # the backward's own default
+            bwd_config = bk.default_config(shapes.HEAD_DIM, torch.bfloat16)
+        if dq_mode == "auto":
+            ran = (lambda shape: bk.auto_dq_mode(shape.B * shape.H, shape.N, shape.N, shape.D, shape.causal))
     bwd_config = str(bwd_config or "")
     masks = shapes.masks_from(args.causal)
     env = environment()
@@ -188,7 +193,7 @@ def main(argv=None) -> int:
         bwd_flop, fb_flop = BWD_FLOP_FACTOR * fwd_flop, FWD_BWD_FLOP_FACTOR * fwd_flop
         row = {
             "version": version.name, "run_id": args.run_id, "date": now(),
-            "backward_impl": impl, "dq_mode": dq_mode, "bwd_config": bwd_config,
+            "backward_impl": impl, "dq_mode": dq_mode, "dq_mode_ran": ran(shape), "bwd_config": bwd_config,
             "B": shape.B, "H": shape.H, "N": shape.N, "D": shape.D, "dtype": shapes.DTYPE_NAME,
             "causal": int(shape.causal), "fwd_flops": fwd_flop, "bwd_flops": bwd_flop, "fwd_bwd_flops": fb_flop,
             **m,

@@ -22,11 +22,14 @@ go to results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
 and, for versions with the Triton backward (v6, v7):
   sdpa_backward     autograd.grad through SDPA on a kept graph
   sdpa_flash_backward  the same through SDPA's FLASH_ATTENTION backend
-  backward          autograd.grad through FlashAttentionTriton on a kept graph (what bench --mode bwd times)
+  backward          autograd.grad through FlashAttentionTriton on a kept graph (what bench --mode bwd times),
+                    in the version's BACKWARD_DQ_MODE ("auto": fused or separate by the problem's size)
+  backward_separate, backward_fused   the same with that dQ mode forced
   backward_nop      the same through a Python torch.autograd.Function that saves the same five tensors and
                     launches nothing: the floor of any backward written as one (autograd's engine and the
                     Python node)
-  backward_direct   flash_attention_backward called directly: its checks, allocations and three launches
+  backward_direct   flash_attention_backward called directly: its key, four allocations and three launches
+  backward_direct_fused   the same in dq_mode="fused": three allocations and one launch
 
 apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch.
 """
@@ -43,7 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fa2lab import shapes  # noqa: E402
 
 STEPS = ("sdpa", "apply", "apply_grad", "function_nop", "cache_hit", "signature", "allocate", "descriptors", "launch",
-         "sdpa_backward", "sdpa_flash_backward", "backward", "backward_nop", "backward_direct")
+         "sdpa_backward", "sdpa_flash_backward", "backward", "backward_separate", "backward_fused", "backward_nop",
+         "backward_direct", "backward_direct_fused")
 
 
 def step_functions(module, N: int, causal: bool) -> dict:
@@ -107,7 +111,22 @@ def step_functions(module, N: int, causal: bool) -> dict:
         fns["sdpa_backward"] = lambda: torch.autograd.grad(O_s, (q4g, k4g, v4g), dO.view(B, H, N, D),
                                                             retain_graph=True)
         fns["backward"] = lambda: torch.autograd.grad(O_g, (qg, kg, vg), dO, retain_graph=True)
-        fns["backward_direct"] = lambda: bwd.flash_attention_backward(q, k, v, O_g.detach(), L_g, dO, causal)
+
+        def backward_in(mode):
+            def call():
+                cls.BACKWARD_DQ_MODE = mode
+                try:
+                    return torch.autograd.grad(O_g, (qg, kg, vg), dO, retain_graph=True)
+                finally:
+                    cls.BACKWARD_DQ_MODE = default_mode
+            return call
+
+        default_mode = cls.BACKWARD_DQ_MODE
+        fns["backward_separate"], fns["backward_fused"] = backward_in("separate"), backward_in("fused")
+        O_d = O_g.detach()
+        fns["backward_direct"] = lambda: bwd.flash_attention_backward(q, k, v, O_d, L_g, dO, causal)
+        fns["backward_direct_fused"] = lambda: bwd.flash_attention_backward(q, k, v, O_d, L_g, dO, causal,
+                                                                            dq_mode="fused")
         grads = tuple(torch.zeros_like(t) for t in (q, k, v))
 
         class NopBackward(torch.autograd.Function):   # saves what FlashAttentionTriton saves, launches nothing

@@ -107,7 +107,7 @@ def check(grads, Q, K, V, O, L, dO, causal, tol, label=""):
         assert erc <= tol, f"{label} d{name}: relative error {erc:.2e} vs backward_from_lse > {tol:.0e}"
 
 
-@pytest.mark.parametrize("dq_mode", fb.DQ_MODES)
+@pytest.mark.parametrize("dq_mode", fb.DQ_CHOICES)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_gradients_match_references(case, dq_mode):
     _, N_q, N_k, D, dtype, causal, cfg = case
@@ -223,7 +223,7 @@ def test_bad_inputs_raise_clear_errors(mutate, error, match):
 
 def test_bad_options_raise_clear_errors():
     Q, K, V, O, L, dO = _ok_inputs()
-    with pytest.raises(ValueError, match="dq_mode must be one of separate, atomic, fused"):
+    with pytest.raises(ValueError, match="dq_mode must be one of auto, separate, atomic, fused"):
         flash_attention_backward(Q, K, V, O, L, dO, False, dq_mode="fast")
     with pytest.raises(ValueError, match="dkdv_k_tile must be a power of two >= 16"):
         flash_attention_backward(Q, K, V, O, L, dO, False, config=BackwardConfig(dkdv_k_tile=24))
@@ -318,3 +318,108 @@ def test_backward_replay_matches_the_checked_path(monkeypatch, dq_mode):
             assert torch.equal(a, b)
         else:   # atomics add in a varying order
             assert relative_error(b, a) < 1e-2
+
+
+# --- dq_mode="auto" and autograd's entry (backward_after_forward)
+
+def test_auto_mode_fuses_exactly_the_problems_up_to_the_threshold():
+    """On the H200's 132 SMs the harness shapes (B*H = 32, D = 64) split at N = 1024 non-causal and
+    N = 1024 causal (fused) against N = 2048 either way (separate); the rule scales with the SMs."""
+    sms = 132
+    assert [fb.auto_dq_mode(32, n, n, 64, False, sms) for n in (512, 1024, 2048, 4096)] == \
+        ["fused", "fused", "separate", "separate"]
+    assert [fb.auto_dq_mode(32, n, n, 64, True, sms) for n in (512, 1024, 2048, 4096)] == \
+        ["fused", "fused", "separate", "separate"]
+    assert fb.auto_dq_mode(32, 1024, 1024, 128, False, sms) == "separate"   # twice the work per pair
+    assert fb.auto_dq_mode(32, 2048, 2048, 64, False, 4 * sms) == "fused"   # four times the SMs
+    limit = fb.AUTO_FUSED_MAX_WORK_PER_SM
+    assert fb.auto_dq_mode(1, limit // 64, 1, 64, False, 1) == "fused"
+    assert fb.auto_dq_mode(1, limit // 64 + 1, 1, 64, False, 1) == "separate"
+
+
+@pytest.mark.parametrize("limit, expect", [(2 ** 40, "fused"), (0, "separate")])
+def test_auto_mode_launches_what_auto_dq_mode_says(monkeypatch, limit, expect):
+    """dq_mode="auto" resolves in the checked path and then runs that mode's kernels: spied here."""
+    monkeypatch.setattr(fb, "AUTO_FUSED_MAX_WORK_PER_SM", limit)
+    monkeypatch.setattr(fb, "LAUNCHES", fb.LaunchCache())
+    ran = []
+    real = fb._checked_fused
+    monkeypatch.setattr(fb, "_checked_fused", lambda *a: (ran.append("fused"), real(*a))[1])
+    Q, K, V, O, L, dO = make_inputs(2, 48, 80, 32, BF16, True)
+    grads = flash_attention_backward(Q, K, V, O, L, dO, True, dq_mode="auto")
+    assert ran == (["fused"] if expect == "fused" else [])
+    check(grads, Q, K, V, O, L, dO, True, REL_TOL[BF16], label=f"auto -> {expect}")
+
+
+def test_forward_keyed_signature_covers_do_and_the_options(monkeypatch):
+    """The forward's key stands for Q, K, V, O, L; what else selects the launch must be in the key."""
+    Q, K, V, O, L, dO = _ok_inputs()
+    assert fb.forward_keyed_signature(("fwd-key",), dO, False, None, "auto") is None   # CPU dO
+    monkeypatch.setattr(fb, "aligned_cuda", lambda *t: True)
+    assert fb.forward_keyed_signature(None, dO, False, None, "auto") is None        # uncached forward
+    base = fb.forward_keyed_signature(("fwd-key",), dO, False, None, "auto")
+    others = [
+        fb.forward_keyed_signature(("other-fwd-key",), dO, False, None, "auto"),
+        fb.forward_keyed_signature(("fwd-key",), dO.double(), False, None, "auto"),
+        fb.forward_keyed_signature(("fwd-key",), dO.transpose(1, 2).contiguous().transpose(1, 2), False, None,
+                                   "auto"),
+        fb.forward_keyed_signature(("fwd-key",), dO, True, None, "auto"),
+        fb.forward_keyed_signature(("fwd-key",), dO, False, KEY_WIDER, "auto"),
+        fb.forward_keyed_signature(("fwd-key",), dO, False, None, "separate"),
+    ]
+    assert base is not None and all(k is not None and k != base for k in others)
+    assert len(set(others)) == len(others)
+    assert base not in {fb.backward_signature(Q, K, V, O, L, dO, False, None, "auto", False)}
+
+
+def test_backward_after_forward_replays_by_the_forward_key(monkeypatch):
+    """With a forward key the second call replays; without one it is flash_attention_backward's own
+    signature (here: CPU tensors, so the checked path every time)."""
+    calls = []
+
+    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict):
+        calls.append(dq_mode)
+        return Q * 0, K * 0, V * 0, lambda *a: (calls.append("replay"), (Q * 1, K * 1, V * 1))[1]
+
+    monkeypatch.setattr(fb, "_checked_backward", fake_checked)
+    monkeypatch.setattr(fb, "LAUNCHES", fb.LaunchCache())
+    Q, K, V, O, L, dO = _ok_inputs()
+    fb.backward_after_forward(None, Q, K, V, O, L, dO, False)
+    fb.backward_after_forward(None, Q, K, V, O, L, dO, False)
+    assert calls == ["auto", "auto"]
+    monkeypatch.setattr(fb, "aligned_cuda", lambda *t: True)
+    fb.backward_after_forward(("k",), Q, K, V, O, L, dO, False)
+    second = fb.backward_after_forward(("k",), Q, K, V, O, L, dO, False)
+    assert calls == ["auto", "auto", "auto", "replay"] and torch.equal(second[0], Q)
+
+
+@pytest.mark.parametrize("version", ["v6_longest_first", "v7_hopper"])
+@pytest.mark.parametrize("dq_mode", fb.DQ_CHOICES)
+def test_autograd_backward_is_the_direct_call_in_every_mode(monkeypatch, version, dq_mode):
+    """A version's autograd backward, with BACKWARD_DQ_MODE set to each choice, gives the gradients the
+    backward module gives when called directly on the forward's own O and L (same kernels: equal up to
+    the atomics' order), and a second backward with the same shapes is a replay on a GPU."""
+    from fa2lab import versions
+    from fa2lab.interpret import autotuner_of, tile_candidates
+    from fa2lab.reference import saved_lse
+
+    module = versions.load(version)
+    FA = module.FlashAttentionTriton
+    tuner = autotuner_of(module)
+    if tuner is not None and not ON_GPU:   # the interpreter cannot time the autotuner's candidates
+        monkeypatch.setattr(tuner, "configs", tile_candidates(tuner)[:1])
+        monkeypatch.setattr(tuner, "cache", {})
+    bk = versions.load_shared("flash_backward_triton")   # the module the versions use (another copy than fb)
+    monkeypatch.setattr(FA, "BACKWARD_DQ_MODE", dq_mode)
+    monkeypatch.setattr(bk, "LAUNCHES", bk.LaunchCache())
+    Q, K, V, _, _, dO = make_inputs(2, 64, 64, 32, BF16, True)
+    Q, K, V = (t.detach().requires_grad_() for t in (Q, K, V))
+    O = FA.apply(Q, K, V, True)
+    got = torch.autograd.grad(O, (Q, K, V), dO, retain_graph=True)
+    direct = bk.flash_attention_backward(Q.detach(), K.detach(), V.detach(), O.detach(), saved_lse(O), dO, True,
+                                         dq_mode=dq_mode)
+    for name, a, b in zip("QKV", got, direct):
+        assert a.shape == b.shape and a.dtype == b.dtype, name
+        assert relative_error(a.float(), b.float()) < (1e-2 if dq_mode == "atomic" else 1e-6), f"d{name}"
+    torch.autograd.grad(O, (Q, K, V), dO)
+    assert bk.LAUNCHES.stats["fast"] == (1 if ON_GPU else 0)

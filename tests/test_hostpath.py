@@ -219,10 +219,15 @@ def test_repeats_without_gradient_write_l_to_a_kept_scratch(monkeypatch):
     monkeypatch.setattr(LaunchCache, "signature", staticmethod(lambda Q, K, V, mode: ("k", mode)))
     cache.entries[("k", 1)] = rec
     q = torch.zeros(1)
+    class AutogradCtx:   # stands in for autograd's ctx: takes attributes
+        pass
+
+    ctx = AutogradCtx()
     cache(q, q, q, 1, slow=None, ctx=NoGradContext())
-    cache(q, q, q, 1, slow=None, ctx=object())
+    cache(q, q, q, 1, slow=None, ctx=ctx)
     cache(q, q, q, 1, slow=None)
     assert rec.need == [False, True, True] and cache.stats["fast"] == 3
+    assert ctx.launch_key == ("k", 1)   # the backward's cache builds on the forward's key
 
     launched = []
     monkeypatch.setattr(hostpath, "run_compiled", lambda kernel, grid, args, i: launched.append(args))

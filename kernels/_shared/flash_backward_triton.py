@@ -84,9 +84,11 @@ import triton.language as tl
 from fa2lab.checks import SUPPORTED_DTYPES, validate_qkv
 from fa2lab.hostpath import LaunchCache, aligned_cuda, compiled_or_none, run_compiled
 from fa2lab.launch import device_arch
-from fa2lab.sweep_backward import DQ_MODES
+from fa2lab.gpu import facts, has_gpu, interpreting
+from fa2lab import sweep_backward as _dq
 
 LOG2E = 1.4426950408889634  # log2(e): natural-log L -> log2 units
+DQ_MODES, DQ_CHOICES = _dq.DQ_MODES, _dq.DQ_CHOICES   # the kernels' dQ modes, and those plus "auto" (defined once there)
 
 
 # ----------------------------------------------------------------------------------------
@@ -693,6 +695,16 @@ def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, st
             causal, config, dq_mode, strict)
 
 
+def forward_keyed_signature(fwd_key, dO, causal: bool, config, dq_mode: str):
+    """The cache key for autograd's call (FlashAttentionTriton.backward), or None: the forward's own cache
+    key (fa2lab.hostpath.LaunchCache, kept on ctx as `launch_key`) stands for Q, K and V, and so for O and
+    L, which that forward allocated with the layout its launch records; only dO is new. About 30 fewer
+    attribute reads per call than backward_signature, which a direct call still takes."""
+    if fwd_key is None or not aligned_cuda(dO):
+        return None
+    return ("fwd", fwd_key, dO.shape, dO.stride(), dO.dtype, dO.device, causal, config, dq_mode)
+
+
 def validate_backward_inputs(Q, K, V, O, L, dO) -> None:
     """Raise TypeError or ValueError naming the problem with the backward's inputs."""
     validate_qkv(Q, K, V)
@@ -724,8 +736,10 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     Q (B, N_q, D), K and V (B, N_k, D), O and dO like Q, all in one dtype (bf16, fp16, fp32);
     L (B, N_q) float32, the forward's natural-log log-sum-exp of the scaled scores.
     dq_mode "separate" (default) computes dQ in its own kernel, deterministically; "atomic"
-    accumulates it with fp32 atomics inside the dK/dV kernel. Gradients come back in Q's dtype.
-    strict launches exactly `config` (OutOfResources if it does not fit) instead of dropping stages.
+    accumulates it with fp32 atomics inside the dK/dV kernel; "fused" runs everything in one launch;
+    "auto" is "fused" for small problems and "separate" otherwise (auto_dq_mode). Gradients come back
+    in Q's dtype. strict launches exactly `config` (OutOfResources if it does not fit) instead of
+    dropping stages.
     """
     causal = bool(is_causal)
     key = backward_signature(Q, K, V, O, L, dO, causal, config, dq_mode, strict)
@@ -733,12 +747,42 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
                            lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, strict))
 
 
+def backward_after_forward(fwd_key, Q, K, V, O, L, dO, causal: bool, config: BackwardConfig | None = None,
+                           dq_mode: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """flash_attention_backward for a version's autograd backward: Q, K, V, O, L as its forward saved
+    them and `fwd_key`, the forward's cache key (None when the forward took the normal path
+    uncached), which makes the repeat's key cheaper to build (forward_keyed_signature)."""
+    key = forward_keyed_signature(fwd_key, dO, causal, config, dq_mode)
+    if key is None:
+        return flash_attention_backward(Q, K, V, O, L, dO, causal, config=config, dq_mode=dq_mode)
+    return LAUNCHES.lookup(key, (Q, K, V, O, L, dO),
+                           lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, False))
+
+
+# dq_mode="auto": up to this much work per SM the backward runs fused (one launch, no Delta pass), beyond
+# it separate (three launches, but each kernel leaner on the GPU). The unit is (query, key) pairs times D
+# (half the pairs under the causal mask). 2^24 is B*H = 32, N = 1024, D = 64 non-causal on the H200's
+# 132 SMs: the largest harness shape where the host, not the GPU, set the backward's time.
+AUTO_FUSED_MAX_WORK_PER_SM = 2 ** 24
+
+
+def auto_dq_mode(B: int, N_q: int, N_k: int, D: int, causal: bool, sm_count: int | None = None) -> str:
+    """"fused" or "separate" for dq_mode="auto". `sm_count` defaults to this GPU's (fa2lab.gpu.facts); under
+    the interpreter, which runs one program at a time, to 1."""
+    if sm_count is None:
+        sm_count = facts().sm_count if has_gpu() and not interpreting() else 1
+    pairs = B * N_q * N_k * (0.5 if causal else 1.0)
+    return "fused" if pairs * D <= AUTO_FUSED_MAX_WORK_PER_SM * sm_count else "separate"
+
+
 def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool):
     """The normal path: check, choose the configuration, allocate, launch. Returns dQ, dK, dV and
     the BackwardLaunch that repeats it (None under the interpreter)."""
-    if dq_mode not in DQ_MODES:
-        raise ValueError(f"dq_mode must be one of {', '.join(DQ_MODES)}, got {dq_mode!r}")
+    if dq_mode not in DQ_CHOICES:
+        raise ValueError(f"dq_mode must be one of {', '.join(DQ_CHOICES)}, got {dq_mode!r}")
     validate_backward_inputs(Q, K, V, O, L, dO)
+    if dq_mode == "auto":
+        dq_mode = auto_dq_mode(Q.shape[0], Q.shape[1], K.shape[1], Q.shape[2], causal)
     if config is None:
         config = default_config(Q.shape[2], Q.dtype)
     elif not isinstance(config, BackwardConfig):

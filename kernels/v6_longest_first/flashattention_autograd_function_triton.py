@@ -243,7 +243,7 @@ def _checked_launch(Q, K, V, mode):
 class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     LAUNCH_ORDER = "longest_first"   # see LAUNCH_ORDERS; the launch-order experiment changes it
     P_CAST = 0                       # the P-cast experiment's variants (0 is the kernel's choice)
-    BACKWARD_DQ_MODE = "separate"    # dQ in its own kernel ("separate") or by atomics in the dK/dV kernel
+    BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
     launches = LaunchCache()
@@ -270,9 +270,9 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
         if ctx.window:   # the Triton backward has no sliding-window mask
             return autograd_backward(ctx, dO)
         Q, K, V, O, L = ctx.saved_tensors
-        dQ, dK, dV = backward_kernels.flash_attention_backward(
-            Q, K, V, O, L, dO, ctx.is_causal, config=FlashAttentionTriton.BACKWARD_CONFIG,
-            dq_mode=FlashAttentionTriton.BACKWARD_DQ_MODE)
+        dQ, dK, dV = backward_kernels.backward_after_forward(
+            ctx.launch_key, Q, K, V, O, L, dO, ctx.is_causal, FlashAttentionTriton.BACKWARD_CONFIG,
+            FlashAttentionTriton.BACKWARD_DQ_MODE)
         return dQ, dK, dV, None, None
 
 

@@ -573,7 +573,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     GRID = "per_tile"                # "persistent": SM slots loop over work items (an experiment)
     PERSISTENT_PROGRAMS_PER_SM = 2   # programs per SM of the persistent grid (unmeasured guess)
     FORCE_PATH = None                # None (the rules above), "tma" or "v6"
-    BACKWARD_DQ_MODE = "separate"    # dQ in its own kernel ("separate") or by atomics in the dK/dV kernel
+    BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
     launches = LaunchCache()
@@ -598,9 +598,9 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
         if ctx.window:   # the Triton backward has no sliding-window mask
             return autograd_backward(ctx, dO)
         Q, K, V, O, L = ctx.saved_tensors
-        dQ, dK, dV = backward_kernels.flash_attention_backward(
-            Q, K, V, O, L, dO, ctx.is_causal, config=FlashAttentionTriton.BACKWARD_CONFIG,
-            dq_mode=FlashAttentionTriton.BACKWARD_DQ_MODE)
+        dQ, dK, dV = backward_kernels.backward_after_forward(
+            ctx.launch_key, Q, K, V, O, L, dO, ctx.is_causal, FlashAttentionTriton.BACKWARD_CONFIG,
+            FlashAttentionTriton.BACKWARD_DQ_MODE)
         return dQ, dK, dV, None, None
 
 
