@@ -16,6 +16,8 @@
 # it is measured and resume, so a cut costs nothing but time. Steps:
 #   tests             the test file natively for every version, then tests/ (xdist, TEST_WORKERS)
 #   unit-tests        tests/ only (and the report's host-steps test verbosely)
+#   tests-bwd         the test file's gradient tests for v6 and v7 (autograd through the Triton backward)
+#                     and tests/test_backward.py, natively
 #   bench             invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} (interleaved protocol)
 #   bench-bwd         invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper}
 #   bench-bwd-atomic  the same with dQ accumulated by atomics in the dK/dV kernel (issue 7's comparison)
@@ -68,6 +70,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
   case "$s" in
     tests) echo "python3 -m invoke test --workers ${TEST_WORKERS:-12}" ;;
     unit-tests) echo "python3 -m pytest -q -p no:cacheprovider -n ${TEST_WORKERS:-12} tests/; python3 -m pytest -q -p no:cacheprovider -vv tests/test_report.py -k host_steps_per_version" ;;
+    tests-bwd) echo "python3 -m invoke test --kernel v6_longest_first,v7_hopper --no-unit -k gradients --workers ${TEST_WORKERS:-12} && python3 -m pytest -q -p no:cacheprovider -n ${TEST_WORKERS:-12} tests/test_backward.py" ;;
     bench) echo "python3 -m invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} --pause ${PAUSE:-0}" ;;
     bench-bwd) echo "python3 -m invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper} --runs ${RUNS_BWD:-1}" ;;
     bench-bwd-atomic) echo "python3 -m invoke bench --mode bwd --dq-mode atomic --kernel ${BWD_KERNELS:-v6_longest_first} --runs ${RUNS_BWD:-1}" ;;
