@@ -836,13 +836,19 @@ EXPERIMENTS["other_shapes"] = ("who", "B", "H", "N", "D", "causal", "ms", "ms_mi
                                "v7_over_v6", "v7_path", "max_abs_err_vs_sdpa")
 EXPERIMENTS["exp2_poly"] = ("variant", "exp2_poly", "config", "autotuner_pick", "N", "causal", "ms", "ms_min",
                             "ms_max", "tflops", "speedup_vs_exp2_poly0", "rel_err_vs_sdpa")
+EXPERIMENTS["grid"] = ("variant", "N", "causal", "ms", "ms_min", "ms_max", "tflops", "pct_of_sdpa",
+                       "speedup_vs_per_tile", "rel_err_vs_sdpa")
+EXPERIMENTS["bwd_modes"] = ("who", "N", "causal", "auto_picks", *(f"{w}_us{s}" for w in ("do_bench", "host", "graph")
+                                                                  for s in ("", "_min", "_max")))
 EXPERIMENT_KEYS = {"pcast": ("p_cast", "N", "causal"), "launch_order": ("order", "config", "N", "causal"),
                    "timing": ("version", "N", "causal"), "other_shapes": ("who", "B", "H", "N", "D", "causal"),
-                   "exp2_poly": ("variant", "config", "N", "causal")}
+                   "exp2_poly": ("variant", "config", "N", "causal"), "grid": ("variant", "N", "causal"),
+                   "bwd_modes": ("who", "N", "causal")}
 EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke experiment launch-order",
                    "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes",
-                   "exp2_poly": "invoke experiment exp2-poly"}
-EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path")   # columns that are not numbers
+                   "exp2_poly": "invoke experiment exp2-poly", "grid": "invoke experiment grid",
+                   "bwd_modes": "invoke experiment bwd-modes"}
+EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks")   # not numbers
 
 
 def experiment(gpu, root, name: str):
@@ -906,7 +912,7 @@ def section_experiments(gpu, root) -> str:
                  md_table(["version", "N", "causal", "do_bench", *(["no flush"] if nf else []), "graph", "host/call",
                            "SDPA do_bench", *(["SDPA no flush"] if nf else []), "SDPA graph", "SDPA host/call",
                            "% of SDPA (do_bench)", "% of SDPA (graph)", "SM MHz median"], rows)]
-    return "\n".join(text + ["", section_exp2_poly(gpu, root)])
+    return "\n".join(text + ["", section_exp2_poly(gpu, root), "", section_grid(gpu, root)])
 
 
 def section_exp2_poly(gpu, root) -> str:
@@ -937,6 +943,57 @@ def section_exp2_poly(gpu, root) -> str:
         f"v7's autotuner chose for the shape. Errors: relative to SDPA's output. Source: `{rel(path)}`.", "",
         md_table(["N", "causal", "config", "picked", "EXP2_POLY 0", "EXP2_POLY 2", "EXP2_POLY 4", "SDPA ms",
                   "rel. error 0, 2, 4"], rows)])
+
+
+GRID_VARIANTS = ("per_tile", "persistent_2", "persistent_1")
+
+
+def section_grid(gpu, root) -> str:
+    """v7's persistent grid against one program per tile, SDPA in the same rounds (experiments/run.py grid)."""
+    df, path = experiment(gpu, root, "grid")
+    if df is None:
+        return f"v7's persistent grid: {NOT_YET} (`{EXPERIMENT_TASK['grid']}` writes `{rel(path)}`)."
+    rows = []
+    for (causal, N), g in df.groupby(["causal", "N"], sort=True):
+        g = g.set_index("variant")
+
+        def cell(v):
+            if v not in g.index:
+                return "–"
+            r = g.loc[v]
+            return (f"{span(r.ms, r.ms_min, r.ms_max, '.3f')} ({fmt(r.speedup_vs_per_tile, '.3f', '×')}, "
+                    f"{fmt(r.pct_of_sdpa, '.0f', '%')} of SDPA)")
+        rows.append([int(N), "yes" if causal else "no", *(cell(v) for v in GRID_VARIANTS),
+                     fmt(g.ms.get(data.SDPA, float("nan")), ".3f")])
+    return "\n".join([
+        "v7's grid: one program per (head, query tile) (its default) against a persistent grid of 2 or 1 programs "
+        "per SM looping over the work items, each autotuned on its own, SDPA in the same interleaved rounds: ms "
+        f"(min–max), speed-up against one program per tile, % of SDPA. Source: `{rel(path)}`.", "",
+        md_table(["N", "causal", "per tile", "persistent, 2 per SM", "persistent, 1 per SM", "SDPA ms"], rows)])
+
+
+def section_bwd_modes(gpu, root) -> str:
+    """The backward's dQ modes: GPU (graph replay), host and do_bench µs per shape (experiments/run.py bwd_modes)."""
+    df, path = experiment(gpu, root, "bwd_modes")
+    if df is None:
+        return f"The backward's dQ modes, timed apart: {NOT_YET} (`{EXPERIMENT_TASK['bwd_modes']}` writes `{rel(path)}`)."
+    rows = []
+    for (causal, N), g in df.groupby(["causal", "N"], sort=True):
+        g = g.set_index("who")
+
+        def at(who, col, f=".0f"):
+            return fmt(g.at[who, col], f) if who in g.index else "–"
+        picks = g.auto_picks.dropna().astype(str)
+        rows.append([int(N), "yes" if causal else "no", picks[picks != ""].iloc[0] if (picks != "").any() else "–",
+                     *(f"{at(m, 'graph_us')} / {at(m, 'host_us')} / {at(m, 'do_bench_us')}" for m in ("separate", "fused")),
+                     *(f"{at(w, 'host_us')} / {at(w, 'do_bench_us')}" for w in ("sdpa_flash", "sdpa"))])
+    return "\n".join([
+        "The backward's dQ modes timed apart (v7's forward, the harness shape; medians of interleaved rounds, µs): "
+        "GPU = CUDA-graph replay of the backward called directly (no host in it); host = the host's time per "
+        "autograd backward, GPU queue never drained; do_bench = the harness's number for the autograd backward. "
+        "'auto' = the mode dq_mode=\"auto\" runs there. Source: " f"`{rel(path)}`.", "",
+        md_table(["N", "causal", "auto", "separate GPU / host / do_bench", "fused GPU / host / do_bench",
+                  "FLASH host / do_bench", "SDPA default host / do_bench"], rows)])
 
 
 V6, V7 = "v6_longest_first", "v7_hopper"
@@ -1025,6 +1082,9 @@ def backward_summary(gpu, root):
             for c, name in zip(BWD_FLASH + BWD_HOST, ("fb_pct_fa", "b_pct_fa", "host_us", "sdpa_host_us",
                                                        "flash_host_us")):
                 out[name] = pd.to_numeric(g[c].median(), errors="coerce") if c in latest.columns else float("nan")
+            # dq_mode "auto" resolves per shape (the harness's dq_mode_ran column, since commit 3186851)
+            out["ran"] = (g["dq_mode_ran"].agg(lambda x: ",".join(sorted(set(x.dropna().astype(str)))))
+                          if "dq_mode_ran" in latest.columns else "")
             protocol = latest["run_id"].astype(str).str.rsplit("/", n=1).str[0].iloc[0]
             impl = ", ".join(sorted(set(latest["backward_impl"].astype(str)))) if "backward_impl" in latest else "?"
             config = ", ".join(sorted(set(latest["bwd_config"].dropna().astype(str)))) if "bwd_config" in latest else ""
@@ -1042,7 +1102,8 @@ def section_backward(gpu, root) -> str:
     if summary is None:
         return not_yet(title, "invoke bench --kernel v6_longest_first --mode bwd", folder / "<version>.csv")
     host = summary["host_us"].notna().any()
-    rows = [[r.version, r.dq_mode, r.N, "yes" if r.causal else "no", r.runs, fmt(r.fwd_bwd_ms, ".3f"),
+    rows = [[r.version, r.dq_mode + (f" ({r.ran})" if r.ran and r.ran != r.dq_mode else ""), r.N,
+             "yes" if r.causal else "no", r.runs, fmt(r.fwd_bwd_ms, ".3f"),
              fmt(r.fb_pct, ".0f", "%"), fmt(r.fb_pct_fa, ".0f", "%"), fmt(r.bwd_ms, ".3f"), fmt(r.b_pct, ".0f", "%"),
              fmt(r.b_pct_fa, ".0f", "%"), fmt(r.sdpa_fwd_bwd_ms, ".3f"), fmt(r.sdpa_bwd_ms, ".3f")]
             + ([f"{fmt(r.host_us, '.0f')} / {fmt(r.sdpa_host_us, '.0f')} / {fmt(r.flash_host_us, '.0f')}"] if host else [])
@@ -1714,6 +1775,7 @@ def build(root=None) -> str:
                   section_experiments(gpu, root), "",
                   section_other_shapes(gpu, root), "",
                   section_backward(gpu, root), "",
+                  section_bwd_modes(gpu, root), "",
                   section_backward_sweep(gpu, root), "",
                   section_backward_profile(gpu, root), "",
                   section_nonsquare(gpu, root), "",

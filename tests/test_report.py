@@ -369,6 +369,14 @@ def test_backward_medians_of_the_latest_protocol(full_root):
     assert ("v6_longest_first (atomic dQ, dkdv 64x64, dq 64x64, 4w, 3s): 20261129T190000-atomic (2 run(s))"
             in text)
     assert f"| v6_longest_first | atomic | {N} | no | 2 | {fb:.3f} | " in text
+    # dq_mode "auto": the table names the mode each shape ran
+    auto = [{**r, "dq_mode": "auto", "dq_mode_ran": "fused" if r["N"] <= 1024 else "separate",
+             "run_id": r["run_id"].replace("20261129T180000-new", "20261129T200000-auto"),
+             "date": "2026-11-29T20:00:00+00:00"} for r in bwd_rows("v6_longest_first", "20261129T180000-new", [1, 2])]
+    append_rows(full_root / GPU / "bench_bwd" / "v6_longest_first.csv", auto)
+    text = report.build(full_root)
+    assert f"| v6_longest_first | auto (separate) | {N} | no | 2 | {fb:.3f} | " in text
+    assert "| v6_longest_first | auto (fused) | 1024 | no | 2 | " in text
 
 
 MISSING = [("sweep/v0_baseline.csv", "`invoke sweep --kernel v0_baseline` writes"),
@@ -895,3 +903,29 @@ def test_pending_names_unchecked_versions_and_an_unswept_dq_mode(later_root):
     append_rows(path, bwd_sweep_rows(("separate",)))
     assert ("- the backward sweep with atomic dQ: not measured yet (`invoke sweep-backward --dq-mode atomic`)"
             in report.section_pending(GPU, later_root))
+
+
+def test_grid_and_bwd_modes_tables(full_root):
+    """The two experiments of this round: v7's grid variants per shape, and the backward's dQ modes with the
+    mode "auto" picks; before they ran, each says which task writes which file."""
+    text = report.build(full_root)
+    assert "v7's persistent grid: not measured yet (`invoke experiment grid` writes" in text
+    assert "The backward's dQ modes, timed apart: not measured yet (`invoke experiment bwd-modes` writes" in text
+    folder = full_root / GPU / "experiments"
+    append_rows(folder / "grid.csv", [
+        {"variant": v, "N": 4096, "causal": 0, "ms": ms, "ms_min": ms * 0.99, "ms_max": ms * 1.01, "tflops": 1.0,
+         "pct_of_sdpa": 100 * 0.30 / ms, "speedup_vs_per_tile": 0.32 / ms, "rel_err_vs_sdpa": 1e-5, "rounds": 5}
+        for v, ms in (("per_tile", 0.32), ("persistent_2", 0.34), ("persistent_1", 0.36), ("sdpa", 0.30))])
+    rows = []
+    for who, graph, host, bench in (("separate", 60, 170, 150), ("fused", 70, 130, 120), ("sdpa", None, 110, 90),
+                                    ("sdpa_flash", None, 140, 125)):
+        row = {"who": who, "N": 1024, "causal": 1, "auto_picks": "fused" if graph else "", "rounds": 5}
+        for w, x in (("do_bench", bench), ("host", host), ("graph", graph)):
+            x = float("nan") if x is None else float(x)
+            row.update({f"{w}_us": x, f"{w}_us_min": x - 1, f"{w}_us_max": x + 1})
+        rows.append(row)
+    append_rows(folder / "bwd_modes.csv", rows)
+    text = report.build(full_root)
+    assert ("| 4096 | no | 0.320 (0.317–0.323) (1.000×, 94% of SDPA) | 0.340 (0.337–0.343) (0.941×, 88% of SDPA) | "
+            "0.360 (0.356–0.364) (0.889×, 83% of SDPA) | 0.300 |") in text
+    assert "| 1024 | yes | fused | 60 / 170 / 150 | 70 / 130 / 120 | 140 / 125 | 110 / 90 |" in text
