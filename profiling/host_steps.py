@@ -29,7 +29,10 @@ and, for versions with the Triton backward (v6, v7):
                     launches nothing: the floor of any backward written as one (autograd's engine and the
                     Python node)
   backward_direct   flash_attention_backward called directly: its key, four allocations and three launches
-  backward_direct_fused   the same in dq_mode="fused": three allocations and one launch
+  backward_direct_fused   the same in dq_mode="fused": its key, one to three allocations and one launch
+  backward_key      autograd's backward key (the forward's key + dO: forward_keyed_signature) and the lookup
+  backward_alloc    the fused launch's gradient allocation (gradient_buffers: one block for Q and K of one shape)
+  backward_launch   the fused kernel's launch alone (CompiledKernel.run, gradients preallocated)
 
 apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch.
 """
@@ -47,7 +50,7 @@ from fa2lab import shapes  # noqa: E402
 
 STEPS = ("sdpa", "apply", "apply_grad", "function_nop", "cache_hit", "signature", "allocate", "descriptors", "launch",
          "sdpa_backward", "sdpa_flash_backward", "backward", "backward_separate", "backward_fused", "backward_nop",
-         "backward_direct", "backward_direct_fused")
+         "backward_direct", "backward_direct_fused", "backward_key", "backward_alloc", "backward_launch")
 
 
 def step_functions(module, N: int, causal: bool) -> dict:
@@ -127,6 +130,15 @@ def step_functions(module, N: int, causal: bool) -> dict:
         fns["backward_direct"] = lambda: bwd.flash_attention_backward(q, k, v, O_d, L_g, dO, causal)
         fns["backward_direct_fused"] = lambda: bwd.flash_attention_backward(q, k, v, O_d, L_g, dO, causal,
                                                                             dq_mode="fused")
+        fns["backward_direct_fused"]()   # records the fused launch, timed apart below
+        fused = bwd.LAUNCHES.entries[bwd.backward_signature(q, k, v, O_d, L_g, dO, causal, None, "fused", False)]
+        fused_grads = bwd.gradient_buffers(q, k, fused.stack)   # dQ, dK, dV
+        fns["backward_key"] = lambda: bwd.LAUNCHES.entries.get(
+            bwd.forward_keyed_signature(key, dO, causal, None, cls.BACKWARD_DQ_MODE))
+        fns["backward_alloc"] = lambda: bwd.gradient_buffers(q, k, fused.stack)
+        fns["backward_launch"] = lambda: run_compiled(fused.dkdv, fused.grids[0], (q, k, v, dO, O_d, L_g, *fused_grads[1:],
+                                                                                    fused_grads[0], *fused.tails[0]),
+                                                      q.device.index)
         grads = tuple(torch.zeros_like(t) for t in (q, k, v))
 
         class NopBackward(torch.autograd.Function):   # saves what FlashAttentionTriton saves, launches nothing

@@ -354,7 +354,7 @@ def test_auto_mode_launches_what_auto_dq_mode_says(monkeypatch, limit, expect):
 def test_forward_keyed_signature_covers_do_and_the_options(monkeypatch):
     """The forward's key stands for Q, K, V, O, L; what else selects the launch must be in the key."""
     Q, K, V, O, L, dO = _ok_inputs()
-    assert fb.forward_keyed_signature(("fwd-key",), dO, False, None, "auto") is None   # CPU dO
+    assert fb.forward_keyed_signature(("fwd-key",), dO.cpu(), False, None, "auto") is None   # CPU dO
     monkeypatch.setattr(fb, "aligned_cuda", lambda *t: True)
     assert fb.forward_keyed_signature(None, dO, False, None, "auto") is None        # uncached forward
     base = fb.forward_keyed_signature(("fwd-key",), dO, False, None, "auto")
@@ -383,7 +383,7 @@ def test_backward_after_forward_replays_by_the_forward_key(monkeypatch):
 
     monkeypatch.setattr(fb, "_checked_backward", fake_checked)
     monkeypatch.setattr(fb, "LAUNCHES", fb.LaunchCache())
-    Q, K, V, O, L, dO = _ok_inputs()
+    Q, K, V, O, L, dO = (t.cpu() for t in _ok_inputs())   # CPU tensors: no signature, on a GPU machine too
     fb.backward_after_forward(None, Q, K, V, O, L, dO, False)
     fb.backward_after_forward(None, Q, K, V, O, L, dO, False)
     assert calls == ["auto", "auto"]
@@ -423,3 +423,24 @@ def test_autograd_backward_is_the_direct_call_in_every_mode(monkeypatch, version
         assert relative_error(a.float(), b.float()) < (1e-2 if dq_mode == "atomic" else 1e-6), f"d{name}"
     torch.autograd.grad(O, (Q, K, V), dO)
     assert bk.LAUNCHES.stats["fast"] == (1 if ON_GPU else 0)
+
+
+def test_gradient_buffers_stack_only_what_stays_aligned():
+    """One allocation split into dQ, dK, dV (self-attention), or into dK, dV: contiguous views, each
+    slice 16-byte aligned like a fresh allocation (a recorded launch assumes it), no two overlapping."""
+    Q, K = torch.empty(2, 64, 32, dtype=BF16), torch.empty(2, 48, 32, dtype=BF16)
+    assert fb.gradient_stack(Q, Q, False) == 3 and fb.gradient_stack(Q, K, False) == 2
+    assert fb.gradient_stack(Q, Q, True) == 2                                 # atomic dQ is fp32 zeros
+    assert fb.gradient_stack(Q, torch.empty(1, 3, 3, dtype=BF16), False) == 0   # 18 bytes per slice
+    for q, k, atomic in ((Q, Q, False), (Q, K, False), (Q, Q, True), (Q, torch.empty(1, 3, 3, dtype=BF16), False)):
+        stack = fb.gradient_stack(q, k, atomic)
+        dQ, dK, dV = fb.gradient_buffers(q, k, stack, atomic)
+        assert dQ.shape == q.shape and dK.shape == dV.shape == k.shape
+        assert dQ.dtype == (torch.float32 if atomic else q.dtype) and dK.dtype == dV.dtype == k.dtype
+        assert all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (dQ, dK, dV)) or stack == 0
+        if atomic:
+            assert not dQ.any()
+        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in (dQ, dK, dV))
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "gradients overlap"
+        shared = len({t.untyped_storage().data_ptr() for t in (dQ, dK, dV)})
+        assert shared == {3: 1, 2: 2, 0: 3}[stack]

@@ -640,24 +640,22 @@ class BackwardLaunch:
     grids: tuple               # one 3-D grid per kernel, in launch order
     tails: tuple               # per kernel, every argument after its tensors (constexprs included)
     delta_shape: tuple
+    stack: int = 0             # how the gradients are allocated (gradient_stack)
 
     def __call__(self, Q, K, V, O, L, dO, ranges: tuple[str, str] | None = None):
         """The hot path: no checks (the cache key vouches). `ranges` = (prefix, suffix) puts each
         kernel in its own NVTX range, f"{prefix}:bwd_<kernel>{suffix}", for the profile drivers."""
-        dev = Q.device
+        atomic = self.dq is None and self.preprocess is not None
+        dQ, dK, dV = gradient_buffers(Q, K, self.stack, atomic)
         if self.preprocess is None:   # dq_mode="fused": one launch, no Delta buffer
-            dK = torch.empty(K.shape, device=dev, dtype=K.dtype)
-            dV = torch.empty(V.shape, device=dev, dtype=V.dtype)
-            dQ = torch.empty(Q.shape, device=dev, dtype=Q.dtype)
-            self._run("fused", self.dkdv, self.grids[0], (Q, K, V, dO, O, L, dK, dV, dQ, *self.tails[0]), dev.index,
-                      ranges)
+            if ranges is None:
+                run_compiled(self.dkdv, self.grids[0], (Q, K, V, dO, O, L, dK, dV, dQ, *self.tails[0]), Q.device.index)
+            else:
+                self._run("fused", self.dkdv, self.grids[0], (Q, K, V, dO, O, L, dK, dV, dQ, *self.tails[0]),
+                          Q.device.index, ranges)
             return dQ, dK, dV
+        dev = Q.device
         Delta = torch.empty(self.delta_shape, device=dev, dtype=torch.float32)
-        dK = torch.empty(K.shape, device=dev, dtype=K.dtype)
-        dV = torch.empty(V.shape, device=dev, dtype=V.dtype)
-        atomic = self.dq is None
-        dQ = torch.zeros(Q.shape, device=dev, dtype=torch.float32) if atomic else \
-            torch.empty(Q.shape, device=dev, dtype=Q.dtype)
         g, t, i = self.grids, self.tails, dev.index
         self._run("preprocess", self.preprocess, g[0], (O, dO, Delta, *t[0]), i, ranges)
         self._run("atomic_dkdv" if atomic else "dkdv", self.dkdv, g[1], (Q, K, V, dO, L, Delta, dK, dV, dQ, *t[1]),
@@ -675,6 +673,31 @@ class BackwardLaunch:
         torch.cuda.nvtx.range_push(f"{ranges[0]}:bwd_{name}{ranges[1]}")
         run_compiled(kernel, grid, args, device_index)
         torch.cuda.nvtx.range_pop()
+
+
+def gradient_stack(Q, K, atomic: bool) -> int:
+    """How gradient_buffers allocates for these inputs: 3 = dQ, dK, dV from one allocation (Q and K of one
+    shape, as in self-attention), 2 = dK and dV from one, 0 = three allocations. Stacking needs each slice's
+    bytes to be a multiple of 16, so every view is as aligned as a fresh allocation, which Triton's
+    compiled pointer specialisation (and so a recorded launch) assumes. Atomic dQ is fp32 zeros: never stacked."""
+    if K.numel() * K.element_size() % 16:
+        return 0
+    return 3 if Q.shape == K.shape and not atomic else 2
+
+
+def gradient_buffers(Q, K, stack: int, atomic: bool = False):
+    """dQ, dK, dV: contiguous, Q's and K's shapes, the input dtype (dQ fp32 zeros for atomic accumulation),
+    allocated as gradient_stack said. One allocation unbound into views saves one or two trips through the
+    caching allocator per backward; the views share one block, freed when all three gradients are."""
+    if stack == 3:
+        return torch.empty((3, *Q.shape), device=Q.device, dtype=Q.dtype).unbind(0)
+    dQ = (torch.zeros(Q.shape, device=Q.device, dtype=torch.float32) if atomic
+          else torch.empty(Q.shape, device=Q.device, dtype=Q.dtype))
+    if stack == 2:
+        dK, dV = torch.empty((2, *K.shape), device=K.device, dtype=K.dtype).unbind(0)
+    else:
+        dK, dV = (torch.empty(K.shape, device=K.device, dtype=K.dtype) for _ in range(2))
+    return dQ, dK, dV
 
 
 # Input signature -> BackwardLaunch: the forward's LaunchCache with the backward's own key.
@@ -798,10 +821,8 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     atomic = dq_mode == "atomic"
 
     Delta = torch.empty((B, N_q), device=Q.device, dtype=torch.float32)
-    dK = torch.empty_like(K, memory_format=torch.contiguous_format)
-    dV = torch.empty_like(V, memory_format=torch.contiguous_format)
-    dQ_buf = (torch.zeros(Q.shape, device=Q.device, dtype=torch.float32) if atomic
-              else torch.empty_like(Q, memory_format=torch.contiguous_format))
+    stack = gradient_stack(Q, K, atomic)
+    dQ_buf, dK, dV = gradient_buffers(Q, K, stack, atomic)
 
     pre = config.preprocess_q_tile
     pre_grid = (triton.cdiv(N_q, pre), B)
@@ -831,7 +852,7 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     launch = None
     if pre_kernel is not None and dkdv_kernel is not None and (atomic or dq_kernel is not None):
         launch = BackwardLaunch(pre_kernel, dkdv_kernel, dq_kernel, ((*pre_grid, 1), dkdv_grid, dq_grid),
-                                ((*pre_strides, D, pre), (*dkdv_tail, *dkdv_meta), dq_tail), (B, N_q))
+                                ((*pre_strides, D, pre), (*dkdv_tail, *dkdv_meta), dq_tail), (B, N_q), stack)
     return dQ, dK, dV, launch
 
 
@@ -840,9 +861,8 @@ def _checked_fused(Q, K, V, O, L, dO, causal: bool, config: BackwardConfig, stri
     its grid the dK/dV programs' key tiles followed by the dQ programs' query tiles."""
     B, N_q, D = Q.shape
     N_k = K.shape[1]
-    dK = torch.empty_like(K, memory_format=torch.contiguous_format)
-    dV = torch.empty_like(V, memory_format=torch.contiguous_format)
-    dQ = torch.empty_like(Q, memory_format=torch.contiguous_format)
+    stack = gradient_stack(Q, K, False)
+    dQ, dK, dV = gradient_buffers(Q, K, stack)
     tail = (*_strides(Q, K, V, dO, O, L, dK, dV, dQ), N_q, N_k, 1.0 / math.sqrt(D))
     kernel, grid, meta = _launch(
         _bwd_fused_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile) + triton.cdiv(N_q, c.dq_q_tile), B),
@@ -850,5 +870,6 @@ def _checked_fused(Q, K, V, O, L, dO, causal: bool, config: BackwardConfig, stri
         lambda c: dict(D=D, KV_BLOCK_Q=c.dkdv_q_tile, KV_BLOCK_K=c.dkdv_k_tile, DQ_BLOCK_Q=c.dq_q_tile,
                        DQ_BLOCK_K=c.dq_k_tile, is_causal=causal),
         config, strict)
-    launch = None if kernel is None else BackwardLaunch(None, kernel, None, (grid,), ((*tail, *meta),), (B, N_q))
+    launch = None if kernel is None else BackwardLaunch(None, kernel, None, (grid,), ((*tail, *meta),), (B, N_q),
+                                                        stack)
     return dQ, dK, dV, launch
