@@ -861,6 +861,16 @@ def experiment(gpu, root, name: str):
     return latest_rows(numeric(df, path, numbers), EXPERIMENT_KEYS[name]), path
 
 
+def experiment_not_run(label: str, name: str, path) -> str:
+    return f"{label}: {NOT_YET} (`{EXPERIMENT_TASK[name]}` writes `{rel(path)}`)."
+
+
+def by_shape(df, who: str):
+    """(N, causal, that shape's rows indexed by the column `who`) per shape, non-causal first, N ascending."""
+    for (causal, N), g in df.groupby(["causal", "N"], sort=True):
+        yield int(N), "yes" if causal else "no", g.set_index(who)
+
+
 def section_experiments(gpu, root) -> str:
     text = ["### Experiments beyond the harness"]
     df, path = experiment(gpu, root, "pcast")
@@ -919,7 +929,7 @@ def section_exp2_poly(gpu, root) -> str:
     """v7 with EXP2_POLY = 0, 2, 4 against SDPA, per shape and configuration (experiments/run.py exp2_poly)."""
     df, path = experiment(gpu, root, "exp2_poly")
     if df is None:
-        return f"Part of the exp2 on the FMA pipe: {NOT_YET} (`{EXPERIMENT_TASK['exp2_poly']}` writes `{rel(path)}`)."
+        return experiment_not_run("Part of the exp2 on the FMA pipe", "exp2_poly", path)
     rows = []
     for (N, causal, cfg), g in df.groupby(["N", "causal", "config"], sort=True):
         g = g.set_index("variant")
@@ -948,52 +958,53 @@ def section_exp2_poly(gpu, root) -> str:
 GRID_VARIANTS = ("per_tile", "persistent_2", "persistent_1")
 
 
+def shape_table(gpu, root, name: str, label: str, who: str, row, caption: str, headers: list) -> str:
+    """Experiment `name` as a table, one row `row(N, causal, g)` per shape (g: its rows indexed by the column
+    `who`) under `caption` (its {source} filled in); or the line saying it has not run."""
+    df, path = experiment(gpu, root, name)
+    if df is None:
+        return experiment_not_run(label, name, path)
+    rows = [row(*shape) for shape in by_shape(df, who)]
+    return "\n".join([caption.format(source=f"`{rel(path)}`"), "", md_table(headers, rows)])
+
+
 def section_grid(gpu, root) -> str:
     """v7's persistent grid against one program per tile, SDPA in the same rounds (experiments/run.py grid)."""
-    df, path = experiment(gpu, root, "grid")
-    if df is None:
-        return f"v7's persistent grid: {NOT_YET} (`{EXPERIMENT_TASK['grid']}` writes `{rel(path)}`)."
-    rows = []
-    for (causal, N), g in df.groupby(["causal", "N"], sort=True):
-        g = g.set_index("variant")
-
+    def row(N, causal, g):
         def cell(v):
             if v not in g.index:
                 return "–"
             r = g.loc[v]
             return (f"{span(r.ms, r.ms_min, r.ms_max, '.3f')} ({fmt(r.speedup_vs_per_tile, '.3f', '×')}, "
                     f"{fmt(r.pct_of_sdpa, '.0f', '%')} of SDPA)")
-        rows.append([int(N), "yes" if causal else "no", *(cell(v) for v in GRID_VARIANTS),
-                     fmt(g.ms.get(data.SDPA, float("nan")), ".3f")])
-    return "\n".join([
+        return [N, causal, *(cell(v) for v in GRID_VARIANTS), fmt(g.ms.get(data.SDPA, float("nan")), ".3f")]
+
+    return shape_table(
+        gpu, root, "grid", "v7's persistent grid", "variant", row,
         "v7's grid: one program per (head, query tile) (its default) against a persistent grid of 2 or 1 programs "
         "per SM looping over the work items, each autotuned on its own, SDPA in the same interleaved rounds: ms "
-        f"(min–max), speed-up against one program per tile, % of SDPA. Source: `{rel(path)}`.", "",
-        md_table(["N", "causal", "per tile", "persistent, 2 per SM", "persistent, 1 per SM", "SDPA ms"], rows)])
+        "(min–max), speed-up against one program per tile, % of SDPA. Source: {source}.",
+        ["N", "causal", "per tile", "persistent, 2 per SM", "persistent, 1 per SM", "SDPA ms"])
 
 
 def section_bwd_modes(gpu, root) -> str:
     """The backward's dQ modes: GPU (graph replay), host and do_bench µs per shape (experiments/run.py bwd_modes)."""
-    df, path = experiment(gpu, root, "bwd_modes")
-    if df is None:
-        return f"The backward's dQ modes, timed apart: {NOT_YET} (`{EXPERIMENT_TASK['bwd_modes']}` writes `{rel(path)}`)."
-    rows = []
-    for (causal, N), g in df.groupby(["causal", "N"], sort=True):
-        g = g.set_index("who")
-
-        def at(who, col, f=".0f"):
-            return fmt(g.at[who, col], f) if who in g.index else "–"
+    def row(N, causal, g):
+        def at(who, col):
+            return fmt(g.at[who, col], ".0f") if who in g.index else "–"
         picks = g.auto_picks.dropna().astype(str)
-        rows.append([int(N), "yes" if causal else "no", picks[picks != ""].iloc[0] if (picks != "").any() else "–",
-                     *(f"{at(m, 'graph_us')} / {at(m, 'host_us')} / {at(m, 'do_bench_us')}" for m in ("separate", "fused")),
-                     *(f"{at(w, 'host_us')} / {at(w, 'do_bench_us')}" for w in ("sdpa_flash", "sdpa"))])
-    return "\n".join([
+        return [N, causal, picks[picks != ""].iloc[0] if (picks != "").any() else "–",
+                *(f"{at(m, 'graph_us')} / {at(m, 'host_us')} / {at(m, 'do_bench_us')}" for m in ("separate", "fused")),
+                *(f"{at(w, 'host_us')} / {at(w, 'do_bench_us')}" for w in ("sdpa_flash", "sdpa"))]
+
+    return shape_table(
+        gpu, root, "bwd_modes", "The backward's dQ modes, timed apart", "who", row,
         "The backward's dQ modes timed apart (v7's forward, the harness shape; medians of interleaved rounds, µs): "
         "GPU = CUDA-graph replay of the backward called directly (no host in it); host = the host's time per "
         "autograd backward, GPU queue never drained; do_bench = the harness's number for the autograd backward. "
-        "'auto' = the mode dq_mode=\"auto\" runs there. Source: " f"`{rel(path)}`.", "",
-        md_table(["N", "causal", "auto", "separate GPU / host / do_bench", "fused GPU / host / do_bench",
-                  "FLASH host / do_bench", "SDPA default host / do_bench"], rows)])
+        "'auto' = the mode dq_mode=\"auto\" runs there. Source: {source}.",
+        ["N", "causal", "auto", "separate GPU / host / do_bench", "fused GPU / host / do_bench",
+         "FLASH host / do_bench", "SDPA default host / do_bench"])
 
 
 V6, V7 = "v6_longest_first", "v7_hopper"

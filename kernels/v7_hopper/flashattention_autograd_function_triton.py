@@ -50,8 +50,12 @@ compiled offline for sm_90 with Triton 3.6.0 and read from its SASS):
   experimental lower-level language) can place the waits by hand and compiles; it is not
   interpreted, so it stays a feasibility sketch in experiments/v7_feasibility.py.
 - A persistent grid compiles (programs on SM slots looping over (head, query tile) work items,
-  longest causal tiles first). It is an option for the GPU session to measure
-  (FlashAttentionTriton.GRID = "persistent"), not the default.
+  longest causal tiles first), FlashAttentionTriton.GRID = "persistent". Measured slower at every
+  shape (commit 3186851, `invoke experiment grid`, results/nvidia-h200/experiments/grid.csv, each
+  variant autotuned on its own, 5 interleaved rounds with SDPA): with 2 programs per SM 0.78-0.98x
+  of one program per tile (N = 4096: 0.353 against 0.318 ms non-causal, 0.208 against 0.169 causal),
+  with 1 per SM 0.62-0.80x. Nothing here overlaps one work item's epilogue with the next one's loads,
+  so the loop only adds its bookkeeping; it stays an option, not the default.
 
 An experiment after v7's round (EXP2_POLY, a constexpr that is 0 in every configuration of this
 version, so the kernel above is the one measured): Nsight Compute on the H200 at N = 4096 non-causal
@@ -571,7 +575,7 @@ def _checked_launch(Q, K, V, mode):
 
 class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     GRID = "per_tile"                # "persistent": SM slots loop over work items (an experiment)
-    PERSISTENT_PROGRAMS_PER_SM = 2   # programs per SM of the persistent grid (unmeasured guess)
+    PERSISTENT_PROGRAMS_PER_SM = 2   # programs per SM of the persistent grid (2 beat 1: experiments/grid.csv)
     FORCE_PATH = None                # None (the rules above), "tma" or "v6"
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
