@@ -41,10 +41,11 @@ KEY_FIELDS = ("N", "causal", *CONFIG_FIELDS, "dq_mode")
 GRAD_TOLERANCE = 3e-2     # relative Frobenius error of each gradient against SDPA's, bf16
 
 
-def backward_configs(bwd) -> list:
-    """Every configuration of the space, as the backward module's BackwardConfig."""
+def backward_configs(bwd, stages=STAGES) -> list:
+    """Every configuration of the space (with `stages` as its stage counts), as the backward module's
+    BackwardConfig."""
     return [bwd.BackwardConfig(s, o, o, s, num_warps=w, num_stages=st)
-            for o, s, w, st in itertools.product(OWNED, STREAMED, WARPS, STAGES)]
+            for o, s, w, st in itertools.product(OWNED, STREAMED, WARPS, stages)]
 
 
 def skip_reason(cfg, D: int) -> str | None:

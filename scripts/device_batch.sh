@@ -27,6 +27,7 @@
 #   sweep-v4-nc | sweep-v4-c | sweep-v7-nc | sweep-v7-c
 #   merge-v0 | merge-v4 | merge-v7   fold the part CSVs into results/<gpu>/sweep/<version>.csv
 #   sweep-bwd | sweep-bwd-nc | sweep-bwd-c | merge-bwd   the Triton backward's sweep (issue 7), likewise
+#                     (BWD_SWEEP_ARGS: extra options, e.g. "--stages 4 5")
 #   sweep-bwd-atomic  the same space with dQ accumulated by atomics (rows beside the separate ones)
 #   pick-bwd          its best geometric mean -> kernels/_shared/backward_configs.json (the backward's default)
 #   pick-v0 | pick-v4 | pick-v7      write the sm_XX entries of the versions that sweep feeds
@@ -79,9 +80,9 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     sweep-v0-nc|sweep-v4-nc|sweep-v7-nc) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 0 --part nc --limit-minutes $mins" ;;
     sweep-v0-c|sweep-v4-c|sweep-v7-c) echo "python3 sweeps/sweep.py --kernel $(body "$s") --causal 1 --part c --limit-minutes $mins" ;;
     merge-v0|merge-v4|merge-v7) echo "python3 sweeps/sweep.py --kernel $(body "$s") --merge" ;;
-    sweep-bwd-nc) echo "python3 sweeps/sweep_backward.py --causal 0 --part nc --limit-minutes $mins" ;;
-    sweep-bwd-c) echo "python3 sweeps/sweep_backward.py --causal 1 --part c --limit-minutes $mins" ;;
-    sweep-bwd) echo "python3 sweeps/sweep_backward.py --limit-minutes $mins" ;;
+    sweep-bwd-nc) echo "python3 sweeps/sweep_backward.py --causal 0 --part nc --limit-minutes $mins ${BWD_SWEEP_ARGS:-}" ;;
+    sweep-bwd-c) echo "python3 sweeps/sweep_backward.py --causal 1 --part c --limit-minutes $mins ${BWD_SWEEP_ARGS:-}" ;;
+    sweep-bwd) echo "python3 sweeps/sweep_backward.py --limit-minutes $mins ${BWD_SWEEP_ARGS:-}" ;;
     sweep-bwd-atomic) echo "python3 sweeps/sweep_backward.py --dq-mode atomic --limit-minutes $mins" ;;
     merge-bwd) echo "python3 sweeps/sweep_backward.py --merge" ;;
     pick-bwd) echo "python3 sweeps/sweep_backward.py --pick" ;;

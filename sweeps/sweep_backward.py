@@ -36,6 +36,9 @@ def main(argv=None) -> int:
                     help="dQ in its own kernel (separate) or accumulated with atomics in the dK/dV kernel")
     ap.add_argument("--limit-minutes", type=float, default=None, help="stop measuring after this long (rerun to resume)")
     ap.add_argument("--max-configs", type=int, default=None, help="only the first K configurations (smoke test)")
+    ap.add_argument("--stages", type=int, nargs="*", default=None,
+                    help="num_stages values to sweep (default: fa2lab.sweep_backward.STAGES); rows of other stage "
+                         "counts already in the CSV stay, and --pick ranks them all")
     ap.add_argument("--part", default=None, help="write to sweep_bwd/parts/<name>.<PART>.csv (side by side)")
     ap.add_argument("--merge", action="store_true", help="only fold the part CSVs into the CSV, then exit")
     ap.add_argument("--pick", action="store_true",
@@ -68,7 +71,9 @@ def main(argv=None) -> int:
         return 2
     merged = gpu_dir() / "sweep_bwd" / f"{NAME}.csv"
     out = part_path(merged, args.part) if args.part else merged
-    configs = backward_configs(load_shared(NAME))
+    from fa2lab.sweep_backward import STAGES
+
+    configs = backward_configs(load_shared(NAME), tuple(args.stages) if args.stages else STAGES)
     configs = configs[: args.max_configs] if args.max_configs else configs
     masks = shapes.masks_from(args.causal)
     print(f"sweeping the backward ({args.dq_mode} dQ): {len(configs)} configurations x {len(args.N) * len(masks)} "
