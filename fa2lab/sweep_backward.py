@@ -157,13 +157,19 @@ def run_backward_sweep(Ns, masks, out_csv: Path, *, limit_minutes: float | None,
 CRITERIA = ("total", "geomean")
 
 
-def pick_single(df, dq_mode: str = "separate", n_configs: int | None = None, criterion: str = "geomean"):
+def pick_single(df, dq_mode: str = "separate", n_configs: int | None = None, criterion: str = "geomean",
+                min_n: int = 0):
     """The configuration that ran correctly at every shape with, by `criterion`, the best geometric mean
     over the sweep's shapes of (that shape's best time / its time) ("geomean": every shape weighs the
     same), or the least total time over the shapes ("total": a pass over the harness shapes, so the
     longest shapes weigh most and a noisy millisecond-scale shape cannot decide); `df` is the sweep CSV.
 
-    Returns (config as a tuple of CONFIG_FIELDS, its geometric mean, {(N, causal): (its ms, best ms)}).
+    min_n: only shapes with N >= min_n are scored (the configuration must still run correctly at every
+    shape): below it the sweep's do_bench of a direct call measures the host, not the kernels, so a noisy
+    sub-0.1 ms row could outweigh a real difference at the long shapes.
+
+    Returns (config as a tuple of CONFIG_FIELDS, its geometric mean, {(N, causal): (its ms, best ms)}),
+    over the scored shapes.
     A sweep that lacks rows (n_configs configurations at each shape it names) raises ValueError: a pick
     from part of the space would not say what it claims."""
     import numpy as np
@@ -185,6 +191,9 @@ def pick_single(df, dq_mode: str = "separate", n_configs: int | None = None, cri
     for cfg, g in ok.groupby(list(CONFIG_FIELDS)):
         if len(g) != len(shapes_seen):
             continue   # failed, skipped or wrong somewhere: never the default
+        g = g[g["N"] >= min_n]
+        if g.empty:
+            raise ValueError(f"no shape with N >= {min_n} to score")
         ratios = [best[(n, c)] / ms for n, c, ms in zip(g["N"], g["causal"], g["bwd_ms"])]
         scored.append((float(np.exp(np.mean(np.log(ratios)))), tuple(int(x) for x in cfg), g))
     if not scored:

@@ -29,7 +29,7 @@
 #   sweep-bwd | sweep-bwd-nc | sweep-bwd-c | merge-bwd   the Triton backward's sweep (issue 7), likewise
 #                     (BWD_SWEEP_ARGS: extra options, e.g. "--stages 4 5")
 #   sweep-bwd-atomic  the same space with dQ accumulated by atomics (rows beside the separate ones)
-#   pick-bwd          its best geometric mean -> kernels/_shared/backward_configs.json (the backward's default)
+#   pick-bwd          its least total time over N >= 2048 -> kernels/_shared/backward_configs.json (the backward's default)
 #   pick-v0 | pick-v4 | pick-v7      write the sm_XX entries of the versions that sweep feeds
 #   profile           ncu, every version (v2 aside) and SDPA, N = 4096, both masks
 #   profile-matmul    ncu over the matmul peak table's variants (tensor-pipe counter vs roofline)

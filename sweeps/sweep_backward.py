@@ -47,6 +47,9 @@ def main(argv=None) -> int:
     ap.add_argument("--criterion", choices=("total", "geomean"), default="total",
                     help="with --pick: least total time over the shapes (default: the long shapes decide, which "
                          "host noise at N = 512 cannot sway), or best geometric mean of each shape's best / its time")
+    ap.add_argument("--min-n", type=int, default=2048,
+                    help="with --pick: score only shapes with N >= this (default 2048: below it the sweep's do_bench "
+                         "of a direct call measures the host); the pick must still be correct at every shape")
     args = ap.parse_args(argv)
     if args.pick:
         return pick(args)
@@ -111,7 +114,7 @@ def pick(args) -> int:
         arch = str(last.get("arch", "sm_90")).rstrip("a")
         try:
             cfg, score, per_shape = pick_single(df, args.dq_mode, None if args.partial else len(backward_configs(bwd)),
-                                                args.criterion)
+                                                args.criterion, args.min_n)
         except ValueError as e:
             print(f"{csv_path}: {e} (--partial picks anyway)", file=sys.stderr)
             status = 1
@@ -121,7 +124,7 @@ def pick(args) -> int:
         table["arches"][arch] = {
             "config": list(cfg), "fields": list(CONFIG_FIELDS), "dq_mode": args.dq_mode,
             "applies_to": "16-bit inputs with D <= 64 (the sweep's bf16, D = 64)",
-            "criterion": args.criterion, "geomean_of_best": round(score, 4),
+            "criterion": args.criterion, "scored_min_n": args.min_n, "geomean_of_best": round(score, 4),
             "total_ms": round(sum(ms for ms, _ in per_shape.values()), 4), "shapes": len(per_shape),
             "gpu": str(last.get("gpu", "")),
             "source": str(csv_path.relative_to(REPO)) if csv_path.is_relative_to(REPO) else str(csv_path),
@@ -129,7 +132,7 @@ def pick(args) -> int:
         bwd.PICKS_FILE.write_text(json.dumps(table, indent=2) + "\n")
         picks_csv = csv_path.with_name(f"{NAME}.picks.csv")
         append_rows(picks_csv, [{"arch": arch, "config": ",".join(map(str, cfg)), "dq_mode": args.dq_mode,
-                                 "criterion": args.criterion,
+                                 "criterion": args.criterion, "scored_min_n": args.min_n,
                                  "geomean_of_best": score, "N": n, "causal": c, "ms": ms, "best_ms": best,
                                  "source_csv": str(csv_path.name), "sweep_commit": str(last.get("git_commit", "")),
                                  "gpu": str(last.get("gpu", "")), "date": picked_at, "git_commit": git_commit()}

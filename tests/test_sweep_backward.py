@@ -62,6 +62,15 @@ def test_pick_takes_the_best_geometric_mean_among_configurations_correct_everywh
     df2.loc[(df2.dkdv_q_tile == 32) & (df2.N == 512), "bwd_ms"] = 0.3   # A: 1.8 ms in all, but 0.3/1.5 at 4096
     assert pick_single(df2, n_configs=3, criterion="total")[0] == A
     assert pick_single(df2, n_configs=3, criterion="geomean")[0] == A
+    # scoring only N >= 4096: df2's A (0.3 ms at 512) loses to B there (1.0 against 1.5 ms); the per-shape
+    # table names the scored shapes only, and a configuration wrong at an unscored shape stays out
+    cfg, _, per_shape = pick_single(df2, n_configs=3, criterion="total", min_n=4096)
+    assert cfg == B and per_shape == {(4096, 1): (1.0, 1.0)}
+    df3 = df2.copy()
+    df3.loc[(df3.dkdv_q_tile == 64) & (df3.N == 512), "status"] = "wrong_result"
+    assert pick_single(df3, n_configs=3, criterion="total", min_n=4096)[0] == A
+    with pytest.raises(ValueError, match="no shape with N >= 8192"):
+        pick_single(df, n_configs=3, min_n=8192)
     with pytest.raises(ValueError, match="criterion must be"):
         pick_single(df, criterion="fastest")
     with pytest.raises(ValueError, match="incomplete sweep"):
