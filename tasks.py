@@ -137,9 +137,11 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
 @task(help={"N": "comma-separated sequence lengths (default: all four)", "causal": "both, 0 or 1",
             "dq_mode": "separate (dQ in its own kernel) or atomic (fp32 atomics in the dK/dV kernel)",
             "limit_minutes": "stop measuring after this many minutes (rerun to resume)",
-            "pick": "no sweep: write the sweep's best configuration (least total time over the shapes) as this "
-                    "GPU's backward default in kernels/_shared/backward_configs.json (no GPU needed)"})
-def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0, pick=False):
+            "stages": "comma-separated num_stages values to sweep (default 1,2,3)",
+            "pick": "no sweep: write the sweep's best configuration (least total time over the shapes from "
+                    "N = 2048 up, correct at every shape) as this GPU's backward default in "
+                    "kernels/_shared/backward_configs.json (no GPU needed)"})
+def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0, stages="", pick=False):
     """Sweep the Triton backward's tiles, warps and stages at the harness shapes (issue 7); resumable,
     one row per measurement in results/<gpu>/sweep_bwd/flash_backward_triton.csv. --pick turns a
     finished sweep into the backward's default for that GPU."""
@@ -151,6 +153,7 @@ def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0
     cmd = [sys.executable, "sweeps/sweep_backward.py", "--causal", causal, "--dq-mode", dq_mode]
     cmd += ["--N", *N.split(",")] if N else []
     cmd += ["--limit-minutes", str(limit_minutes)] if float(limit_minutes) else []
+    cmd += ["--stages", *stages.split(",")] if stages else []
     if _run(cmd) != 0:
         raise Exit("backward sweep failed", code=1)
 
