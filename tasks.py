@@ -138,10 +138,12 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
             "dq_mode": "separate (dQ in its own kernel) or atomic (fp32 atomics in the dK/dV kernel)",
             "limit_minutes": "stop measuring after this many minutes (rerun to resume)",
             "stages": "comma-separated num_stages values to sweep (default 1,2,3)",
+            "configs": "space-separated configurations 'DKDV_Q,DKDV_K,DQ_Q,DQ_K,WARPS,STAGES' to sweep instead "
+                       "of the mirrored space",
             "pick": "no sweep: write the sweep's best configuration (least total time over the shapes from "
                     "N = 2048 up, correct at every shape) as this GPU's backward default in "
                     "kernels/_shared/backward_configs.json (no GPU needed)"})
-def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0, stages="", pick=False):
+def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0, stages="", configs="", pick=False):
     """Sweep the Triton backward's tiles, warps and stages at the harness shapes (issue 7); resumable,
     one row per measurement in results/<gpu>/sweep_bwd/flash_backward_triton.csv. --pick turns a
     finished sweep into the backward's default for that GPU."""
@@ -154,6 +156,7 @@ def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0
     cmd += ["--N", *N.split(",")] if N else []
     cmd += ["--limit-minutes", str(limit_minutes)] if float(limit_minutes) else []
     cmd += ["--stages", *stages.split(",")] if stages else []
+    cmd += ["--configs", *configs.split()] if configs else []
     if _run(cmd) != 0:
         raise Exit("backward sweep failed", code=1)
 

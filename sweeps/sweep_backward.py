@@ -36,6 +36,9 @@ def main(argv=None) -> int:
                     help="dQ in its own kernel (separate) or accumulated with atomics in the dK/dV kernel")
     ap.add_argument("--limit-minutes", type=float, default=None, help="stop measuring after this long (rerun to resume)")
     ap.add_argument("--max-configs", type=int, default=None, help="only the first K configurations (smoke test)")
+    ap.add_argument("--configs", nargs="*", default=None, metavar="DKDV_Q,DKDV_K,DQ_Q,DQ_K,WARPS,STAGES",
+                    help="sweep these configurations instead of the mirrored space (e.g. dQ tiles chosen apart from "
+                         "dK/dV's); resumable like the space, and --pick ranks them with the rest")
     ap.add_argument("--stages", type=int, nargs="*", default=None,
                     help="num_stages values to sweep (default: fa2lab.sweep_backward.STAGES); rows of other stage "
                          "counts already in the CSV stay, and --pick ranks them all")
@@ -66,6 +69,17 @@ def main(argv=None) -> int:
         if not folders:
             print(f"no part CSVs under {RESULTS}/<gpu>/sweep_bwd/parts/: nothing to merge")
         return 0
+    from fa2lab.sweep_backward import STAGES
+
+    bwd = load_shared(NAME)
+    try:   # before the GPU check, so a bad option is named on any machine
+        configs = ([bwd.BackwardConfig.parse(c) for c in args.configs] if args.configs else
+                   backward_configs(bwd, tuple(args.stages) if args.stages else STAGES))
+        for cfg in configs:
+            cfg.validate()
+    except ValueError as e:
+        print(f"--configs: {e}", file=sys.stderr)
+        return 2
     import torch
 
     if not torch.cuda.is_available():
@@ -74,9 +88,6 @@ def main(argv=None) -> int:
         return 2
     merged = gpu_dir() / "sweep_bwd" / f"{NAME}.csv"
     out = part_path(merged, args.part) if args.part else merged
-    from fa2lab.sweep_backward import STAGES
-
-    configs = backward_configs(load_shared(NAME), tuple(args.stages) if args.stages else STAGES)
     configs = configs[: args.max_configs] if args.max_configs else configs
     masks = shapes.masks_from(args.causal)
     print(f"sweeping the backward ({args.dq_mode} dQ): {len(configs)} configurations x {len(args.N) * len(masks)} "

@@ -929,3 +929,24 @@ def test_grid_and_bwd_modes_tables(full_root):
     assert ("| 4096 | no | 0.320 (0.317–0.323) (1.000×, 94% of SDPA) | 0.340 (0.337–0.343) (0.941×, 88% of SDPA) | "
             "0.360 (0.356–0.364) (0.889×, 83% of SDPA) | 0.300 |") in text
     assert "| 1024 | yes | fused | 60 / 170 / 150 | 70 / 130 / 120 | 140 / 125 | 110 / 90 |" in text
+
+
+def test_every_reported_experiment_has_its_cli_and_refuses_without_a_gpu():
+    """Each experiment the report reads (EXPERIMENT_TASK) is a choice of experiments/run.py; without a
+    GPU the script says so and exits 2 instead of measuring."""
+    import subprocess
+    import sys
+
+    import torch
+
+    script = Path(__file__).resolve().parent.parent / "experiments" / "run.py"
+    help_text = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                               timeout=120).stdout
+    for name, task in report.EXPERIMENT_TASK.items():
+        cli = name.replace("_", "-")
+        assert task == f"invoke experiment {cli}" and cli in help_text, name
+    if torch.cuda.is_available():
+        return
+    for cli in ("grid", "bwd-modes"):
+        p = subprocess.run([sys.executable, str(script), cli], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and f"experiment {cli} needs a CUDA GPU" in p.stderr

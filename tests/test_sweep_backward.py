@@ -77,3 +77,19 @@ def test_pick_takes_the_best_geometric_mean_among_configurations_correct_everywh
         pick_single(df, n_configs=4)
     with pytest.raises(ValueError, match="no 'atomic' rows"):
         pick_single(df, "atomic")
+
+
+@pytest.mark.parametrize("configs, message", [
+    (["64,64,128,24,4,3"], "dq_k_tile must be a power of two >= 16, got 24"),
+    (["64,64,128,32,4"], "a backward configuration is 'DKDV_Q,DKDV_K,DQ_Q,DQ_K,WARPS,STAGES'"),
+])
+def test_explicit_configs_are_checked_before_anything_runs(configs, message):
+    """--configs (dQ tiles apart from dK/dV's) names a malformed configuration and exits 2, GPU or not."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "sweeps" / "sweep_backward.py"
+    p = subprocess.run([sys.executable, str(script), "--configs", *configs], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
