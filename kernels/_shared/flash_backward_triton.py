@@ -51,7 +51,10 @@ and 5 were swept too (commit bafe7ba, 36 configurations x 8 shapes, all correct)
 the best with 4 or 5 stages is 1.5-6% slower than the best with 3 (N = 4096: 1.015 against 0.993 ms
 non-causal, 0.595 against 0.569 causal). The pick scores only N >= 2048 (`--min-n`): below that the
 sweep times the host, and one noisy 0.17 ms row at N = 512 from an earlier session had just made
-4 stages the "least total time".
+4 stages the "least total time". Nor do dQ tiles chosen apart from dK/dV's (7 configurations with
+dK/dV at 64x64, commit bf72509, `--configs`): the mirrored 64x64 keeps the least total over the long
+shapes (2.005 ms against 2.023-3.531); dQ at 128x64 is 1.6% faster at N = 4096 non-causal and 7%
+slower causal.
 At N <= 1024 the harness measures the host: the autograd call through this backward costs 150-230 us
 per call on that machine's CPU against 105-160 for SDPA's whole backward. A Python
 torch.autograd.Function whose backward launches nothing already costs 88-92 us there (host_steps'
