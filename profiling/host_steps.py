@@ -31,7 +31,8 @@ and, for versions with the Triton backward (v6, v7):
   backward_direct   flash_attention_backward called directly: its key, four allocations and three launches
   backward_direct_fused   the same in dq_mode="fused": its key, one to three allocations and one launch
   backward_key      autograd's backward key (the forward's key + dO: forward_keyed_signature) and the lookup
-  backward_alloc    the fused launch's gradient allocation (gradient_buffers: one block for Q and K of one shape)
+  backward_alloc    autograd's fused launch's gradient allocation (gradient_buffers: one block when Q and K have
+                    one shape and all three gradients are wanted)
   backward_launch   the fused kernel's launch alone (CompiledKernel.run, gradients preallocated)
 
 apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch.
@@ -130,11 +131,11 @@ def step_functions(module, N: int, causal: bool) -> dict:
         fns["backward_direct"] = lambda: bwd.flash_attention_backward(q, k, v, O_d, L_g, dO, causal)
         fns["backward_direct_fused"] = lambda: bwd.flash_attention_backward(q, k, v, O_d, L_g, dO, causal,
                                                                             dq_mode="fused")
-        fns["backward_direct_fused"]()   # records the fused launch, timed apart below
-        fused = bwd.LAUNCHES.entries[bwd.backward_signature(q, k, v, O_d, L_g, dO, causal, None, "fused", False)]
+        fns["backward_fused"]()   # records autograd's fused launch (all three gradients wanted), timed apart below
+        fused = bwd.LAUNCHES.entries[bwd.forward_keyed_signature(key, dO, causal, None, "fused", True)]
         fused_grads = bwd.gradient_buffers(q, k, fused.stack)   # dQ, dK, dV
         fns["backward_key"] = lambda: bwd.LAUNCHES.entries.get(
-            bwd.forward_keyed_signature(key, dO, causal, None, cls.BACKWARD_DQ_MODE))
+            bwd.forward_keyed_signature(key, dO, causal, None, cls.BACKWARD_DQ_MODE, True))
         fns["backward_alloc"] = lambda: bwd.gradient_buffers(q, k, fused.stack)
         fns["backward_launch"] = lambda: run_compiled(fused.dkdv, fused.grids[0], (q, k, v, dO, O_d, L_g, *fused_grads[1:],
                                                                                     fused_grads[0], *fused.tails[0]),

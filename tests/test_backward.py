@@ -359,6 +359,7 @@ def test_forward_keyed_signature_covers_do_and_the_options(monkeypatch):
     assert fb.forward_keyed_signature(None, dO, False, None, "auto") is None        # uncached forward
     base = fb.forward_keyed_signature(("fwd-key",), dO, False, None, "auto")
     others = [
+        fb.forward_keyed_signature(("fwd-key",), dO, False, None, "auto", all_grads=True),
         fb.forward_keyed_signature(("other-fwd-key",), dO, False, None, "auto"),
         fb.forward_keyed_signature(("fwd-key",), dO.double(), False, None, "auto"),
         fb.forward_keyed_signature(("fwd-key",), dO.transpose(1, 2).contiguous().transpose(1, 2), False, None,
@@ -373,11 +374,11 @@ def test_forward_keyed_signature_covers_do_and_the_options(monkeypatch):
 
 
 def test_backward_after_forward_replays_by_the_forward_key(monkeypatch):
-    """With a forward key the second call replays; without one it is flash_attention_backward's own
-    signature (here: CPU tensors, so the checked path every time)."""
+    """With a forward key the second call replays; without one (here: CPU tensors) the checked path
+    runs every time, as a direct call's own signature would give none either."""
     calls = []
 
-    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict):
+    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict, stack_grads=False):
         calls.append(dq_mode)
         return Q * 0, K * 0, V * 0, lambda *a: (calls.append("replay"), (Q * 1, K * 1, V * 1))[1]
 
@@ -432,6 +433,7 @@ def test_gradient_buffers_stack_only_what_stays_aligned():
     assert fb.gradient_stack(Q, Q, False) == 3 and fb.gradient_stack(Q, K, False) == 2
     assert fb.gradient_stack(Q, Q, True) == 2                                 # atomic dQ is fp32 zeros
     assert fb.gradient_stack(Q, torch.empty(1, 3, 3, dtype=BF16), False) == 0   # 18 bytes per slice
+    assert fb.gradient_stack(Q, Q, False, allowed=False) == 0                    # not every gradient wanted
     for q, k, atomic in ((Q, Q, False), (Q, K, False), (Q, Q, True), (Q, torch.empty(1, 3, 3, dtype=BF16), False)):
         stack = fb.gradient_stack(q, k, atomic)
         dQ, dK, dV = fb.gradient_buffers(q, k, stack, atomic)
@@ -444,3 +446,28 @@ def test_gradient_buffers_stack_only_what_stays_aligned():
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "gradients overlap"
         shared = len({t.untyped_storage().data_ptr() for t in (dQ, dK, dV)})
         assert shared == {3: 1, 2: 2, 0: 3}[stack]
+
+
+@pytest.mark.parametrize("wanted", [(True, True, True), (True, False, False), (False, True, True)])
+def test_autograd_gradients_share_a_block_only_when_all_three_are_wanted(monkeypatch, wanted):
+    """A gradient kept alone must not keep the others' memory: with all of Q, K, V requiring a gradient
+    the three come from one allocation (views of a 3x block), otherwise each has its own."""
+    from fa2lab import versions
+    from fa2lab.interpret import autotuner_of, tile_candidates
+
+    module = versions.load("v7_hopper")
+    FA = module.FlashAttentionTriton
+    tuner = autotuner_of(module)
+    if tuner is not None and not ON_GPU:
+        monkeypatch.setattr(tuner, "configs", tile_candidates(tuner)[:1])
+        monkeypatch.setattr(tuner, "cache", {})
+    bk = versions.load_shared("flash_backward_triton")
+    monkeypatch.setattr(bk, "LAUNCHES", bk.LaunchCache())
+    Q, K, V, _, _, dO = make_inputs(1, 32, 32, 16, BF16, False)
+    Q, K, V = (t.detach().requires_grad_(w) for t, w in zip((Q, K, V), wanted))
+    out = FA.apply(Q, K, V, False)
+    inputs = [t for t, w in zip((Q, K, V), wanted) if w]
+    grads = torch.autograd.grad(out, inputs, dO)
+    for g in grads:
+        block = g.untyped_storage().nbytes()
+        assert block == (3 if all(wanted) else 1) * g.numel() * g.element_size(), (wanted, block)

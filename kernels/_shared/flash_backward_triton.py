@@ -694,12 +694,14 @@ class BackwardLaunch:
         torch.cuda.nvtx.range_pop()
 
 
-def gradient_stack(Q, K, atomic: bool) -> int:
+def gradient_stack(Q, K, atomic: bool, allowed: bool = True) -> int:
     """How gradient_buffers allocates for these inputs: 3 = dQ, dK, dV from one allocation (Q and K of one
-    shape, as in self-attention), 2 = dK and dV from one, 0 = three allocations. Stacking needs each slice's
-    bytes to be a multiple of 16, so every view is as aligned as a fresh allocation, which Triton's
-    compiled pointer specialisation (and so a recorded launch) assumes. Atomic dQ is fp32 zeros: never stacked."""
-    if K.numel() * K.element_size() % 16:
+    shape, as in self-attention), 2 = dK and dV from one, 0 = three allocations. Only where `allowed`:
+    autograd's call when Q, K and V all want their gradient (a kept view keeps its whole block alive, so
+    with one gradient wanted the others' memory would stay with it). Stacking needs each slice's bytes to
+    be a multiple of 16, so every view is as aligned as a fresh allocation, which Triton's compiled
+    pointer specialisation (and so a recorded launch) assumes. Atomic dQ is fp32 zeros: never stacked."""
+    if not allowed or K.numel() * K.element_size() % 16:
         return 0
     return 3 if Q.shape == K.shape and not atomic else 2
 
@@ -737,14 +739,14 @@ def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, st
             causal, config, dq_mode, strict)
 
 
-def forward_keyed_signature(fwd_key, dO, causal: bool, config, dq_mode: str):
+def forward_keyed_signature(fwd_key, dO, causal: bool, config, dq_mode: str, all_grads: bool = False):
     """The cache key for autograd's call (FlashAttentionTriton.backward), or None: the forward's own cache
     key (fa2lab.hostpath.LaunchCache, kept on ctx as `launch_key`) stands for Q, K and V, and so for O and
     L, which that forward allocated with the layout its launch records; only dO is new. About 30 fewer
     attribute reads per call than backward_signature, which a direct call still takes."""
     if fwd_key is None or not aligned_cuda(dO):
         return None
-    return ("fwd", fwd_key, dO.shape, dO.stride(), dO.dtype, dO.device, causal, config, dq_mode)
+    return ("fwd", fwd_key, dO.shape, dO.stride(), dO.dtype, dO.device, causal, config, dq_mode, all_grads)
 
 
 def validate_backward_inputs(Q, K, V, O, L, dO) -> None:
@@ -790,15 +792,16 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
 
 
 def backward_after_forward(fwd_key, Q, K, V, O, L, dO, causal: bool, config: BackwardConfig | None = None,
-                           dq_mode: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           dq_mode: str = "auto", all_grads: bool = False) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                    torch.Tensor]:
     """flash_attention_backward for a version's autograd backward: Q, K, V, O, L as its forward saved
     them and `fwd_key`, the forward's cache key (None when the forward took the normal path
-    uncached), which makes the repeat's key cheaper to build (forward_keyed_signature)."""
-    key = forward_keyed_signature(fwd_key, dO, causal, config, dq_mode)
-    if key is None:
-        return flash_attention_backward(Q, K, V, O, L, dO, causal, config=config, dq_mode=dq_mode)
-    return LAUNCHES.lookup(key, (Q, K, V, O, L, dO),
-                           lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, False))
+    uncached), which makes the repeat's key cheaper to build (forward_keyed_signature). `all_grads`
+    (ctx.needs_input_grad says Q, K and V all want one) lets the gradients share one allocation."""
+    # Without a key (the forward was not cached: its inputs are not aligned CUDA tensors; or dO is not),
+    # backward_signature would give none either: the checked path every time, as a direct call would.
+    return LAUNCHES.lookup(forward_keyed_signature(fwd_key, dO, causal, config, dq_mode, all_grads), (Q, K, V, O, L, dO),
+                           lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, False, all_grads))
 
 
 # dq_mode="auto": up to this much work per SM the backward runs fused (one launch, no Delta pass), beyond
@@ -817,9 +820,11 @@ def auto_dq_mode(B: int, N_q: int, N_k: int, D: int, causal: bool, sm_count: int
     return "fused" if pairs * D <= AUTO_FUSED_MAX_WORK_PER_SM * sm_count else "separate"
 
 
-def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool):
+def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool,
+                      stack_grads: bool = False):
     """The normal path: check, choose the configuration, allocate, launch. Returns dQ, dK, dV and
-    the BackwardLaunch that repeats it (None under the interpreter)."""
+    the BackwardLaunch that repeats it (None under the interpreter). stack_grads: the gradients may
+    share one allocation (gradient_stack; autograd's call with all three wanted)."""
     if dq_mode not in DQ_CHOICES:
         raise ValueError(f"dq_mode must be one of {', '.join(DQ_CHOICES)}, got {dq_mode!r}")
     validate_backward_inputs(Q, K, V, O, L, dO)
@@ -833,14 +838,14 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
 
     Q, K, V, O, dO = (_last_dim_contiguous(t) for t in (Q, K, V, O, dO))
     if dq_mode == "fused":
-        return _checked_fused(Q, K, V, O, L, dO, causal, config, strict)
+        return _checked_fused(Q, K, V, O, L, dO, causal, config, strict, stack_grads)
     B, N_q, D = Q.shape
     N_k = K.shape[1]
     scale = 1.0 / math.sqrt(D)
     atomic = dq_mode == "atomic"
 
     Delta = torch.empty((B, N_q), device=Q.device, dtype=torch.float32)
-    stack = gradient_stack(Q, K, atomic)
+    stack = gradient_stack(Q, K, atomic, stack_grads)
     dQ_buf, dK, dV = gradient_buffers(Q, K, stack, atomic)
 
     pre = config.preprocess_q_tile
@@ -875,12 +880,13 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     return dQ, dK, dV, launch
 
 
-def _checked_fused(Q, K, V, O, L, dO, causal: bool, config: BackwardConfig, strict: bool):
+def _checked_fused(Q, K, V, O, L, dO, causal: bool, config: BackwardConfig, strict: bool,
+                   stack_grads: bool = False):
     """dq_mode="fused", after _checked_backward's checks: allocate dQ, dK, dV and launch _bwd_fused_kernel,
     its grid the dK/dV programs' key tiles followed by the dQ programs' query tiles."""
     B, N_q, D = Q.shape
     N_k = K.shape[1]
-    stack = gradient_stack(Q, K, False)
+    stack = gradient_stack(Q, K, False, stack_grads)
     dQ, dK, dV = gradient_buffers(Q, K, stack)
     tail = (*_strides(Q, K, V, dO, O, L, dK, dV, dQ), N_q, N_k, 1.0 / math.sqrt(D))
     kernel, grid, meta = _launch(
