@@ -1,4 +1,4 @@
-"""Experiments beyond the article's harness (issue 6): `invoke experiment NAME`.
+"""Experiments beyond the article's harness (issues 6 and 7): `invoke experiment NAME`.
 
     python experiments/run.py pcast          # where P is rounded: time at N = 4096 and error against float64
     python experiments/run.py launch-order   # v6's launch orders with the same configurations
