@@ -36,6 +36,16 @@ def _inputs(N, seed=0, D=shapes.HEAD_DIM):
     return [torch.randn(B, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3)]
 
 
+def _masks(args) -> tuple[bool, ...]:
+    """The causal flags an experiment runs: --causal 2 is both (causal first), 0 or 1 one of them."""
+    return (True, False) if args.causal == 2 else (bool(args.causal),)
+
+
+def _spread(xs) -> tuple[float, float, float]:
+    """(median, min, max) of repeated measurements; NaNs when there are none."""
+    return (statistics.median(xs), min(xs), max(xs)) if xs else (float("nan"),) * 3
+
+
 def _interleaved(calls: dict, rounds: int) -> dict:
     """Median of `rounds` do_bench medians per call, the calls interleaved round by round."""
     from fa2lab.timing import bench_ms
@@ -44,7 +54,7 @@ def _interleaved(calls: dict, rounds: int) -> dict:
     for _ in range(rounds):
         for k, fn in calls.items():
             times[k].append(bench_ms(fn))
-    return {k: (statistics.median(v), min(v), max(v)) for k, v in times.items()}
+    return {k: _spread(v) for k, v in times.items()}
 
 
 def pcast(args, save):
@@ -97,7 +107,7 @@ def launch_order(args, save):
     module = load(V6)
     FA, tuner = module.FlashAttentionTriton, autotuner_of(module)
     rows = []
-    for causal in (True, False) if args.causal == 2 else (bool(args.causal),):
+    for causal in _masks(args):
         for N in args.Ns:
             q, k, v = _inputs(N)
             for cfg in tuner.configs[: args.configs]:
@@ -150,7 +160,7 @@ def exp2_poly(args, save):
     FA, tuner = module.FlashAttentionTriton, autotuner_of(module)
     B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
     rows = []
-    for causal in (True, False) if args.causal == 2 else (bool(args.causal),):
+    for causal in _masks(args):
         for N in args.Ns:
             q, k, v = _inputs(N)
             q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
@@ -250,7 +260,7 @@ def grid(args, save):
     variants = {"per_tile": ("per_tile", 2), "persistent_2": ("persistent", 2), "persistent_1": ("persistent", 1)}
     saved = FA.GRID, FA.PERSISTENT_PROGRAMS_PER_SM
     try:
-        for causal in (True, False) if args.causal == 2 else (bool(args.causal),):
+        for causal in _masks(args):
             for N in args.Ns:
                 q, k, v = _inputs(N)
                 q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
@@ -294,8 +304,6 @@ def bwd_modes(args, save):
     per mode, the GPU's time (CUDA-graph replay of the backward called directly: no host in it), the
     host's time per autograd backward (fa2lab.timing.host_us_per_call) and the harness's number (do_bench
     of autograd.grad on a kept graph), with SDPA's default and FLASH_ATTENTION backends in the same rounds."""
-    import statistics
-
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -309,7 +317,7 @@ def bwd_modes(args, save):
     modes = ("separate", "fused")
     saved_mode = FA.BACKWARD_DQ_MODE
     try:
-        for causal in (True, False) if args.causal == 2 else (bool(args.causal),):
+        for causal in _masks(args):
             for N in args.Ns:
                 q, k, v = (t.requires_grad_() for t in _inputs(N))
                 dO = torch.randn_like(q)
@@ -351,10 +359,7 @@ def bwd_modes(args, save):
                            "auto_picks": bk.auto_dq_mode(B * H, N, N, D, causal) if m in modes else "",
                            "max_rel_err_vs_sdpa": errors.get(m, float("nan"))}
                     for w in ("do_bench", "host", "graph"):
-                        xs = samples.get((w, m))
-                        row.update({f"{w}_us": statistics.median(xs) if xs else float("nan"),
-                                    f"{w}_us_min": min(xs) if xs else float("nan"),
-                                    f"{w}_us_max": max(xs) if xs else float("nan")})
+                        row.update(zip((f"{w}_us", f"{w}_us_min", f"{w}_us_max"), _spread(samples.get((w, m)))))
                     row["do_bench_tflops"] = shapes.tflops(flop, row["do_bench_us"] / 1e3)
                     rows.append(row)
                 save("bwd_modes", rows)

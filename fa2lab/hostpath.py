@@ -156,12 +156,10 @@ class LaunchCache:
         hashable); `slow(Q, K, V, mode)` runs the normal path and returns (O, L, Launch or None).
         With a NoGradContext as `ctx` (nobody will read L) a repeat writes L to the launch's scratch;
         any other ctx (autograd's) gets the key as `ctx.launch_key`, for the backward's own cache."""
-        key = self.signature(Q, K, V, mode)
-        if type(ctx) is NoGradContext:
-            return self.lookup(key, (Q, K, V), lambda: slow(Q, K, V, mode), _NO_L)
-        if ctx is not None:
+        key, no_grad = self.signature(Q, K, V, mode), type(ctx) is NoGradContext
+        if ctx is not None and not no_grad:
             ctx.launch_key = key
-        return self.lookup(key, (Q, K, V), lambda: slow(Q, K, V, mode), _KEEP_L)
+        return self.lookup(key, (Q, K, V), lambda: slow(Q, K, V, mode), _NO_L if no_grad else _KEEP_L)
 
     def lookup(self, key, fast_args: tuple, slow: Callable, fast_kwargs: dict = _KEEP_L) -> tuple:
         """`launch(*fast_args, **fast_kwargs)` if `key` has a recorded launch; otherwise `slow()`, which

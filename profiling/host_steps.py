@@ -137,9 +137,8 @@ def step_functions(module, N: int, causal: bool) -> dict:
         fns["backward_key"] = lambda: bwd.LAUNCHES.entries.get(
             bwd.forward_keyed_signature(key, dO, causal, None, cls.BACKWARD_DQ_MODE, True))
         fns["backward_alloc"] = lambda: bwd.gradient_buffers(q, k, fused.stack)
-        fns["backward_launch"] = lambda: run_compiled(fused.dkdv, fused.grids[0], (q, k, v, dO, O_d, L_g, *fused_grads[1:],
-                                                                                    fused_grads[0], *fused.tails[0]),
-                                                      q.device.index)
+        fused_args = fused.fused_args(q, k, v, O_d, L_g, dO, *fused_grads)
+        fns["backward_launch"] = lambda: run_compiled(fused.dkdv, fused.grids[0], fused_args, q.device.index)
         grads = tuple(torch.zeros_like(t) for t in (q, k, v))
 
         class NopBackward(torch.autograd.Function):   # saves what FlashAttentionTriton saves, launches nothing

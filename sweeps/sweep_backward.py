@@ -59,7 +59,7 @@ def main(argv=None) -> int:
 
     from fa2lab.results import RESULTS, gpu_dir
     from fa2lab.sweep import merge_into, part_path
-    from fa2lab.sweep_backward import KEY_FIELDS, backward_configs, run_backward_sweep
+    from fa2lab.sweep_backward import KEY_FIELDS, STAGES, backward_configs, run_backward_sweep
     from fa2lab.versions import load_shared
 
     if args.merge:   # no GPU needed: every GPU folder whose parts are waiting
@@ -69,8 +69,6 @@ def main(argv=None) -> int:
         if not folders:
             print(f"no part CSVs under {RESULTS}/<gpu>/sweep_bwd/parts/: nothing to merge")
         return 0
-    from fa2lab.sweep_backward import STAGES
-
     bwd = load_shared(NAME)
     try:   # before the GPU check, so a bad option is named on any machine
         configs = ([bwd.BackwardConfig.parse(c) for c in args.configs] if args.configs else
@@ -78,7 +76,7 @@ def main(argv=None) -> int:
         for cfg in configs:
             cfg.validate()
     except ValueError as e:
-        print(f"--configs: {e}", file=sys.stderr)
+        print(f"{'--configs' if args.configs else '--stages'}: {e}", file=sys.stderr)
         return 2
     import torch
 

@@ -667,11 +667,8 @@ class BackwardLaunch:
         atomic = self.dq is None and self.preprocess is not None
         dQ, dK, dV = gradient_buffers(Q, K, self.stack, atomic)
         if self.preprocess is None:   # dq_mode="fused": one launch, no Delta buffer
-            if ranges is None:
-                run_compiled(self.dkdv, self.grids[0], (Q, K, V, dO, O, L, dK, dV, dQ, *self.tails[0]), Q.device.index)
-            else:
-                self._run("fused", self.dkdv, self.grids[0], (Q, K, V, dO, O, L, dK, dV, dQ, *self.tails[0]),
-                          Q.device.index, ranges)
+            self._run("fused", self.dkdv, self.grids[0], self.fused_args(Q, K, V, O, L, dO, dQ, dK, dV),
+                      Q.device.index, ranges)
             return dQ, dK, dV
         dev = Q.device
         Delta = torch.empty(self.delta_shape, device=dev, dtype=torch.float32)
@@ -683,6 +680,10 @@ class BackwardLaunch:
             return (dQ if Q.dtype == torch.float32 else dQ.to(Q.dtype)), dK, dV
         self._run("dq", self.dq, g[2], (Q, K, V, dO, L, Delta, dQ, *t[2]), i, ranges)
         return dQ, dK, dV
+
+    def fused_args(self, Q, K, V, O, L, dO, dQ, dK, dV) -> tuple:
+        """The fused kernel's arguments in its signature order (host_steps times its launch alone)."""
+        return (Q, K, V, dO, O, L, dK, dV, dQ, *self.tails[0])
 
     @staticmethod
     def _run(name, kernel, grid, args, device_index, ranges):
@@ -800,7 +801,8 @@ def backward_after_forward(fwd_key, Q, K, V, O, L, dO, causal: bool, config: Bac
     (ctx.needs_input_grad says Q, K and V all want one) lets the gradients share one allocation."""
     # Without a key (the forward was not cached: its inputs are not aligned CUDA tensors; or dO is not),
     # backward_signature would give none either: the checked path every time, as a direct call would.
-    return LAUNCHES.lookup(forward_keyed_signature(fwd_key, dO, causal, config, dq_mode, all_grads), (Q, K, V, O, L, dO),
+    key = forward_keyed_signature(fwd_key, dO, causal, config, dq_mode, all_grads)
+    return LAUNCHES.lookup(key, (Q, K, V, O, L, dO),
                            lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, False, all_grads))
 
 
