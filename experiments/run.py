@@ -7,6 +7,7 @@
     python experiments/run.py exp2-poly      # v7 with part of the softmax's exp2 on the FMA pipe (EXP2_POLY 0, 2, 4)
     python experiments/run.py grid           # v7's persistent grid (1 or 2 programs per SM) against one program per tile
     python experiments/run.py bwd-modes      # the backward's dQ modes: GPU time (graph replay), host time, do_bench
+    python experiments/run.py gluon          # the Gluon forward's configurations against v7's tl path and SDPA
 
 Each appends rows with provenance to results/<gpu>/experiments/<name>.csv (grid and bwd-modes after
 every shape, so an interrupted run keeps what it measured). GPU only.
@@ -370,19 +371,99 @@ def bwd_modes(args, save):
         FA.BACKWARD_DQ_MODE = saved_mode
 
 
+# Ragged and non-square shapes every Gluon configuration must get right before it is timed:
+# (heads, N_q, N_k, D); the last key tile is partial, queries outnumber keys and the reverse.
+GLUON_CHECK_SHAPES = ((3, 1000, 1000, 64), (2, 333, 777, 64), (2, 777, 333, 64), (2, 130, 130, 64),
+                      (2, 1000, 1000, 128), (2, 64, 200, 128))
+
+
+def gluon(args, save):
+    """The Gluon forward (kernels/_shared/gluon_forward_hopper.py), each configuration of its
+    EXPERIMENT_CONFIGS: errors of O and L against float64 on ragged shapes (GLUON_CHECK_SHAPES) and at
+    the harness shape, then do_bench and graph-replay times interleaved with v7's tl path and SDPA."""
+    import torch
+    import torch.nn.functional as F
+
+    from fa2lab.gpu import facts
+    from fa2lab.reference import attention, relative_error
+    from fa2lab.timing import bench_graph_ms
+    from fa2lab.versions import load, load_shared
+
+    G = load_shared("gluon_forward_hopper")
+    FA = load("v7_hopper").FlashAttentionTriton
+    B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
+    configs = [c for c in G.EXPERIMENT_CONFIGS if not args.only or c.label in args.only]
+
+    def errors(cfg, q, k, v, causal):
+        O, L, _ = G.forward(q, k, v, causal, cfg)
+        ref_o, ref_l = attention(q, k, v, causal)
+        return relative_error(O, ref_o), float((L.double() - ref_l).abs().max())
+
+    broken = {}
+    for cfg in configs:
+        worst_o = worst_l = 0.0
+        try:
+            for causal in (False, True):
+                for bh, nq, nk, d in GLUON_CHECK_SHAPES:
+                    if not cfg.fits(d, facts().smem_per_block):
+                        continue
+                    g = torch.Generator(device="cuda").manual_seed(nq + nk + d)
+                    q, k, v = (torch.randn(bh, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                               for n in (nq, nk, nk))
+                    eo, el = errors(cfg, q, k, v, causal)
+                    worst_o, worst_l = max(worst_o, eo), max(worst_l, el)
+            ok = worst_o < 2e-2 and worst_l < 1e-2
+            if not ok:
+                broken[cfg.label] = f"error O {worst_o:.3g}, L {worst_l:.3g}"
+        except Exception as e:  # noqa: BLE001 - a configuration that fails is recorded, not fatal
+            broken[cfg.label] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            ok = False
+        save("gluon_check", [{"config": cfg.label, "shapes": len(GLUON_CHECK_SHAPES) * 2, "ok": int(ok),
+                              "worst_rel_err_o": worst_o, "worst_abs_err_l": worst_l,
+                              "failure": broken.get(cfg.label, "")}])
+        print(f"check {cfg.label}: {'ok' if ok else broken[cfg.label]} (O {worst_o:.2e}, L {worst_l:.2e})", flush=True)
+    configs = [c for c in configs if c.label not in broken]
+
+    for causal in _masks(args):
+        for N in args.Ns:
+            q, k, v = _inputs(N)
+            q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
+            ref = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal).view(B * H, N, D)
+            calls = {"v7_tl": lambda: FA.apply(q, k, v, causal),
+                     "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)}
+            for cfg in configs:
+                calls[cfg.label] = (lambda c: lambda: G.forward(q, k, v, causal, c)[0])(cfg)
+            errs = {name: relative_error(fn() if name != "sdpa" else fn().view(B * H, N, D), ref)
+                    for name, fn in calls.items()}
+            timed = _interleaved(calls, args.rounds)
+            graph = {name: bench_graph_ms(fn) for name, fn in calls.items()}
+            flop, sdpa = shapes.flops(B, H, N, D, causal), timed["sdpa"][0]
+            save("gluon", [{"variant": n, "N": N, "causal": int(causal), "ms": t[0], "ms_min": t[1], "ms_max": t[2],
+                            "graph_ms": graph[n], "tflops": shapes.tflops(flop, t[0]),
+                            "pct_of_sdpa": 100.0 * sdpa / t[0],
+                            "graph_pct_of_sdpa": 100.0 * graph["sdpa"] / graph[n],
+                            "rel_err_vs_sdpa": errs[n], "rounds": args.rounds}
+                           for n, t in timed.items()])
+            print(f"N={N} causal={int(causal)}: " + ", ".join(
+                f"{n} {t[0]:.3f} ms ({100.0 * sdpa / t[0]:.1f}%; graph {100.0 * graph['sdpa'] / graph[n]:.1f}%)"
+                for n, t in timed.items()), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", choices=("pcast", "launch-order", "timing", "other-shapes", "exp2-poly", "grid", "bwd-modes"))
+    ap.add_argument("name", choices=("pcast", "launch-order", "timing", "other-shapes", "exp2-poly", "grid", "bwd-modes",
+                                     "gluon"))
     ap.add_argument("--N", dest="Ns", type=int, nargs="*", default=None, help="sequence lengths")
     ap.add_argument("--causal", type=int, choices=(0, 1, 2), default=None, help="0, 1, or 2 for both")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--seeds", type=int, default=3, help="pcast: inputs for the error")
     ap.add_argument("--configs", type=int, default=3,
                     help="launch-order, exp2-poly: how many of v6's / v7's candidates")
+    ap.add_argument("--only", nargs="*", default=None, help="gluon: configuration labels to run (default: all)")
     args = ap.parse_args(argv)
     defaults = {"pcast": ([4096], 0), "launch-order": ([2048, 4096], 1), "timing": ([512, 1024], 2),
                 "other-shapes": ([0], 2), "exp2-poly": ([2048, 4096], 2), "grid": ([1024, 2048, 4096], 2),
-                "bwd-modes": (list(shapes.SEQ_LENS), 2)}[args.name]
+                "bwd-modes": (list(shapes.SEQ_LENS), 2), "gluon": ([1024, 2048, 4096], 2)}[args.name]
     args.Ns = args.Ns or defaults[0]
     args.causal = defaults[1] if args.causal is None else args.causal
     args.N = args.Ns[0]
@@ -402,7 +483,7 @@ def main(argv=None) -> int:
         print(f"wrote {len(rows)} rows to {path}")
 
     {"pcast": pcast, "launch-order": launch_order, "timing": timing, "other-shapes": other_shapes,
-     "exp2-poly": exp2_poly, "grid": grid, "bwd-modes": bwd_modes}[args.name](args, save)
+     "exp2-poly": exp2_poly, "grid": grid, "bwd-modes": bwd_modes, "gluon": gluon}[args.name](args, save)
     return 0
 
 

@@ -65,7 +65,7 @@ def compile_for_target(kernel, args, *, arch: int, num_warps: int, num_stages: i
     """
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import ASTSource, make_backend
+    from triton.compiler.compiler import make_backend
     from triton.runtime.jit import MockTensor, create_function_from_signature
 
     fn = jit_function(kernel)
@@ -75,8 +75,19 @@ def compile_for_target(kernel, args, *, arch: int, num_warps: int, num_stages: i
     kwargs = dict(constexprs, num_warps=num_warps, num_stages=num_stages, debug=bool(fn.debug))
     bound, specialization, options = binder(*map(MockTensor.wrap_dtype, args), **kwargs)
     options, signature, constants, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
-    src = ASTSource(fn, signature, constants, attrs)
+    src = _source_class(fn)(fn, signature, constants, attrs)
     return triton.compile(src, target=target, options=options.__dict__)
+
+
+def _source_class(fn):
+    """ASTSource for a @triton.jit function, GluonASTSource for a @gluon.jit one."""
+    from triton.compiler.compiler import ASTSource
+
+    try:
+        from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
+    except ImportError:  # pragma: no cover - a Triton without Gluon
+        return ASTSource
+    return GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource
 
 
 def compile_on_gpu(kernel, args, *, grid, num_warps: int, num_stages: int, **constexprs):

@@ -1,0 +1,312 @@
+"""A FlashAttention forward for Hopper in Gluon (triton.experimental.gluon, Triton 3.6): the wgmma
+waits placed by hand, which Triton's own language cannot do.
+
+Why (issue 6; v7_hopper's docstring and results/nvidia-h200/ncu/): v7's tl kernel waits for every
+outstanding warpgroup MMA right after each Q K^T, so the softmax of a tile and the tensor cores take
+turns. Nsight Compute at N = 4096 non-causal: v7's MUFU busy 49.5% and tensor pipe 48.0%, cuDNN's
+52.8% and 51.1%. Here each iteration issues Q K_j^T and then P_(j-1) V_(j-1) behind it, waits only
+for the first (wgmma wait with one group left in flight) and computes tile j's softmax while
+P_(j-1) V_(j-1) runs: FlashAttention-3's intra-warpgroup overlap. The rescale of O by tile j's
+alpha waits for that product and comes after it.
+
+Shape of the kernel (one program per (query tile, head); 4 or 8 warps = 1 or 2 warpgroups, each
+owning 64 rows of the tile per warp group of 4 warps):
+- Q, K, V are TMA-loaded through host descriptors over the flattened (heads * N, D) rows; K and V
+  go round SLOTS shared-memory slots, each with its own mbarrier, refilled SLOTS - 1 tiles ahead.
+  Rows past a head's N belong to the next head (or are zero past the tensor's end): key columns at
+  or past N_KEYS are masked to -inf, and query rows past N_QUERIES are never stored.
+- P goes to the P V product from registers (wgmma's A operand in registers) or, with P_SMEM, through
+  two shared buffers (what keeps ptxas from serialising the softmax behind the in-flight product:
+  results/offline-sm_90/v7_feasibility/feasibility.md).
+- O and L leave by plain masked stores (O through a coalescing layout): the flattened view cannot
+  bound a TMA store at the head's end.
+- Scores are masked only in the tiles that need it (a causal diagonal, a ragged last tile), chosen
+  by a branch on the tile's start; every other tile runs the mask-free softmax.
+- Without a sliding window and with top-left causal alignment every query row sees key 0 in the
+  first tile, so m is finite from then on and no -inf guard is needed (v7's tl path keeps windows).
+
+Gluon is not interpreted (Triton 3.6: under TRITON_INTERPRET=1 a Gluon launch asks for a CUDA
+driver), so this path runs only on a Hopper GPU; v7 uses its tl TMA path everywhere else and the
+tests say which path ran.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                                  warpgroup_mma, warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    HAVE_GLUON = True
+except ImportError:  # pragma: no cover - a Triton without Gluon
+    HAVE_GLUON = False
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+DTYPES = (torch.bfloat16, torch.float16)
+HEAD_DIMS = (64, 128)
+
+
+@dataclass(frozen=True)
+class GluonConfig:
+    """One launch configuration of the Gluon forward."""
+    block_m: int = 128
+    block_n: int = 128
+    num_warps: int = 8
+    slots: int = 2          # K/V shared-memory slots (tiles in flight + the one in use)
+    p_smem: bool = False    # P through shared memory (True) or registers (False)
+    overlap: bool = True    # softmax of tile j under P_(j-1) V_(j-1) (False: wait for everything)
+
+    @property
+    def label(self) -> str:
+        return (f"{self.block_m}x{self.block_n}/{self.num_warps}w/{self.slots}s/"
+                f"{'psmem' if self.p_smem else 'preg'}{'' if self.overlap else '/serial'}")
+
+    def smem_bytes(self, D: int, elem: int = 2) -> int:
+        """Shared memory the kernel allocates (the epilogue's layout conversion reuses it)."""
+        b = (self.block_m * D + 2 * self.slots * self.block_n * D) * elem
+        if self.p_smem:
+            b += 2 * self.block_m * self.block_n * elem
+        return b + 8 * (self.slots + 1)
+
+    def fits(self, D: int, smem_per_block: int) -> bool:
+        return self.smem_bytes(D) <= smem_per_block
+
+
+# What `invoke experiment gluon` measures: P in registers against P through shared memory (the
+# offline SASS: with P in registers ptxas waits for P_(j-1) V_(j-1) before the first exp2, whatever
+# the source order; through shared memory every exp2 of the loop is issued under it), 128 or 64 keys
+# per tile, 2 or 3 K/V slots, 1 or 2 programs per SM by shared memory, and the serial order.
+EXPERIMENT_CONFIGS = (
+    GluonConfig(128, 128, 8, 2, p_smem=False),
+    GluonConfig(128, 128, 8, 2, p_smem=False, overlap=False),
+    GluonConfig(128, 128, 8, 2, p_smem=True),
+    GluonConfig(128, 128, 8, 3, p_smem=False),
+    GluonConfig(128, 64, 8, 2, p_smem=False),
+    GluonConfig(128, 64, 8, 2, p_smem=True),
+    GluonConfig(128, 64, 8, 3, p_smem=True),
+    GluonConfig(64, 128, 4, 2, p_smem=True),
+    GluonConfig(64, 64, 4, 3, p_smem=True),
+    GluonConfig(128, 128, 4, 2, p_smem=True),
+)
+
+
+if HAVE_GLUON:
+    @gluon.jit
+    def _issue_kv(k_desc, v_desc, k_smem, v_smem, bars, row, slot):
+        """TMA K and V rows [row, row + BLOCK_N) into one slot, completing on that slot's mbarrier."""
+        bar = bars.index(slot)
+        mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_smem.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [row, 0], bar, v_smem.index(slot))
+
+    @gluon.jit
+    def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, qk_scale,
+                      s_layout: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+        """Tile j's share of the online softmax: its new row maxima (log2 units of the scaled
+        scores), P (fp32, against those maxima) and alpha, the factor for what came before."""
+        if k_start >= mask_from:   # a causal diagonal or a ragged last tile
+            k_pos = gl.expand_dims(k_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)
+            keep = k_pos < N_KEYS
+            if CAUSAL:
+                keep = keep & (k_pos <= gl.expand_dims(q_pos, 1))
+            s = gl.where(keep, s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        alpha = gl.exp2(m_i - m_new)
+        return p, alpha, m_new
+
+    @gluon.jit
+    def _p_operand(p, p_smem, j, p_layout: gl.constexpr, P_SMEM: gl.constexpr):
+        """P as the A operand of P V: registers, or one of two shared buffers (tile parity)."""
+        if P_SMEM:
+            buf = p_smem.index(j % 2)
+            buf.store(p.to(p_smem.dtype))
+            fence_async_shared()
+            return buf
+        else:
+            return gl.convert_layout(p.to(p_smem.dtype), p_layout)
+
+    @gluon.jit
+    def flash_fwd_gluon(
+        # TMA descriptors over the flattened (heads * N, D) rows; O and L are plain pointers
+        q_desc, k_desc, v_desc, O_ptr, L_ptr,
+        # strides: O's row (its head stride is N_QUERIES rows), L's head
+        stride_o_row, stride_l_head,
+        # sizes
+        N_QUERIES, N_KEYS, qk_scale,
+        # compile-time meta-parameters
+        CAUSAL: gl.constexpr, SLOTS: gl.constexpr, P_SMEM: gl.constexpr, OVERLAP: gl.constexpr,
+        num_warps: gl.constexpr,
+    ):
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+        D: gl.constexpr = q_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        dtype: gl.constexpr = q_desc.dtype
+
+        # Longest causal tiles first (v6's order): query tiles reversed on axis 0, the head on axis 1.
+        n_q_tiles = gl.cdiv(N_QUERIES, BLOCK_M)
+        q_start = (n_q_tiles - 1 - gl.program_id(0)) * BLOCK_M
+        head = gl.program_id(1)
+        k_row0 = head * N_KEYS
+
+        # Key tiles: [0, mask_from) need no mask; [mask_from, stop) do.
+        full_stop = (N_KEYS // BLOCK_N) * BLOCK_N
+        if CAUSAL:
+            stop = gl.minimum(q_start + BLOCK_M, N_KEYS)
+            mask_from = gl.minimum((q_start // BLOCK_N) * BLOCK_N, full_stop)
+        else:
+            stop = N_KEYS
+            mask_from = full_stop
+        n_tiles = gl.cdiv(stop, BLOCK_N)
+
+        q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_desc.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], v_desc.layout)
+        p_layout_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], dtype)
+        p_smem = gl.allocate_shared_memory(dtype, [2 if P_SMEM else 1, BLOCK_M, BLOCK_N], p_layout_smem)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        bars = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for s in gl.static_range(SLOTS):
+            mbarrier.init(bars.index(s), count=1)
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [head * N_QUERIES + q_start, 0], q_bar, q_smem)
+        for s in gl.static_range(SLOTS):
+            if s < n_tiles:
+                _issue_kv(k_desc, v_desc, k_smem, v_smem, bars, k_row0 + s * BLOCK_N, s)
+
+        # Register layouts: the wgmma accumulators of S (BLOCK_N wide) and O (D wide), P as wgmma's
+        # register A operand. Both accumulators give each thread the same rows.
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                           instr_shape=[16, D, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        q_pos = q_start + gl.arange(0, BLOCK_M, layout=row_s)
+        zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+        acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+
+        # Tile 0: its scores and P; its P V is issued in the next iteration (or after the loop).
+        mbarrier.wait(q_bar, 0)
+        mbarrier.wait(bars.index(0), 0)
+        s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
+        p, alpha, m_i = _softmax_tile(s_ij, m_i, 0, mask_from, q_pos, N_KEYS, qk_scale, s_layout, BLOCK_N, CAUSAL)
+        l_i = gl.sum(p, axis=1)
+        p_op = _p_operand(p, p_smem, 0, p_layout, P_SMEM)
+
+        for j in range(1, n_tiles):
+            slot = j % SLOTS
+            prev = (j - 1) % SLOTS
+            mbarrier.wait(bars.index(slot), (j // SLOTS) & 1)
+            s_tok = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            if OVERLAP:   # P_(j-1) V_(j-1) queued behind Q K_j^T; wait for Q K_j^T only
+                acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+                s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+            else:         # tl.dot's order: both products done before the softmax
+                s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+                acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            p, alpha, m_i = _softmax_tile(s_ij, m_i, j * BLOCK_N, mask_from, q_pos, N_KEYS, qk_scale,
+                                          s_layout, BLOCK_N, CAUSAL)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            p_next = _p_operand(p, p_smem, j, p_layout, P_SMEM)
+            if OVERLAP:
+                if P_SMEM:
+                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                else:   # P_(j-1) kept live to here: else ptxas reuses its registers for P_j and waits first
+                    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            p_op = p_next
+            # Tile j-1's slot is free once P_(j-1) V_(j-1) is done: tile j + SLOTS - 1 goes there.
+            if j + SLOTS - 1 < n_tiles:
+                _issue_kv(k_desc, v_desc, k_smem, v_smem, bars, k_row0 + (j + SLOTS - 1) * BLOCK_N, prev)
+
+        acc = warpgroup_mma(p_op, v_smem.index((n_tiles - 1) % SLOTS), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.invalidate(q_bar)
+        for s in gl.static_range(SLOTS):
+            mbarrier.invalidate(bars.index(s))
+
+        # Epilogue: O = acc / l through a coalescing layout, L = ln(2) (m + log2 l); rows past
+        # N_QUERIES (the next head's) are not stored.
+        o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+        out_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 * 8 // D, D // 8],
+                                                    warps_per_cta=[num_warps, 1], order=[1, 0])
+        o = gl.convert_layout(o.to(dtype), out_layout)
+        rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, out_layout))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, out_layout))
+        o_ptrs = O_ptr + (head * N_QUERIES + gl.expand_dims(rows, 1)) * stride_o_row + gl.expand_dims(cols, 0)
+        gl.store(o_ptrs, o, mask=gl.expand_dims(rows < N_QUERIES, 1))
+        L_i = (m_i + gl.log2(l_i)) * 0.6931471805599453
+        gl.store(L_ptr + head * stride_l_head + q_pos, L_i, mask=q_pos < N_QUERIES)
+
+
+def flattened(t: torch.Tensor) -> torch.Tensor | None:
+    """(heads, N, D) as (heads * N, D) rows without a copy, or None where the strides do not allow it
+    or TMA's rules (16-byte base and row stride, unit last stride) fail."""
+    B, N, D = t.shape
+    if t.stride(2) != 1 or (B > 1 and t.stride(0) != N * t.stride(1)):
+        return None
+    e = t.element_size()
+    if t.data_ptr() % 16 or (t.stride(1) * e) % 16:
+        return None
+    return t.as_strided((B * N, D), (t.stride(1), 1))
+
+
+def applies(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, window: int = 0) -> str | None:
+    """None when the Gluon forward can run these inputs, else the reason it cannot."""
+    if not HAVE_GLUON:
+        return "this Triton has no Gluon"
+    if window:
+        return "sliding window (tl path only)"
+    if Q.dtype not in DTYPES:
+        return f"dtype {Q.dtype} (bf16, fp16 only)"
+    if Q.shape[2] not in HEAD_DIMS:
+        return f"head dimension {Q.shape[2]} (not in {HEAD_DIMS})"
+    if Q.device.type != "cuda" or torch.cuda.get_device_capability(Q.device)[0] != 9:
+        return "not a Hopper GPU"
+    if any(flattened(t) is None for t in (Q, K, V)):
+        return "strides TMA cannot address as flattened rows"
+    if K.stride() != V.stride():
+        return "K and V strides differ"
+    return None
+
+
+def descriptors(Q, K, V, cfg: GluonConfig):
+    """Host TMA descriptors over the flattened rows, blocks (block_m, D) for Q, (block_n, D) for K, V."""
+    D = Q.shape[2]
+    out = []
+    for t, rows in ((Q, cfg.block_m), (K, cfg.block_n), (V, cfg.block_n)):
+        flat = flattened(t)
+        layout = gl.NVMMASharedLayout.get_default_for([rows, D], gl.bfloat16 if t.dtype == torch.bfloat16
+                                                      else gl.float16)
+        out.append(TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, D], layout))
+    return out
+
+
+def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, cfg: GluonConfig,
+            O: torch.Tensor | None = None, L: torch.Tensor | None = None):
+    """O (like Q) and L ((heads, N_q) float32, natural log) for inputs `applies` accepted."""
+    BH, N_q, D = Q.shape
+    N_k = K.shape[1]
+    if O is None:
+        O = torch.empty((BH, N_q, D), dtype=Q.dtype, device=Q.device)
+    if L is None:
+        L = torch.empty((BH, N_q), dtype=torch.float32, device=Q.device)
+    qd, kd, vd = descriptors(Q, K, V, cfg)
+    grid = (math.ceil(N_q / cfg.block_m), BH)
+    compiled = flash_fwd_gluon[grid](qd, kd, vd, O, L, O.stride(1), L.stride(0), N_q, N_k,
+                                     LOG2E / math.sqrt(D), CAUSAL=bool(is_causal), SLOTS=cfg.slots,
+                                     P_SMEM=cfg.p_smem, OVERLAP=cfg.overlap, num_warps=cfg.num_warps)
+    return O, L, compiled
