@@ -55,45 +55,66 @@ HEAD_DIMS = (64, 128)
 
 @dataclass(frozen=True)
 class GluonConfig:
-    """One launch configuration of the Gluon forward."""
+    """One launch configuration of the Gluon forward. consumers = 0: flash_fwd_gluon (block_m rows,
+    num_warps warps all computing and copying); consumers = 2 or 3: flash_fwd_gluon_ws (a loader warp
+    and `consumers` warpgroups of 64 rows, block_m = 64 * consumers, num_warps = 4 per partition)."""
     block_m: int = 128
     block_n: int = 128
     num_warps: int = 8
-    slots: int = 2          # K/V shared-memory slots (tiles in flight + the one in use)
+    slots: int = 2          # K/V shared-memory slots
     p_smem: bool = False    # P through shared memory (True) or registers (False)
     overlap: bool = True    # softmax of tile j under P_(j-1) V_(j-1) (False: wait for everything)
+    consumers: int = 0      # warp-specialized: consumer warpgroups (0: not warp-specialized)
+
+    def __post_init__(self):
+        if self.consumers:
+            if self.consumers not in (2, 3) or self.block_m != 64 * self.consumers or self.num_warps != 4:
+                raise ValueError(f"a warp-specialized configuration has 2 or 3 consumers of 64 rows and 4 warps "
+                                 f"each: {self}")
+            if not self.overlap:
+                raise ValueError("the warp-specialized form always overlaps")
 
     @property
     def label(self) -> str:
-        return (f"{self.block_m}x{self.block_n}/{self.num_warps}w/{self.slots}s/"
-                f"{'psmem' if self.p_smem else 'preg'}{'' if self.overlap else '/serial'}")
+        tail = f"{self.slots}s/{'psmem' if self.p_smem else 'preg'}{'' if self.overlap else '/serial'}"
+        if self.consumers:
+            return f"ws{self.consumers}x64x{self.block_n}/{tail}"
+        return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
+
+    @property
+    def consumer_registers(self) -> int:
+        """setmaxnreg for the worker consumers: what 2 or 3 consumers and a 24-register loader leave
+        of 64 K registers (2: 232, 3: 160)."""
+        return {2: 232, 3: 160}.get(self.consumers, 0)
 
     def smem_bytes(self, D: int, elem: int = 2) -> int:
-        """Shared memory the kernel allocates (the epilogue's layout conversion reuses it)."""
+        """Shared memory the kernel allocates: Q, the K/V slots, P's buffers, the mbarriers, and in the
+        warp-specialized form each consumer's epilogue scratch (the plain form reuses freed memory)."""
         b = (self.block_m * D + 2 * self.slots * self.block_n * D) * elem
         if self.p_smem:
             b += 2 * self.block_m * self.block_n * elem
-        return b + 8 * (self.slots + 1)
+        if self.consumers:
+            b += self.block_m * D * elem
+        return b + 8 * (2 * self.slots + 1)
 
     def fits(self, D: int, smem_per_block: int) -> bool:
         return self.smem_bytes(D) <= smem_per_block
 
 
-# What `invoke experiment gluon` measures: P in registers against P through shared memory (the
-# offline SASS: with P in registers ptxas waits for P_(j-1) V_(j-1) before the first exp2, whatever
-# the source order; through shared memory every exp2 of the loop is issued under it), 128 or 64 keys
-# per tile, 2 or 3 K/V slots, 1 or 2 programs per SM by shared memory, and the serial order.
+# What `invoke experiment gluon` measures. Call 1 (3fcda8b, logs/s14_call1_gluon_3fcda8b.log) timed
+# the plain form: correct everywhere, at best 0.352 ms at N = 4096 non-causal (128x64/8w/3s/psmem,
+# 86% of cuDNN, v7's tl path 96%); more slots helped every tile shape, since its copies are issued
+# only after each wait. The warp-specialized form takes the copies off the computing warps.
 EXPERIMENT_CONFIGS = (
-    GluonConfig(128, 128, 8, 2, p_smem=False),
-    GluonConfig(128, 128, 8, 2, p_smem=False, overlap=False),
-    GluonConfig(128, 128, 8, 2, p_smem=True),
-    GluonConfig(128, 128, 8, 3, p_smem=False),
-    GluonConfig(128, 64, 8, 2, p_smem=False),
-    GluonConfig(128, 64, 8, 2, p_smem=True),
     GluonConfig(128, 64, 8, 3, p_smem=True),
-    GluonConfig(64, 128, 4, 2, p_smem=True),
-    GluonConfig(64, 64, 4, 3, p_smem=True),
-    GluonConfig(128, 128, 4, 2, p_smem=True),
+    GluonConfig(128, 128, 8, 3, p_smem=False),
+    GluonConfig(128, 128, 4, 2, p_smem=True, consumers=2),
+    GluonConfig(128, 128, 4, 3, p_smem=True, consumers=2),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2),
+    GluonConfig(128, 64, 4, 4, p_smem=True, consumers=2),
+    GluonConfig(192, 128, 4, 2, p_smem=True, consumers=3),
+    GluonConfig(192, 64, 4, 4, p_smem=True, consumers=3),
+    GluonConfig(192, 128, 4, 2, p_smem=False, consumers=3),
 )
 
 
@@ -107,15 +128,16 @@ if HAVE_GLUON:
         tma.async_copy_global_to_shared(v_desc, [row, 0], bar, v_smem.index(slot))
 
     @gluon.jit
-    def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, qk_scale,
-                      s_layout: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
+                      s_layout: gl.constexpr, BLOCK_N: gl.constexpr):
         """Tile j's share of the online softmax: its new row maxima (log2 units of the scaled
-        scores), P (fp32, against those maxima) and alpha, the factor for what came before."""
+        scores), P (fp32, against those maxima) and alpha, the factor for what came before.
+        Key k is visible to query q when k < N_KEYS and k <= q + causal_off (0 under the causal
+        mask, N_KEYS without): a runtime value, since a warp-specialized partition receives its
+        arguments as values, constexprs included."""
         if k_start >= mask_from:   # a causal diagonal or a ragged last tile
             k_pos = gl.expand_dims(k_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)
-            keep = k_pos < N_KEYS
-            if CAUSAL:
-                keep = keep & (k_pos <= gl.expand_dims(q_pos, 1))
+            keep = (k_pos < N_KEYS) & (k_pos <= gl.expand_dims(q_pos + causal_off, 1))
             s = gl.where(keep, s, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
         p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
@@ -123,10 +145,10 @@ if HAVE_GLUON:
         return p, alpha, m_new
 
     @gluon.jit
-    def _p_operand(p, p_smem, j, p_layout: gl.constexpr, P_SMEM: gl.constexpr):
-        """P as the A operand of P V: registers, or one of two shared buffers (tile parity)."""
+    def _p_operand(p, p_smem, buf_index, p_layout: gl.constexpr, P_SMEM: gl.constexpr):
+        """P as the A operand of P V: registers, or shared buffer buf_index (the caller alternates two)."""
         if P_SMEM:
-            buf = p_smem.index(j % 2)
+            buf = p_smem.index(buf_index)
             buf.store(p.to(p_smem.dtype))
             fence_async_shared()
             return buf
@@ -161,9 +183,11 @@ if HAVE_GLUON:
         if CAUSAL:
             stop = gl.minimum(q_start + BLOCK_M, N_KEYS)
             mask_from = gl.minimum((q_start // BLOCK_N) * BLOCK_N, full_stop)
+            causal_off = 0
         else:
             stop = N_KEYS
             mask_from = full_stop
+            causal_off = N_KEYS
         n_tiles = gl.cdiv(stop, BLOCK_N)
 
         q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_desc.layout)
@@ -201,7 +225,7 @@ if HAVE_GLUON:
         s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
-        p, alpha, m_i = _softmax_tile(s_ij, m_i, 0, mask_from, q_pos, N_KEYS, qk_scale, s_layout, BLOCK_N, CAUSAL)
+        p, alpha, m_i = _softmax_tile(s_ij, m_i, 0, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout, BLOCK_N)
         l_i = gl.sum(p, axis=1)
         p_op = _p_operand(p, p_smem, 0, p_layout, P_SMEM)
 
@@ -217,17 +241,18 @@ if HAVE_GLUON:
                 s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
                 acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            p, alpha, m_i = _softmax_tile(s_ij, m_i, j * BLOCK_N, mask_from, q_pos, N_KEYS, qk_scale,
-                                          s_layout, BLOCK_N, CAUSAL)
+            p, alpha, m_i = _softmax_tile(s_ij, m_i, j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
+                                          s_layout, BLOCK_N)
             l_i = l_i * alpha + gl.sum(p, axis=1)
-            p_next = _p_operand(p, p_smem, j, p_layout, P_SMEM)
+            if P_SMEM:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
+                p_next = _p_operand(p, p_smem, j % 2, p_layout, P_SMEM)
             if OVERLAP:
-                if P_SMEM:
-                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-                else:   # P_(j-1) kept live to here: else ptxas reuses its registers for P_j and waits first
-                    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-            p_op = p_next
+            if P_SMEM:
+                p_op = p_next
+            else:        # P_j's registers written only once P_(j-1) V_(j-1) is done (see _ws_consumer)
+                p_op = _p_operand(p, p_smem, 0, p_layout, P_SMEM)
             # Tile j-1's slot is free once P_(j-1) V_(j-1) is done: tile j + SLOTS - 1 goes there.
             if j + SLOTS - 1 < n_tiles:
                 _issue_kv(k_desc, v_desc, k_smem, v_smem, bars, k_row0 + (j + SLOTS - 1) * BLOCK_N, prev)
@@ -250,6 +275,163 @@ if HAVE_GLUON:
         gl.store(o_ptrs, o, mask=gl.expand_dims(rows < N_QUERIES, 1))
         L_i = (m_i + gl.log2(l_i)) * 0.6931471805599453
         gl.store(L_ptr + head * stride_l_head + q_pos, L_i, mask=q_pos < N_QUERIES)
+
+
+    # ----------------------------------------------------------------------- warp-specialized form
+    #
+    # The form above issues its TMA copies from the same warps that compute, after each wait, and
+    # keeps a CTA-wide barrier around every copy (the other warpgroup may still read the slot). Here
+    # one loader warp only copies (K, V round SLOTS slots: wait until the slot is empty, copy, the
+    # slot's "ready" barrier completes), and CONSUMERS warpgroups of 64 query rows each only compute,
+    # each releasing a slot (its "empty" barrier counts one arrival per consumer) once its
+    # P V product on it is done. The consumers share nothing else, so one's softmax runs beside
+    # another's products without a barrier between them: FlashAttention-3's producer/consumer split,
+    # without its explicit ping-pong.
+
+    @gluon.jit
+    def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, q_row, k_row0, n_tiles):
+        CONSUMERS: gl.constexpr = q_smem.shape[0]
+        ROWS: gl.constexpr = q_smem.shape[1]
+        SLOTS: gl.constexpr = k_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
+        for c in gl.static_range(CONSUMERS):
+            tma.async_copy_global_to_shared(q_desc, [q_row + c * ROWS, 0], q_bar, q_smem.index(c))
+        for j in range(n_tiles):
+            slot = j % SLOTS
+            # use u = j // SLOTS of this slot waits for the u-th release of its previous contents
+            mbarrier.wait(empty.index(slot), ((j // SLOTS) & 1) ^ 1, pred=j >= SLOTS)
+            _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
+
+    @gluon.jit
+    def _ws_consumer(q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, wg, q_start, head, n_tiles,
+                     mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head):
+        SLOTS: gl.constexpr = k_smem.shape[0]
+        P_SMEM: gl.constexpr = p_smem.shape[0] == 2 * q_smem.shape[0]   # two shared P buffers per consumer
+        p_base = 2 * wg if P_SMEM else 0
+        ROWS: gl.constexpr = q_smem.shape[1]
+        D: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        dtype: gl.constexpr = q_smem.dtype
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, D, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        q_tile = q_smem.index(wg)
+        row0 = q_start + wg * ROWS
+        q_pos = row0 + gl.arange(0, ROWS, layout=row_s)
+        zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+        acc = gl.zeros([ROWS, D], gl.float32, o_layout)
+
+        mbarrier.wait(q_bar, 0)
+        mbarrier.wait(ready.index(0), 0)
+        s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
+        p, alpha, m_i = _softmax_tile(s_ij, m_i, 0, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout, BLOCK_N)
+        l_i = gl.sum(p, axis=1)
+        p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
+        for j in range(1, n_tiles):
+            slot = j % SLOTS
+            prev = (j - 1) % SLOTS
+            mbarrier.wait(ready.index(slot), (j // SLOTS) & 1)
+            s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+            p, alpha, m_i = _softmax_tile(s_ij, m_i, j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
+                                          s_layout, BLOCK_N)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            if P_SMEM:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
+                p_next = _p_operand(p, p_smem, p_base + j % 2, p_layout, P_SMEM)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            mbarrier.arrive(empty.index(prev), count=1)       # K_(j-1), V_(j-1) no longer read here
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            if P_SMEM:
+                p_op = p_next
+            else:        # P_j's registers written once P_(j-1) V_(j-1) is done
+                p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
+        acc = warpgroup_mma(p_op, v_smem.index((n_tiles - 1) % SLOTS), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+
+        o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+        out_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 * 8 // D, D // 8],
+                                                    warps_per_cta=[4, 1], order=[1, 0])
+        o = gl.convert_layout(o.to(dtype), out_layout)
+        rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, out_layout))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, out_layout))
+        o_ptrs = O_ptr + (head * N_QUERIES + gl.expand_dims(rows, 1)) * stride_o_row + gl.expand_dims(cols, 0)
+        gl.store(o_ptrs, o, mask=gl.expand_dims(rows < N_QUERIES, 1))
+        L_i = (m_i + gl.log2(l_i)) * 0.6931471805599453
+        gl.store(L_ptr + head * stride_l_head + q_pos, L_i, mask=q_pos < N_QUERIES)
+
+    @gluon.jit
+    def flash_fwd_gluon_ws(
+        # TMA descriptors over the flattened (heads * N, D) rows, Q's block 64 rows (one consumer's);
+        # O and L are plain pointers
+        q_desc, k_desc, v_desc, O_ptr, L_ptr,
+        # strides: O's row (its head stride is N_QUERIES rows), L's head
+        stride_o_row, stride_l_head,
+        # sizes
+        N_QUERIES, N_KEYS, qk_scale,
+        # compile-time meta-parameters: consumer warpgroups (2 or 3), registers per consumer thread
+        CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+        P_SMEM: gl.constexpr,
+    ):
+        ROWS: gl.constexpr = q_desc.block_type.shape[0]
+        D: gl.constexpr = q_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        BLOCK_M: gl.constexpr = ROWS * CONSUMERS
+        dtype: gl.constexpr = q_desc.dtype
+        n_q_tiles = gl.cdiv(N_QUERIES, BLOCK_M)
+        q_start = (n_q_tiles - 1 - gl.program_id(0)) * BLOCK_M
+        head = gl.program_id(1)
+        full_stop = (N_KEYS // BLOCK_N) * BLOCK_N
+        if CAUSAL:
+            stop = gl.minimum(q_start + BLOCK_M, N_KEYS)
+            mask_from = gl.minimum((q_start // BLOCK_N) * BLOCK_N, full_stop)
+            causal_off = 0
+        else:
+            stop = N_KEYS
+            mask_from = full_stop
+            causal_off = N_KEYS
+        n_tiles = gl.cdiv(stop, BLOCK_N)
+
+        q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, ROWS, D], q_desc.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], v_desc.layout)
+        p_layout_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_N], dtype)
+        p_smem = gl.allocate_shared_memory(dtype, [2 * CONSUMERS if P_SMEM else 1, ROWS, BLOCK_N], p_layout_smem)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for s in gl.static_range(SLOTS):
+            mbarrier.init(ready.index(s), count=1)
+            mbarrier.init(empty.index(s), count=CONSUMERS)
+
+        # The default partition (this program's 4 warps) is consumer 0; the workers are the other
+        # consumers and the loader.
+        loader_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty,
+                       head * N_QUERIES + q_start, head * N_KEYS, n_tiles)
+        if CONSUMERS == 2:
+            gl.warp_specialize([
+                (_ws_consumer, (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, 0, q_start, head, n_tiles,
+                                mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)),
+                (_ws_consumer, (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, 1, q_start, head, n_tiles,
+                                mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)),
+                (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
+        else:
+            gl.warp_specialize([
+                (_ws_consumer, (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, 0, q_start, head, n_tiles,
+                                mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)),
+                (_ws_consumer, (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, 1, q_start, head, n_tiles,
+                                mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)),
+                (_ws_consumer, (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, 2, q_start, head, n_tiles,
+                                mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)),
+                (_ws_loader, loader_args)], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
 def flattened(t: torch.Tensor) -> torch.Tensor | None:
@@ -287,7 +469,8 @@ def descriptors(Q, K, V, cfg: GluonConfig):
     """Host TMA descriptors over the flattened rows, blocks (block_m, D) for Q, (block_n, D) for K, V."""
     D = Q.shape[2]
     out = []
-    for t, rows in ((Q, cfg.block_m), (K, cfg.block_n), (V, cfg.block_n)):
+    q_rows = 64 if cfg.consumers else cfg.block_m
+    for t, rows in ((Q, q_rows), (K, cfg.block_n), (V, cfg.block_n)):
         flat = flattened(t)
         layout = gl.NVMMASharedLayout.get_default_for([rows, D], gl.bfloat16 if t.dtype == torch.bfloat16
                                                       else gl.float16)
@@ -306,7 +489,11 @@ def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, 
         L = torch.empty((BH, N_q), dtype=torch.float32, device=Q.device)
     qd, kd, vd = descriptors(Q, K, V, cfg)
     grid = (math.ceil(N_q / cfg.block_m), BH)
-    compiled = flash_fwd_gluon[grid](qd, kd, vd, O, L, O.stride(1), L.stride(0), N_q, N_k,
-                                     LOG2E / math.sqrt(D), CAUSAL=bool(is_causal), SLOTS=cfg.slots,
-                                     P_SMEM=cfg.p_smem, OVERLAP=cfg.overlap, num_warps=cfg.num_warps)
+    args = (qd, kd, vd, O, L, O.stride(1), L.stride(0), N_q, N_k, LOG2E / math.sqrt(D))
+    if cfg.consumers:
+        compiled = flash_fwd_gluon_ws[grid](*args, CAUSAL=bool(is_causal), SLOTS=cfg.slots, CONSUMERS=cfg.consumers,
+                                            CONSUMER_REGS=cfg.consumer_registers, P_SMEM=cfg.p_smem, num_warps=4)
+    else:
+        compiled = flash_fwd_gluon[grid](*args, CAUSAL=bool(is_causal), SLOTS=cfg.slots, P_SMEM=cfg.p_smem,
+                                         OVERLAP=cfg.overlap, num_warps=cfg.num_warps)
     return O, L, compiled
