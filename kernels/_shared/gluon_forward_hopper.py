@@ -115,6 +115,13 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(192, 128, 4, 2, p_smem=True, consumers=3),
     GluonConfig(192, 64, 4, 4, p_smem=True, consumers=3),
     GluonConfig(192, 128, 4, 2, p_smem=False, consumers=3),
+    # call 2 (6885885): the warp-specialized form with P in registers and 3 slots is the best
+    # (0.317 ms at N = 4096 non-causal, v7's tl path 0.320, cuDNN 0.305), and slots matter most:
+    GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2),
+    GluonConfig(128, 128, 4, 5, p_smem=False, consumers=2),
+    GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3),
+    GluonConfig(192, 64, 4, 6, p_smem=False, consumers=3),
 )
 
 
