@@ -285,14 +285,15 @@ def report(c, out="RESULTS.md"):
         raise Exit("report failed", code=1)
 
 
-@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid or bwd-modes",
+@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid, bwd-modes or gluon",
             "N": "comma-separated sequence lengths",
             "rounds": "interleaved timing rounds"})
 def experiment(c, name, N="", rounds=5):
     """Experiments beyond the harness: pcast (where P is rounded), launch-order (v6), timing (small N),
     other-shapes (v7 against v6 and SDPA where neither was tuned), exp2-poly (v7 with part of the
     softmax's exp2 on the FMA pipe instead of the MUFU), grid (v7's persistent grid against one program
-    per tile), bwd-modes (the backward's separate and fused dQ modes: GPU, host and do_bench times).
+    per tile), bwd-modes (the backward's separate and fused dQ modes: GPU, host and do_bench times),
+    gluon (the Gluon forward's configurations, checked against float64 and timed beside v7 and SDPA).
 
     Rows go to results/<gpu>/experiments/<name>.csv."""
     _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")

@@ -840,15 +840,17 @@ EXPERIMENTS["grid"] = ("variant", "N", "causal", "ms", "ms_min", "ms_max", "tflo
                        "speedup_vs_per_tile", "rel_err_vs_sdpa")
 EXPERIMENTS["bwd_modes"] = ("who", "N", "causal", "auto_picks", *(f"{w}_us{s}" for w in ("do_bench", "host", "graph")
                                                                   for s in ("", "_min", "_max")))
+EXPERIMENTS["gluon"] = ("variant", "N", "causal", "ms", "ms_min", "ms_max", "graph_ms", "pct_of_sdpa",
+                        "graph_pct_of_sdpa", "rel_err_vs_sdpa", "git_commit")
 EXPERIMENT_KEYS = {"pcast": ("p_cast", "N", "causal"), "launch_order": ("order", "config", "N", "causal"),
                    "timing": ("version", "N", "causal"), "other_shapes": ("who", "B", "H", "N", "D", "causal"),
                    "exp2_poly": ("variant", "config", "N", "causal"), "grid": ("variant", "N", "causal"),
-                   "bwd_modes": ("who", "N", "causal")}
+                   "bwd_modes": ("who", "N", "causal"), "gluon": ("git_commit", "variant", "N", "causal")}
 EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke experiment launch-order",
                    "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes",
                    "exp2_poly": "invoke experiment exp2-poly", "grid": "invoke experiment grid",
-                   "bwd_modes": "invoke experiment bwd-modes"}
-EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks")   # not numbers
+                   "bwd_modes": "invoke experiment bwd-modes", "gluon": "invoke experiment gluon"}
+EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks", "git_commit")   # not numbers
 
 
 def experiment(gpu, root, name: str):
@@ -922,7 +924,8 @@ def section_experiments(gpu, root) -> str:
                  md_table(["version", "N", "causal", "do_bench", *(["no flush"] if nf else []), "graph", "host/call",
                            "SDPA do_bench", *(["SDPA no flush"] if nf else []), "SDPA graph", "SDPA host/call",
                            "% of SDPA (do_bench)", "% of SDPA (graph)", "SM MHz median"], rows)]
-    return "\n".join(text + ["", section_exp2_poly(gpu, root), "", section_grid(gpu, root)])
+    return "\n".join(text + ["", section_exp2_poly(gpu, root), "", section_grid(gpu, root), "",
+                             section_gluon(gpu, root)])
 
 
 def section_exp2_poly(gpu, root) -> str:
@@ -985,6 +988,38 @@ def section_grid(gpu, root) -> str:
         "per SM looping over the work items, each autotuned on its own, SDPA in the same interleaved rounds: ms "
         "(min–max), speed-up against one program per tile, % of SDPA. Source: {source}.",
         ["N", "causal", "per tile", "persistent, 2 per SM", "persistent, 1 per SM", "SDPA ms"])
+
+
+GLUON_SAME_RUN = ("v7_tl", data.SDPA)   # the experiment's non-Gluon rows, timed in the same rounds
+
+
+def section_gluon(gpu, root) -> str:
+    """The Gluon forward's best configuration per run and shape (by graph replay) beside v7's tl path and
+    SDPA from the same run (experiments/run.py gluon): one row per (run, shape)."""
+    df, path = experiment(gpu, root, "gluon")
+    if df is None:
+        return experiment_not_run("The Gluon forward", "gluon", path)
+    rows = []
+    for (commit, causal, N), g in df.groupby(["git_commit", "causal", "N"], sort=True):
+        g = g.set_index("variant")
+        ours = g[~g.index.isin(GLUON_SAME_RUN)]
+        if ours.empty or not set(GLUON_SAME_RUN) <= set(g.index):
+            continue
+        best = ours.graph_ms.idxmin()
+
+        def cell(v):
+            r = g.loc[v]
+            return (f"{span(r.ms, r.ms_min, r.ms_max, '.3f')}, graph {fmt(r.graph_ms, '.3f')} "
+                    f"({fmt(r.graph_pct_of_sdpa, '.1f', '%')})")
+        rows.append([commit, int(N), "yes" if causal else "no", len(ours), best, cell(best), cell("v7_tl"),
+                     f"{fmt(g.at[data.SDPA, 'ms'], '.3f')}, graph {fmt(g.at[data.SDPA, 'graph_ms'], '.3f')}"])
+    return "\n".join([
+        "The Gluon forward (`kernels/_shared/gluon_forward_hopper.py`, not a path of any version): per run and "
+        "shape, the configuration with the least graph-replay time among those the run timed, beside v7's tl "
+        "path and SDPA timed in the same interleaved rounds. Cells: do_bench ms (min–max of the rounds), graph "
+        "ms (% of SDPA's graph time). At N ≤ 2048 the Gluon rows' do_bench is host-bound: the experiment "
+        f"builds their descriptors on every call. Source: `{rel(path)}`.", "",
+        md_table(["run", "N", "causal", "configs", "best Gluon", "its time", "v7 tl path", "SDPA"], rows)])
 
 
 def section_bwd_modes(gpu, root) -> str:

@@ -504,3 +504,21 @@ def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, 
         compiled = flash_fwd_gluon[grid](*args, CAUSAL=bool(is_causal), SLOTS=cfg.slots, P_SMEM=cfg.p_smem,
                                          OVERLAP=cfg.overlap, num_warps=cfg.num_warps)
     return O, L, compiled
+
+
+def compile_offline(cfg: GluonConfig, N: int = 4096, D: int = 64, is_causal: bool = False, heads: int = 32,
+                    arch: int = 90):
+    """Compile one configuration for sm_<arch> without a GPU (fa2lab.compile_offline: meta tensors,
+    Triton's bundled ptxas); returns the never-loaded CompiledKernel (asm: ttgir, ptx, cubin)."""
+    from fa2lab.compile_offline import compile_for_target
+
+    Q = torch.empty(heads, N, D, dtype=torch.bfloat16, device="meta")
+    O = torch.empty_like(Q)
+    L = torch.empty(heads, N, dtype=torch.float32, device="meta")
+    args = (*descriptors(Q, Q, Q, cfg), O, L, O.stride(1), L.stride(0), N, N, LOG2E / math.sqrt(D))
+    flags = dict(CAUSAL=bool(is_causal), SLOTS=cfg.slots, P_SMEM=cfg.p_smem)
+    if cfg.consumers:
+        return compile_for_target(flash_fwd_gluon_ws, args, arch=arch, num_warps=4, num_stages=1,
+                                  CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers, **flags)
+    return compile_for_target(flash_fwd_gluon, args, arch=arch, num_warps=cfg.num_warps, num_stages=1,
+                              OVERLAP=cfg.overlap, **flags)

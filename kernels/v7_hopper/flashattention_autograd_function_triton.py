@@ -73,6 +73,20 @@ non-causal 128x128 went from 0.320 ms to 0.371 and 0.356. Seven more instruction
 exponential cost more issue slots and registers than the MUFU time they free, so no version uses it;
 it stays as the recorded negative result (FA2_V7_EXP2_POLY sets it for pinned configurations).
 
+After that, the lever Triton's own language lacks (wgmma waits placed by hand, warp specialization) was
+tried in Gluon, Triton 3.6's lower-level language: kernels/_shared/gluon_forward_hopper.py, measured by
+`invoke experiment gluon` (results/nvidia-h200/experiments/gluon.csv; every configuration first checked
+against float64 on ragged and non-square shapes, both masks, D = 64 and 128, all correct). The plain form
+(all warps compute and issue the copies) peaked at 86% of cuDNN at N = 4096 non-causal. The
+warp-specialized form (one loader warp, 2 or 3 consumer warpgroups of 64 rows each, slots released per
+consumer) with 3 consumers, 128-key tiles, 3 slots and P in registers took 0.307 ms (0.304-0.311) against
+cuDNN's 0.303 and this kernel's 0.317 (0.312-0.318) in the same rounds (commit 2aa5f3d): 3% faster than
+v7, level with cuDNN within the spread, not ahead of it. Causal it stays behind this kernel (0.189
+against 0.170 ms). In the offline SASS, with P in registers ptxas waits for P_(j-1) V_(j-1) before the
+first exp2 whatever the source order; with P through shared memory every exp2 runs under that product,
+but the buffers cost the slots that mattered more. It is not a path of v7: a parity-level gain at one
+mask does not pay for a second kernel that the interpreter cannot run (Gluon is not interpreted).
+
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
 nothing outside visited, the head on the grid's first axis and query tiles reversed (longest

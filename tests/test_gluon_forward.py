@@ -1,0 +1,108 @@
+"""The Gluon forward (kernels/_shared/gluon_forward_hopper.py, issue 6's experiment): its configuration
+rules, which inputs it refuses and why, and what an offline sm_90 compile of each form contains.
+
+Gluon is not interpreted (Triton 3.6), so nothing here runs the kernel: its results are checked on the
+H200 by `invoke experiment gluon` (O and L against float64 on ragged and non-square shapes, both masks,
+D = 64 and 128; results/nvidia-h200/experiments/gluon_check.csv). The compiles are real: Triton's
+compiler and its bundled ptxas, for sm_90, in a subprocess without TRITON_INTERPRET.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fa2lab import versions
+
+REPO = Path(__file__).resolve().parent.parent
+G = versions.load_shared("gluon_forward_hopper")
+pytestmark = pytest.mark.skipif(not G.HAVE_GLUON, reason="this Triton has no Gluon")
+
+
+def test_warp_specialized_configs_are_checked():
+    with pytest.raises(ValueError, match="2 or 3 consumers"):
+        G.GluonConfig(128, 128, 4, 3, consumers=4)
+    with pytest.raises(ValueError, match="2 or 3 consumers"):
+        G.GluonConfig(128, 128, 8, 3, consumers=2)        # 4 warps per consumer
+    with pytest.raises(ValueError, match="always overlaps"):
+        G.GluonConfig(128, 128, 4, 3, overlap=False, consumers=2)
+    assert G.GluonConfig(192, 128, 4, 3, consumers=3).label == "ws3x64x128/3s/preg"
+
+
+def test_shared_memory_estimate_grows_with_what_is_allocated():
+    base = G.GluonConfig(128, 128, 8, 2)
+    assert G.GluonConfig(128, 128, 8, 3).smem_bytes(64) - base.smem_bytes(64) == 2 * 128 * 64 * 2 + 16
+    assert G.GluonConfig(128, 128, 8, 2, p_smem=True).smem_bytes(64) - base.smem_bytes(64) == 2 * 128 * 128 * 2
+    assert not G.GluonConfig(128, 128, 4, 3, p_smem=True, consumers=2).fits(128, 232448)
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(dtype=torch.float32), "dtype"),
+    (dict(D=32), "head dimension 32"),
+    (dict(window=8), "sliding window"),
+    (dict(), "not a Hopper GPU"),          # CPU tensors
+])
+def test_applies_names_what_it_cannot_run(change, reason):
+    D, dtype = change.get("D", 64), change.get("dtype", torch.bfloat16)
+    q = torch.zeros(2, 128, D, dtype=dtype)
+    why = G.applies(q, q, q, change.get("window", 0))
+    assert why is not None and reason in why
+
+
+def test_flattened_rows_need_head_contiguous_strides():
+    t = torch.zeros(3, 100, 64, dtype=torch.bfloat16)
+    flat = G.flattened(t)
+    assert flat.shape == (300, 64) and flat.data_ptr() == t.data_ptr()
+    assert G.flattened(t.transpose(0, 1)) is None                      # heads not N rows apart
+    wide = torch.zeros(3, 100, 72, dtype=torch.bfloat16)[..., :64]          # 144-byte rows: TMA-legal
+    assert G.flattened(wide).stride() == (72, 1)
+    assert G.flattened(torch.zeros(3, 100, 68, dtype=torch.bfloat16)[..., :64]) is None   # 136-byte rows
+
+COMPILE = """
+import json, sys
+sys.path.insert(0, {repo!r})
+from fa2lab.versions import load_shared
+G = load_shared("gluon_forward_hopper")
+out = {{}}
+for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), False),
+                           ("ws", G.GluonConfig(192, 128, 4, 3, consumers=3), False),
+                           ("ws_causal", G.GluonConfig(128, 128, 4, 3, consumers=2), True)]:
+    c = G.compile_offline(cfg, N=1000, is_causal=causal)
+    ttgir = c.asm["ttgir"]
+    out[label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(64),
+                   "warp_specialize": ttgir.count("ttg.warp_specialize"),
+                   "wait_1": ttgir.count("pendings = 1"), "cubin": len(c.asm["cubin"])}}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, "-c", COMPILE.format(repo=str(REPO))], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_offline_compiles_for_sm90(compiled):
+    for label, r in compiled.items():
+        assert r["cubin"] > 0, label
+        # the estimate is what fits() uses: within 64 bytes (barrier alignment) of what Triton allocates
+        assert abs(r["shared"] - r["estimate"]) <= 64, (label, r)
+
+
+def test_warp_specialized_form_is_warp_specialized(compiled):
+    assert compiled["plain"]["warp_specialize"] == 0
+    assert compiled["ws"]["warp_specialize"] >= 1 and compiled["ws_causal"]["warp_specialize"] >= 1
+
+
+def test_each_form_leaves_one_product_in_flight_under_the_softmax(compiled):
+    # the wait after Q K_j^T leaves P_(j-1) V_(j-1) running (one per consumer partition in the
+    # warp-specialized form, whose partitions are copies of one function)
+    assert compiled["plain"]["wait_1"] >= 1
+    assert compiled["ws"]["wait_1"] >= 3 and compiled["ws_causal"]["wait_1"] >= 2
