@@ -325,24 +325,13 @@ except ImportError:  # pragma: no cover - older Triton
     HAVE_GLUON = False
 
 if HAVE_GLUON:
-    @gluon.jit
-    def _gl_issue_kv(k_desc, v_desc, k_smem, v_smem, bars, row, slot):
-        bar = bars.index(slot)
-        mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_smem.index(slot))
-        tma.async_copy_global_to_shared(v_desc, [row, 0], bar, v_smem.index(slot))
+    # The TMA issue and P's operand are the shared Gluon forward's (kernels/_shared/gluon_forward_hopper.py,
+    # which grew out of this sketch): one slot's K and V on its mbarrier; P in registers or a shared buffer.
+    from fa2lab.versions import load_shared as _load_shared
 
-    @gluon.jit
-    def _gl_p_operand(p, p_smem, j, p_layout: gl.constexpr, P_SMEM: gl.constexpr):
-        """P for the P V product: in registers (wgmma's A from registers), or written to one of two
-        shared buffers (A from shared memory)."""
-        if P_SMEM:
-            buf = p_smem.index(j % 2)
-            buf.store(p.to(p_smem.dtype))
-            fence_async_shared()
-            return buf
-        else:
-            return gl.convert_layout(p.to(p_smem.dtype), p_layout)
+    _GLUON_FORWARD = _load_shared("gluon_forward_hopper")
+    _gl_issue_kv = _GLUON_FORWARD._issue_kv
+    _gl_p_operand = _GLUON_FORWARD._p_operand
 
     @gluon.jit
     def fa_fwd_gluon(q_desc, k_desc, v_desc, o_desc, N, qk_scale,
@@ -405,7 +394,7 @@ if HAVE_GLUON:
             p = gl.exp2(s_ij * qk_scale - gl.expand_dims(m_new, 1))
             l_i = l_i * alpha + gl.sum(p, axis=1)
             m_i = m_new
-            p_next = _gl_p_operand(p, p_smem, j, p_layout, P_SMEM)
+            p_next = _gl_p_operand(p, p_smem, j % 2, p_layout, P_SMEM)
             if OVERLAP:
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
             acc = acc * gl.expand_dims(alpha, 1)

@@ -163,6 +163,41 @@ if HAVE_GLUON:
             return gl.convert_layout(p.to(p_smem.dtype), p_layout)
 
     @gluon.jit
+    def _tile_range(N_QUERIES, N_KEYS, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+        """This program's query tile (longest causal tiles first, v6's order: query tiles reversed on
+        axis 0, the head on axis 1) and its key tiles: [0, mask_from) need no mask, [mask_from,
+        n_tiles * BLOCK_N) do; causal_off as _softmax_tile takes it."""
+        q_start = (gl.cdiv(N_QUERIES, BLOCK_M) - 1 - gl.program_id(0)) * BLOCK_M
+        full_stop = (N_KEYS // BLOCK_N) * BLOCK_N
+        if CAUSAL:
+            stop = gl.minimum(q_start + BLOCK_M, N_KEYS)
+            mask_from = gl.minimum((q_start // BLOCK_N) * BLOCK_N, full_stop)
+            causal_off = 0
+        else:
+            stop = N_KEYS
+            mask_from = full_stop
+            causal_off = N_KEYS
+        return q_start, gl.program_id(1), gl.cdiv(stop, BLOCK_N), mask_from, causal_off
+
+    @gluon.jit
+    def _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head,
+                    row_o: gl.constexpr, WARPS: gl.constexpr):
+        """Epilogue: O = acc / l through a coalescing layout, L = ln(2) (m + log2 l); rows past
+        N_QUERIES (the next head's) are not stored."""
+        ROWS: gl.constexpr = acc.shape[0]
+        D: gl.constexpr = acc.shape[1]
+        o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+        out_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 * 8 // D, D // 8],
+                                                    warps_per_cta=[WARPS, 1], order=[1, 0])
+        o = gl.convert_layout(o.to(O_ptr.dtype.element_ty), out_layout)
+        rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, out_layout))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, out_layout))
+        o_ptrs = O_ptr + (head * N_QUERIES + gl.expand_dims(rows, 1)) * stride_o_row + gl.expand_dims(cols, 0)
+        gl.store(o_ptrs, o, mask=gl.expand_dims(rows < N_QUERIES, 1))
+        L_i = (m_i + gl.log2(l_i)) * 0.6931471805599453
+        gl.store(L_ptr + head * stride_l_head + q_pos, L_i, mask=q_pos < N_QUERIES)
+
+    @gluon.jit
     def flash_fwd_gluon(
         # TMA descriptors over the flattened (heads * N, D) rows; O and L are plain pointers
         q_desc, k_desc, v_desc, O_ptr, L_ptr,
@@ -179,23 +214,8 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         dtype: gl.constexpr = q_desc.dtype
 
-        # Longest causal tiles first (v6's order): query tiles reversed on axis 0, the head on axis 1.
-        n_q_tiles = gl.cdiv(N_QUERIES, BLOCK_M)
-        q_start = (n_q_tiles - 1 - gl.program_id(0)) * BLOCK_M
-        head = gl.program_id(1)
+        q_start, head, n_tiles, mask_from, causal_off = _tile_range(N_QUERIES, N_KEYS, BLOCK_M, BLOCK_N, CAUSAL)
         k_row0 = head * N_KEYS
-
-        # Key tiles: [0, mask_from) need no mask; [mask_from, stop) do.
-        full_stop = (N_KEYS // BLOCK_N) * BLOCK_N
-        if CAUSAL:
-            stop = gl.minimum(q_start + BLOCK_M, N_KEYS)
-            mask_from = gl.minimum((q_start // BLOCK_N) * BLOCK_N, full_stop)
-            causal_off = 0
-        else:
-            stop = N_KEYS
-            mask_from = full_stop
-            causal_off = N_KEYS
-        n_tiles = gl.cdiv(stop, BLOCK_N)
 
         q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)
@@ -270,19 +290,8 @@ if HAVE_GLUON:
         for s in gl.static_range(SLOTS):
             mbarrier.invalidate(bars.index(s))
 
-        # Epilogue: O = acc / l through a coalescing layout, L = ln(2) (m + log2 l); rows past
-        # N_QUERIES (the next head's) are not stored.
-        o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
-        out_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 * 8 // D, D // 8],
-                                                    warps_per_cta=[num_warps, 1], order=[1, 0])
-        o = gl.convert_layout(o.to(dtype), out_layout)
-        rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, out_layout))
-        cols = gl.arange(0, D, layout=gl.SliceLayout(0, out_layout))
-        o_ptrs = O_ptr + (head * N_QUERIES + gl.expand_dims(rows, 1)) * stride_o_row + gl.expand_dims(cols, 0)
-        gl.store(o_ptrs, o, mask=gl.expand_dims(rows < N_QUERIES, 1))
-        L_i = (m_i + gl.log2(l_i)) * 0.6931471805599453
-        gl.store(L_ptr + head * stride_l_head + q_pos, L_i, mask=q_pos < N_QUERIES)
-
+        _store_rows(acc, l_i, m_i, O_ptr, L_ptr, q_start, q_pos, head, N_QUERIES, stride_o_row, stride_l_head,
+                    row_o, num_warps)
 
     # ----------------------------------------------------------------------- warp-specialized form
     #
@@ -319,7 +328,6 @@ if HAVE_GLUON:
         ROWS: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
-        dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -363,16 +371,7 @@ if HAVE_GLUON:
         acc = warpgroup_mma(p_op, v_smem.index((n_tiles - 1) % SLOTS), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
-        o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
-        out_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 * 8 // D, D // 8],
-                                                    warps_per_cta=[4, 1], order=[1, 0])
-        o = gl.convert_layout(o.to(dtype), out_layout)
-        rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, out_layout))
-        cols = gl.arange(0, D, layout=gl.SliceLayout(0, out_layout))
-        o_ptrs = O_ptr + (head * N_QUERIES + gl.expand_dims(rows, 1)) * stride_o_row + gl.expand_dims(cols, 0)
-        gl.store(o_ptrs, o, mask=gl.expand_dims(rows < N_QUERIES, 1))
-        L_i = (m_i + gl.log2(l_i)) * 0.6931471805599453
-        gl.store(L_ptr + head * stride_l_head + q_pos, L_i, mask=q_pos < N_QUERIES)
+        _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head, row_o, 4)
 
     @gluon.jit
     def flash_fwd_gluon_ws(
@@ -392,19 +391,7 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         BLOCK_M: gl.constexpr = ROWS * CONSUMERS
         dtype: gl.constexpr = q_desc.dtype
-        n_q_tiles = gl.cdiv(N_QUERIES, BLOCK_M)
-        q_start = (n_q_tiles - 1 - gl.program_id(0)) * BLOCK_M
-        head = gl.program_id(1)
-        full_stop = (N_KEYS // BLOCK_N) * BLOCK_N
-        if CAUSAL:
-            stop = gl.minimum(q_start + BLOCK_M, N_KEYS)
-            mask_from = gl.minimum((q_start // BLOCK_N) * BLOCK_N, full_stop)
-            causal_off = 0
-        else:
-            stop = N_KEYS
-            mask_from = full_stop
-            causal_off = N_KEYS
-        n_tiles = gl.cdiv(stop, BLOCK_N)
+        q_start, head, n_tiles, mask_from, causal_off = _tile_range(N_QUERIES, N_KEYS, BLOCK_M, BLOCK_N, CAUSAL)
 
         q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, ROWS, D], q_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)
