@@ -428,13 +428,12 @@ GLUON_VARIANTS = {
 
 def compile_gluon_variant(name: str, q_tile=128, k_tile=64, num_warps=8, num_stages=1, causal=False, N=4096, D=64,
                           BH=32):
-    """compile_for_target's steps, with Gluon's AST source."""
+    """fa_fwd_gluon compiled offline for sm_90 (fa2lab.compile_offline.compile_for_target takes Gluon
+    functions too) over 'meta' tensors: flattened (B*N, D) descriptors, O's block Q's."""
     import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import make_backend
-    from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
-    from triton.runtime.jit import create_function_from_signature
+
+    from fa2lab.compile_offline import compile_for_target
 
     if causal:
         raise NotImplementedError("the minimal Gluon forward is non-causal only")
@@ -445,14 +444,8 @@ def compile_gluon_variant(name: str, q_tile=128, k_tile=64, num_warps=8, num_sta
         return GluonDescriptor(flat, list(flat.shape), list(flat.stride()), [tile, D], layout)
 
     args = (desc(q_tile), desc(k_tile), desc(k_tile), desc(q_tile), N, 1.4426950408889634 / math.sqrt(D))
-    fn = fa_fwd_gluon
-    target = GPUTarget("cuda", 90, 32)
-    backend = make_backend(target)
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    kwargs = dict(GLUON_VARIANTS[name][0], num_warps=num_warps, num_stages=num_stages, debug=False)
-    bound, specialization, options = binder(*args, **kwargs)
-    options, signature, constants, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
-    return triton.compile(GluonASTSource(fn, signature, constants, attrs), target=target, options=options.__dict__)
+    return compile_for_target(fa_fwd_gluon, args, arch=90, num_warps=num_warps, num_stages=num_stages,
+                              **GLUON_VARIANTS[name][0])
 
 
 def ex2_while_wgmma_pending(sass: str, loop: dict) -> int:

@@ -3,7 +3,7 @@ rules, which inputs it refuses and why, and what an offline sm_90 compile of eac
 
 Gluon is not interpreted (Triton 3.6), so nothing here runs the kernel: its results are checked on the
 H200 by `invoke experiment gluon` (O and L against float64 on ragged and non-square shapes, both masks,
-D = 64 and 128; results/nvidia-h200/experiments/gluon_check.csv). The compiles are real: Triton's
+D = 64, and D = 128 where a configuration's shared memory fits; results/nvidia-h200/experiments/gluon_check.csv). The compiles are real: Triton's
 compiler and its bundled ptxas, for sm_90, in a subprocess without TRITON_INTERPRET.
 """
 

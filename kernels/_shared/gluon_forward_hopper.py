@@ -126,6 +126,11 @@ EXPERIMENT_CONFIGS = (
 
 
 if HAVE_GLUON:
+    @gluon.constexpr_function
+    def _wgmma_layout(warps, n):
+        """The register layout of a wgmma accumulator n columns wide over `warps` warps (16 rows each)."""
+        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1], instr_shape=[16, n, 16])
+
     @gluon.jit
     def _issue_kv(k_desc, v_desc, k_smem, v_smem, bars, row, slot):
         """TMA K and V rows [row, row + BLOCK_N) into one slot, completing on that slot's mbarrier."""
@@ -235,10 +240,8 @@ if HAVE_GLUON:
 
         # Register layouts: the wgmma accumulators of S (BLOCK_N wide) and O (D wide), P as wgmma's
         # register A operand. Both accumulators give each thread the same rows.
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                           instr_shape=[16, D, 16])
+        s_layout: gl.constexpr = _wgmma_layout(num_warps, BLOCK_N)
+        o_layout: gl.constexpr = _wgmma_layout(num_warps, D)
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -320,18 +323,19 @@ if HAVE_GLUON:
             _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
 
     @gluon.jit
-    def _ws_consumer(q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, wg, q_start, head, n_tiles,
-                     mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head):
+    def _ws_consumer(mem, wg, tile):
+        """Consumer wg: rows [q_start + 64 wg, q_start + 64 (wg + 1)) of the program's query tile.
+        mem: the shared memory, barriers and output pointers; tile: the tile's range and sizes."""
+        q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr = mem
+        q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head = tile
         SLOTS: gl.constexpr = k_smem.shape[0]
         P_SMEM: gl.constexpr = p_smem.shape[0] == 2 * q_smem.shape[0]   # two shared P buffers per consumer
         p_base = 2 * wg if P_SMEM else 0
         ROWS: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, D, 16])
+        s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
+        o_layout: gl.constexpr = _wgmma_layout(4, D)
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -410,22 +414,16 @@ if HAVE_GLUON:
         # consumers and the loader.
         loader_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty,
                        head * N_QUERIES + q_start, head * N_KEYS, n_tiles)
+        # Each consumer's arguments: the shared memory and pointers, its index wg, the tile's range and sizes.
+        mem = (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr)
+        tile = (q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)
         if CONSUMERS == 2:
-            gl.warp_specialize([
-                (_ws_consumer, (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, 0, q_start, head, n_tiles,
-                                mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)),
-                (_ws_consumer, (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, 1, q_start, head, n_tiles,
-                                mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)),
-                (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
+            gl.warp_specialize([(_ws_consumer, (mem, 0, tile)), (_ws_consumer, (mem, 1, tile)),
+                                (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
         else:
-            gl.warp_specialize([
-                (_ws_consumer, (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, 0, q_start, head, n_tiles,
-                                mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)),
-                (_ws_consumer, (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, 1, q_start, head, n_tiles,
-                                mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)),
-                (_ws_consumer, (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr, 2, q_start, head, n_tiles,
-                                mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)),
-                (_ws_loader, loader_args)], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+            gl.warp_specialize([(_ws_consumer, (mem, 0, tile)), (_ws_consumer, (mem, 1, tile)),
+                                (_ws_consumer, (mem, 2, tile)), (_ws_loader, loader_args)], [4, 4, 1],
+                               [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
 def flattened(t: torch.Tensor) -> torch.Tensor | None:

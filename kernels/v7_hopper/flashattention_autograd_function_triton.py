@@ -76,7 +76,9 @@ it stays as the recorded negative result (FA2_V7_EXP2_POLY sets it for pinned co
 After that, the lever Triton's own language lacks (wgmma waits placed by hand, warp specialization) was
 tried in Gluon, Triton 3.6's lower-level language: kernels/_shared/gluon_forward_hopper.py, measured by
 `invoke experiment gluon` (results/nvidia-h200/experiments/gluon.csv; every configuration first checked
-against float64 on ragged and non-square shapes, both masks, D = 64 and 128, all correct). The plain form
+against float64 on ragged and non-square shapes, both masks, D = 64, and D = 128 where its shared memory
+fits; 11 of the 15 recorded checks, the best configuration's among them, could run D = 64 only; all
+correct). The plain form
 (all warps compute and issue the copies) peaked at 86% of cuDNN at N = 4096 non-causal. The
 warp-specialized form (one loader warp, 2 or 3 consumer warpgroups of 64 rows each, slots released per
 consumer) with 3 consumers, 128-key tiles, 3 slots and P in registers took 0.307 ms (0.304-0.311) against
