@@ -65,6 +65,7 @@ class GluonConfig:
     p_smem: bool = False    # P through shared memory (True) or registers (False)
     overlap: bool = True    # softmax of tile j under P_(j-1) V_(j-1) (False: wait for everything)
     consumers: int = 0      # warp-specialized: consumer warpgroups (0: not warp-specialized)
+    pingpong: bool = False  # warp-specialized: consumers take turns issuing their products
 
     def __post_init__(self):
         if self.consumers:
@@ -73,12 +74,14 @@ class GluonConfig:
                                  f"each: {self}")
             if not self.overlap:
                 raise ValueError("the warp-specialized form always overlaps")
+        elif self.pingpong:
+            raise ValueError("ping-pong needs the warp-specialized form (consumers = 2 or 3)")
 
     @property
     def label(self) -> str:
         tail = f"{self.slots}s/{'psmem' if self.p_smem else 'preg'}{'' if self.overlap else '/serial'}"
         if self.consumers:
-            return f"ws{self.consumers}x64x{self.block_n}/{tail}"
+            return f"ws{self.consumers}x64x{self.block_n}/{tail}{'/pp' if self.pingpong else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -95,7 +98,9 @@ class GluonConfig:
             b += 2 * self.block_m * self.block_n * elem
         if self.consumers:
             b += self.block_m * D * elem
-        return b + 8 * (2 * self.slots + 1)
+        turns = (self.consumers if self.pingpong else 1) if self.consumers else 0   # ping-pong's mbarriers
+        barriers = 2 * self.slots + 1 + turns
+        return b + 8 * barriers
 
     def fits(self, D: int, smem_per_block: int) -> bool:
         return self.smem_bytes(D) <= smem_per_block
@@ -122,6 +127,14 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3),
     GluonConfig(192, 64, 4, 6, p_smem=False, consumers=3),
+    # call 3 (2aa5f3d): ws3x64x128/3s/preg 0.307 ms (cuDNN 0.303, v7's tl path 0.317), level with cuDNN
+    # but not ahead; in its SASS each consumer waits for both products before its softmax, so only
+    # another consumer's products can fill that time: the consumers take turns (ping-pong).
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True),
+    GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2, pingpong=True),
+    GluonConfig(128, 128, 4, 3, p_smem=True, consumers=2, pingpong=True),
+    GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, pingpong=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True),
 )
 
 
@@ -303,9 +316,13 @@ if HAVE_GLUON:
     # one loader warp only copies (K, V round SLOTS slots: wait until the slot is empty, copy, the
     # slot's "ready" barrier completes), and CONSUMERS warpgroups of 64 query rows each only compute,
     # each releasing a slot (its "empty" barrier counts one arrival per consumer) once its
-    # P V product on it is done. The consumers share nothing else, so one's softmax runs beside
-    # another's products without a barrier between them: FlashAttention-3's producer/consumer split,
-    # without its explicit ping-pong.
+    # P V product on it is done. Without ping-pong the consumers share nothing else, and one's softmax
+    # runs beside another's products only when the warp schedulers happen to interleave them:
+    # FlashAttention-3's producer/consumer split alone. With ping-pong (PINGPONG) the consumers also
+    # pass a turn round a ring of mbarriers: each issues its products only after the previous one
+    # issued its own, so while one waits for its products and runs its softmax the next one's keep
+    # the tensor cores busy (FlashAttention-3's scheduler barrier, which uses named barriers; Gluon in
+    # Triton 3.6 exposes mbarriers only, whose arrive it precedes with a partition-wide bar.sync).
 
     @gluon.jit
     def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, q_row, k_row0, n_tiles):
@@ -323,10 +340,25 @@ if HAVE_GLUON:
             _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
 
     @gluon.jit
+    def _take_turn(turn, wg, t):
+        """Ping-pong (when `turn` holds one mbarrier per consumer): wait until consumer wg may issue its
+        t-th group of products, i.e. until the consumer before it in the ring has issued its own."""
+        if turn.shape[0] > 1:
+            mbarrier.wait(turn.index(wg), t & 1)
+
+    @gluon.jit
+    def _pass_turn(turn, wg):
+        """Ping-pong: consumer wg has issued its products; the next consumer in the ring may issue."""
+        if turn.shape[0] > 1:
+            mbarrier.arrive(turn.index((wg + 1) % turn.shape[0]), count=1)
+
+    @gluon.jit
     def _ws_consumer(mem, wg, tile):
         """Consumer wg: rows [q_start + 64 wg, q_start + 64 (wg + 1)) of the program's query tile.
-        mem: the shared memory, barriers and output pointers; tile: the tile's range and sizes."""
-        q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr = mem
+        mem: the shared memory, barriers and output pointers; tile: the tile's range and sizes.
+        With ping-pong each group of products this consumer issues (S_0; then S_j with P_(j-1) V_(j-1);
+        then the last P V) is its t-th turn, t = 0 .. n_tiles, taken after the previous consumer's."""
+        q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, turn, O_ptr, L_ptr = mem
         q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head = tile
         SLOTS: gl.constexpr = k_smem.shape[0]
         P_SMEM: gl.constexpr = p_smem.shape[0] == 2 * q_smem.shape[0]   # two shared P buffers per consumer
@@ -347,7 +379,9 @@ if HAVE_GLUON:
 
         mbarrier.wait(q_bar, 0)
         mbarrier.wait(ready.index(0), 0)
+        _take_turn(turn, wg, 0)
         s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        _pass_turn(turn, wg)
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
         p, alpha, m_i = _softmax_tile(s_ij, m_i, 0, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout, BLOCK_N)
@@ -357,8 +391,10 @@ if HAVE_GLUON:
             slot = j % SLOTS
             prev = (j - 1) % SLOTS
             mbarrier.wait(ready.index(slot), (j // SLOTS) & 1)
+            _take_turn(turn, wg, j)
             s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            _pass_turn(turn, wg)
             s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
             p, alpha, m_i = _softmax_tile(s_ij, m_i, j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
                                           s_layout, BLOCK_N)
@@ -372,7 +408,9 @@ if HAVE_GLUON:
                 p_op = p_next
             else:        # P_j's registers written once P_(j-1) V_(j-1) is done
                 p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
+        _take_turn(turn, wg, n_tiles)
         acc = warpgroup_mma(p_op, v_smem.index((n_tiles - 1) % SLOTS), acc, is_async=True)
+        _pass_turn(turn, wg)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
         _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head, row_o, 4)
@@ -388,7 +426,7 @@ if HAVE_GLUON:
         N_QUERIES, N_KEYS, qk_scale,
         # compile-time meta-parameters: consumer warpgroups (2 or 3), registers per consumer thread
         CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-        P_SMEM: gl.constexpr,
+        P_SMEM: gl.constexpr, PINGPONG: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -405,17 +443,25 @@ if HAVE_GLUON:
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+        # Ping-pong's turns: one mbarrier per consumer, consumer 0's first turn given here (one, unused,
+        # without ping-pong: the consumers read PINGPONG from its shape, as a worker's constexpr
+        # arguments reach it as values).
+        turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS if PINGPONG else 1, 1], mbarrier.MBarrierLayout())
         mbarrier.init(q_bar, count=1)
         for s in gl.static_range(SLOTS):
             mbarrier.init(ready.index(s), count=1)
             mbarrier.init(empty.index(s), count=CONSUMERS)
+        for c in gl.static_range(CONSUMERS if PINGPONG else 1):
+            mbarrier.init(turn.index(c), count=1)
+        if PINGPONG:
+            mbarrier.arrive(turn.index(0), count=1)
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader.
         loader_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty,
                        head * N_QUERIES + q_start, head * N_KEYS, n_tiles)
         # Each consumer's arguments: the shared memory and pointers, its index wg, the tile's range and sizes.
-        mem = (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, O_ptr, L_ptr)
+        mem = (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, turn, O_ptr, L_ptr)
         tile = (q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)
         if CONSUMERS == 2:
             gl.warp_specialize([(_ws_consumer, (mem, 0, tile)), (_ws_consumer, (mem, 1, tile)),
@@ -484,7 +530,8 @@ def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, 
     args = (qd, kd, vd, O, L, O.stride(1), L.stride(0), N_q, N_k, LOG2E / math.sqrt(D))
     if cfg.consumers:
         compiled = flash_fwd_gluon_ws[grid](*args, CAUSAL=bool(is_causal), SLOTS=cfg.slots, CONSUMERS=cfg.consumers,
-                                            CONSUMER_REGS=cfg.consumer_registers, P_SMEM=cfg.p_smem, num_warps=4)
+                                            CONSUMER_REGS=cfg.consumer_registers, P_SMEM=cfg.p_smem,
+                                            PINGPONG=cfg.pingpong, num_warps=4)
     else:
         compiled = flash_fwd_gluon[grid](*args, CAUSAL=bool(is_causal), SLOTS=cfg.slots, P_SMEM=cfg.p_smem,
                                          OVERLAP=cfg.overlap, num_warps=cfg.num_warps)
@@ -504,6 +551,7 @@ def compile_offline(cfg: GluonConfig, N: int = 4096, D: int = 64, is_causal: boo
     flags = dict(CAUSAL=bool(is_causal), SLOTS=cfg.slots, P_SMEM=cfg.p_smem)
     if cfg.consumers:
         return compile_for_target(flash_fwd_gluon_ws, args, arch=arch, num_warps=4, num_stages=1,
-                                  CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers, **flags)
+                                  CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers,
+                                  PINGPONG=cfg.pingpong, **flags)
     return compile_for_target(flash_fwd_gluon, args, arch=arch, num_warps=cfg.num_warps, num_stages=1,
                               OVERLAP=cfg.overlap, **flags)
