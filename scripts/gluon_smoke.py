@@ -1,0 +1,20 @@
+"""Run one Gluon forward configuration once on a small ragged shape, both masks, and exit 0 if it
+finished with finite outputs: the guard `invoke experiment gluon` batches run first, under `timeout`,
+so that a configuration whose barriers deadlock costs seconds, not the call.
+
+    timeout 120 python scripts/gluon_smoke.py LABEL
+"""
+import sys
+
+import torch
+
+from fa2lab.versions import load_shared
+
+G = load_shared("gluon_forward_hopper")
+cfg = {c.label: c for c in G.EXPERIMENT_CONFIGS}[sys.argv[1]]
+q, k, v = (torch.randn(2, n, 64, device="cuda", dtype=torch.bfloat16) for n in (1000, 777, 777))
+for causal in (False, True):
+    O, L, _ = G.forward(q, k, v, causal, cfg)
+    torch.cuda.synchronize()
+    assert torch.isfinite(O).all() and torch.isfinite(L).all(), cfg.label
+print("smoke ok", cfg.label)
