@@ -63,9 +63,11 @@ class GluonConfig:
     num_warps: int = 8
     slots: int = 2          # K/V shared-memory slots
     p_smem: bool = False    # P through shared memory (True) or registers (False)
+    p_buffers: int = 2      # with p_smem: 2 buffers (P_j written under P_(j-1) V_(j-1)), or 1 (written after it)
     overlap: bool = True    # softmax of tile j under P_(j-1) V_(j-1) (False: wait for everything)
     consumers: int = 0      # warp-specialized: consumer warpgroups (0: not warp-specialized)
     pingpong: bool = False  # warp-specialized: consumers take turns issuing their products
+    pin_ex2: bool = False   # warp-specialized: a shared-memory store of l ahead of the P V wait (see _pin)
 
     def __post_init__(self):
         if self.consumers:
@@ -74,14 +76,19 @@ class GluonConfig:
                                  f"each: {self}")
             if not self.overlap:
                 raise ValueError("the warp-specialized form always overlaps")
-        elif self.pingpong:
-            raise ValueError("ping-pong needs the warp-specialized form (consumers = 2 or 3)")
+        elif self.pingpong or self.pin_ex2 or self.p_buffers != 2:
+            raise ValueError(f"ping-pong, pin_ex2 and one P buffer need the warp-specialized form (consumers = 2 "
+                             f"or 3): {self}")
+        if self.p_buffers not in (1, 2):
+            raise ValueError(f"p_buffers is 1 or 2: {self}")
 
     @property
     def label(self) -> str:
-        tail = f"{self.slots}s/{'psmem' if self.p_smem else 'preg'}{'' if self.overlap else '/serial'}"
+        p = ("psmem" if self.p_buffers == 2 else "psmem1") if self.p_smem else "preg"
+        tail = f"{self.slots}s/{p}{'' if self.overlap else '/serial'}"
         if self.consumers:
-            return f"ws{self.consumers}x64x{self.block_n}/{tail}{'/pp' if self.pingpong else ''}"
+            return f"ws{self.consumers}x64x{self.block_n}/{tail}{'/pp' if self.pingpong else ''}" \
+                   f"{'/pin' if self.pin_ex2 else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -95,9 +102,10 @@ class GluonConfig:
         warp-specialized form each consumer's epilogue scratch (the plain form reuses freed memory)."""
         b = (self.block_m * D + 2 * self.slots * self.block_n * D) * elem
         if self.p_smem:
-            b += 2 * self.block_m * self.block_n * elem
+            b += self.p_buffers * self.block_m * self.block_n * elem
         if self.consumers:
             b += self.block_m * D * elem
+            b += self.block_m * 4 if self.pin_ex2 else 0   # _pin's row sums
         turns = (self.consumers if self.pingpong else 1) if self.consumers else 0   # ping-pong's mbarriers
         barriers = 2 * self.slots + 1 + turns
         return b + 8 * barriers
@@ -135,6 +143,14 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 4, 3, p_smem=True, consumers=2, pingpong=True),
     GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, pingpong=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True),
+    # call 1 of session 15 (5e41ce4): ping-pong alone 0.294-0.298 ms against cuDNN's 0.294 (ws3, N = 4096
+    # non-causal), 0.300 without it: no gain beyond the spread. Each consumer still waited for its P V
+    # before its first exp2 (offline SASS), which a store of l ahead of that wait prevents (_pin).
+    GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, pin_ex2=True),
+    GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, pingpong=True, pin_ex2=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, pin_ex2=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, pin_ex2=True),
+    GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2, pingpong=True, pin_ex2=True),
 )
 
 
@@ -353,16 +369,27 @@ if HAVE_GLUON:
             mbarrier.arrive(turn.index((wg + 1) % turn.shape[0]), count=1)
 
     @gluon.jit
+    def _pin(l_i, l_smem, wg):
+        """With pin_ex2 (l_smem holding a row of 64 floats per consumer): store l, which depends on every
+        exponential of the tile, to shared memory. ptxas keeps shared-memory accesses on their side of a
+        wgmma wait but moves register-only work freely: without this store it places the wait for
+        P_(j-1) V_(j-1) before the first exp2 (offline sm_90 SASS, Triton 3.6's ptxas), with it every
+        exp2 of the tile is issued while that product runs."""
+        if l_smem.shape[0] > 1:
+            l_smem.index(wg).store(l_i)
+
+    @gluon.jit
     def _ws_consumer(mem, wg, tile):
         """Consumer wg: rows [q_start + 64 wg, q_start + 64 (wg + 1)) of the program's query tile.
         mem: the shared memory, barriers and output pointers; tile: the tile's range and sizes.
         With ping-pong each group of products this consumer issues (S_0; then S_j with P_(j-1) V_(j-1);
         then the last P V) is its t-th turn, t = 0 .. n_tiles, taken after the previous consumer's."""
-        q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, turn, O_ptr, L_ptr = mem
+        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, ready, empty, turn, O_ptr, L_ptr = mem
         q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head = tile
         SLOTS: gl.constexpr = k_smem.shape[0]
-        P_SMEM: gl.constexpr = p_smem.shape[0] == 2 * q_smem.shape[0]   # two shared P buffers per consumer
-        p_base = 2 * wg if P_SMEM else 0
+        P_BUFFERS: gl.constexpr = p_smem.shape[0] // q_smem.shape[0]   # shared P buffers per consumer (0: registers)
+        P_SMEM: gl.constexpr = P_BUFFERS > 0
+        p_base = P_BUFFERS * wg
         ROWS: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -399,14 +426,15 @@ if HAVE_GLUON:
             p, alpha, m_i = _softmax_tile(s_ij, m_i, j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
                                           s_layout, BLOCK_N)
             l_i = l_i * alpha + gl.sum(p, axis=1)
-            if P_SMEM:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
+            _pin(l_i, l_smem, wg)
+            if P_BUFFERS == 2:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
                 p_next = _p_operand(p, p_smem, p_base + j % 2, p_layout, P_SMEM)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
             mbarrier.arrive(empty.index(prev), count=1)       # K_(j-1), V_(j-1) no longer read here
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-            if P_SMEM:
+            if P_BUFFERS == 2:
                 p_op = p_next
-            else:        # P_j's registers written once P_(j-1) V_(j-1) is done
+            else:   # P_j's registers, or its one buffer, written once P_(j-1) V_(j-1) is done
                 p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         _take_turn(turn, wg, n_tiles)
         acc = warpgroup_mma(p_op, v_smem.index((n_tiles - 1) % SLOTS), acc, is_async=True)
@@ -426,7 +454,7 @@ if HAVE_GLUON:
         N_QUERIES, N_KEYS, qk_scale,
         # compile-time meta-parameters: consumer warpgroups (2 or 3), registers per consumer thread
         CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-        P_SMEM: gl.constexpr, PINGPONG: gl.constexpr,
+        P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -439,7 +467,8 @@ if HAVE_GLUON:
         k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], v_desc.layout)
         p_layout_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_N], dtype)
-        p_smem = gl.allocate_shared_memory(dtype, [2 * CONSUMERS if P_SMEM else 1, ROWS, BLOCK_N], p_layout_smem)
+        p_smem = gl.allocate_shared_memory(dtype, [P_BUFFERS * CONSUMERS if P_BUFFERS else 1, ROWS, BLOCK_N],
+                                           p_layout_smem)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
@@ -447,6 +476,8 @@ if HAVE_GLUON:
         # without ping-pong: the consumers read PINGPONG from its shape, as a worker's constexpr
         # arguments reach it as values).
         turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS if PINGPONG else 1, 1], mbarrier.MBarrierLayout())
+        l_smem = gl.allocate_shared_memory(gl.float32, [CONSUMERS if PIN_EX2 else 1, ROWS],
+                                           gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
         mbarrier.init(q_bar, count=1)
         for s in gl.static_range(SLOTS):
             mbarrier.init(ready.index(s), count=1)
@@ -461,7 +492,7 @@ if HAVE_GLUON:
         loader_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty,
                        head * N_QUERIES + q_start, head * N_KEYS, n_tiles)
         # Each consumer's arguments: the shared memory and pointers, its index wg, the tile's range and sizes.
-        mem = (q_smem, k_smem, v_smem, p_smem, q_bar, ready, empty, turn, O_ptr, L_ptr)
+        mem = (q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, ready, empty, turn, O_ptr, L_ptr)
         tile = (q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)
         if CONSUMERS == 2:
             gl.warp_specialize([(_ws_consumer, (mem, 0, tile)), (_ws_consumer, (mem, 1, tile)),
@@ -516,6 +547,16 @@ def descriptors(Q, K, V, cfg: GluonConfig):
     return out
 
 
+def launch_flags(cfg: GluonConfig, is_causal: bool):
+    """The kernel a configuration runs, its num_warps, and its constexpr arguments."""
+    flags = dict(CAUSAL=bool(is_causal), SLOTS=cfg.slots)
+    if cfg.consumers:
+        return flash_fwd_gluon_ws, 4, dict(flags, CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers,
+                                           PINGPONG=cfg.pingpong, PIN_EX2=cfg.pin_ex2,
+                                           P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0)
+    return flash_fwd_gluon, cfg.num_warps, dict(flags, P_SMEM=cfg.p_smem, OVERLAP=cfg.overlap)
+
+
 def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, cfg: GluonConfig,
             O: torch.Tensor | None = None, L: torch.Tensor | None = None):
     """O (like Q) and L ((heads, N_q) float32, natural log) for inputs `applies` accepted."""
@@ -527,14 +568,9 @@ def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, 
         L = torch.empty((BH, N_q), dtype=torch.float32, device=Q.device)
     qd, kd, vd = descriptors(Q, K, V, cfg)
     grid = (math.ceil(N_q / cfg.block_m), BH)
-    args = (qd, kd, vd, O, L, O.stride(1), L.stride(0), N_q, N_k, LOG2E / math.sqrt(D))
-    if cfg.consumers:
-        compiled = flash_fwd_gluon_ws[grid](*args, CAUSAL=bool(is_causal), SLOTS=cfg.slots, CONSUMERS=cfg.consumers,
-                                            CONSUMER_REGS=cfg.consumer_registers, P_SMEM=cfg.p_smem,
-                                            PINGPONG=cfg.pingpong, num_warps=4)
-    else:
-        compiled = flash_fwd_gluon[grid](*args, CAUSAL=bool(is_causal), SLOTS=cfg.slots, P_SMEM=cfg.p_smem,
-                                         OVERLAP=cfg.overlap, num_warps=cfg.num_warps)
+    kernel, num_warps, flags = launch_flags(cfg, is_causal)
+    compiled = kernel[grid](qd, kd, vd, O, L, O.stride(1), L.stride(0), N_q, N_k, LOG2E / math.sqrt(D),
+                            num_warps=num_warps, **flags)
     return O, L, compiled
 
 
@@ -548,10 +584,5 @@ def compile_offline(cfg: GluonConfig, N: int = 4096, D: int = 64, is_causal: boo
     O = torch.empty_like(Q)
     L = torch.empty(heads, N, dtype=torch.float32, device="meta")
     args = (*descriptors(Q, Q, Q, cfg), O, L, O.stride(1), L.stride(0), N, N, LOG2E / math.sqrt(D))
-    flags = dict(CAUSAL=bool(is_causal), SLOTS=cfg.slots, P_SMEM=cfg.p_smem)
-    if cfg.consumers:
-        return compile_for_target(flash_fwd_gluon_ws, args, arch=arch, num_warps=4, num_stages=1,
-                                  CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers,
-                                  PINGPONG=cfg.pingpong, **flags)
-    return compile_for_target(flash_fwd_gluon, args, arch=arch, num_warps=cfg.num_warps, num_stages=1,
-                              OVERLAP=cfg.overlap, **flags)
+    kernel, num_warps, flags = launch_flags(cfg, is_causal)
+    return compile_for_target(kernel, args, arch=arch, num_warps=num_warps, num_stages=1, **flags)
