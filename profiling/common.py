@@ -36,6 +36,9 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--mode", choices=("fwd", "bwd"), default="fwd",
                     help="bwd: the Triton backward's kernels (v6 and later), each in its own NVTX range "
                          "('<version>:bwd_dkdv N=...'), in both dQ modes, beside SDPA's backward (issue 7)")
+    ap.add_argument("--gluon", default="", help="comma-separated labels of the Gluon forward's configurations "
+                    "(kernels/_shared/gluon_forward_hopper.py, EXPERIMENT_CONFIGS) to run beside the versions, each "
+                    "in its own range ('gluon:<label> N=...'); forward mode only")
     ap.add_argument("--dry-run", action="store_true", help="print what would run and exit, without CUDA")
     ap.add_argument("--torch-trace", default="", help="also capture the region with torch.profiler (CUPTI) and "
                     "write a Chrome/Perfetto trace here: the timeline where nsys is not available")
@@ -88,13 +91,34 @@ def make_inputs(N: int, D: int = shapes.HEAD_DIM):
     return (q, k, v), tuple(t.view(B, H, N, D) for t in (q, k, v))
 
 
-def build_calls(modules: dict, N: int, causal: bool, sdpa: bool) -> list[Call]:
-    """The calls of one iteration: each version's FlashAttentionTriton.apply, then SDPA, on shared inputs."""
+def gluon_configs(labels: str) -> list:
+    """The Gluon forward's configurations named by --gluon (comma-separated labels), checked by name."""
+    if not labels:
+        return []
+    from fa2lab.versions import load_shared
+
+    known = {c.label: c for c in load_shared("gluon_forward_hopper").EXPERIMENT_CONFIGS}
+    wanted = labels.split(",")
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise SystemExit(f"--gluon: unknown configuration(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return [known[w] for w in wanted]
+
+
+def build_calls(modules: dict, N: int, causal: bool, sdpa: bool, gluon: str = "") -> list[Call]:
+    """The calls of one iteration: each version's FlashAttentionTriton.apply, each --gluon configuration,
+    then SDPA, on shared inputs."""
     import torch.nn.functional as F
 
     (q, k, v), (q4, k4, v4) = make_inputs(N)
     calls = [Call(range_name(name, N, causal), lambda m=m: m.FlashAttentionTriton.apply(q, k, v, causal))
              for name, m in modules.items()]
+    if gluon:
+        from fa2lab.versions import load_shared
+
+        G = load_shared("gluon_forward_hopper")
+        calls += [Call(range_name(f"gluon:{cfg.label}", N, causal), lambda cfg=cfg: G.forward(q, k, v, causal, cfg))
+                  for cfg in gluon_configs(gluon)]
     if sdpa:
         calls.append(Call(range_name("sdpa", N, causal),
                           lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)))
@@ -215,11 +239,13 @@ def plan(script: str, names: list[str], args, log: list[str]) -> str:
                   for k in ("preprocess", "dkdv", "dq", "preprocess", "atomic_dkdv")]
         ranges += [range_name(s, args.N, causal) for s in ("sdpa-bwd", "sdpa_flash-bwd") if args.sdpa]
     else:
-        ranges = [range_name(n, args.N, causal) for n in names + (["sdpa"] if args.sdpa else [])]
+        gluon = [f"gluon:{cfg.label}" for cfg in gluon_configs(args.gluon)]
+        ranges = [range_name(n, args.N, causal) for n in names + gluon + (["sdpa"] if args.sdpa else [])]
     which = f"--kernel {names[0]}" if script == "profile_driver.py" else f"--kernels {','.join(names)}"
     cmd = f"python profiling/{script} {which} --N {args.N} --causal {args.causal}"
     cmd += f" --config {args.config}" if args.config else ""
     cmd += " --mode bwd" if getattr(args, "mode", "fwd") == "bwd" else ""
+    cmd += f" --gluon {args.gluon}" if args.gluon else ""
     tag = names[0] if len(names) == 1 else "compare"
     lines = [
         f"{script}: B={shapes.BATCH} H={shapes.HEADS} N={args.N} D={shapes.HEAD_DIM} bf16, causal={args.causal}",
@@ -249,8 +275,13 @@ def run(script: str, names: list[str], args) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU visible: the drivers only run on a GPU (use --dry-run to see the plan)")
         return 2
-    build = build_backward_calls if args.mode == "bwd" else build_calls
-    calls = build(modules, args.N, bool(args.causal), bool(args.sdpa))
+    if args.mode == "bwd":
+        if args.gluon:
+            print("--gluon profiles the Gluon forward: forward mode only")
+            return 2
+        calls = build_backward_calls(modules, args.N, bool(args.causal), bool(args.sdpa))
+    else:
+        calls = build_calls(modules, args.N, bool(args.causal), bool(args.sdpa), args.gluon)
     rounds = warm_up(calls, args.warmup_s)
     print(f"warm-up: {rounds} rounds after the first (compiling) one", flush=True)
     capture(calls, args.iters)

@@ -47,6 +47,7 @@ def driver_command(names: list[str], args, extra: list[str]) -> list[str]:
     cmd = [sys.executable, str(REPO / "profiling" / script), *which, "--N", str(args.N),
            "--causal", str(int(args.causal))]
     cmd += ["--mode", args.mode] if getattr(args, "mode", "fwd") != "fwd" else []
+    cmd += ["--gluon", args.gluon] if getattr(args, "gluon", "") else []
     return cmd + (["--config", args.config] if args.config else []) + extra
 
 
@@ -60,6 +61,8 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="", help="Q,K,WARPS,STAGES for every version profiled")
     ap.add_argument("--mode", choices=("fwd", "bwd"), default="fwd",
                     help="bwd: the Triton backward's kernels in both dQ modes beside SDPA's backward (issue 7)")
+    ap.add_argument("--gluon", default="", help="comma-separated labels of the Gluon forward's configurations to "
+                    "profile beside the versions (experiment gluon's labels, e.g. ws3x64x128/4s/preg/pp)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
 
@@ -74,6 +77,7 @@ def main(argv=None) -> int:
         if args.kernel == "all":   # v2 runs v1's kernel with v1's configurations (the article leaves it out too)
             names = [n for n in names if n != "v2_autotune"]
         tag = (names[0] if len(names) == 1 else "all") + ("_bwd" if args.mode == "bwd" else "") \
+            + ("_gluon" if args.gluon else "") \
             + f"_N{args.N}_{'causal' if args.causal else 'noncausal'}"
     if not args.dry_run:
         import torch
