@@ -374,7 +374,8 @@ def bwd_modes(args, save):
 # Ragged and non-square shapes every Gluon configuration must get right before it is timed:
 # (heads, N_q, N_k, D); the last key tile is partial, queries outnumber keys and the reverse.
 GLUON_CHECK_SHAPES = ((3, 1000, 1000, 64), (2, 333, 777, 64), (2, 777, 333, 64), (2, 130, 130, 64),
-                      (2, 1000, 1000, 128), (2, 64, 200, 128))
+                      (2, 1000, 1000, 128), (2, 64, 200, 128),
+                      (32, 1000, 1000, 64))   # more tiles than SMs: split_tail's whole tiles and split tail in one launch
 
 
 def gluon(args, save):

@@ -8,6 +8,7 @@ compiler and its bundled ptxas, for sm_90, in a subprocess without TRITON_INTERP
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fa2lab import versions
+from fa2lab import reference, versions
 
 REPO = Path(__file__).resolve().parent.parent
 G = versions.load_shared("gluon_forward_hopper")
@@ -51,6 +52,60 @@ def test_applies_names_what_it_cannot_run(change, reason):
     q = torch.zeros(2, 128, D, dtype=dtype)
     why = G.applies(q, q, q, change.get("window", 0))
     assert why is not None and reason in why
+
+
+@pytest.mark.parametrize("tiles, sms, key_tiles, plan", [
+    (704, 132, 32, (660, 3)),    # N = 4096, 192-row tiles: 44 in the last wave, 3 splits fill it
+    (352, 132, 16, (264, 3)),    # N = 2048: 88 left, 2 splits would take 2 waves of T / 2, 3 take 2 of T / 3
+    (192, 132, 8, (132, 2)),     # N = 1024: 60 left
+    (264, 132, 16, (264, 1)),    # whole waves: nothing to split
+    (96, 132, 4, (96, 1)),       # one partial wave, 4 key tiles: 2 splits still take a whole T
+    (96, 132, 16, (0, 4)),       # ... with 16 key tiles, 4 splits fill 3 waves of T / 4
+])
+def test_split_plan_fills_the_last_wave(tiles, sms, key_tiles, plan):
+    full, splits = G.split_plan(tiles, sms, key_tiles)
+    assert (full, splits) == plan
+    if splits > 1:   # the tail's programs take less than a whole tile's time
+        assert math.ceil((tiles - full) * splits / sms) / splits < 1
+    assert splits == 1 or key_tiles // splits >= 2
+
+
+def test_gluon_variants_are_checked():
+    with pytest.raises(ValueError, match="warp-specialized form"):
+        G.GluonConfig(128, 128, 8, 3, split_tail=True)
+    with pytest.raises(ValueError, match="warp-specialized form"):
+        G.GluonConfig(128, 128, 8, 3, pingpong=True)
+    with pytest.raises(ValueError, match="p_buffers"):
+        G.GluonConfig(128, 128, 4, 3, p_smem=True, p_buffers=3, consumers=2)
+    cfg = G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, pin_ex2=True, split_tail=True)
+    assert cfg.label == "ws3x64x128/4s/preg/pp/pin/split"
+
+
+@pytest.mark.parametrize("splits", [2, 3])
+def test_combine_tail_merges_split_parts_into_attention(splits):
+    """The split tail's combine (a tl kernel: the interpreter runs it without a GPU): parts computed in
+    float64 from disjoint key ranges, rows past N_q filled with garbage, against attention over all keys."""
+    torch.manual_seed(splits)
+    BH, N_q, N_k, D, block_m, full = 3, 100, 90, 64, 192, 1
+    q, k, v = (torch.randn(BH, n, D, dtype=torch.float64) for n in (N_q, N_k, N_k))
+    tail = list(range(full, BH))            # one query tile per head: tiles 1 and 2 are the tail
+    Op = torch.randn(len(tail) * splits * block_m, D, dtype=torch.float32)
+    Lp = torch.randn(Op.shape[0], dtype=torch.float32)
+    bounds = [round(i * N_k / splits) for i in range(splits + 1)]
+    for i, t in enumerate(tail):
+        for s in range(splits):
+            o, lse = reference.attention(q[t:t + 1], k[t:t + 1, bounds[s]:bounds[s + 1]],
+                                         v[t:t + 1, bounds[s]:bounds[s + 1]])
+            row = (i * splits + s) * block_m
+            Op[row:row + N_q] = o[0].float()
+            Lp[row:row + N_q] = (lse[0] / math.log(2)).float()   # log2 units
+    O = torch.zeros(BH, N_q, D, dtype=torch.float32)
+    L = torch.zeros(BH, N_q, dtype=torch.float32)
+    G.combine_tail(Op, Lp, full, splits, O, L, block_m)
+    ref_o, ref_l = reference.attention(q, k, v)
+    assert torch.allclose(O[tail], ref_o[tail].float(), atol=1e-5)
+    assert torch.allclose(L[tail], ref_l[tail].float(), atol=1e-5)
+    assert (O[:full] == 0).all()            # whole tiles are the kernel's, not the combine's
 
 
 def test_flattened_rows_need_head_contiguous_strides():

@@ -68,6 +68,7 @@ class GluonConfig:
     consumers: int = 0      # warp-specialized: consumer warpgroups (0: not warp-specialized)
     pingpong: bool = False  # warp-specialized: consumers take turns issuing their products
     pin_ex2: bool = False   # warp-specialized: a shared-memory store of l ahead of the P V wait (see _pin)
+    split_tail: bool = False  # warp-specialized, non-causal: the last wave's tiles split along the keys (split_plan)
 
     def __post_init__(self):
         if self.consumers:
@@ -76,9 +77,9 @@ class GluonConfig:
                                  f"each: {self}")
             if not self.overlap:
                 raise ValueError("the warp-specialized form always overlaps")
-        elif self.pingpong or self.pin_ex2 or self.p_buffers != 2:
-            raise ValueError(f"ping-pong, pin_ex2 and one P buffer need the warp-specialized form (consumers = 2 "
-                             f"or 3): {self}")
+        elif self.pingpong or self.pin_ex2 or self.split_tail or self.p_buffers != 2:
+            raise ValueError(f"ping-pong, pin_ex2, split_tail and one P buffer need the warp-specialized form "
+                             f"(consumers = 2 or 3): {self}")
         if self.p_buffers not in (1, 2):
             raise ValueError(f"p_buffers is 1 or 2: {self}")
 
@@ -88,7 +89,7 @@ class GluonConfig:
         tail = f"{self.slots}s/{p}{'' if self.overlap else '/serial'}"
         if self.consumers:
             return f"ws{self.consumers}x64x{self.block_n}/{tail}{'/pp' if self.pingpong else ''}" \
-                   f"{'/pin' if self.pin_ex2 else ''}"
+                   f"{'/pin' if self.pin_ex2 else ''}{'/split' if self.split_tail else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -151,6 +152,14 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, pin_ex2=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, pin_ex2=True),
     GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2, pingpong=True, pin_ex2=True),
+    # call 2 (3cb663a): the pin brought no gain either (0.306 against 0.300 ms). Nsight Compute at
+    # N = 4096 non-causal (call 3, fed8c95: ncu/v7_hopper_gluon_N4096_noncausal.csv): ws3x64x128/4s/preg/pp
+    # keeps the tensor pipe busier than cuDNN while its SMs are active (56.9% against 51.1%) but its SMs are
+    # active less of the time (XU 58.7% of active cycles, 51.7% of elapsed; cuDNN 52.8% and 50.6%): 704
+    # tiles of 192 rows on 132 SMs are 5.33 waves, the last a third full. split_tail fills that wave.
+    GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, split_tail=True),
+    GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, pingpong=True, split_tail=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True),
 )
 
 
@@ -385,7 +394,8 @@ if HAVE_GLUON:
         With ping-pong each group of products this consumer issues (S_0; then S_j with P_(j-1) V_(j-1);
         then the last P V) is its t-th turn, t = 0 .. n_tiles, taken after the previous consumer's."""
         q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, ready, empty, turn, O_ptr, L_ptr = mem
-        q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head = tile
+        q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head, \
+            k_base, part, Op_ptr, Lp_ptr = tile
         SLOTS: gl.constexpr = k_smem.shape[0]
         P_BUFFERS: gl.constexpr = p_smem.shape[0] // q_smem.shape[0]   # shared P buffers per consumer (0: registers)
         P_SMEM: gl.constexpr = P_BUFFERS > 0
@@ -411,7 +421,8 @@ if HAVE_GLUON:
         _pass_turn(turn, wg)
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
-        p, alpha, m_i = _softmax_tile(s_ij, m_i, 0, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout, BLOCK_N)
+        p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout,
+                                      BLOCK_N)
         l_i = gl.sum(p, axis=1)
         p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         for j in range(1, n_tiles):
@@ -423,8 +434,8 @@ if HAVE_GLUON:
             acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
             _pass_turn(turn, wg)
             s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-            p, alpha, m_i = _softmax_tile(s_ij, m_i, j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
-                                          s_layout, BLOCK_N)
+            p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
+                                          qk_scale, s_layout, BLOCK_N)
             l_i = l_i * alpha + gl.sum(p, axis=1)
             _pin(l_i, l_smem, wg)
             if P_BUFFERS == 2:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
@@ -441,7 +452,36 @@ if HAVE_GLUON:
         _pass_turn(turn, wg)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
-        _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head, row_o, 4)
+        if part >= 0:   # a split of a tail tile: its normalised O (fp32) and log2-sum-exp to the workspace
+            rows = part * (ROWS * q_smem.shape[0]) + wg * ROWS + gl.arange(0, ROWS, layout=row_o)
+            cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+            o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+            gl.store(Op_ptr + gl.expand_dims(rows, 1) * D + gl.expand_dims(cols, 0), o)
+            gl.store(Lp_ptr + rows, gl.convert_layout(m_i + gl.log2(l_i), row_o))
+        else:
+            _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head,
+                        row_o, 4)
+
+    @gluon.jit
+    def _split_tile(N_QUERIES, N_KEYS, FULL, SPLITS, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+        """split_tail's program -> work (non-causal, a 1-D grid): programs [0, FULL) take tiles [0, FULL)
+        whole (tile t: head t // query tiles, query tile t % query tiles); program FULL + q takes split
+        q % SPLITS (a contiguous share of the key tiles) of tile FULL + q // SPLITS, as workspace part q.
+        Returns what _tile_range does, then the first key and the part (-1 for a whole tile)."""
+        pid = gl.program_id(0)
+        n_q = gl.cdiv(N_QUERIES, BLOCK_M)
+        n_kb = gl.cdiv(N_KEYS, BLOCK_N)
+        if pid < FULL:
+            t = pid
+            kb0 = 0
+            kb1 = n_kb
+            part = -1
+        else:
+            part = pid - FULL
+            t = FULL + part // SPLITS
+            kb0 = (part % SPLITS) * n_kb // SPLITS
+            kb1 = (part % SPLITS + 1) * n_kb // SPLITS
+        return (t % n_q) * BLOCK_M, t // n_q, kb1 - kb0, (N_KEYS // BLOCK_N) * BLOCK_N, N_KEYS, kb0 * BLOCK_N, part
 
     @gluon.jit
     def flash_fwd_gluon_ws(
@@ -452,16 +492,25 @@ if HAVE_GLUON:
         stride_o_row, stride_l_head,
         # sizes
         N_QUERIES, N_KEYS, qk_scale,
+        # split_tail: whole tiles, splits per tail tile, the tail's workspace (fp32 O parts, log2-sum-exp parts)
+        FULL, SPLITS, Op_ptr, Lp_ptr,
         # compile-time meta-parameters: consumer warpgroups (2 or 3), registers per consumer thread
         CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-        P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr,
+        P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, SPLIT_TAIL: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         BLOCK_M: gl.constexpr = ROWS * CONSUMERS
         dtype: gl.constexpr = q_desc.dtype
-        q_start, head, n_tiles, mask_from, causal_off = _tile_range(N_QUERIES, N_KEYS, BLOCK_M, BLOCK_N, CAUSAL)
+        if SPLIT_TAIL:
+            gl.static_assert(not CAUSAL, "split_tail is for the non-causal mask")
+            q_start, head, n_tiles, mask_from, causal_off, k_base, part = _split_tile(N_QUERIES, N_KEYS, FULL, SPLITS,
+                                                                                       BLOCK_M, BLOCK_N)
+        else:
+            q_start, head, n_tiles, mask_from, causal_off = _tile_range(N_QUERIES, N_KEYS, BLOCK_M, BLOCK_N, CAUSAL)
+            k_base = SPLITS              # 0 and -1 from the host (FULL, SPLITS): the constants 0 and -1
+            part = FULL                  # here fail to lower in Triton 3.6 (an LLVM assertion in ConvertTritonGPUToLLVM)
 
         q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, ROWS, D], q_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)
@@ -490,10 +539,11 @@ if HAVE_GLUON:
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader.
         loader_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty,
-                       head * N_QUERIES + q_start, head * N_KEYS, n_tiles)
+                       head * N_QUERIES + q_start, head * N_KEYS + k_base, n_tiles)
         # Each consumer's arguments: the shared memory and pointers, its index wg, the tile's range and sizes.
         mem = (q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, ready, empty, turn, O_ptr, L_ptr)
-        tile = (q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head)
+        tile = (q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head,
+                k_base, part, Op_ptr, Lp_ptr)
         if CONSUMERS == 2:
             gl.warp_specialize([(_ws_consumer, (mem, 0, tile)), (_ws_consumer, (mem, 1, tile)),
                                 (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
@@ -547,31 +597,114 @@ def descriptors(Q, K, V, cfg: GluonConfig):
     return out
 
 
-def launch_flags(cfg: GluonConfig, is_causal: bool):
-    """The kernel a configuration runs, its num_warps, and its constexpr arguments."""
+def split_plan(tiles: int, sms: int, key_tiles: int, max_splits: int = 8) -> tuple[int, int]:
+    """split_tail's plan for `tiles` equal programs at one per SM: (whole tiles, splits per tail tile).
+    The last wave holds r = tiles mod sms tiles (all of them when tiles < sms) and leaves the other SMs
+    idle for a whole tile's time T; split s ways along the keys, those r tiles take ceil(r s / sms)
+    waves of T / s instead. The least such time wins (ties: fewer splits), each split keeping at least two
+    key tiles; (tiles, 1) when nothing beats T."""
+    r = tiles % sms or (tiles if tiles < sms else 0)
+    best, splits = 1.0, 1
+    for s in range(2, min(max_splits, key_tiles // 2) + 1):
+        t = math.ceil(r * s / sms) / s
+        if t < best - 1e-9:
+            best, splits = t, s
+    return (tiles - r, splits) if r and splits > 1 else (tiles, 1)
+
+
+def _combine_tail_kernel():
+    """The split tail's combine (a Triton tl kernel, built on first use)."""
+    global _COMBINE
+    if _COMBINE is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def combine_tail(Op_ptr, Lp_ptr, O_ptr, L_ptr, FULL, SPLITS, N_QUERIES, stride_o_row, stride_l_head,
+                         BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, D: tl.constexpr):
+            """Program (i, c): rows [c CHUNK, (c + 1) CHUNK) of tail tile FULL + i from its SPLITS parts:
+            O = sum_s 2^(L_s - m) O_s / sum_s 2^(L_s - m), L = ln 2 (m + log2 sum_s 2^(L_s - m))."""
+            i = tl.program_id(0)
+            c = tl.program_id(1)
+            n_q = tl.cdiv(N_QUERIES, BLOCK_M)
+            t = FULL + i
+            rows = tl.arange(0, CHUNK)
+            cols = tl.arange(0, D)
+            m = tl.full([CHUNK], float("-inf"), tl.float32)
+            for s in range(SPLITS):
+                m = tl.maximum(m, tl.load(Lp_ptr + (i * SPLITS + s) * BLOCK_M + c * CHUNK + rows))
+            acc = tl.zeros([CHUNK, D], tl.float32)
+            w = tl.zeros([CHUNK], tl.float32)
+            for s in range(SPLITS):
+                part = (i * SPLITS + s) * BLOCK_M + c * CHUNK + rows
+                ws = tl.exp2(tl.load(Lp_ptr + part) - m)
+                acc += ws[:, None] * tl.load(Op_ptr + part[:, None] * D + cols[None, :])
+                w += ws
+            q = (t % n_q) * BLOCK_M + c * CHUNK + rows
+            head = t // n_q
+            keep = q < N_QUERIES
+            tl.store(O_ptr + (head * N_QUERIES + q)[:, None] * stride_o_row + cols[None, :],
+                     (acc / w[:, None]).to(O_ptr.dtype.element_ty), mask=keep[:, None])
+            tl.store(L_ptr + head * stride_l_head + q, (m + tl.log2(w)) * 0.6931471805599453, mask=keep)
+
+        _COMBINE = combine_tail
+    return _COMBINE
+
+
+_COMBINE = None
+
+
+def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
+    """Everything one launch needs: (kernel, grid, positional args, num_warps, constexprs, tail), where
+    tail is None or the split tail's (workspace O parts, L parts, whole tiles, splits) for the combine."""
+    BH, N_q, D = Q.shape
+    N_k = K.shape[1]
+    args = (*descriptors(Q, K, V, cfg), O, L, O.stride(1), L.stride(0), N_q, N_k, LOG2E / math.sqrt(D))
     flags = dict(CAUSAL=bool(is_causal), SLOTS=cfg.slots)
-    if cfg.consumers:
-        return flash_fwd_gluon_ws, 4, dict(flags, CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers,
-                                           PINGPONG=cfg.pingpong, PIN_EX2=cfg.pin_ex2,
-                                           P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0)
-    return flash_fwd_gluon, cfg.num_warps, dict(flags, P_SMEM=cfg.p_smem, OVERLAP=cfg.overlap)
+    tiles = math.ceil(N_q / cfg.block_m)
+    if not cfg.consumers:
+        return (flash_fwd_gluon, (tiles, BH), args, cfg.num_warps, dict(flags, P_SMEM=cfg.p_smem, OVERLAP=cfg.overlap),
+                None)
+    split = cfg.split_tail and not is_causal
+    flags.update(CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers, PINGPONG=cfg.pingpong,
+                 PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, SPLIT_TAIL=split)
+    if not split:
+        return flash_fwd_gluon_ws, (tiles, BH), (*args, -1, 0, L, L), 4, flags, None   # part -1, k_base 0
+    full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n))
+    parts = (tiles * BH - full) * splits
+    Op = torch.empty((max(parts, 1) * cfg.block_m, D), dtype=torch.float32, device=Q.device)
+    Lp = torch.empty((Op.shape[0],), dtype=torch.float32, device=Q.device)
+    tail = (Op, Lp, full, splits) if parts else None
+    return flash_fwd_gluon_ws, (full + parts,), (*args, full, splits, Op, Lp), 4, flags, tail
 
 
 def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, cfg: GluonConfig,
             O: torch.Tensor | None = None, L: torch.Tensor | None = None):
     """O (like Q) and L ((heads, N_q) float32, natural log) for inputs `applies` accepted."""
     BH, N_q, D = Q.shape
-    N_k = K.shape[1]
     if O is None:
         O = torch.empty((BH, N_q, D), dtype=Q.dtype, device=Q.device)
     if L is None:
         L = torch.empty((BH, N_q), dtype=torch.float32, device=Q.device)
-    qd, kd, vd = descriptors(Q, K, V, cfg)
-    grid = (math.ceil(N_q / cfg.block_m), BH)
-    kernel, num_warps, flags = launch_flags(cfg, is_causal)
-    compiled = kernel[grid](qd, kd, vd, O, L, O.stride(1), L.stride(0), N_q, N_k, LOG2E / math.sqrt(D),
-                            num_warps=num_warps, **flags)
+    sms = torch.cuda.get_device_properties(Q.device).multi_processor_count
+    kernel, grid, args, num_warps, flags, tail = launch_plan(cfg, Q, K, V, O, L, is_causal, sms)
+    compiled = kernel[grid](*args, num_warps=num_warps, **flags)
+    if tail is not None:
+        combine_tail(*tail, O, L, cfg.block_m)
     return O, L, compiled
+
+
+def combine_tail(Op: torch.Tensor, Lp: torch.Tensor, full: int, splits: int, O: torch.Tensor, L: torch.Tensor,
+                 block_m: int) -> None:
+    """Write O and L of the tail tiles (tiles full, full + 1, ... in the 1-D order) from their splits'
+    parts: Op ((tail tiles * splits * block_m, D) float32, each split's O normalised by its own sum) and
+    Lp (log2 of each split's sum of exponentials, in the scaled log2 units of the kernel's scores)."""
+    chunk = 64
+    D = O.shape[2]
+    tail_tiles = Op.shape[0] // (block_m * splits)
+    _combine_tail_kernel()[(tail_tiles, block_m // chunk)](
+        Op, Lp, O, L, full, splits, O.shape[1], O.stride(1), L.stride(0), BLOCK_M=block_m, CHUNK=chunk, D=D,
+        num_warps=4)
 
 
 def compile_offline(cfg: GluonConfig, N: int = 4096, D: int = 64, is_causal: bool = False, heads: int = 32,
@@ -583,6 +716,6 @@ def compile_offline(cfg: GluonConfig, N: int = 4096, D: int = 64, is_causal: boo
     Q = torch.empty(heads, N, D, dtype=torch.bfloat16, device="meta")
     O = torch.empty_like(Q)
     L = torch.empty(heads, N, dtype=torch.float32, device="meta")
-    args = (*descriptors(Q, Q, Q, cfg), O, L, O.stride(1), L.stride(0), N, N, LOG2E / math.sqrt(D))
-    kernel, num_warps, flags = launch_flags(cfg, is_causal)
+    # sms=1: the split plan's numbers are runtime arguments, so any SM count compiles the same code
+    kernel, _, args, num_warps, flags, _ = launch_plan(cfg, Q, Q, Q, O, L, is_causal, sms=1)
     return compile_for_target(kernel, args, arch=arch, num_warps=num_warps, num_stages=1, **flags)
