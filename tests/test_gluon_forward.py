@@ -70,6 +70,13 @@ def test_split_plan_fills_the_last_wave(tiles, sms, key_tiles, plan):
     assert splits == 1 or key_tiles // splits >= 2
 
 
+def test_split_plan_with_parts_per_sm():
+    assert G.split_plan(704, 132, 32, parts_per_sm=2) == (660, 6)     # 44 tail tiles: 264 parts
+    assert G.split_plan(352, 132, 16, parts_per_sm=3) == (264, 5)     # 88 tail tiles: 440 parts
+    assert G.split_plan(192, 132, 8, parts_per_sm=3) == (132, 4)      # capped: two key tiles per part
+    assert G.split_plan(264, 132, 16, parts_per_sm=2) == (264, 1)     # whole waves
+
+
 def test_gluon_variants_are_checked():
     with pytest.raises(ValueError, match="warp-specialized form"):
         G.GluonConfig(128, 128, 8, 3, split_tail=True)
@@ -79,6 +86,7 @@ def test_gluon_variants_are_checked():
         G.GluonConfig(128, 128, 4, 3, p_smem=True, p_buffers=3, consumers=2)
     cfg = G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, pin_ex2=True, split_tail=True)
     assert cfg.label == "ws3x64x128/4s/preg/pp/pin/split"
+    assert G.GluonConfig(192, 128, 4, 4, consumers=3, split_tail=2).label == "ws3x64x128/4s/preg/split2"
 
 
 @pytest.mark.parametrize("splits", [2, 3])

@@ -68,7 +68,8 @@ class GluonConfig:
     consumers: int = 0      # warp-specialized: consumer warpgroups (0: not warp-specialized)
     pingpong: bool = False  # warp-specialized: consumers take turns issuing their products
     pin_ex2: bool = False   # warp-specialized: a shared-memory store of l ahead of the P V wait (see _pin)
-    split_tail: bool = False  # warp-specialized, non-causal: the last wave's tiles split along the keys (split_plan)
+    split_tail: int = 0     # warp-specialized, non-causal: the last wave's tiles split along the keys (split_plan):
+                            # 1 (True) the least modelled time, n >= 2 at least n parts per SM
 
     def __post_init__(self):
         if self.consumers:
@@ -89,7 +90,8 @@ class GluonConfig:
         tail = f"{self.slots}s/{p}{'' if self.overlap else '/serial'}"
         if self.consumers:
             return f"ws{self.consumers}x64x{self.block_n}/{tail}{'/pp' if self.pingpong else ''}" \
-                   f"{'/pin' if self.pin_ex2 else ''}{'/split' if self.split_tail else ''}"
+                   f"{'/pin' if self.pin_ex2 else ''}" \
+                   f"{('/split' + (str(int(self.split_tail)) if self.split_tail > 1 else '')) if self.split_tail else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -160,6 +162,10 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, split_tail=True),
     GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, pingpong=True, split_tail=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True),
+    # call 4 (4b22a95): split 0.295 ms at N = 4096 (cuDNN 0.308, same rounds), but it saves 12 us of the 34
+    # the wave model promises, and at N = 2048 it costs 7 us. Smaller parts, more of them:
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=2),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=3),
 )
 
 
@@ -597,18 +603,24 @@ def descriptors(Q, K, V, cfg: GluonConfig):
     return out
 
 
-def split_plan(tiles: int, sms: int, key_tiles: int, max_splits: int = 8) -> tuple[int, int]:
+def split_plan(tiles: int, sms: int, key_tiles: int, max_splits: int = 8, parts_per_sm: int = 0) -> tuple[int, int]:
     """split_tail's plan for `tiles` equal programs at one per SM: (whole tiles, splits per tail tile).
     The last wave holds r = tiles mod sms tiles (all of them when tiles < sms) and leaves the other SMs
     idle for a whole tile's time T; split s ways along the keys, those r tiles take ceil(r s / sms)
     waves of T / s instead. The least such time wins (ties: fewer splits), each split keeping at least two
-    key tiles; (tiles, 1) when nothing beats T."""
+    key tiles; (tiles, 1) when nothing beats T. With parts_per_sm = n, the splits are instead the fewest
+    that give at least n parts per SM (smaller parts even out SMs that finish their whole tiles at
+    different times), within the same limits."""
     r = tiles % sms or (tiles if tiles < sms else 0)
+    most = min(max_splits, key_tiles // 2)
     best, splits = 1.0, 1
-    for s in range(2, min(max_splits, key_tiles // 2) + 1):
-        t = math.ceil(r * s / sms) / s
-        if t < best - 1e-9:
-            best, splits = t, s
+    if parts_per_sm:
+        splits = max(1, min(most, math.ceil(parts_per_sm * sms / r))) if r else 1
+    else:
+        for s in range(2, most + 1):
+            t = math.ceil(r * s / sms) / s
+            if t < best - 1e-9:
+                best, splits = t, s
     return (tiles - r, splits) if r and splits > 1 else (tiles, 1)
 
 
@@ -670,7 +682,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, SPLIT_TAIL=split)
     if not split:
         return flash_fwd_gluon_ws, (tiles, BH), (*args, -1, 0, L, L), 4, flags, None   # part -1, k_base 0
-    full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n))
+    full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
+                              parts_per_sm=cfg.split_tail if cfg.split_tail > 1 else 0)
     parts = (tiles * BH - full) * splits
     Op = torch.empty((max(parts, 1) * cfg.block_m, D), dtype=torch.float32, device=Q.device)
     Lp = torch.empty((Op.shape[0],), dtype=torch.float32, device=Q.device)
