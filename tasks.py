@@ -289,8 +289,10 @@ def report(c, out="RESULTS.md"):
 
 @task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid, bwd-modes or gluon",
             "N": "comma-separated sequence lengths",
-            "rounds": "interleaved timing rounds"})
-def experiment(c, name, N="", rounds=5):
+            "rounds": "interleaved timing rounds",
+            "causal": "0, 1 or 2 (both); default: the experiment's own",
+            "only": "gluon: comma-separated configuration labels (default: every one of EXPERIMENT_CONFIGS)"})
+def experiment(c, name, N="", rounds=5, causal="", only=""):
     """Experiments beyond the harness: pcast (where P is rounded), launch-order (v6), timing (small N),
     other-shapes (v7 against v6 and SDPA where neither was tuned), exp2-poly (v7 with part of the
     softmax's exp2 on the FMA pipe instead of the MUFU), grid (v7's persistent grid against one program
@@ -301,6 +303,8 @@ def experiment(c, name, N="", rounds=5):
     _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")
     cmd = [sys.executable, "experiments/run.py", name, "--rounds", str(rounds)]
     cmd += ["--N", *N.split(",")] if N else []
+    cmd += ["--causal", str(causal)] if str(causal) != "" else []
+    cmd += ["--only", *only.split(",")] if only else []
     if _run(cmd) != 0:
         raise Exit(f"experiment {name} failed", code=1)
 

@@ -841,7 +841,7 @@ EXPERIMENTS["grid"] = ("variant", "N", "causal", "ms", "ms_min", "ms_max", "tflo
 EXPERIMENTS["bwd_modes"] = ("who", "N", "causal", "auto_picks", *(f"{w}_us{s}" for w in ("do_bench", "host", "graph")
                                                                   for s in ("", "_min", "_max")))
 EXPERIMENTS["gluon"] = ("variant", "N", "causal", "ms", "ms_min", "ms_max", "graph_ms", "pct_of_sdpa",
-                        "graph_pct_of_sdpa", "rel_err_vs_sdpa", "git_commit")
+                        "graph_pct_of_sdpa", "rel_err_vs_sdpa", "git_commit", "date")
 EXPERIMENT_KEYS = {"pcast": ("p_cast", "N", "causal"), "launch_order": ("order", "config", "N", "causal"),
                    "timing": ("version", "N", "causal"), "other_shapes": ("who", "B", "H", "N", "D", "causal"),
                    "exp2_poly": ("variant", "config", "N", "causal"), "grid": ("variant", "N", "causal"),
@@ -850,7 +850,8 @@ EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke e
                    "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes",
                    "exp2_poly": "invoke experiment exp2-poly", "grid": "invoke experiment grid",
                    "bwd_modes": "invoke experiment bwd-modes", "gluon": "invoke experiment gluon"}
-EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks", "git_commit")   # not numbers
+EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks", "git_commit",
+                   "date")   # not numbers
 
 
 def experiment(gpu, root, name: str):
@@ -995,31 +996,43 @@ GLUON_SAME_RUN = ("v7_tl", data.SDPA)   # the experiment's non-Gluon rows, timed
 
 def section_gluon(gpu, root) -> str:
     """The Gluon forward's best configuration per run and shape (by graph replay) beside v7's tl path and
-    SDPA from the same run (experiments/run.py gluon): one row per (run, shape)."""
+    SDPA from the same run (experiments/run.py gluon): one row per (run, shape), runs in the order they
+    ran; then every configuration each run timed at N = 4096 non-causal."""
     df, path = experiment(gpu, root, "gluon")
     if df is None:
         return experiment_not_run("The Gluon forward", "gluon", path)
-    rows = []
-    for (commit, causal, N), g in df.groupby(["git_commit", "causal", "N"], sort=True):
+    df = df.assign(run_start=df.groupby("git_commit")["date"].transform("min"))
+
+    def cell(r):
+        return (f"{span(r.ms, r.ms_min, r.ms_max, '.3f')}, graph {fmt(r.graph_ms, '.3f')} "
+                f"({fmt(r.graph_pct_of_sdpa, '.1f', '%')})")
+
+    rows, headline = [], []
+    for (_, commit, causal, N), g in df.groupby(["run_start", "git_commit", "causal", "N"], sort=True):
         g = g.set_index("variant")
         ours = g[~g.index.isin(GLUON_SAME_RUN)]
         if ours.empty or not set(GLUON_SAME_RUN) <= set(g.index):
             continue
         best = ours.graph_ms.idxmin()
-
-        def cell(v):
-            r = g.loc[v]
-            return (f"{span(r.ms, r.ms_min, r.ms_max, '.3f')}, graph {fmt(r.graph_ms, '.3f')} "
-                    f"({fmt(r.graph_pct_of_sdpa, '.1f', '%')})")
-        rows.append([commit, int(N), "yes" if causal else "no", len(ours), best, cell(best), cell("v7_tl"),
+        rows.append([commit, int(N), "yes" if causal else "no", len(ours), best, cell(g.loc[best]),
+                     cell(g.loc["v7_tl"]),
                      f"{fmt(g.at[data.SDPA, 'ms'], '.3f')}, graph {fmt(g.at[data.SDPA, 'graph_ms'], '.3f')}"])
+        if N == 4096 and not causal:
+            headline += [[commit, v, cell(g.loc[v])] for v in [*ours.sort_values("graph_ms").index, *GLUON_SAME_RUN]]
     return "\n".join([
         "The Gluon forward (`kernels/_shared/gluon_forward_hopper.py`, not a path of any version): per run and "
         "shape, the configuration with the least graph-replay time among those the run timed, beside v7's tl "
-        "path and SDPA timed in the same interleaved rounds. Cells: do_bench ms (min–max of the rounds), graph "
-        "ms (% of SDPA's graph time). At N ≤ 2048 the Gluon rows' do_bench is host-bound: the experiment "
-        f"builds their descriptors on every call. Source: `{rel(path)}`.", "",
-        md_table(["run", "N", "causal", "configs", "best Gluon", "its time", "v7 tl path", "SDPA"], rows)])
+        "path and SDPA timed in the same interleaved rounds; runs in the order they ran. Cells: do_bench ms "
+        "(min–max of the rounds), graph ms (% of SDPA's graph time). The Gluon rows' do_bench includes the host's "
+        "time wherever its per-call work (descriptors built on every call; with split_tail, two allocations and "
+        f"the combine's launch) outlasts the kernel, so graph replay is the comparison. Source: `{rel(path)}`.", "",
+        md_table(["run", "N", "causal", "configs", "best Gluon", "its time", "v7 tl path", "SDPA"], rows), "",
+        "Every configuration each run timed at N = 4096, non-causal (the shape its levers were aimed at), by "
+        "graph replay, with v7's tl path and SDPA from the same rounds. Labels: wsC = C consumer warpgroups of "
+        "64 rows, x128 = 128-key tiles, Ns = K/V slots, preg/psmem = P in registers/shared memory, pp = "
+        "ping-pong between the consumers, pin = a store of l ahead of the P V wait, split = the last wave's "
+        "tiles split along the keys (split2, split3: at least 2, 3 parts per SM).", "",
+        md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline)])
 
 
 def section_bwd_modes(gpu, root) -> str:

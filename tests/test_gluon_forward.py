@@ -133,12 +133,15 @@ G = load_shared("gluon_forward_hopper")
 out = {{}}
 for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), False),
                            ("ws", G.GluonConfig(192, 128, 4, 3, consumers=3), False),
-                           ("ws_causal", G.GluonConfig(128, 128, 4, 3, consumers=2), True)]:
+                           ("ws_causal", G.GluonConfig(128, 128, 4, 3, consumers=2), True),
+                           ("ws_pp_pin_split", G.GluonConfig(192, 128, 4, 3, consumers=3, pingpong=True,
+                                                             pin_ex2=True, split_tail=True), False)]:
     c = G.compile_offline(cfg, N=1000, is_causal=causal)
-    ttgir = c.asm["ttgir"]
+    ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     out[label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(64),
                    "warp_specialize": ttgir.count("ttg.warp_specialize"),
-                   "wait_1": ttgir.count("pendings = 1"), "cubin": len(c.asm["cubin"])}}
+                   "wait_1": ttgir.count("pendings = 1"), "cubin": len(c.asm["cubin"]),
+                   "arrives": ptx.count("mbarrier.arrive.shared")}}
 print(json.dumps(out))
 """
 
@@ -162,6 +165,13 @@ def test_offline_compiles_for_sm90(compiled):
 def test_warp_specialized_form_is_warp_specialized(compiled):
     assert compiled["plain"]["warp_specialize"] == 0
     assert compiled["ws"]["warp_specialize"] >= 1 and compiled["ws_causal"]["warp_specialize"] >= 1
+
+
+def test_ping_pong_turns_are_in_the_binary(compiled):
+    # without ping-pong each consumer arrives once per tile (its slot release); with it, three more
+    # times (S_0, each loop iteration's products, the last P V), plus consumer 0's first turn
+    assert compiled["ws"]["arrives"] == 3 + 0
+    assert compiled["ws_pp_pin_split"]["arrives"] == 3 * 4 + 1
 
 
 def test_each_form_leaves_one_product_in_flight_under_the_softmax(compiled):

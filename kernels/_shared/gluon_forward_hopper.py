@@ -28,6 +28,27 @@ owning 64 rows of the tile per warp group of 4 warps):
 Gluon is not interpreted (Triton 3.6: under TRITON_INTERPRET=1 a Gluon launch asks for a CUDA
 driver), so this path runs only on a Hopper GPU; v7 uses its tl TMA path everywhere else and the
 tests say which path ran.
+
+Rounds on the H200 (experiments/gluon.csv, N = 4096 non-causal, graph replay against cuDNN in the
+same rounds; RESULTS.md lists every configuration of every run):
+- warp specialization (session 14): ws3x64x128/3s/preg level with cuDNN (100.5%), v7's tl path 94.8%.
+- ping-pong (PINGPONG, session 15 call 1): the consumers pass a turn round a ring of mbarriers, so one
+  issues its products while another runs its softmax. 100.1-100.7%, against 98.9% without: within the
+  spread.
+- pin_ex2 (call 2): in the offline SASS each consumer waited for its P V before its first exp2; a store
+  of l to shared memory ahead of that wait puts all 66 exp2s of a 128-key tile under the product, and
+  measured no faster (100.1-100.2% against 101.6%).
+- split_tail (calls 4-6): Nsight Compute (ncu/v7_hopper_gluon_N4096_noncausal.csv) showed the kernel
+  keeping the tensor pipe busier than cuDNN while its SMs were active (55-57% of active cycles against
+  51%) but idle more of the time (MUFU 58.7% of active cycles, 51.7% of elapsed; cuDNN 52.8% and
+  50.6%): 704 tiles of 192 rows on 132 SMs are 5.33 waves. Splitting the last wave's 44 tiles three
+  ways along the keys (parts combined by a small tl kernel) took the main kernel from 306-309 us to
+  281-283 us, plus the combine's 5-7 us: 103.0-106.2% of cuDNN over 3 runs (do_bench 102.4-104.5%
+  where the host kept up). At N = 2048 (352 tiles, 2.67 waves) the same split loses (91% against
+  97-99% unsplit): its main kernel gains 2 us, not the 10 the wave model promised. More, smaller parts
+  (split2, split3) were slower at both lengths.
+So at N = 4096 non-causal this kernel is ahead of cuDNN; at N <= 2048 it is not (ws3: 75-80% at 1024,
+where 192 tiles are 1.45 waves; ws2 95%), and it stays an experiment, not a version's path.
 """
 
 from __future__ import annotations

@@ -86,8 +86,13 @@ cuDNN's 0.303 and this kernel's 0.317 (0.312-0.318) in the same rounds (commit 2
 v7, level with cuDNN within the spread, not ahead of it. Causal it stays behind this kernel (0.189
 against 0.170 ms). In the offline SASS, with P in registers ptxas waits for P_(j-1) V_(j-1) before the
 first exp2 whatever the source order; with P through shared memory every exp2 runs under that product,
-but the buffers cost the slots that mattered more. It is not a path of v7: a parity-level gain at one
-mask does not pay for a second kernel that the interpreter cannot run (Gluon is not interpreted).
+but the buffers cost the slots that mattered more. A later round (that module's docstring) added
+ping-pong between the consumers and a store that keeps the exp2s under the product (neither gained
+beyond the spread), then, after Nsight Compute showed its SMs idle for a third of the last of 5.33
+waves, a split of that wave's tiles along the keys: 103-106% of cuDNN at N = 4096 non-causal (graph
+replay, 3 runs), but 91% at 2048 and 75-80% at 1024. It is still not a path of v7: it is ahead at one
+shape of the four, and it would be a second kernel that the interpreter cannot run (Gluon is not
+interpreted) with a host path of its own to make lean.
 
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
