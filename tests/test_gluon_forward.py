@@ -91,14 +91,16 @@ def test_gluon_variants_are_checked():
 
 @pytest.mark.parametrize("splits", [2, 3])
 def test_combine_tail_merges_split_parts_into_attention(splits):
-    """The split tail's combine (a tl kernel: the interpreter runs it without a GPU): parts computed in
-    float64 from disjoint key ranges, rows past N_q filled with garbage, against attention over all keys."""
+    """The split tail's combine (a tl kernel: the interpreter runs it without a GPU, a GPU natively): parts
+    computed in float64 from disjoint key ranges, rows past N_q filled with garbage, against attention over
+    all keys."""
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(splits)
     BH, N_q, N_k, D, block_m, full = 3, 100, 90, 64, 192, 1
     q, k, v = (torch.randn(BH, n, D, dtype=torch.float64) for n in (N_q, N_k, N_k))
     tail = list(range(full, BH))            # one query tile per head: tiles 1 and 2 are the tail
-    Op = torch.randn(len(tail) * splits * block_m, D, dtype=torch.float32)
-    Lp = torch.randn(Op.shape[0], dtype=torch.float32)
+    Op = torch.randn(len(tail) * splits * block_m, D, dtype=torch.float32, device=dev)
+    Lp = torch.randn(Op.shape[0], dtype=torch.float32, device=dev)
     bounds = [round(i * N_k / splits) for i in range(splits + 1)]
     for i, t in enumerate(tail):
         for s in range(splits):
@@ -107,9 +109,10 @@ def test_combine_tail_merges_split_parts_into_attention(splits):
             row = (i * splits + s) * block_m
             Op[row:row + N_q] = o[0].float()
             Lp[row:row + N_q] = (lse[0] / math.log(2)).float()   # log2 units
-    O = torch.zeros(BH, N_q, D, dtype=torch.float32)
-    L = torch.zeros(BH, N_q, dtype=torch.float32)
+    O = torch.zeros(BH, N_q, D, dtype=torch.float32, device=dev)
+    L = torch.zeros(BH, N_q, dtype=torch.float32, device=dev)
     G.combine_tail(Op, Lp, full, splits, O, L, block_m)
+    O, L = O.cpu(), L.cpu()
     ref_o, ref_l = reference.attention(q, k, v)
     assert torch.allclose(O[tail], ref_o[tail].float(), atol=1e-5)
     assert torch.allclose(L[tail], ref_l[tail].float(), atol=1e-5)
