@@ -266,6 +266,36 @@ def metric(df: pd.DataFrame, path: Path, name: str, required: bool = True) -> pd
     return out
 
 
+GLUON_COLUMNS = ("variant", "N", "causal", "graph_ms", "graph_pct_of_sdpa", "git_commit", "date")
+GLUON_SAME_RUN = ("v7_tl", SDPA)   # experiment gluon's non-Gluon rows, timed in the same rounds
+
+
+def gluon(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, Path]:
+    """results/<gpu>/experiments/gluon.csv (experiments/run.py gluon), the latest row per (run, variant,
+    shape), with `run_start` (the run's first date) to order the runs by."""
+    path = root(results_root) / gpu_slug / "experiments" / "gluon.csv"
+    df = load(path, GLUON_COLUMNS)
+    df = df.sort_values("date", kind="stable").drop_duplicates(["git_commit", "variant", "N", "causal"], keep="last")
+    return df.assign(run_start=df.groupby("git_commit")["date"].transform("min")), path
+
+
+def gluon_best(df: pd.DataFrame) -> pd.DataFrame:
+    """Per run and shape that timed both same-run references: the Gluon configuration with the least
+    graph-replay time (`best`), its row, and v7's tl path's and SDPA's graph % in the same rounds; runs in
+    the order they ran."""
+    rows = []
+    for (start, commit, causal, N), g in df.groupby(["run_start", "git_commit", "causal", "N"], sort=True):
+        g = g.set_index("variant")
+        ours = g[~g.index.isin(GLUON_SAME_RUN)]
+        if ours.empty or not set(GLUON_SAME_RUN) <= set(g.index):
+            continue
+        best = ours["graph_ms"].astype(float).idxmin()
+        rows.append({"run_start": start, "git_commit": commit, "N": int(N), "causal": int(causal), "best": best,
+                     "configs": len(ours), "best_pct": float(g.at[best, "graph_pct_of_sdpa"]),
+                     "v7_pct": float(g.at["v7_tl", "graph_pct_of_sdpa"])})
+    return pd.DataFrame(rows)
+
+
 def ncu(gpu_slug: str, results_root=None, folder_name: str = "ncu") -> list[tuple[pd.DataFrame, Path]]:
     """Every Nsight Compute summary in results/<gpu>/ncu/ (<tag>.csv, written by profiling/run_profile.py
     --tool ncu; the raw exports beside them, <tag>.raw.csv, are not summaries), in name order; ncu_bwd/

@@ -10,11 +10,11 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from figures import (ada_vs_hopper, compile_cost, data, host_vs_graph, qtile_warps, roofline, style,  # noqa: E402
-                     tile_heatmap, timeline, versions_bench, warps_stages)
+from figures import (ada_vs_hopper, compile_cost, data, gluon_rounds, host_vs_graph, qtile_warps,  # noqa: E402
+                     roofline, style, tile_heatmap, timeline, versions_bench, warps_stages)
 
 FIGURES = (tile_heatmap, qtile_warps, warps_stages, versions_bench, ada_vs_hopper, host_vs_graph,
-           roofline, compile_cost, timeline)
+           roofline, compile_cost, timeline, gluon_rounds)
 
 
 def make_all(gpus: list[str], out: Path, results_root=None) -> tuple[list[Path], list[str]]:

@@ -840,18 +840,15 @@ EXPERIMENTS["grid"] = ("variant", "N", "causal", "ms", "ms_min", "ms_max", "tflo
                        "speedup_vs_per_tile", "rel_err_vs_sdpa")
 EXPERIMENTS["bwd_modes"] = ("who", "N", "causal", "auto_picks", *(f"{w}_us{s}" for w in ("do_bench", "host", "graph")
                                                                   for s in ("", "_min", "_max")))
-EXPERIMENTS["gluon"] = ("variant", "N", "causal", "ms", "ms_min", "ms_max", "graph_ms", "pct_of_sdpa",
-                        "graph_pct_of_sdpa", "rel_err_vs_sdpa", "git_commit", "date")
 EXPERIMENT_KEYS = {"pcast": ("p_cast", "N", "causal"), "launch_order": ("order", "config", "N", "causal"),
                    "timing": ("version", "N", "causal"), "other_shapes": ("who", "B", "H", "N", "D", "causal"),
                    "exp2_poly": ("variant", "config", "N", "causal"), "grid": ("variant", "N", "causal"),
-                   "bwd_modes": ("who", "N", "causal"), "gluon": ("git_commit", "variant", "N", "causal")}
+                   "bwd_modes": ("who", "N", "causal")}
 EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke experiment launch-order",
                    "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes",
                    "exp2_poly": "invoke experiment exp2-poly", "grid": "invoke experiment grid",
                    "bwd_modes": "invoke experiment bwd-modes", "gluon": "invoke experiment gluon"}
-EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks", "git_commit",
-                   "date")   # not numbers
+EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks")   # not numbers
 
 
 def experiment(gpu, root, name: str):
@@ -991,41 +988,41 @@ def section_grid(gpu, root) -> str:
         ["N", "causal", "per tile", "persistent, 2 per SM", "persistent, 1 per SM", "SDPA ms"])
 
 
-GLUON_SAME_RUN = ("v7_tl", data.SDPA)   # the experiment's non-Gluon rows, timed in the same rounds
 
 
 def section_gluon(gpu, root) -> str:
     """The Gluon forward's best configuration per run and shape (by graph replay) beside v7's tl path and
-    SDPA from the same run (experiments/run.py gluon): one row per (run, shape), runs in the order they
-    ran; then every configuration each run timed at N = 4096 non-causal."""
-    df, path = experiment(gpu, root, "gluon")
-    if df is None:
-        return experiment_not_run("The Gluon forward", "gluon", path)
-    df = df.assign(run_start=df.groupby("git_commit")["date"].transform("min"))
+    SDPA from the same run (experiments/run.py gluon; figures.data.gluon_best): one row per (run, shape),
+    runs in the order they ran; then every configuration each run timed at N = 4096 non-causal."""
+    try:
+        df, path = data.gluon(gpu, root)
+    except data.MissingResults:
+        return experiment_not_run("The Gluon forward", "gluon", data.root(root) / gpu / "experiments" / "gluon.csv")
 
-    def cell(r):
+    def cell(commit, variant, N, causal):
+        r = df[(df.git_commit == commit) & (df.variant == variant) & (df.N == N) & (df.causal == causal)].iloc[0]
         return (f"{span(r.ms, r.ms_min, r.ms_max, '.3f')}, graph {fmt(r.graph_ms, '.3f')} "
                 f"({fmt(r.graph_pct_of_sdpa, '.1f', '%')})")
 
     rows, headline = [], []
-    for (_, commit, causal, N), g in df.groupby(["run_start", "git_commit", "causal", "N"], sort=True):
-        g = g.set_index("variant")
-        ours = g[~g.index.isin(GLUON_SAME_RUN)]
-        if ours.empty or not set(GLUON_SAME_RUN) <= set(g.index):
-            continue
-        best = ours.graph_ms.idxmin()
-        rows.append([commit, int(N), "yes" if causal else "no", len(ours), best, cell(g.loc[best]),
-                     cell(g.loc["v7_tl"]),
-                     f"{fmt(g.at[data.SDPA, 'ms'], '.3f')}, graph {fmt(g.at[data.SDPA, 'graph_ms'], '.3f')}"])
-        if N == 4096 and not causal:
-            headline += [[commit, v, cell(g.loc[v])] for v in [*ours.sort_values("graph_ms").index, *GLUON_SAME_RUN]]
+    for b in data.gluon_best(df).itertuples():
+        sdpa = df[(df.git_commit == b.git_commit) & (df.variant == data.SDPA) & (df.N == b.N)
+                  & (df.causal == b.causal)].iloc[0]
+        rows.append([b.git_commit, b.N, "yes" if b.causal else "no", b.configs, b.best,
+                     cell(b.git_commit, b.best, b.N, b.causal), cell(b.git_commit, "v7_tl", b.N, b.causal),
+                     f"{fmt(sdpa.ms, '.3f')}, graph {fmt(sdpa.graph_ms, '.3f')}"])
+        if b.N == 4096 and not b.causal:
+            g = df[(df.git_commit == b.git_commit) & (df.N == b.N) & (df.causal == 0)]
+            ours = g[~g.variant.isin(data.GLUON_SAME_RUN)].sort_values("graph_ms").variant
+            headline += [[b.git_commit, v, cell(b.git_commit, v, b.N, 0)] for v in [*ours, *data.GLUON_SAME_RUN]]
     return "\n".join([
         "The Gluon forward (`kernels/_shared/gluon_forward_hopper.py`, not a path of any version): per run and "
         "shape, the configuration with the least graph-replay time among those the run timed, beside v7's tl "
         "path and SDPA timed in the same interleaved rounds; runs in the order they ran. Cells: do_bench ms "
         "(min–max of the rounds), graph ms (% of SDPA's graph time). The Gluon rows' do_bench includes the host's "
         "time wherever its per-call work (descriptors built on every call; with split_tail, two allocations and "
-        f"the combine's launch) outlasts the kernel, so graph replay is the comparison. Source: `{rel(path)}`.", "",
+        f"the combine's launch) outlasts the kernel, so graph replay is the comparison. Source: `{rel(path)}`; "
+        "figure: `figures/out/<gpu>/gluon_rounds.png`.", "",
         md_table(["run", "N", "causal", "configs", "best Gluon", "its time", "v7 tl path", "SDPA"], rows), "",
         "Every configuration each run timed at N = 4096, non-causal (the shape its levers were aimed at), by "
         "graph replay, with v7's tl path and SDPA from the same rounds. Labels: wsC = C consumer warpgroups of "

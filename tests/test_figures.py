@@ -232,8 +232,38 @@ def results_root(tmp_path) -> Path:
     write_ncu(root)
     write_compile_cost(root)
     write_trace(root)
+    write_gluon(root)
     shutil.copytree(REPO / "results" / data.REFERENCE, root / data.REFERENCE)
     return root
+
+
+# experiment gluon: (run, date, variant, N, causal, graph ms); SDPA's graph time is 1.0 ms in every run
+GLUON = [("aaa", "2026-11-30T01:00:00+00:00", v, N, c, ms)
+         for N in (1024, 4096) for c in (0, 1)
+         for v, ms in (("v7_tl", 1.05), ("sdpa", 1.0), ("cfgA", 0.9 if N == 4096 else 1.2), ("cfgB", 1.1))]
+GLUON += [("bbb", "2026-11-30T02:00:00+00:00", v, 4096, 0, ms) for v, ms in (("v7_tl", 1.04), ("sdpa", 1.0),
+                                                                             ("cfgC", 0.95))]
+GLUON += [("000", "2026-11-30T03:00:00+00:00", v, 4096, 0, ms) for v, ms in (("v7_tl", 1.0), ("cfgD", 0.5))]  # no SDPA
+
+
+def write_gluon(root: Path) -> Path:
+    return _write(root / GPU / "experiments" / "gluon.csv", [
+        {"git_commit": run, "date": date, "variant": v, "N": N, "causal": c, "ms": ms, "ms_min": ms, "ms_max": ms,
+         "graph_ms": ms, "graph_pct_of_sdpa": 100.0 / ms, "pct_of_sdpa": 100.0 / ms, "rel_err_vs_sdpa": 0.0,
+         **{k: v for k, v in PROV.items() if k != "date"}}
+        for run, date, v, N, c, ms in GLUON])
+
+
+def test_gluon_best_per_run_and_shape(results_root):
+    df, _ = data.gluon(GPU, results_root)
+    best = data.gluon_best(df)
+    # run 000 has no SDPA row: left out; runs in the order they ran, not by name
+    assert list(best.git_commit.unique()) == ["aaa", "bbb"]
+    got = {(r.git_commit, r.N, r.causal): (r.best, r.configs) for r in best.itertuples()}
+    assert got[("aaa", 4096, 0)] == ("cfgA", 2) and got[("aaa", 1024, 1)] == ("cfgB", 2)
+    assert got[("bbb", 4096, 0)] == ("cfgC", 1) and len(got) == 5
+    r = best[(best.git_commit == "bbb")].iloc[0]
+    assert r.best_pct == pytest.approx(100 / 0.95) and r.v7_pct == pytest.approx(100 / 1.04)
 
 
 def _assert_png(path: Path):
