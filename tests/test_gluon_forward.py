@@ -171,10 +171,11 @@ def test_warp_specialized_form_is_warp_specialized(compiled):
 
 
 def test_ping_pong_turns_are_in_the_binary(compiled):
-    # without ping-pong each consumer arrives once per tile (its slot release); with it, three more
-    # times (S_0, each loop iteration's products, the last P V), plus consumer 0's first turn
-    assert compiled["ws"]["arrives"] == 3 + 0
-    assert compiled["ws_pp_pin_split"]["arrives"] == 3 * 4 + 1
+    # without ping-pong each of the 3 consumers has three arrive sites (a slot released in the key loop,
+    # the last slot, its Q buffer); with it three more (turns passed after S_0, after each loop
+    # iteration's products, after the last P V), plus consumer 0's first turn given at the start
+    assert compiled["ws"]["arrives"] == 3 * 3
+    assert compiled["ws_pp_pin_split"]["arrives"] == 3 * 6 + 1
 
 
 def test_each_form_leaves_one_product_in_flight_under_the_softmax(compiled):

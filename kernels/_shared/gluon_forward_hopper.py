@@ -69,6 +69,9 @@ except ImportError:  # pragma: no cover - a Triton without Gluon
     HAVE_GLUON = False
 
 LOG2E = 1.4426950408889634
+# The loader warp's registers (setmaxnreg): 24 spilled once it decoded work items (48 bytes of spill stores in
+# the offline sm_90 compile); 3 consumers at 160 and 2 at 232 leave room for it.
+LOADER_REGS = gl.constexpr(24) if HAVE_GLUON else 24
 LN2 = 0.6931471805599453
 DTYPES = (torch.bfloat16, torch.float16)
 HEAD_DIMS = (64, 128)
@@ -91,6 +94,7 @@ class GluonConfig:
     pin_ex2: bool = False   # warp-specialized: a shared-memory store of l ahead of the P V wait (see _pin)
     split_tail: int = 0     # warp-specialized, non-causal: the last wave's tiles split along the keys (split_plan):
                             # 1 (True) the least modelled time, n >= 2 at least n parts per SM
+    persistent: bool = False  # warp-specialized: one program per SM looping over the work items, Q double-buffered
 
     def __post_init__(self):
         if self.consumers:
@@ -99,9 +103,9 @@ class GluonConfig:
                                  f"each: {self}")
             if not self.overlap:
                 raise ValueError("the warp-specialized form always overlaps")
-        elif self.pingpong or self.pin_ex2 or self.split_tail or self.p_buffers != 2:
-            raise ValueError(f"ping-pong, pin_ex2, split_tail and one P buffer need the warp-specialized form "
-                             f"(consumers = 2 or 3): {self}")
+        elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.p_buffers != 2:
+            raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent and one P buffer need the warp-specialized "
+                             f"form (consumers = 2 or 3): {self}")
         if self.p_buffers not in (1, 2):
             raise ValueError(f"p_buffers is 1 or 2: {self}")
 
@@ -110,10 +114,16 @@ class GluonConfig:
         p = ("psmem" if self.p_buffers == 2 else "psmem1") if self.p_smem else "preg"
         tail = f"{self.slots}s/{p}{'' if self.overlap else '/serial'}"
         if self.consumers:
+            split = f"/split{int(self.split_tail) if self.split_tail > 1 else ''}" if self.split_tail else ""
             return f"ws{self.consumers}x64x{self.block_n}/{tail}{'/pp' if self.pingpong else ''}" \
-                   f"{'/pin' if self.pin_ex2 else ''}" \
-                   f"{('/split' + (str(int(self.split_tail)) if self.split_tail > 1 else '')) if self.split_tail else ''}"
+                   f"{'/pin' if self.pin_ex2 else ''}{split}{'/persist' if self.persistent else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
+
+    @property
+    def q_buffers(self) -> int:
+        """Query-tile buffers of the warp-specialized form: 2 with a persistent grid (the next item's
+        queries load while this item finishes), else 1."""
+        return 2 if self.persistent else 1
 
     @property
     def consumer_registers(self) -> int:
@@ -124,14 +134,15 @@ class GluonConfig:
     def smem_bytes(self, D: int, elem: int = 2) -> int:
         """Shared memory the kernel allocates: Q, the K/V slots, P's buffers, the mbarriers, and in the
         warp-specialized form each consumer's epilogue scratch (the plain form reuses freed memory)."""
-        b = (self.block_m * D + 2 * self.slots * self.block_n * D) * elem
+        b = (self.block_m * D * (self.q_buffers if self.consumers else 1) + 2 * self.slots * self.block_n * D) * elem
         if self.p_smem:
             b += self.p_buffers * self.block_m * self.block_n * elem
         if self.consumers:
             b += self.block_m * D * elem
             b += self.block_m * 4 if self.pin_ex2 else 0   # _pin's row sums
         turns = (self.consumers if self.pingpong else 1) if self.consumers else 0   # ping-pong's mbarriers
-        barriers = 2 * self.slots + 1 + turns
+        q_bars = 2 * self.q_buffers if self.consumers else 1                         # Q ready (and empty)
+        barriers = 2 * self.slots + q_bars + turns
         return b + 8 * barriers
 
     def fits(self, D: int, smem_per_block: int) -> bool:
@@ -187,6 +198,14 @@ EXPERIMENT_CONFIGS = (
     # the wave model promises, and at N = 2048 it costs 7 us. Smaller parts, more of them:
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=2),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=3),
+    # calls 5-6 (9d212fb, c88f55c): smaller parts are slower, and at N = 2048 even the split's main kernel
+    # gains 2 us of the 10 the wave model promised: each new program fills its pipeline again (about
+    # 4 us a part). A persistent grid loads the next item's queries and keys while this one finishes.
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, persistent=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True),
+    GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
+    GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True),
 )
 
 
@@ -377,19 +396,71 @@ if HAVE_GLUON:
     # Triton 3.6 exposes mbarriers only, whose arrive it precedes with a partition-wide bar.sync).
 
     @gluon.jit
-    def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, q_row, k_row0, n_tiles):
-        CONSUMERS: gl.constexpr = q_smem.shape[0]
+    def _work_item(item, work, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+        """Work item -> (q_start, head, key tiles, mask_from, causal_off, first key, part). Items [0, FULL)
+        are whole tiles: tile t has head t // query tiles and query tile t % query tiles, reversed under the
+        causal mask (v6's order: every head's longest tiles first). Item FULL + q is split q % SPLITS (a
+        contiguous share of the key tiles) of tile FULL + q // SPLITS, written as workspace part q; a whole
+        tile's part is -1. Under the causal mask a tile's keys stop at its diagonal; there is no split."""
+        N_QUERIES, N_KEYS, FULL, SPLITS, causal, n_items = work
+        n_q = gl.cdiv(N_QUERIES, BLOCK_M)
+        n_kb = gl.cdiv(N_KEYS, BLOCK_N)
+        full_stop = (N_KEYS // BLOCK_N) * BLOCK_N
+        if item < FULL:
+            t = item
+            part = item - item - 1
+            kb0 = item - item
+            kb1 = n_kb
+        else:
+            part = item - FULL
+            t = FULL + part // SPLITS
+            kb0 = (part % SPLITS) * n_kb // SPLITS
+            kb1 = (part % SPLITS + 1) * n_kb // SPLITS
+        q_tile = t % n_q
+        if causal:
+            q_start = (n_q - 1 - q_tile) * BLOCK_M
+            kb1 = gl.cdiv(gl.minimum(q_start + BLOCK_M, N_KEYS), BLOCK_N)
+            mask_from = gl.minimum((q_start // BLOCK_N) * BLOCK_N, full_stop)
+            causal_off = N_KEYS - N_KEYS
+        else:
+            q_start = q_tile * BLOCK_M
+            mask_from = full_stop
+            causal_off = N_KEYS
+        return q_start, t // n_q, kb1 - kb0, mask_from, causal_off, kb0 * BLOCK_N, part
+
+    @gluon.jit
+    def _ws_loader(descs, smem, bars, work):
+        """The loader warp: for each of this program's work items, its query tile (into Q buffer it %
+        Q_BUFFERS, once the consumers released that buffer's previous tile) and its K, V tiles round the
+        SLOTS slots. g counts key tiles over the items, so slots and phases run on across them."""
+        q_desc, k_desc, v_desc = descs
+        q_smem, k_smem, v_smem = smem
+        q_bar, q_empty, ready, empty = bars
+        Q_BUFFERS: gl.constexpr = q_bar.shape[0]
+        CONSUMERS: gl.constexpr = q_smem.shape[0] // Q_BUFFERS
         ROWS: gl.constexpr = q_smem.shape[1]
         SLOTS: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
-        mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
-        for c in gl.static_range(CONSUMERS):
-            tma.async_copy_global_to_shared(q_desc, [q_row + c * ROWS, 0], q_bar, q_smem.index(c))
-        for j in range(n_tiles):
-            slot = j % SLOTS
-            # use u = j // SLOTS of this slot waits for the u-th release of its previous contents
-            mbarrier.wait(empty.index(slot), ((j // SLOTS) & 1) ^ 1, pred=j >= SLOTS)
-            _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
+        N_QUERIES = work[0]
+        N_KEYS = work[1]
+        g = 0
+        it = 0
+        for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
+            q_start, head, n_tiles, _, _, k_base, _ = _work_item(item, work, ROWS * CONSUMERS, BLOCK_N)
+            b = it % Q_BUFFERS
+            mbarrier.wait(q_empty.index(b), ((it // Q_BUFFERS) & 1) ^ 1, pred=it >= Q_BUFFERS)
+            mbarrier.expect(q_bar.index(b), CONSUMERS * q_desc.block_type.nbytes)
+            for c in gl.static_range(CONSUMERS):
+                tma.async_copy_global_to_shared(q_desc, [head * N_QUERIES + q_start + c * ROWS, 0], q_bar.index(b),
+                                                q_smem.index(b * CONSUMERS + c))
+            k_row0 = head * N_KEYS + k_base
+            for j in range(n_tiles):
+                slot = (g + j) % SLOTS
+                # use u of this slot waits for the u-th release of its previous contents
+                mbarrier.wait(empty.index(slot), (((g + j) // SLOTS) & 1) ^ 1, pred=g + j >= SLOTS)
+                _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
+            g += n_tiles
+            it += 1
 
     @gluon.jit
     def _take_turn(turn, wg, t):
@@ -415,36 +486,31 @@ if HAVE_GLUON:
             l_smem.index(wg).store(l_i)
 
     @gluon.jit
-    def _ws_consumer(mem, wg, tile):
-        """Consumer wg: rows [q_start + 64 wg, q_start + 64 (wg + 1)) of the program's query tile.
-        mem: the shared memory, barriers and output pointers; tile: the tile's range and sizes.
-        With ping-pong each group of products this consumer issues (S_0; then S_j with P_(j-1) V_(j-1);
-        then the last P V) is its t-th turn, t = 0 .. n_tiles, taken after the previous consumer's."""
-        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, ready, empty, turn, O_ptr, L_ptr = mem
-        q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head, \
-            k_base, part, Op_ptr, Lp_ptr = tile
+    def _attend(q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale):
+        """Consumer wg's rows of one work item: its n_tiles key tiles from slot index g on (slots and phases
+        run on over the items) and, with ping-pong, turns t .. t + n_tiles; every slot read is released.
+        Returns the unnormalised O, l and m (log2 units). Each group of products issued (S_0; then S_j with
+        P_(j-1) V_(j-1); then the last P V) is one turn, taken after the previous consumer's."""
+        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty, turn = mem
         SLOTS: gl.constexpr = k_smem.shape[0]
-        P_BUFFERS: gl.constexpr = p_smem.shape[0] // q_smem.shape[0]   # shared P buffers per consumer (0: registers)
+        CONSUMERS: gl.constexpr = q_smem.shape[0] // q_bar.shape[0]
+        P_BUFFERS: gl.constexpr = p_smem.shape[0] // CONSUMERS   # shared P buffers per consumer (0: registers)
         P_SMEM: gl.constexpr = P_BUFFERS > 0
         p_base = P_BUFFERS * wg
-        ROWS: gl.constexpr = q_smem.shape[1]
-        D: gl.constexpr = q_smem.shape[2]
+        ROWS: gl.constexpr = q_tile.shape[0]
+        D: gl.constexpr = q_tile.shape[1]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
         s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
         o_layout: gl.constexpr = _wgmma_layout(4, D)
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-        q_tile = q_smem.index(wg)
-        row0 = q_start + wg * ROWS
-        q_pos = row0 + gl.arange(0, ROWS, layout=row_s)
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
         acc = gl.zeros([ROWS, D], gl.float32, o_layout)
 
-        mbarrier.wait(q_bar, 0)
-        mbarrier.wait(ready.index(0), 0)
-        _take_turn(turn, wg, 0)
-        s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        mbarrier.wait(ready.index(g % SLOTS), (g // SLOTS) & 1)
+        _take_turn(turn, wg, t)
+        s_tok = warpgroup_mma(q_tile, k_smem.index(g % SLOTS).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         _pass_turn(turn, wg)
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
@@ -453,10 +519,10 @@ if HAVE_GLUON:
         l_i = gl.sum(p, axis=1)
         p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         for j in range(1, n_tiles):
-            slot = j % SLOTS
-            prev = (j - 1) % SLOTS
-            mbarrier.wait(ready.index(slot), (j // SLOTS) & 1)
-            _take_turn(turn, wg, j)
+            slot = (g + j) % SLOTS
+            prev = (g + j - 1) % SLOTS
+            mbarrier.wait(ready.index(slot), ((g + j) // SLOTS) & 1)
+            _take_turn(turn, wg, t + j)
             s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
             _pass_turn(turn, wg)
@@ -474,41 +540,57 @@ if HAVE_GLUON:
                 p_op = p_next
             else:   # P_j's registers, or its one buffer, written once P_(j-1) V_(j-1) is done
                 p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
-        _take_turn(turn, wg, n_tiles)
-        acc = warpgroup_mma(p_op, v_smem.index((n_tiles - 1) % SLOTS), acc, is_async=True)
+        last = (g + n_tiles - 1) % SLOTS
+        _take_turn(turn, wg, t + n_tiles)
+        acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
         _pass_turn(turn, wg)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-
-        if part >= 0:   # a split of a tail tile: its normalised O (fp32) and log2-sum-exp to the workspace
-            rows = part * (ROWS * q_smem.shape[0]) + wg * ROWS + gl.arange(0, ROWS, layout=row_o)
-            cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-            o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
-            gl.store(Op_ptr + gl.expand_dims(rows, 1) * D + gl.expand_dims(cols, 0), o)
-            gl.store(Lp_ptr + rows, gl.convert_layout(m_i + gl.log2(l_i), row_o))
-        else:
-            _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head,
-                        row_o, 4)
+        mbarrier.arrive(empty.index(last), count=1)
+        return acc, l_i, m_i
 
     @gluon.jit
-    def _split_tile(N_QUERIES, N_KEYS, FULL, SPLITS, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-        """split_tail's program -> work (non-causal, a 1-D grid): programs [0, FULL) take tiles [0, FULL)
-        whole (tile t: head t // query tiles, query tile t % query tiles); program FULL + q takes split
-        q % SPLITS (a contiguous share of the key tiles) of tile FULL + q // SPLITS, as workspace part q.
-        Returns what _tile_range does, then the first key and the part (-1 for a whole tile)."""
-        pid = gl.program_id(0)
-        n_q = gl.cdiv(N_QUERIES, BLOCK_M)
-        n_kb = gl.cdiv(N_KEYS, BLOCK_N)
-        if pid < FULL:
-            t = pid
-            kb0 = 0
-            kb1 = n_kb
-            part = -1
-        else:
-            part = pid - FULL
-            t = FULL + part // SPLITS
-            kb0 = (part % SPLITS) * n_kb // SPLITS
-            kb1 = (part % SPLITS + 1) * n_kb // SPLITS
-        return (t % n_q) * BLOCK_M, t // n_q, kb1 - kb0, (N_KEYS // BLOCK_N) * BLOCK_N, N_KEYS, kb0 * BLOCK_N, part
+    def _ws_consumer(mem, out, wg, work, sizes):
+        """Consumer wg: for each of this program's work items, rows [q_start + 64 wg, q_start + 64 (wg + 1))
+        of its query tile (_attend), then its epilogue: O and L, or for a split of a tail tile its
+        normalised O (fp32) and log2-sum-exp into the workspace. The Q buffer is released once the
+        item's products are done."""
+        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty, turn = mem
+        O_ptr, L_ptr, Op_ptr, Lp_ptr = out
+        qk_scale, stride_o_row, stride_l_head = sizes
+        N_QUERIES = work[0]
+        N_KEYS = work[1]
+        Q_BUFFERS: gl.constexpr = q_bar.shape[0]
+        CONSUMERS: gl.constexpr = q_smem.shape[0] // Q_BUFFERS
+        ROWS: gl.constexpr = q_smem.shape[1]
+        D: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
+        o_layout: gl.constexpr = _wgmma_layout(4, D)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        g = 0
+        it = 0
+        for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
+            q_start, head, n_tiles, mask_from, causal_off, k_base, part = _work_item(item, work, ROWS * CONSUMERS,
+                                                                                     BLOCK_N)
+            b = it % Q_BUFFERS
+            row0 = q_start + wg * ROWS
+            q_pos = row0 + gl.arange(0, ROWS, layout=row_s)
+            mbarrier.wait(q_bar.index(b), (it // Q_BUFFERS) & 1)
+            acc, l_i, m_i = _attend(q_smem.index(b * CONSUMERS + wg), mem, wg, g, g + it, n_tiles, k_base, mask_from,
+                                    causal_off, q_pos, N_KEYS, qk_scale)
+            mbarrier.arrive(q_empty.index(b), count=1)
+            if part >= 0:
+                rows = part * (ROWS * CONSUMERS) + wg * ROWS + gl.arange(0, ROWS, layout=row_o)
+                cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+                o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+                gl.store(Op_ptr + gl.expand_dims(rows, 1) * D + gl.expand_dims(cols, 0), o)
+                gl.store(Lp_ptr + rows, gl.convert_layout(m_i + gl.log2(l_i), row_o))
+            else:
+                _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head,
+                            row_o, 4)
+            g += n_tiles
+            it += 1
 
     @gluon.jit
     def flash_fwd_gluon_ws(
@@ -519,33 +601,27 @@ if HAVE_GLUON:
         stride_o_row, stride_l_head,
         # sizes
         N_QUERIES, N_KEYS, qk_scale,
-        # split_tail: whole tiles, splits per tail tile, the tail's workspace (fp32 O parts, log2-sum-exp parts)
-        FULL, SPLITS, Op_ptr, Lp_ptr,
-        # compile-time meta-parameters: consumer warpgroups (2 or 3), registers per consumer thread
+        # work items (_work_item): whole tiles, splits per tail tile, items; the split tail's workspace (fp32 O
+        # parts, log2-sum-exp parts). Program p takes items p, p + programs, ... (one each unless persistent)
+        FULL, SPLITS, N_ITEMS, Op_ptr, Lp_ptr,
+        # compile-time meta-parameters: consumer warpgroups (2 or 3), registers per consumer thread, Q buffers
+        # (2 for a persistent grid: the next item's queries load while this one's finish)
         CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-        P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, SPLIT_TAIL: gl.constexpr,
+        P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-        BLOCK_M: gl.constexpr = ROWS * CONSUMERS
         dtype: gl.constexpr = q_desc.dtype
-        if SPLIT_TAIL:
-            gl.static_assert(not CAUSAL, "split_tail is for the non-causal mask")
-            q_start, head, n_tiles, mask_from, causal_off, k_base, part = _split_tile(N_QUERIES, N_KEYS, FULL, SPLITS,
-                                                                                       BLOCK_M, BLOCK_N)
-        else:
-            q_start, head, n_tiles, mask_from, causal_off = _tile_range(N_QUERIES, N_KEYS, BLOCK_M, BLOCK_N, CAUSAL)
-            k_base = SPLITS              # 0 and -1 from the host (FULL, SPLITS): the constants 0 and -1
-            part = FULL                  # here fail to lower in Triton 3.6 (an LLVM assertion in ConvertTritonGPUToLLVM)
 
-        q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, ROWS, D], q_desc.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [Q_BUFFERS * CONSUMERS, ROWS, D], q_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], v_desc.layout)
         p_layout_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_N], dtype)
         p_smem = gl.allocate_shared_memory(dtype, [P_BUFFERS * CONSUMERS if P_BUFFERS else 1, ROWS, BLOCK_N],
                                            p_layout_smem)
-        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
         # Ping-pong's turns: one mbarrier per consumer, consumer 0's first turn given here (one, unused,
@@ -554,7 +630,9 @@ if HAVE_GLUON:
         turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS if PINGPONG else 1, 1], mbarrier.MBarrierLayout())
         l_smem = gl.allocate_shared_memory(gl.float32, [CONSUMERS if PIN_EX2 else 1, ROWS],
                                            gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
-        mbarrier.init(q_bar, count=1)
+        for b in gl.static_range(Q_BUFFERS):
+            mbarrier.init(q_bar.index(b), count=1)
+            mbarrier.init(q_empty.index(b), count=CONSUMERS)
         for s in gl.static_range(SLOTS):
             mbarrier.init(ready.index(s), count=1)
             mbarrier.init(empty.index(s), count=CONSUMERS)
@@ -564,20 +642,20 @@ if HAVE_GLUON:
             mbarrier.arrive(turn.index(0), count=1)
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
-        # consumers and the loader.
-        loader_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty,
-                       head * N_QUERIES + q_start, head * N_KEYS + k_base, n_tiles)
-        # Each consumer's arguments: the shared memory and pointers, its index wg, the tile's range and sizes.
-        mem = (q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, ready, empty, turn, O_ptr, L_ptr)
-        tile = (q_start, head, n_tiles, mask_from, causal_off, N_QUERIES, N_KEYS, qk_scale, stride_o_row, stride_l_head,
-                k_base, part, Op_ptr, Lp_ptr)
+        # consumers and the loader. Each consumer's arguments: the shared memory and barriers, the outputs,
+        # its index wg, the work items' description, the sizes of the epilogue.
+        work = (N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
+        loader_args = ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem), (q_bar, q_empty, ready, empty), work)
+        mem = (q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty, turn)
+        out = (O_ptr, L_ptr, Op_ptr, Lp_ptr)
+        sizes = (qk_scale, stride_o_row, stride_l_head)
         if CONSUMERS == 2:
-            gl.warp_specialize([(_ws_consumer, (mem, 0, tile)), (_ws_consumer, (mem, 1, tile)),
-                                (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
+            gl.warp_specialize([(_ws_consumer, (mem, out, 0, work, sizes)), (_ws_consumer, (mem, out, 1, work, sizes)),
+                                (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, LOADER_REGS])
         else:
-            gl.warp_specialize([(_ws_consumer, (mem, 0, tile)), (_ws_consumer, (mem, 1, tile)),
-                                (_ws_consumer, (mem, 2, tile)), (_ws_loader, loader_args)], [4, 4, 1],
-                               [CONSUMER_REGS, CONSUMER_REGS, 24])
+            gl.warp_specialize([(_ws_consumer, (mem, out, 0, work, sizes)), (_ws_consumer, (mem, out, 1, work, sizes)),
+                                (_ws_consumer, (mem, out, 2, work, sizes)), (_ws_loader, loader_args)], [4, 4, 1],
+                               [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
 
 
 def flattened(t: torch.Tensor) -> torch.Tensor | None:
@@ -702,18 +780,22 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
     if not cfg.consumers:
         return (flash_fwd_gluon, (tiles, BH), args, cfg.num_warps, dict(flags, P_SMEM=cfg.p_smem, OVERLAP=cfg.overlap),
                 None)
-    split = cfg.split_tail and not is_causal
     flags.update(CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers, PINGPONG=cfg.pingpong,
-                 PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, SPLIT_TAIL=split)
-    if not split:
-        return flash_fwd_gluon_ws, (tiles, BH), (*args, -1, 0, L, L), 4, flags, None   # part -1, k_base 0
-    full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
-                              parts_per_sm=cfg.split_tail if cfg.split_tail > 1 else 0)
+                 PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, Q_BUFFERS=cfg.q_buffers)
+    full, splits = tiles * BH, 1
+    if cfg.split_tail and not is_causal:
+        full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
+                                  parts_per_sm=cfg.split_tail if cfg.split_tail > 1 else 0)
     parts = (tiles * BH - full) * splits
-    Op = torch.empty((max(parts, 1) * cfg.block_m, D), dtype=torch.float32, device=Q.device)
-    Lp = torch.empty((Op.shape[0],), dtype=torch.float32, device=Q.device)
-    tail = (Op, Lp, full, splits) if parts else None
-    return flash_fwd_gluon_ws, (full + parts,), (*args, full, splits, Op, Lp), 4, flags, tail
+    items = full + parts
+    if parts:
+        Op = torch.empty((parts * cfg.block_m, D), dtype=torch.float32, device=Q.device)
+        Lp = torch.empty((Op.shape[0],), dtype=torch.float32, device=Q.device)
+        tail = (Op, Lp, full, splits)
+    else:   # nothing is split: the workspace pointers are never written
+        Op, Lp, tail = L, L, None
+    grid = (min(items, sms),) if cfg.persistent else (items,)
+    return flash_fwd_gluon_ws, grid, (*args, full, splits, items, Op, Lp), 4, flags, tail
 
 
 def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, cfg: GluonConfig,
