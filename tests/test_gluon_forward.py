@@ -119,6 +119,50 @@ def test_combine_tail_merges_split_parts_into_attention(splits):
     assert (O[:full] == 0).all()            # whole tiles are the kernel's, not the combine's
 
 
+def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypatch):
+    """GluonLaunch (the lean repeat v7's Gluon path records): the descriptors are built once and only their
+    bases change; O, L and the split tail's workspace are new on every call and reach the kernel and the
+    combine at their places in the signatures, with the recorded sizes and constexprs."""
+    import types
+
+    launched = []
+
+    class FakeKernel:   # stands in for a CompiledKernel: records what its launcher would get
+        function = packed_metadata = None
+
+        def __init__(self, name):
+            self.name = name
+
+        def run(self, *args):
+            launched.append((self.name, args[9:]))   # after grid x3, stream, function, metadata, hooks
+
+    import fa2lab.hostpath
+
+    monkeypatch.setattr(fa2lab.hostpath, "driver",
+                        types.SimpleNamespace(active=types.SimpleNamespace(get_current_stream=lambda i: 0)))
+    B, N, D = 2, 100, 64
+    descs = [types.SimpleNamespace(base=None) for _ in range(3)]
+    O0, L0 = torch.empty(B, N, D), torch.empty(B, N)
+    Op0, Lp0 = torch.empty(2 * 192, D), torch.empty(2 * 192)
+    args = (*descs, O0, L0, 64, 100, N, N, 0.18, 1, 2, 5, Op0, Lp0)   # strides, sizes, scale, FULL, SPLITS, items
+    launch = G.GluonLaunch(FakeKernel("main"), (5,), args, (False, 4), (Op0, Lp0, 1, 2),
+                           (FakeKernel("combine"), (1, 6), (2, 192, 32, D)))
+    seen = []
+    for _ in range(2):
+        Q, K, V = (torch.randn(B, N, D) for _ in range(3))
+        O, L = launch(Q, K, V)
+        (main, m), (comb, c) = launched[-2:]
+        assert (main, comb) == ("main", "combine")
+        assert all(d.base is t for d, t in zip(m[:3], (Q, K, V))) and m[3] is O and m[4] is L
+        assert m[5:13] == (64, 100, N, N, 0.18, 1, 2, 5) and m[15:] == (False, 4)
+        Op, Lp = m[13], m[14]
+        assert Op.shape == Op0.shape and Op is not Op0 and Lp.shape == Lp0.shape
+        assert all(x is y for x, y in zip(c[:4], (Op, Lp, O, L))) and c[4:] == (1, N, 64, 100, 2, 192, 32, D)
+        seen.append((m[:3], O))
+    assert all(a is b for a, b in zip(seen[0][0], seen[1][0])), "the descriptors are built once"
+    assert seen[0][1] is not seen[1][1]
+
+
 def test_flattened_rows_need_head_contiguous_strides():
     t = torch.zeros(3, 100, 64, dtype=torch.bfloat16)
     flat = G.flattened(t)

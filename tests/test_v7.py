@@ -170,6 +170,30 @@ def test_force_path(monkeypatch):
         run(Q, K, V, True)
 
 
+def test_gluon_path_is_opt_in_non_causal_and_names_why_not(monkeypatch):
+    """The Gluon path (FlashAttentionTriton.GLUON, off by default) takes only what it can run, and says why
+    it does not; forcing it where it cannot run is a clear error, not a wrong answer."""
+    Q, K, V = (torch.zeros(2, 128, 64, dtype=torch.bfloat16) for _ in range(3))
+    assert FA.GLUON is False or os.environ.get("FA2_V7_GLUON") == "1"
+    monkeypatch.setattr(FA, "GLUON", False)
+    assert v7.gluon_applies(Q, K, V, False, 0, None) == "not asked for"
+    assert v7.gluon_applies(Q, K, V, False, 0, "tma") == "not asked for"
+    monkeypatch.setattr(FA, "GLUON", True)
+    assert "causal" in v7.gluon_applies(Q, K, V, True, 0, None)
+    monkeypatch.setattr(v7, "interpreting", lambda: True)
+    assert "interpreter" in v7.gluon_applies(Q, K, V, False, 0, None)
+    monkeypatch.setattr(v7, "interpreting", lambda: False)
+    assert "not a Hopper GPU" in v7.gluon_applies(Q, K, V, False, 0, None)          # CPU tensors
+    assert "dtype" in v7.gluon_applies(*(t.float() for t in (Q, K, V)), False, 0, None)
+
+
+def test_forcing_the_gluon_path_where_it_cannot_run_is_an_error(monkeypatch):
+    Q, K, V = inputs(1, 64, 64, 32, seed=4)
+    monkeypatch.setattr(FA, "FORCE_PATH", "gluon")
+    with pytest.raises(ValueError, match="FORCE_PATH='gluon' cannot run these inputs"):
+        run(Q, K, V, False)
+
+
 def test_wgmma_configurations_are_candidates_with_and_without_the_pipelined_loop():
     """Every configuration runs v6's loop order (PIPELINE_QK = 0); those on the wgmma path whose second
     score tile fits are also candidates with the pipelined loop, listed first."""

@@ -58,6 +58,8 @@ from dataclasses import dataclass
 
 import torch
 
+from fa2lab.hostpath import run_compiled
+
 try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -800,7 +802,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
 
 def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, cfg: GluonConfig,
             O: torch.Tensor | None = None, L: torch.Tensor | None = None):
-    """O (like Q) and L ((heads, N_q) float32, natural log) for inputs `applies` accepted."""
+    """O (like Q), L ((heads, N_q) float32, natural log) and, for the warp-specialized form, the
+    GluonLaunch that repeats this call (None for the plain form), for inputs `applies` accepted."""
     BH, N_q, D = Q.shape
     if O is None:
         O = torch.empty((BH, N_q, D), dtype=Q.dtype, device=Q.device)
@@ -809,22 +812,94 @@ def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, 
     sms = torch.cuda.get_device_properties(Q.device).multi_processor_count
     kernel, grid, args, num_warps, flags, tail = launch_plan(cfg, Q, K, V, O, L, is_causal, sms)
     compiled = kernel[grid](*args, num_warps=num_warps, **flags)
-    if tail is not None:
-        combine_tail(*tail, O, L, cfg.block_m)
-    return O, L, compiled
+    combined = combine_tail(*tail, O, L, cfg.block_m) if tail is not None else None
+    if not cfg.consumers:
+        return O, L, None
+    constexprs = tuple(flags[n] for n in kernel.arg_names if n in flags)   # in signature order
+    return O, L, GluonLaunch(compiled, grid, args, constexprs, tail, combined)
 
 
 def combine_tail(Op: torch.Tensor, Lp: torch.Tensor, full: int, splits: int, O: torch.Tensor, L: torch.Tensor,
-                 block_m: int) -> None:
+                 block_m: int):
     """Write O and L of the tail tiles (tiles full, full + 1, ... in the 1-D order) from their splits'
     parts: Op ((tail tiles * splits * block_m, D) float32, each split's O normalised by its own sum) and
-    Lp (log2 of each split's sum of exponentials, in the scaled log2 units of the kernel's scores)."""
+    Lp (log2 of each split's sum of exponentials, in the scaled log2 units of the kernel's scores).
+    Returns (the compiled combine, its grid, its constexprs) for a lean repeat."""
     chunk = 32
-    D = O.shape[2]
-    tail_tiles = Op.shape[0] // (block_m * splits)
-    _combine_tail_kernel()[(tail_tiles, block_m // chunk)](
-        Op, Lp, O, L, full, O.shape[1], O.stride(1), L.stride(0), SPLITS=splits, BLOCK_M=block_m, CHUNK=chunk,
-        D=D, num_warps=4)
+    grid = (Op.shape[0] // (block_m * splits), block_m // chunk)
+    constexprs = dict(SPLITS=splits, BLOCK_M=block_m, CHUNK=chunk, D=O.shape[2])
+    compiled = _combine_tail_kernel()[grid](Op, Lp, O, L, full, O.shape[1], O.stride(1), L.stride(0), num_warps=4,
+                                            **constexprs)
+    return compiled, grid, tuple(constexprs.values())
+
+
+class GluonLaunch:
+    """A recorded launch of the Gluon forward (fa2lab.hostpath's lean repeat): later calls with the same
+    shapes and strides reuse its compiled kernels and descriptors, changing only the descriptors' bases
+    (Triton 3.6's launcher reads base.data_ptr(), the shape and the strides, so the (heads, N, D) tensor
+    serves as the base of its flattened view), and allocate O, L and the split tail's workspace. The
+    normal path costs 60 to 300 us of host time per call (experiment gluon: do_bench against graph replay)."""
+
+    def __init__(self, compiled, grid, args, constexprs: tuple, tail, combined):
+        self.kernel, self.grid, self.constexprs = compiled, (*grid, *([1] * (3 - len(grid)))), constexprs
+        self.descs = list(args[:3])
+        self.o_shape, self.l_shape = args[3].shape, args[4].shape
+        self.scalars = tuple(args[5:13])            # O's row and L's head strides, sizes, scale, FULL, SPLITS, items
+        self.work_shape = None if tail is None else tail[0].shape
+        self.combine = None
+        if combined is not None:
+            self.combine, cgrid, self.combine_constexprs = combined
+            self.combine_grid = (*cgrid, 1)
+            self.combine_sizes = (tail[2], args[7], args[5], args[6])   # FULL, N_QUERIES, the two strides
+
+    def __call__(self, Q, K, V, need_l=True):   # the per-call hot path: no checks here
+        O = torch.empty(self.o_shape, dtype=Q.dtype, device=Q.device)
+        L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
+        d = self.descs
+        d[0].base, d[1].base, d[2].base = Q, K, V
+        if self.work_shape is None:
+            Op = Lp = L
+        else:
+            Op = torch.empty(self.work_shape, dtype=torch.float32, device=Q.device)
+            Lp = torch.empty(self.work_shape[:1], dtype=torch.float32, device=Q.device)
+        run_compiled(self.kernel, self.grid, (*d, O, L, *self.scalars, Op, Lp, *self.constexprs), Q.device.index)
+        if self.combine is not None:
+            run_compiled(self.combine, self.combine_grid, (Op, Lp, O, L, *self.combine_sizes, *self.combine_constexprs),
+                         Q.device.index)
+        return O, L
+
+
+# What v7's Gluon path (FlashAttentionTriton.GLUON) chooses from: the best of session 15's calls 8-9 on the
+# H200 by graph replay against cuDNN in the same rounds, non-causal: 128-row tiles at N <= 2048 (101-109%),
+# 192-row tiles with the split tail at N = 4096 (107-108%).
+V7_CANDIDATES = (
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True),
+)
+
+
+def best_launch(Q, K, V, is_causal: bool, candidates=V7_CANDIDATES, repeats: int = 20):
+    """The fastest of `candidates` that fit on these inputs: each launched once (compiling), then timed as
+    `repeats` lean repeats back to back between two CUDA events (GPU time: the host queues ahead) after two
+    warm-up repeats. Returns (O, L, the winner's GluonLaunch, {label: ms per call})."""
+    smem = torch.cuda.get_device_properties(Q.device).shared_memory_per_block_optin
+    timed = {}
+    for cfg in (c for c in candidates if c.fits(Q.shape[2], smem)):
+        launch = forward(Q, K, V, is_causal, cfg)[2]
+        for _ in range(2):
+            launch(Q, K, V)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            launch(Q, K, V)
+        end.record()
+        end.synchronize()
+        timed[cfg.label] = (start.elapsed_time(end) / repeats, launch)
+    if not timed:
+        raise ValueError(f"no Gluon candidate fits {smem} bytes of shared memory at head dimension {Q.shape[2]}")
+    label = min(timed, key=lambda k: timed[k][0])
+    O, L = timed[label][1](Q, K, V)
+    return O, L, timed[label][1], {k: v[0] for k, v in timed.items()}
 
 
 def compile_offline(cfg: GluonConfig, N: int = 4096, D: int = 64, is_causal: bool = False, heads: int = 32,

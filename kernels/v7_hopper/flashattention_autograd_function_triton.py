@@ -143,9 +143,10 @@ from fa2lab.versions import load, load_shared
 
 V6 = load("v6_longest_first")          # the fallback path, v6's module as committed
 backward_kernels = load_shared("flash_backward_triton")
+GLUON = load_shared("gluon_forward_hopper")   # the opt-in non-causal path (FlashAttentionTriton.GLUON)
 
-PATHS = ("tma", "v6")
-LAST_PATH = None                       # the path the last forward call took: "tma" or "v6"
+PATHS = ("tma", "v6", "gluon")
+LAST_PATH = None                       # the path the last forward call took: "tma", "v6" or "gluon"
 GRIDS = ("per_tile", "persistent")
 TMA_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -455,7 +456,8 @@ def select_path(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, force: str | 
     if force is not None:
         if force not in PATHS:
             raise ValueError(f"FORCE_PATH must be None or one of {', '.join(PATHS)}, got {force!r}")
-        return force
+        if force != "gluon":   # the Gluon path is chosen before this (gluon_applies)
+            return force
     if Q.dtype not in TMA_DTYPES:
         return "v6"
     if not interpreting():
@@ -578,13 +580,50 @@ def _v6_launch(Q, K, V, is_causal, window):
     return O, L, None
 
 
+def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> str | None:
+    """None when the Gluon path takes these inputs, else why not: it is asked for (FORCE_PATH = "gluon",
+    or FlashAttentionTriton.GLUON with no FORCE_PATH), the mask is non-causal, not interpreting (Gluon is
+    not interpreted), the Gluon module's own rules (gluon_forward_hopper.applies), and one of its
+    candidates fits the GPU's shared memory at this head dimension (D = 64 on the H200)."""
+    if force not in (None, "gluon") or (force is None and not FlashAttentionTriton.GLUON):
+        return "not asked for"
+    if is_causal:
+        return "causal mask (the tl path is faster there: experiment gluon)"
+    if interpreting():
+        return "the interpreter cannot run Gluon"
+    why = GLUON.applies(Q, K, V, window)
+    if why is None and not any(c.fits(Q.shape[2], smem_limit() or 0) for c in GLUON.V7_CANDIDATES):
+        why = f"no candidate fits the shared memory at head dimension {Q.shape[2]}"
+    return why
+
+
+class _GluonPathLaunch:
+    """The Gluon path's recorded launch (gluon_forward_hopper.GluonLaunch), marking the path it took."""
+
+    def __init__(self, launch):
+        self.launch = launch
+
+    def __call__(self, Q, K, V, need_l=True):
+        global LAST_PATH
+        out = self.launch(Q, K, V, need_l)
+        LAST_PATH = "gluon"
+        return out
+
+
 def _checked_launch(Q, K, V, mode):
     """The normal path: check, choose the path, allocate, autotune (first time per key), launch.
     Returns O, L and the launch that repeats it (see fa2lab.hostpath)."""
     global LAST_PATH
-    is_causal, window, grid_mode, force = mode
+    is_causal, window, grid_mode, force, _ = mode
     validate_qkv(Q, K, V)
     Q, K, V = (unit_stride(t) for t in (Q, K, V))
+    why_not_gluon = gluon_applies(Q, K, V, is_causal, window, force)
+    if why_not_gluon is None:   # each candidate timed once per input signature; the fastest is kept
+        O, L, launch, _ = GLUON.best_launch(Q, K, V, is_causal)
+        LAST_PATH = "gluon"
+        return O, L, _GluonPathLaunch(launch)
+    if force == "gluon":
+        raise ValueError(f"FORCE_PATH='gluon' cannot run these inputs: {why_not_gluon}")
     path = select_path(Q, K, V, force)
     if path == "tma":
         O, L, launch = _tma_launch(Q, K, V, is_causal, window, grid_mode)
@@ -597,7 +636,10 @@ def _checked_launch(Q, K, V, mode):
 class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     GRID = "per_tile"                # "persistent": SM slots loop over work items (an experiment)
     PERSISTENT_PROGRAMS_PER_SM = 2   # programs per SM of the persistent grid (2 beat 1: experiments/grid.csv)
-    FORCE_PATH = None                # None (the rules above), "tma" or "v6"
+    FORCE_PATH = None                # None (the rules above), "tma", "v6" or "gluon"
+    # The Gluon path for non-causal inputs (kernels/_shared/gluon_forward_hopper.py, V7_CANDIDATES): off until
+    # the harness has measured it; FA2_V7_GLUON=1 turns it on for a process.
+    GLUON = os.environ.get("FA2_V7_GLUON", "0") == "1"
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
@@ -611,7 +653,8 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
                              "key (query i sees keys i - window < j <= i); pass is_causal=True and window_size >= 1")
         if FlashAttentionTriton.GRID not in GRIDS:
             raise ValueError(f"GRID must be one of {', '.join(GRIDS)}")
-        mode = (bool(is_causal), window, FlashAttentionTriton.GRID, FlashAttentionTriton.FORCE_PATH)
+        mode = (bool(is_causal), window, FlashAttentionTriton.GRID, FlashAttentionTriton.FORCE_PATH,
+                FlashAttentionTriton.GLUON)
         O, L = FlashAttentionTriton.launches(Q, K, V, mode, _checked_launch, ctx)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = bool(is_causal)
