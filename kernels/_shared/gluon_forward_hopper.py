@@ -47,8 +47,18 @@ same rounds; RESULTS.md lists every configuration of every run):
   where the host kept up). At N = 2048 (352 tiles, 2.67 waves) the same split loses (91% against
   97-99% unsplit): its main kernel gains 2 us, not the 10 the wave model promised. More, smaller parts
   (split2, split3) were slower at both lengths.
-So at N = 4096 non-causal this kernel is ahead of cuDNN; at N <= 2048 it is not (ws3: 75-80% at 1024,
-where 192 tiles are 1.45 waves; ws2 95%), and it stays an experiment, not a version's path.
+- persistent (calls 8-9, e9eed4c): the split's parts each paid a fresh pipeline fill (about 4 us), so
+  the warp-specialized form became a loop over work items (whole tiles, then the tail's parts): with
+  a persistent grid (one program per SM, Q double-buffered, slots and phases running on across items)
+  the loader fetches the next item while this one finishes. Non-causal, graph replay against cuDNN in
+  the same rounds: ws2x64x128/3s/preg/pp/persist 108.5% at N = 512, 101.3% at 1024, 103.7% at 2048;
+  ws3x64x128/4s/preg/pp/split/persist 108.0% at 4096 (do_bench 0.282 ms against 0.312: 110.8%).
+  Causal, v7's tl path stays ahead from N = 1024 (137/114/106% against 115/109/103%).
+So, by graph replay, this kernel is ahead of cuDNN at every harness length without the causal mask.
+v7 can take it for non-causal inputs (FlashAttentionTriton.GLUON, FA2_V7_GLUON=1: the faster of
+V7_CANDIDATES per input signature, repeated through GluonLaunch without Triton's front end), off until
+that path has been run on the GPU through the harness (it has not been: the session's device time ran
+out first).
 """
 
 from __future__ import annotations

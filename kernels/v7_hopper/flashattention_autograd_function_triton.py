@@ -90,9 +90,14 @@ but the buffers cost the slots that mattered more. A later round (that module's 
 ping-pong between the consumers and a store that keeps the exp2s under the product (neither gained
 beyond the spread), then, after Nsight Compute showed its SMs idle for a third of the last of 5.33
 waves, a split of that wave's tiles along the keys: 103-106% of cuDNN at N = 4096 non-causal (graph
-replay, 3 runs), but 91% at 2048 and 75-80% at 1024. It is still not a path of v7: it is ahead at one
-shape of the four, and it would be a second kernel that the interpreter cannot run (Gluon is not
-interpreted) with a host path of its own to make lean.
+replay, 3 runs), but 91% at 2048. Then a persistent grid over work items (the next item loaded while
+this one finishes): 101-109% of cuDNN non-causal at every harness length by graph replay (commit
+e9eed4c), while causal this kernel stays ahead. So v7 has a third path, "gluon", for non-causal bf16 and
+fp16 inputs on Hopper that the Gluon module's rules accept (gluon_applies says why not otherwise): per
+input signature it times the module's two candidates (128-row tiles; 192-row tiles with the split tail)
+and repeats the faster through a lean launch. It is OFF (FlashAttentionTriton.GLUON = False, or
+FA2_V7_GLUON=1 for a process, or FORCE_PATH = "gluon") until it has been run through the harness and the
+test file on the GPU, which this session's device time did not allow; every number above is v7 without it.
 
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
@@ -101,6 +106,7 @@ first), -inf masks with O = 0 and L = -inf for rows that see no key, L saved (B,
 natural log, the optional causal sliding window, the Triton backward of kernels/_shared.
 
 Which path runs (LAST_PATH, or last_path(), says which one the last call took):
+- "gluon": only when asked for (above), non-causal, not interpreting; the Gluon module's candidates.
 - "tma": bf16 or fp16 on a Hopper GPU (compute capability 9.x), every base pointer and every
   non-unit stride a multiple of 16 bytes (TMA's rule). Also under Triton's interpreter, which
   implements descriptor loads and stores (bounds per dimension, zero padding, clipped stores), so
@@ -110,7 +116,8 @@ Which path runs (LAST_PATH, or last_path(), says which one the last call took):
   committed, imported with fa2lab.versions.load("v6_longest_first") rather than copied, launched
   through its own autotuner and configurations (under the interpreter, which cannot time, with the
   query and key tiles of v7's first candidate).
-FlashAttentionTriton.FORCE_PATH ("tma" or "v6") overrides the choice, for experiments.
+FlashAttentionTriton.FORCE_PATH ("tma", "v6" or "gluon") overrides the choice, for experiments; forcing
+"gluon" where it cannot run is an error naming why.
 
 The sm_90 configurations in configs.json come from v7's own sweep on the H200 (commit db5fde1,
 results/nvidia-h200/sweep/v7_hopper.csv: 625 configurations x 8 shapes, each pinned with the
@@ -152,7 +159,7 @@ TMA_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def last_path():
-    """The path the last FlashAttentionTriton.apply took in this process: "tma", "v6" or None."""
+    """The path the last FlashAttentionTriton.apply took in this process: "tma", "v6", "gluon" or None."""
     return LAST_PATH
 
 
