@@ -519,16 +519,16 @@ class TmaLaunch(Launch):
         return O, L
 
 
-class _V6Launch:
-    """v6's recorded launch, marking the path it took."""
+class _MarkedLaunch:
+    """Another path's recorded launch (v6's, the Gluon module's GluonLaunch), marking the path it took."""
 
-    def __init__(self, launch):
-        self.launch = launch
+    def __init__(self, launch, path: str):
+        self.launch, self.path = launch, path
 
     def __call__(self, Q, K, V, need_l=True):
         global LAST_PATH
         out = self.launch(Q, K, V, need_l)
-        LAST_PATH = "v6"
+        LAST_PATH = self.path
         return out
 
 
@@ -575,7 +575,7 @@ def _v6_launch(Q, K, V, is_causal, window):
     mode = (is_causal, window, "longest_first", 0)
     if not interpreting():
         O, L, launch = V6._checked_launch(Q, K, V, mode)
-        return O, L, (_V6Launch(launch) if launch is not None else None)
+        return O, L, (_MarkedLaunch(launch, "v6") if launch is not None else None)
     cfg = flash_fwd_kernel.configs[0]
     q_tile, k_tile = cfg.kwargs["Q_TILE_SIZE"], cfg.kwargs["K_TILE_SIZE"]
     B, N_q, D = Q.shape
@@ -604,19 +604,6 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     return why
 
 
-class _GluonPathLaunch:
-    """The Gluon path's recorded launch (gluon_forward_hopper.GluonLaunch), marking the path it took."""
-
-    def __init__(self, launch):
-        self.launch = launch
-
-    def __call__(self, Q, K, V, need_l=True):
-        global LAST_PATH
-        out = self.launch(Q, K, V, need_l)
-        LAST_PATH = "gluon"
-        return out
-
-
 def _checked_launch(Q, K, V, mode):
     """The normal path: check, choose the path, allocate, autotune (first time per key), launch.
     Returns O, L and the launch that repeats it (see fa2lab.hostpath)."""
@@ -628,7 +615,7 @@ def _checked_launch(Q, K, V, mode):
     if why_not_gluon is None:   # each candidate timed once per input signature; the fastest is kept
         O, L, launch, _ = GLUON.best_launch(Q, K, V, is_causal)
         LAST_PATH = "gluon"
-        return O, L, _GluonPathLaunch(launch)
+        return O, L, _MarkedLaunch(launch, "gluon")
     if force == "gluon":
         raise ValueError(f"FORCE_PATH='gluon' cannot run these inputs: {why_not_gluon}")
     path = select_path(Q, K, V, force)
