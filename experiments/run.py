@@ -378,10 +378,34 @@ GLUON_CHECK_SHAPES = ((3, 1000, 1000, 64), (2, 333, 777, 64), (2, 777, 333, 64),
                       (32, 1000, 1000, 64))   # more tiles than SMs: split_tail's whole tiles and split tail in one launch
 
 
+def forced(FA, path: str, call):
+    """call() with FA.FORCE_PATH = path (the launch cache keys on it, so each path keeps its own launch)."""
+    before = FA.FORCE_PATH
+    FA.FORCE_PATH = path
+    try:
+        return call()
+    finally:
+        FA.FORCE_PATH = before
+
+
+def v7_gluon_runs(q, k, v) -> bool:
+    """Whether v7's Gluon path takes these inputs (non-causal), printing why not when it does not."""
+    from fa2lab.versions import load
+
+    why = load("v7_hopper").gluon_applies(q, k, v, False, 0, "gluon")
+    if why is not None:
+        print(f"v7's Gluon path not timed: {why}")
+    return why is None
+
+
 def gluon(args, save):
     """The Gluon forward (kernels/_shared/gluon_forward_hopper.py), each configuration of its
     EXPERIMENT_CONFIGS: errors of O and L against float64 on ragged shapes (GLUON_CHECK_SHAPES) and at
-    the harness shape, then do_bench and graph-replay times interleaved with v7's tl path and SDPA."""
+    the harness shape, then do_bench and graph-replay times interleaved with v7's tl path, v7's own Gluon
+    path (non-causal: FORCE_PATH = "gluon") and SDPA. The warp-specialized configurations are timed through
+    their lean repeat (gluon_forward_hopper.GluonLaunch; rows with lean = 1), so that do_bench is the
+    GPU's time rather than Gluon's normal launch path (60-300 us of host time per call); rows without the
+    column came before it, through that normal path."""
     import torch
     import torch.nn.functional as F
 
@@ -434,8 +458,14 @@ def gluon(args, save):
             ref = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal).view(B * H, N, D)
             calls = {"v7_tl": lambda: FA.apply(q, k, v, causal),
                      "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)}
+            if not causal and v7_gluon_runs(q, k, v):
+                calls["v7_gluon"] = lambda: forced(FA, "gluon", lambda: FA.apply(q, k, v, causal))
+            lean = {}
             for cfg in configs:
-                calls[cfg.label] = (lambda c: lambda: G.forward(q, k, v, causal, c)[0])(cfg)
+                repeat = G.forward(q, k, v, causal, cfg)[2]   # the warp-specialized form's lean repeat
+                lean[cfg.label] = int(repeat is not None)
+                calls[cfg.label] = ((lambda r: lambda: r(q, k, v)[0])(repeat) if repeat is not None else
+                                    (lambda c: lambda: G.forward(q, k, v, causal, c)[0])(cfg))
             errs = {name: relative_error(fn() if name != "sdpa" else fn().view(B * H, N, D), ref)
                     for name, fn in calls.items()}
             timed = _interleaved(calls, args.rounds)
@@ -445,7 +475,7 @@ def gluon(args, save):
                             "graph_ms": graph[n], "tflops": shapes.tflops(flop, t[0]),
                             "pct_of_sdpa": 100.0 * sdpa / t[0],
                             "graph_pct_of_sdpa": 100.0 * graph["sdpa"] / graph[n],
-                            "rel_err_vs_sdpa": errs[n], "rounds": args.rounds}
+                            "rel_err_vs_sdpa": errs[n], "rounds": args.rounds, "lean": lean.get(n, 1)}
                            for n, t in timed.items()])
             print(f"N={N} causal={int(causal)}: " + ", ".join(
                 f"{n} {t[0]:.3f} ms ({100.0 * sdpa / t[0]:.1f}%; graph {100.0 * graph['sdpa'] / graph[n]:.1f}%)"

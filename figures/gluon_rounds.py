@@ -30,7 +30,7 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
     head = best[(best.N == HEADLINE_N) & (best.causal == 0)].reset_index(drop=True)
     for x, r in head.iterrows():
         g = df[(df.git_commit == r.git_commit) & (df.N == HEADLINE_N) & (df.causal == 0)
-               & ~df.variant.isin(data.GLUON_SAME_RUN)]
+               & ~df.variant.isin(data.GLUON_NOT_CONFIGS)]
         ax.scatter([x] * len(g), g["graph_pct_of_sdpa"], s=12, color="0.6", zorder=2,
                    label="every Gluon configuration" if x == 0 else None)
         ax.scatter([x], [r.best_pct], s=40, color=GLUON_COLOUR, zorder=3,
