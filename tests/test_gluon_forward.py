@@ -182,7 +182,9 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws", G.GluonConfig(192, 128, 4, 3, consumers=3), False),
                            ("ws_causal", G.GluonConfig(128, 128, 4, 3, consumers=2), True),
                            ("ws_pp_pin_split", G.GluonConfig(192, 128, 4, 3, consumers=3, pingpong=True,
-                                                             pin_ex2=True, split_tail=True), False)]:
+                                                             pin_ex2=True, split_tail=True), False),
+                           ("ws_persist", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
+                                                        persistent=True), True)]:
     c = G.compile_offline(cfg, N=1000, is_causal=causal)
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     out[label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(64),
@@ -212,6 +214,14 @@ def test_offline_compiles_for_sm90(compiled):
 def test_warp_specialized_form_is_warp_specialized(compiled):
     assert compiled["plain"]["warp_specialize"] == 0
     assert compiled["ws"]["warp_specialize"] >= 1 and compiled["ws_causal"]["warp_specialize"] >= 1
+
+
+def test_persistent_form_double_buffers_the_queries(compiled):
+    # two Q buffers (the estimate counts them: within 64 bytes of what Triton allocates, like every form),
+    # so its shared memory exceeds the one-buffer form's by one query tile of 2 x 64 rows
+    assert compiled["ws_persist"]["shared"] - compiled["ws_causal"]["shared"] == pytest.approx(2 * 64 * 64 * 2 + 40,
+                                                                                             abs=64)
+    assert compiled["ws_persist"]["warp_specialize"] >= 1
 
 
 def test_ping_pong_turns_are_in_the_binary(compiled):
