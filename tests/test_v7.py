@@ -37,6 +37,13 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def tma_unless_asked(monkeypatch):
+    """The Gluon path stays off here (even with FA2_V7_GLUON=1 in the environment) so that the tl TMA
+    path's assertions test that path; the Gluon tests turn it on themselves."""
+    monkeypatch.setattr(FA, "GLUON", False)
+
+
 def tile_configs():
     """Every distinct tile pair of v7's candidates (the interpreter only sees the tiles and PIPELINE_QK);
     the first of each pair, as the harness picks them: the pipelined loop."""
@@ -174,8 +181,6 @@ def test_gluon_path_is_opt_in_non_causal_and_names_why_not(monkeypatch):
     """The Gluon path (FlashAttentionTriton.GLUON, off by default) takes only what it can run, and says why
     it does not; forcing it where it cannot run is a clear error, not a wrong answer."""
     Q, K, V = (torch.zeros(2, 128, 64, dtype=torch.bfloat16) for _ in range(3))
-    assert FA.GLUON is False or os.environ.get("FA2_V7_GLUON") == "1"
-    monkeypatch.setattr(FA, "GLUON", False)
     assert v7.gluon_applies(Q, K, V, False, 0, None) == "not asked for"
     assert v7.gluon_applies(Q, K, V, False, 0, "tma") == "not asked for"
     monkeypatch.setattr(FA, "GLUON", True)
@@ -185,6 +190,36 @@ def test_gluon_path_is_opt_in_non_causal_and_names_why_not(monkeypatch):
     monkeypatch.setattr(v7, "interpreting", lambda: False)
     assert "not a Hopper GPU" in v7.gluon_applies(Q, K, V, False, 0, None)          # CPU tensors
     assert "dtype" in v7.gluon_applies(*(t.float() for t in (Q, K, V)), False, 0, None)
+
+
+def test_gluon_path_is_off_unless_the_environment_turns_it_on():
+    probe = "from fa2lab import versions; print(versions.load('v7_hopper').FlashAttentionTriton.GLUON)"
+    for value, expected in ((None, "False"), ("1", "True"), ("0", "False")):
+        env = {k: v for k, v in os.environ.items() if k != "FA2_V7_GLUON"}
+        if value is not None:
+            env["FA2_V7_GLUON"] = value
+        p = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == expected, (value, p.stderr[-2000:])
+
+
+@pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")
+@pytest.mark.parametrize("B,n_q,n_k", [(3, 1000, 1000), (2, 333, 777), (2, 777, 333), (32, 1000, 1000)])
+def test_gluon_path_matches_float64_and_repeats_itself(B, n_q, n_k, monkeypatch):
+    """v7's Gluon path on a Hopper GPU: ragged and non-square shapes, one with more tiles than SMs (a
+    persistent program takes several items, the split tail beside whole tiles); O and L against float64;
+    the second call (the lean repeat) gives the same output bit for bit."""
+    monkeypatch.setattr(FA, "FORCE_PATH", "gluon")
+    Q, K, V = inputs(B, n_q, n_k, 64, seed=n_q + n_k)
+    O = FA.apply(Q, K, V, False)
+    assert v7.LAST_PATH == "gluon"
+    ref_O, ref_L = attention(Q.cpu(), K.cpu(), V.cpu(), False)
+    assert relative_error(O.cpu(), ref_O) < TOL[torch.bfloat16]
+    O2 = FA.apply(Q, K, V, False)
+    assert v7.LAST_PATH == "gluon" and torch.equal(O, O2)
+    Q.requires_grad_(True)
+    O3 = FA.apply(Q, K, V, False)            # autograd's path keeps L: the saved logsumexp
+    assert torch.allclose(saved_lse(O3).cpu(), ref_L.float(), atol=1e-2)
 
 
 def test_forcing_the_gluon_path_where_it_cannot_run_is_an_error(monkeypatch):
