@@ -417,7 +417,7 @@ def gluon(args, save):
     G = load_shared("gluon_forward_hopper")
     FA = load("v7_hopper").FlashAttentionTriton
     B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
-    configs = [c for c in G.EXPERIMENT_CONFIGS if not args.only or c.label in args.only]
+    configs = G.configs_named(args.only) if args.only else list(G.EXPERIMENT_CONFIGS)
 
     def errors(cfg, q, k, v, causal):
         O, L, _ = G.forward(q, k, v, causal, cfg)

@@ -97,12 +97,10 @@ def gluon_configs(labels: str) -> list:
         return []
     from fa2lab.versions import load_shared
 
-    known = {c.label: c for c in load_shared("gluon_forward_hopper").EXPERIMENT_CONFIGS}
-    wanted = labels.split(",")
-    unknown = [w for w in wanted if w not in known]
-    if unknown:
-        raise SystemExit(f"--gluon: unknown configuration(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    return [known[w] for w in wanted]
+    try:
+        return load_shared("gluon_forward_hopper").configs_named(labels.split(","))
+    except ValueError as e:
+        raise SystemExit(f"--gluon: {e}") from None
 
 
 def build_calls(modules: dict, N: int, causal: bool, sdpa: bool, gluon: str = "") -> list[Call]:

@@ -11,7 +11,7 @@ import torch
 from fa2lab.versions import load_shared
 
 G = load_shared("gluon_forward_hopper")
-cfg = {c.label: c for c in G.EXPERIMENT_CONFIGS}[sys.argv[1]]
+cfg = G.configs_named(sys.argv[1:2])[0]
 # the second shape has more tiles than an H200 has SMs: a persistent program takes several work items
 for heads, n_q, n_k in ((2, 1000, 777), (32, 1000, 1000)):
     q, k, v = (torch.randn(heads, n, 64, device="cuda", dtype=torch.bfloat16) for n in (n_q, n_k, n_k))

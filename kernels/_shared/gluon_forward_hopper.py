@@ -68,6 +68,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fa2lab.gpu import facts
 from fa2lab.hostpath import run_compiled
 
 try:
@@ -81,10 +82,10 @@ except ImportError:  # pragma: no cover - a Triton without Gluon
     HAVE_GLUON = False
 
 LOG2E = 1.4426950408889634
-# The loader warp's registers (setmaxnreg): 24 spilled once it decoded work items (48 bytes of spill stores in
-# the offline sm_90 compile); 3 consumers at 160 and 2 at 232 leave room for it.
+# The loader warp's registers (setmaxnreg). With 40 the offline sm_90 compile of 3 consumers at 160 serialised
+# their wgmma for want of registers; at 24 the work-item loop costs 48 bytes of spill stores, in each
+# consumer's first tile of an item (4 STL, 4 LDL), none in the key loop.
 LOADER_REGS = gl.constexpr(24) if HAVE_GLUON else 24
-LN2 = 0.6931471805599453
 DTYPES = (torch.bfloat16, torch.float16)
 HEAD_DIMS = (64, 128)
 
@@ -420,8 +421,8 @@ if HAVE_GLUON:
         full_stop = (N_KEYS // BLOCK_N) * BLOCK_N
         if item < FULL:
             t = item
-            part = item - item - 1
-            kb0 = item - item
+            part = -1
+            kb0 = 0
             kb1 = n_kb
         else:
             part = item - FULL
@@ -433,7 +434,7 @@ if HAVE_GLUON:
             q_start = (n_q - 1 - q_tile) * BLOCK_M
             kb1 = gl.cdiv(gl.minimum(q_start + BLOCK_M, N_KEYS), BLOCK_N)
             mask_from = gl.minimum((q_start // BLOCK_N) * BLOCK_N, full_stop)
-            causal_off = N_KEYS - N_KEYS
+            causal_off = 0
         else:
             q_start = q_tile * BLOCK_M
             mask_from = full_stop
@@ -819,8 +820,8 @@ def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, 
         O = torch.empty((BH, N_q, D), dtype=Q.dtype, device=Q.device)
     if L is None:
         L = torch.empty((BH, N_q), dtype=torch.float32, device=Q.device)
-    sms = torch.cuda.get_device_properties(Q.device).multi_processor_count
-    kernel, grid, args, num_warps, flags, tail = launch_plan(cfg, Q, K, V, O, L, is_causal, sms)
+    kernel, grid, args, num_warps, flags, tail = launch_plan(cfg, Q, K, V, O, L, is_causal,
+                                                             facts(Q.device.index).sm_count)
     compiled = kernel[grid](*args, num_warps=num_warps, **flags)
     combined = combine_tail(*tail, O, L, cfg.block_m) if tail is not None else None
     if not cfg.consumers:
@@ -888,13 +889,27 @@ V7_CANDIDATES = (
 )
 
 
+def fitting(candidates, D: int, device: int = 0) -> list:
+    """The candidates whose shared memory fits a block of this GPU (fa2lab.gpu.facts) at head dimension D."""
+    smem = facts(device).smem_per_block
+    return [c for c in candidates if c.fits(D, smem)]
+
+
+def configs_named(labels) -> list:
+    """EXPERIMENT_CONFIGS by label, in the order asked for; an unknown label is an error naming the known ones."""
+    known = {c.label: c for c in EXPERIMENT_CONFIGS}
+    unknown = [w for w in labels if w not in known]
+    if unknown:
+        raise ValueError(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return [known[w] for w in labels]
+
+
 def best_launch(Q, K, V, is_causal: bool, candidates=V7_CANDIDATES, repeats: int = 20):
     """The fastest of `candidates` that fit on these inputs: each launched once (compiling), then timed as
     `repeats` lean repeats back to back between two CUDA events (GPU time: the host queues ahead) after two
     warm-up repeats. Returns (O, L, the winner's GluonLaunch, {label: ms per call})."""
-    smem = torch.cuda.get_device_properties(Q.device).shared_memory_per_block_optin
     timed = {}
-    for cfg in (c for c in candidates if c.fits(Q.shape[2], smem)):
+    for cfg in fitting(candidates, Q.shape[2], Q.device.index):
         launch = forward(Q, K, V, is_causal, cfg)[2]
         for _ in range(2):
             launch(Q, K, V)
@@ -906,7 +921,7 @@ def best_launch(Q, K, V, is_causal: bool, candidates=V7_CANDIDATES, repeats: int
         end.synchronize()
         timed[cfg.label] = (start.elapsed_time(end) / repeats, launch)
     if not timed:
-        raise ValueError(f"no Gluon candidate fits {smem} bytes of shared memory at head dimension {Q.shape[2]}")
+        raise ValueError(f"no Gluon candidate fits a block's shared memory at head dimension {Q.shape[2]}")
     label = min(timed, key=lambda k: timed[k][0])
     O, L = timed[label][1](Q, K, V)
     return O, L, timed[label][1], {k: v[0] for k, v in timed.items()}
