@@ -9,7 +9,8 @@ causal) it times FlashAttentionTriton.apply and SDPA (default backend, and the
 FLASH_ATTENTION backend) on the same inputs in this process with do_bench medians,
 plus CUDA-graph replay times, do_bench without its cache flush (noflush_ms) and the
 host time per call, prints the article's table and appends one CSV row per shape, with
-provenance, to results/<gpu>/bench/<version>.csv.
+provenance (and, for a version with several paths, the path the timed calls took), to
+results/<gpu>/bench/<version>.csv.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ def measure(shape: shapes.Shape, graphs: bool) -> dict:
         row["host_us"] = timing.host_us_per_call(ours)
         row["sdpa_host_us"] = timing.host_us_per_call(sdpa)
     row["max_abs_err_vs_sdpa"] = err
+    # A version with several paths (v7: "tma", "v6", "gluon") says which one these timings took.
+    row["path"] = getattr(kernel_module, "last_path", lambda: None)() or ""
     return row
 
 
