@@ -54,6 +54,40 @@ def bench_noflush_ms(fn, warmup_ms: float = 25, rep_ms: float = 100) -> float:
     return float(statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)))
 
 
+def queued_ms(fn, repeats: int = 20, rounds: int = 3) -> float:
+    """GPU time per call of fn with the host queued ahead: a spin kernel (torch.cuda._sleep) holds
+    the stream while the host enqueues `repeats` calls, which then run back to back between two
+    events; the median of `rounds` such batches. Events around calls the host cannot keep up with
+    time the host instead: at N = 512 a lean Gluon launch costs the host about 30 us and the GPU
+    about 12 (the harness's host_us and graph_ms, commit 18ea471), so a ranking of candidates there
+    needs the queue filled first."""
+    import statistics
+
+    import torch
+
+    from fa2lab.gpu import facts
+
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    torch.cuda.synchronize()
+    # twice the host time of a batch (GPU time included when it is the longer), in SM clock cycles
+    cycles = int(2 * (time.perf_counter() - t0) * facts(torch.cuda.current_device()).sm_clock_mhz * 1e6)
+    times = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)
+        start.record()
+        for _ in range(repeats):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / repeats)
+    return float(statistics.median(times))
+
+
 def host_us_per_call(fn, calls: int = 200) -> float:
     """Wall time per call on the host with the GPU queue never drained (launch cost)."""
     import torch

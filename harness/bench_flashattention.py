@@ -9,7 +9,7 @@ causal) it times FlashAttentionTriton.apply and SDPA (default backend, and the
 FLASH_ATTENTION backend) on the same inputs in this process with do_bench medians,
 plus CUDA-graph replay times, do_bench without its cache flush (noflush_ms) and the
 host time per call, prints the article's table and appends one CSV row per shape, with
-provenance (and, for a version with several paths, the path the timed calls took), to
+provenance (and, for a version with several paths, the path and configuration the timed calls took), to
 results/<gpu>/bench/<version>.csv.
 """
 
@@ -77,8 +77,10 @@ def measure(shape: shapes.Shape, graphs: bool) -> dict:
         row["host_us"] = timing.host_us_per_call(ours)
         row["sdpa_host_us"] = timing.host_us_per_call(sdpa)
     row["max_abs_err_vs_sdpa"] = err
-    # A version with several paths (v7: "tma", "v6", "gluon") says which one these timings took.
-    row["path"] = getattr(kernel_module, "last_path", lambda: None)() or ""
+    # A version with several paths (v7: "tma", "v6", "gluon") says which one these timings took, and
+    # with which configuration (its autotuner's pick may differ between processes).
+    for column in ("path", "config"):
+        row[column] = getattr(kernel_module, f"last_{column}", lambda: None)() or ""
     return row
 
 

@@ -16,11 +16,10 @@
 # it is measured and resume, so a cut costs nothing but time. Steps:
 #   tests             the test file natively for every version, then tests/ (xdist, TEST_WORKERS)
 #   unit-tests        tests/ only (and the report's host-steps test verbosely)
-#   tests-v7-gluon    the test file for v7 with its Gluon path on (FA2_V7_GLUON=1), natively, then tests/test_v7.py
-#                     and tests/test_gluon_forward.py (the path is off by default until this and the harness agree)
+#   tests-v7-gluon    the test file for v7 natively (its Gluon path on, as by default), then tests/test_v7.py
+#                     and tests/test_gluon_forward.py
 #   tests-bwd         the test file's gradient tests for v6 and v7 (autograd through the Triton backward)
 #                     and tests/test_backward.py, natively
-#   bench-v7-gluon    the same for v7 alone with its Gluon path on (rows say which path each shape took)
 #   bench             invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} (interleaved protocol)
 #   bench-bwd         invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper}
 #   bench-bwd-atomic  the same with dQ accumulated by atomics in the dK/dV kernel (issue 7's comparison)
@@ -75,7 +74,6 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     tests) echo "python3 -m invoke test --workers ${TEST_WORKERS:-12}" ;;
     unit-tests) echo "python3 -m pytest -q -p no:cacheprovider -n ${TEST_WORKERS:-12} tests/; python3 -m pytest -q -p no:cacheprovider -vv tests/test_report.py -k host_steps_per_version" ;;
     tests-v7-gluon) echo "FA2_V7_GLUON=1 python3 -m invoke test --kernel v7_hopper --no-unit --workers ${TEST_WORKERS:-12} && FA2_V7_GLUON=1 python3 -m pytest -q -p no:cacheprovider tests/test_v7.py tests/test_gluon_forward.py" ;;
-    bench-v7-gluon) echo "FA2_V7_GLUON=1 python3 -m invoke bench --kernel v7_hopper --runs ${RUNS:-3} --pause ${PAUSE:-0}" ;;
     tests-bwd) echo "python3 -m invoke test --kernel v6_longest_first,v7_hopper --no-unit -k gradients --workers ${TEST_WORKERS:-12} && python3 -m pytest -q -p no:cacheprovider -n ${TEST_WORKERS:-12} tests/test_backward.py" ;;
     bench) echo "python3 -m invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} --pause ${PAUSE:-0}" ;;
     bench-bwd) echo "python3 -m invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper} --runs ${RUNS_BWD:-1}" ;;
@@ -101,7 +99,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     compile-cost) echo "python3 sweeps/compile_cost.py" ;;
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
     pcast|launch-order|timing|other-shapes|exp2-poly|grid|bwd-modes) echo "python3 experiments/run.py $s" ;;
-    gluon-v7) echo "python3 experiments/run.py gluon --N 512 1024 2048 4096 --causal 0 --only ws2x64x128/3s/preg/pp/persist ws3x64x128/4s/preg/pp/split/persist" ;;
+    gluon-v7) echo "python3 experiments/run.py gluon --N 512 1024 2048 4096 --causal 0 --only ws2x64x128/3s/preg/pp/persist ws2x64x128/3s/preg/pp ws3x64x128/4s/preg/pp/split/persist" ;;
     ceilings) echo "python3 profiling/matmul_peak.py" ;;
     nonsquare) echo "python3 harness/check_nonsquare.py --kernel ${NONSQUARE_KERNELS:-all} --save --jobs ${NONSQUARE_JOBS:-6}" ;;
     *) return 1 ;;

@@ -1,6 +1,7 @@
 """The lean host path (issue 8): structure, not speed (CPU timings would mean nothing)."""
 
 import contextlib
+import time
 
 import pytest
 import torch
@@ -236,3 +237,19 @@ def test_repeats_without_gradient_write_l_to_a_kept_scratch(monkeypatch):
     (_, L1), (_, L2), (_, L3) = launch(Q, Q, Q, need_l=False), launch(Q, Q, Q, need_l=False), launch(Q, Q, Q)
     assert L1 is L2 and L3 is not L1 and L1.shape == (2, 3) and L1.dtype == torch.float32
     assert launched[0][4] is L1 and launched[2][4] is L3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times a GPU")
+def test_queued_ms_times_the_gpu_when_the_host_is_slower():
+    """A call that costs the host 300 us and the GPU about 50: events around host-paced calls would say
+    300 or more; queued_ms, with the queue filled behind a spin kernel first, says the GPU's time."""
+    from fa2lab.gpu import facts
+    from fa2lab.timing import queued_ms
+
+    spin = int(50e-6 * facts(torch.cuda.current_device()).sm_clock_mhz * 1e6)
+
+    def slow_host_call():
+        time.sleep(300e-6)
+        torch.cuda._sleep(spin)
+
+    assert 0.025 < queued_ms(slow_host_call, repeats=10) < 0.15

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 from fa2lab import versions
 from fa2lab.configs import load_table
@@ -39,8 +40,8 @@ pytestmark = [
 
 @pytest.fixture(autouse=True)
 def tma_unless_asked(monkeypatch):
-    """The Gluon path stays off here (even with FA2_V7_GLUON=1 in the environment) so that the tl TMA
-    path's assertions test that path; the Gluon tests turn it on themselves."""
+    """The Gluon path (on by default) is turned off here so that the tl TMA path's assertions test that
+    path; the Gluon tests turn it on themselves."""
     monkeypatch.setattr(FA, "GLUON", False)
 
 
@@ -85,6 +86,19 @@ def test_the_path_taken_is_reported(dtype, path):
     assert v7.LAST_PATH == v7.last_path() == path
     ref, _ = attention(Q.cpu(), K.cpu(), V.cpu(), True)
     assert relative_error(O.cpu(), ref) < TOL[dtype]
+    # the configuration it ran: none recorded under the interpreter (no binary), the autotuner's pick on a GPU
+    if ON_GPU:
+        kernel = v7.flash_fwd_kernel if path == "tma" else v7.V6.flash_fwd_kernel
+        assert v7.last_config() in {v7.config_label(c) for c in kernel.configs}
+    else:
+        assert v7.last_config() is None
+
+
+def test_config_label_names_tiles_warps_stages_and_the_pipelined_loop():
+    cfg = triton.Config({"Q_TILE_SIZE": 128, "K_TILE_SIZE": 64, "PIPELINE_QK": 1}, num_warps=4, num_stages=3)
+    assert v7.config_label(cfg) == "128,64,4,3/p1"
+    cfg = triton.Config({"Q_TILE_SIZE": 64, "K_TILE_SIZE": 32}, num_warps=8, num_stages=2)   # v6's: no PIPELINE_QK
+    assert v7.config_label(cfg) == "64,32,8,2"
 
 
 @pytest.mark.parametrize("capability,dtype,path", [
@@ -177,8 +191,8 @@ def test_force_path(monkeypatch):
         run(Q, K, V, True)
 
 
-def test_gluon_path_is_opt_in_non_causal_and_names_why_not(monkeypatch):
-    """The Gluon path (FlashAttentionTriton.GLUON, off by default) takes only what it can run, and says why
+def test_gluon_path_is_non_causal_and_names_why_not(monkeypatch):
+    """The Gluon path (FlashAttentionTriton.GLUON, on by default) takes only what it can run, and says why
     it does not; forcing it where it cannot run is a clear error, not a wrong answer."""
     Q, K, V = (torch.zeros(2, 128, 64, dtype=torch.bfloat16) for _ in range(3))
     assert v7.gluon_applies(Q, K, V, False, 0, None) == "not asked for"
@@ -192,9 +206,9 @@ def test_gluon_path_is_opt_in_non_causal_and_names_why_not(monkeypatch):
     assert "dtype" in v7.gluon_applies(*(t.float() for t in (Q, K, V)), False, 0, None)
 
 
-def test_gluon_path_is_off_unless_the_environment_turns_it_on():
+def test_gluon_path_is_on_unless_the_environment_turns_it_off():
     probe = "from fa2lab import versions; print(versions.load('v7_hopper').FlashAttentionTriton.GLUON)"
-    for value, expected in ((None, "False"), ("1", "True"), ("0", "False")):
+    for value, expected in ((None, "True"), ("1", "True"), ("0", "False")):
         env = {k: v for k, v in os.environ.items() if k != "FA2_V7_GLUON"}
         if value is not None:
             env["FA2_V7_GLUON"] = value
@@ -217,6 +231,7 @@ def test_gluon_path_matches_float64_and_repeats_itself(B, n_q, n_k, monkeypatch)
     assert relative_error(O.cpu(), ref_O) < TOL[torch.bfloat16]
     O2 = FA.apply(Q, K, V, False)
     assert v7.LAST_PATH == "gluon" and torch.equal(O, O2)
+    assert v7.last_config() in {c.label for c in v7.GLUON.V7_CANDIDATES}
     Q.requires_grad_(True)
     O3 = FA.apply(Q, K, V, False)            # autograd's path keeps L: the saved logsumexp
     assert torch.allclose(saved_lse(O3).cpu(), ref_L.float(), atol=1e-2)

@@ -885,6 +885,9 @@ class GluonLaunch:
 # 192-row tiles with the split tail at N = 4096 (107-108%).
 V7_CANDIDATES = (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
+    # one program per tile: where the tiles fit in one wave (N = 512: 128 tiles on 132 SMs) the persistent
+    # loop only costs, 112% of cuDNN by graph replay against 108% (experiment gluon, commits 5e41ce4, e9eed4c)
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True),
 )
 
@@ -905,21 +908,16 @@ def configs_named(labels) -> list:
 
 
 def best_launch(Q, K, V, is_causal: bool, candidates=V7_CANDIDATES, repeats: int = 20):
-    """The fastest of `candidates` that fit on these inputs: each launched once (compiling), then timed as
-    `repeats` lean repeats back to back between two CUDA events (GPU time: the host queues ahead) after two
-    warm-up repeats. Returns (O, L, the winner's GluonLaunch, {label: ms per call})."""
+    """The fastest of `candidates` that fit on these inputs: each launched once (compiling), then timed by
+    fa2lab.timing.queued_ms over `repeats` lean repeats (GPU time with the host queued ahead: at N = 512
+    timing host-paced repeats picked the slower candidate, 87% of cuDNN by graph replay where the other
+    made 109%, commit 18ea471). Returns (O, L, the winner's GluonLaunch, {label: ms per call})."""
+    from fa2lab.timing import queued_ms
+
     timed = {}
     for cfg in fitting(candidates, Q.shape[2], Q.device.index):
         launch = forward(Q, K, V, is_causal, cfg)[2]
-        for _ in range(2):
-            launch(Q, K, V)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            launch(Q, K, V)
-        end.record()
-        end.synchronize()
-        timed[cfg.label] = (start.elapsed_time(end) / repeats, launch)
+        timed[cfg.label] = (queued_ms(lambda: launch(Q, K, V), repeats), launch)
     if not timed:
         raise ValueError(f"no Gluon candidate fits a block's shared memory at head dimension {Q.shape[2]}")
     label = min(timed, key=lambda k: timed[k][0])

@@ -154,6 +154,7 @@ GLUON = load_shared("gluon_forward_hopper")   # the opt-in non-causal path (Flas
 
 PATHS = ("tma", "v6", "gluon")
 LAST_PATH = None                       # the path the last forward call took: "tma", "v6" or "gluon"
+LAST_CONFIG = None                     # and the configuration it ran (config_label)
 GRIDS = ("per_tile", "persistent")
 TMA_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -161,6 +162,19 @@ TMA_DTYPES = (torch.bfloat16, torch.float16)
 def last_path():
     """The path the last FlashAttentionTriton.apply took in this process: "tma", "v6", "gluon" or None."""
     return LAST_PATH
+
+
+def last_config():
+    """The configuration the last FlashAttentionTriton.apply ran: "Q,K,warps,stages" and PIPELINE_QK
+    for the tma path ("128,64,4,3/p1"), the same for v6's, the GluonConfig label for the Gluon path.
+    The harness records it beside the path, so a run whose autotuner chose differently says so."""
+    return LAST_CONFIG
+
+
+def config_label(cfg: triton.Config) -> str:
+    """An autotuned triton.Config as last_config() reports it."""
+    pipe = cfg.kwargs.get("PIPELINE_QK")
+    return Config.of_triton(cfg).key + ("" if pipe is None else f"/p{pipe}")
 
 
 @triton.jit
@@ -502,9 +516,10 @@ class TmaLaunch(Launch):
 
     blocks: tuple = ()
     descs: list | None = None
+    label: str | None = None
 
     def __call__(self, Q, K, V, need_l=True):   # the per-call hot path: no imports here
-        global LAST_PATH
+        global LAST_PATH, LAST_CONFIG
         O = torch.empty_strided(self.o_shape, self.o_stride, dtype=Q.dtype, device=Q.device)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
         descs = self.descs
@@ -515,20 +530,21 @@ class TmaLaunch(Launch):
         else:
             descs[0].base, descs[1].base, descs[2].base, descs[3].base = Q, K, V, O
         run_compiled(self.kernel, self.grid, (*descs, L, *self.tail), Q.device.index)
-        LAST_PATH = "tma"
+        LAST_PATH, LAST_CONFIG = "tma", self.label
         return O, L
 
 
 class _MarkedLaunch:
-    """Another path's recorded launch (v6's, the Gluon module's GluonLaunch), marking the path it took."""
+    """Another path's recorded launch (v6's, the Gluon module's GluonLaunch), marking the path it took
+    and its configuration."""
 
-    def __init__(self, launch, path: str):
-        self.launch, self.path = launch, path
+    def __init__(self, launch, path: str, label: str):
+        self.launch, self.path, self.label = launch, path, label
 
     def __call__(self, Q, K, V, need_l=True):
-        global LAST_PATH
+        global LAST_PATH, LAST_CONFIG
         out = self.launch(Q, K, V, need_l)
-        LAST_PATH = self.path
+        LAST_PATH, LAST_CONFIG = self.path, self.label
         return out
 
 
@@ -558,6 +574,7 @@ def _tma_launch(Q, K, V, is_causal, window, grid_mode):
     launch = TmaLaunch(compiled, (*g, *([1] * (3 - len(g)))), launch_tail(tail, D, meta, flags),
                        O.shape, O.stride(), L.shape)
     launch.blocks = tuple(tuple(d.block_shape) for d in descs)
+    launch.label = config_label(flash_fwd_kernel.best_config)
     return O, L, launch
 
 
@@ -575,7 +592,8 @@ def _v6_launch(Q, K, V, is_causal, window):
     mode = (is_causal, window, "longest_first", 0)
     if not interpreting():
         O, L, launch = V6._checked_launch(Q, K, V, mode)
-        return O, L, (_MarkedLaunch(launch, "v6") if launch is not None else None)
+        label = config_label(V6.flash_fwd_kernel.best_config)
+        return O, L, (_MarkedLaunch(launch, "v6", label) if launch is not None else None)
     cfg = flash_fwd_kernel.configs[0]
     q_tile, k_tile = cfg.kwargs["Q_TILE_SIZE"], cfg.kwargs["K_TILE_SIZE"]
     B, N_q, D = Q.shape
@@ -607,15 +625,16 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
 def _checked_launch(Q, K, V, mode):
     """The normal path: check, choose the path, allocate, autotune (first time per key), launch.
     Returns O, L and the launch that repeats it (see fa2lab.hostpath)."""
-    global LAST_PATH
+    global LAST_PATH, LAST_CONFIG
     is_causal, window, grid_mode, force, _ = mode
     validate_qkv(Q, K, V)
     Q, K, V = (unit_stride(t) for t in (Q, K, V))
     why_not_gluon = gluon_applies(Q, K, V, is_causal, window, force)
     if why_not_gluon is None:   # each candidate timed once per input signature; the fastest is kept
-        O, L, launch, _ = GLUON.best_launch(Q, K, V, is_causal)
-        LAST_PATH = "gluon"
-        return O, L, _MarkedLaunch(launch, "gluon")
+        O, L, launch, timed = GLUON.best_launch(Q, K, V, is_causal)
+        marked = _MarkedLaunch(launch, "gluon", min(timed, key=timed.get))
+        LAST_PATH, LAST_CONFIG = "gluon", marked.label
+        return O, L, marked
     if force == "gluon":
         raise ValueError(f"FORCE_PATH='gluon' cannot run these inputs: {why_not_gluon}")
     path = select_path(Q, K, V, force)
@@ -623,7 +642,7 @@ def _checked_launch(Q, K, V, mode):
         O, L, launch = _tma_launch(Q, K, V, is_causal, window, grid_mode)
     else:
         O, L, launch = _v6_launch(Q, K, V, is_causal, window)
-    LAST_PATH = path
+    LAST_PATH, LAST_CONFIG = path, getattr(launch, "label", None)   # None under the interpreter
     return O, L, launch
 
 
@@ -631,9 +650,9 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     GRID = "per_tile"                # "persistent": SM slots loop over work items (an experiment)
     PERSISTENT_PROGRAMS_PER_SM = 2   # programs per SM of the persistent grid (2 beat 1: experiments/grid.csv)
     FORCE_PATH = None                # None (the rules above), "tma", "v6" or "gluon"
-    # The Gluon path for non-causal inputs (kernels/_shared/gluon_forward_hopper.py, V7_CANDIDATES): off until
-    # the harness has measured it; FA2_V7_GLUON=1 turns it on for a process.
-    GLUON = os.environ.get("FA2_V7_GLUON", "0") == "1"
+    # The Gluon path for non-causal inputs (kernels/_shared/gluon_forward_hopper.py, V7_CANDIDATES), on
+    # where it applies; FA2_V7_GLUON=0 turns it off for a process (the tl path's numbers before it).
+    GLUON = os.environ.get("FA2_V7_GLUON", "1") != "0"
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
