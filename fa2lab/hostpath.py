@@ -30,8 +30,24 @@ from triton import knobs
 from triton.runtime import driver
 
 
+class KeptL:
+    """A recorded launch's kept L (l_shape float32) for calls whose L nobody reads."""
+
+    l_shape: torch.Size
+    l_scratch: torch.Tensor | None = None
+
+    def scratch_l(self, Q) -> torch.Tensor:
+        """Where the kernel writes L when nobody will read it (no gradient can be asked for: LeanApply's
+        path): one buffer per recorded launch, allocated on first use and kept, instead of a fresh
+        allocation per call. Calls on other streams may write it at the same time; nothing reads it."""
+        L = self.l_scratch
+        if L is None:
+            L = self.l_scratch = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
+        return L
+
+
 @dataclass
-class Launch:
+class Launch(KeptL):
     """What one normal-path call launched: enough to repeat it without Triton's front end."""
 
     kernel: object            # triton.compiler.CompiledKernel
@@ -49,15 +65,6 @@ class Launch:
         run_compiled(self.kernel, self.grid, (Q, K, V, O, L, *self.tail), Q.device.index)
         return O, L
 
-    def scratch_l(self, Q) -> torch.Tensor:
-        """Where the kernel writes L when nobody will read it (no gradient can be asked for: LeanApply's
-        path): one buffer per recorded launch, allocated on first use and kept, instead of a fresh
-        allocation per call. Calls on other streams may write it at the same time; nothing reads it."""
-        L = self.l_scratch
-        if L is None:
-            L = self.l_scratch = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
-        return L
-
 
 def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: int) -> None:
     """Launch a CompiledKernel (what `jit_fn[grid](...)` returned) on the current stream, skipping
@@ -67,14 +74,95 @@ def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: 
     Launch hooks (Proton's, any registered with knobs.runtime) still fire. When none is registered
     the launcher gets None for both hooks and no launch metadata: in Triton 3.6 the hooks are
     HookChain objects that are never None, so its own JIT path builds the metadata and has the C
-    launcher call two empty chains back into Python on every launch."""
+    launcher call two empty chains back into Python on every launch. Without hooks the C launcher
+    is called directly (DirectLauncher), each tensor descriptor's CUtensorMap encoded once per base
+    address rather than on every launch."""
     stream = driver.active.get_current_stream(device_index)
     enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
     if not _hooked(enter) and not _hooked(leave):
+        direct = DirectLauncher.of(kernel)
+        if direct is not None:
+            direct(grid, stream, args)
+            return
         kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
         return
     meta = kernel.launch_metadata(grid, stream, *args)
     kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *args)
+
+
+class DirectLauncher:
+    """A CompiledKernel's C launch function called directly, for a hook-free repeat.
+
+    Triton 3.6's launcher (backends/nvidia/driver.py) wraps the C function twice in Python: CudaLauncher
+    allocates scratch (none for these kernels) and wrap_handle_tensordesc turns every host TensorDescriptor
+    into a CUtensorMap on every launch (cuTensorMapEncodeTiled through fill_tma_descriptor). With four
+    descriptors that is most of v7's launch step, 18.5 us per call against v6's 6.9 without descriptors
+    (results/nvidia-h200/hostpath/steps.csv, commit 539291c). Here each descriptor's expansion is kept on the
+    descriptor object and reused while its base address is the same (the recorded launches keep their
+    descriptors and change only the base; shapes and strides are fixed by the launch's signature).
+
+    `of` reads the wrapper's closure, so it depends on that Triton's launcher; for any other layout, a
+    kernel with scratch, or a descriptor the frontend decomposed itself (no TMA metadata), it returns None
+    and run_compiled takes Triton's own launcher."""
+
+    __slots__ = ("c_launch", "expand", "function", "packed", "coop", "pdl")
+
+    @staticmethod
+    def of(kernel):
+        """The kernel's DirectLauncher, built on first use and kept on the kernel; None where it cannot apply."""
+        try:
+            return kernel.__dict__["_fa2_direct"]
+        except KeyError:
+            pass
+        direct = None
+        try:
+            direct = DirectLauncher(kernel)
+        except Exception:  # noqa: BLE001 - another Triton's launcher: its own path still works
+            direct = None
+        kernel.__dict__["_fa2_direct"] = direct
+        return direct
+
+    def __init__(self, kernel):
+        import inspect
+
+        run = kernel.run
+        if run.global_scratch_size or run.profile_scratch_size or getattr(run, "num_ctas", 1) != 1:
+            raise ValueError("the kernel needs scratch or clusters: Triton's launcher allocates them")
+        wrapped = run.launch
+        if wrapped.__closure__ is None:       # no descriptor argument: the C function itself
+            self.c_launch, self.expand = wrapped, ()
+        else:
+            names = inspect.getclosurevars(wrapped).nonlocals
+            metas = list(names["tensordesc_meta"])
+            if not metas or any(m is None for m in metas):
+                raise ValueError("a descriptor without TMA metadata")
+            # (argument position, its metadata), from the back, so expanding one leaves earlier positions put
+            self.c_launch = names["launcher"]
+            self.expand = tuple(reversed(tuple(zip(sorted(names["tensordesc_indices"]), metas))))
+        self.function, self.packed = kernel.function, kernel.packed_metadata
+        self.coop, self.pdl = run.launch_cooperative_grid, run.launch_pdl
+
+    def __call__(self, grid, stream, args):   # the per-call hot path
+        if self.expand:
+            args = list(args)
+            for i, meta in self.expand:
+                args[i:i + 1] = self.encoded(args[i], meta)
+        self.c_launch(*grid, stream, self.function, self.coop, self.pdl, None, None, self.packed,
+                      None, None, None, *args)
+
+    @staticmethod
+    def encoded(desc, meta) -> list:
+        """[CUtensorMap, *shape, *strides] for one descriptor, as Triton's launcher expands it, kept on the
+        descriptor while its base address and this kernel's metadata for it are unchanged."""
+        ptr = desc.base.data_ptr()
+        kept = desc.__dict__.get("_fa2_encoded")
+        if kept is not None and kept[0] == ptr and kept[1] is meta:
+            return kept[2]
+        from triton.backends.nvidia.driver import make_tensordesc_arg
+
+        out = make_tensordesc_arg(desc, meta)
+        desc.__dict__["_fa2_encoded"] = (ptr, meta, out)
+        return out
 
 
 def _hooked(hook) -> bool:

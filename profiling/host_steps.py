@@ -82,24 +82,33 @@ def step_functions(module, N: int, causal: bool) -> dict:
         def forward(ctx, Q, K, V, is_causal):
             return torch.empty_like(Q)
 
-    O = torch.empty_strided(inner.o_shape, inner.o_stride, dtype=q.dtype, device=q.device)
-    L = torch.empty(inner.l_shape, dtype=torch.float32, device=q.device)
-    kern = inner.kernel
+    o_stride = getattr(inner, "o_stride", None)   # v7's GluonLaunch allocates O contiguous
+
+    def allocate():
+        O = (torch.empty(inner.o_shape, dtype=q.dtype, device=q.device) if o_stride is None else
+             torch.empty_strided(inner.o_shape, o_stride, dtype=q.dtype, device=q.device))
+        return O, torch.empty(inner.l_shape, dtype=torch.float32, device=q.device)
+
+    O, L = allocate()
     fns = {}
-    if getattr(inner, "blocks", ()):   # v7's TMA path: tensor descriptors, rebuilt on every call
-        def descriptors():
-            descs = module._descriptors(q, k, v, O)
-            for d, block in zip(descs, inner.blocks):
-                d.block_shape = list(block)
-            return descs
-
-        fns["descriptors"] = descriptors
-        pointers = (*descriptors(), L)
+    if hasattr(inner, "scalars"):   # v7's Gluon path (GluonLaunch): its own descriptors, bases swapped per call
+        def raw_launch():
+            inner.run(q, k, v, O, L)
     else:
-        pointers = (q, k, v, O, L)
+        if getattr(inner, "blocks", ()):   # v7's TMA path: its step "descriptors" builds the four anew
+            def descriptors():
+                descs = module._descriptors(q, k, v, O)
+                for d, block in zip(descs, inner.blocks):
+                    d.block_shape = list(block)
+                return descs
 
-    def raw_launch():
-        run_compiled(kern, inner.grid, (*pointers, *inner.tail), q.device.index)
+            fns["descriptors"] = descriptors
+            pointers = (*descriptors(), L)
+        else:
+            pointers = (q, k, v, O, L)
+
+        def raw_launch():
+            run_compiled(inner.kernel, inner.grid, (*pointers, *inner.tail), q.device.index)
 
     if hasattr(cls, "BACKWARD_CONFIG"):   # the Triton backward (v6, v7): its host cost beside SDPA's
         from fa2lab.reference import saved_lse
@@ -169,8 +178,7 @@ def step_functions(module, N: int, causal: bool) -> dict:
         "function_nop": lambda: Nop.apply(q, k, v, causal),
         "cache_hit": lambda: launch(q, k, v),
         "signature": lambda: cache.entries.get(cache.signature(q, k, v, mode)),
-        "allocate": lambda: (torch.empty_strided(inner.o_shape, inner.o_stride, dtype=q.dtype, device=q.device),
-                             torch.empty(inner.l_shape, dtype=torch.float32, device=q.device)),
+        "allocate": allocate,
         "launch": raw_launch,
     }
 

@@ -253,3 +253,64 @@ def test_queued_ms_times_the_gpu_when_the_host_is_slower():
         torch.cuda._sleep(spin)
 
     assert 0.025 < queued_ms(slow_host_call, repeats=10) < 0.15
+
+
+def _fake_kernel(launch, **run_fields):
+    from types import SimpleNamespace
+
+    run = SimpleNamespace(launch=launch, global_scratch_size=0, profile_scratch_size=0, num_ctas=1,
+                          launch_cooperative_grid=False, launch_pdl=False)
+    run.__dict__.update(run_fields)
+    return SimpleNamespace(run=run, function=11, packed_metadata=22)
+
+
+def test_direct_launcher_passes_what_tritons_wrapper_passes_and_encodes_once_per_base(monkeypatch):
+    """Triton 3.6's own wrap_handle_tensordesc and DirectLauncher, on the same arguments, must hand the C
+    launcher the same tuple; a descriptor is encoded again only when its base address changes."""
+    from types import SimpleNamespace
+
+    from triton.backends.nvidia import driver as nv
+
+    from fa2lab.hostpath import DirectLauncher
+
+    encodes = []
+
+    def fake_encode(desc, meta):   # stands in for cuTensorMapEncodeTiled: records what it was asked
+        encodes.append((desc.name, desc.base.data_ptr(), meta["id"]))
+        return [f"map-{desc.name}-{meta['id']}", *desc.shape, *desc.strides]
+
+    monkeypatch.setattr(nv, "make_tensordesc_arg", fake_encode)
+    launched = []
+    signature = {"q": "tensordesc<bf16[64, 64]>", "o": "*bf16", "k": "tensordesc<bf16[64, 64]>", "n": "i32"}
+    metas = [{"id": 0}, {"id": 1}]
+    kernel = _fake_kernel(nv.wrap_handle_tensordesc(lambda *a: launched.append(a), signature, metas))
+    q = SimpleNamespace(name="q", base=torch.empty(64, 64), shape=[64, 64], strides=[64, 1])
+    k = SimpleNamespace(name="k", base=torch.empty(64, 64), shape=[64, 64], strides=[64, 1])
+    args = (q, "o_ptr", k, 1000)
+
+    kernel.run.launch(1, 2, 3, 99, 11, False, False, None, None, 22, None, None, None, *args)   # Triton's path
+    direct = DirectLauncher.of(kernel)
+    assert direct is not None and DirectLauncher.of(kernel) is direct
+    direct((1, 2, 3), 99, args)
+    assert launched[0] == launched[1]
+    assert launched[1][13:] == ("map-q-0", 64, 64, 64, 1, "o_ptr", "map-k-1", 64, 64, 64, 1, 1000)
+    assert len(encodes) == 4                 # Triton's path encodes both every time; ours once each so far
+    direct((1, 2, 3), 99, args)
+    assert len(encodes) == 4 and launched[2] == launched[1]
+    k.base = torch.empty(64, 64)             # a new base address: that descriptor alone is encoded again
+    direct((1, 2, 3), 99, args)
+    assert [e[0] for e in encodes[4:]] == ["k"]
+
+
+def test_direct_launcher_declines_what_only_tritons_launcher_handles():
+    from triton.backends.nvidia import driver as nv
+
+    from fa2lab.hostpath import DirectLauncher
+
+    def c_launch(*a):
+        return None
+
+    assert DirectLauncher.of(_fake_kernel(c_launch)) is not None              # no descriptors: the C function
+    assert DirectLauncher.of(_fake_kernel(c_launch, global_scratch_size=64)) is None   # scratch to allocate
+    undecomposed = nv.wrap_handle_tensordesc(c_launch, {"q": "tensordesc<bf16[64, 64]>"}, None)
+    assert DirectLauncher.of(_fake_kernel(undecomposed)) is None             # no TMA metadata

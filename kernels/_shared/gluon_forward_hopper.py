@@ -69,7 +69,7 @@ from dataclasses import dataclass
 import torch
 
 from fa2lab.gpu import facts
-from fa2lab.hostpath import run_compiled
+from fa2lab.hostpath import KeptL, run_compiled
 
 try:
     from triton.experimental import gluon
@@ -844,7 +844,7 @@ def combine_tail(Op: torch.Tensor, Lp: torch.Tensor, full: int, splits: int, O: 
     return compiled, grid, tuple(constexprs.values())
 
 
-class GluonLaunch:
+class GluonLaunch(KeptL):
     """A recorded launch of the Gluon forward (fa2lab.hostpath's lean repeat): later calls with the same
     shapes and strides reuse its compiled kernels and descriptors, changing only the descriptors' bases
     (Triton 3.6's launcher reads base.data_ptr(), the shape and the strides, so the (heads, N, D) tensor
@@ -865,7 +865,11 @@ class GluonLaunch:
 
     def __call__(self, Q, K, V, need_l=True):   # the per-call hot path: no checks here
         O = torch.empty(self.o_shape, dtype=Q.dtype, device=Q.device)
-        L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
+        L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
+        return self.run(Q, K, V, O, L)
+
+    def run(self, Q, K, V, O, L):
+        """The launch (and the split tail's combine) into O and L already allocated."""
         d = self.descs
         d[0].base, d[1].base, d[2].base = Q, K, V
         if self.work_shape is None:
@@ -917,7 +921,7 @@ def best_launch(Q, K, V, is_causal: bool, candidates=V7_CANDIDATES, repeats: int
     timed = {}
     for cfg in fitting(candidates, Q.shape[2], Q.device.index):
         launch = forward(Q, K, V, is_causal, cfg)[2]
-        timed[cfg.label] = (queued_ms(lambda: launch(Q, K, V), repeats), launch)
+        timed[cfg.label] = (queued_ms(lambda launch=launch: launch(Q, K, V), repeats), launch)
     if not timed:
         raise ValueError(f"no Gluon candidate fits a block's shared memory at head dimension {Q.shape[2]}")
     label = min(timed, key=lambda k: timed[k][0])
