@@ -401,8 +401,8 @@ def v7_gluon_runs(q, k, v) -> bool:
 def gluon(args, save):
     """The Gluon forward (kernels/_shared/gluon_forward_hopper.py), each configuration of its
     EXPERIMENT_CONFIGS: errors of O and L against float64 on ragged shapes (GLUON_CHECK_SHAPES) and at
-    the harness shape, then do_bench and graph-replay times interleaved with v7's tl path, v7's own Gluon
-    path (non-causal: FORCE_PATH = "gluon") and SDPA. The warp-specialized configurations are timed through
+    the harness shape, then do_bench and graph-replay times interleaved with v7's tl path (FORCE_PATH =
+    "tma"), v7's own Gluon path (non-causal: FORCE_PATH = "gluon") and SDPA. The warp-specialized configurations are timed through
     their lean repeat (gluon_forward_hopper.GluonLaunch; rows with lean = 1), so that do_bench is the
     GPU's time rather than Gluon's normal launch path (60-300 us of host time per call); rows without the
     column came before it, through that normal path."""
@@ -456,7 +456,7 @@ def gluon(args, save):
             q, k, v = _inputs(N)
             q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
             ref = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal).view(B * H, N, D)
-            calls = {"v7_tl": lambda: FA.apply(q, k, v, causal),
+            calls = {"v7_tl": lambda: forced(FA, "tma", lambda: FA.apply(q, k, v, causal)),
                      "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)}
             if not causal and v7_gluon_runs(q, k, v):
                 calls["v7_gluon"] = lambda: forced(FA, "gluon", lambda: FA.apply(q, k, v, causal))

@@ -244,6 +244,9 @@ GLUON = [("aaa", "2026-11-30T01:00:00+00:00", v, N, c, ms)
 GLUON += [("bbb", "2026-11-30T02:00:00+00:00", v, 4096, 0, ms) for v, ms in (("v7_tl", 1.04), ("sdpa", 1.0),
                                                                              ("cfgC", 0.95))]
 GLUON += [("000", "2026-11-30T03:00:00+00:00", v, 4096, 0, ms) for v, ms in (("v7_tl", 1.0), ("cfgD", 0.5))]  # no SDPA
+# a run whose "v7_tl" was v7's default (Gluon) path: that row is dropped, so the run has no tl reference
+GLUON += [("aafdf46", "2026-11-30T04:00:00+00:00", v, 4096, 0, ms) for v, ms in (("v7_tl", 0.9), ("sdpa", 1.0),
+                                                                                 ("cfgE", 0.9))]
 
 
 def write_gluon(root: Path) -> Path:
@@ -257,8 +260,9 @@ def write_gluon(root: Path) -> Path:
 def test_gluon_best_per_run_and_shape(results_root):
     df, _ = data.gluon(GPU, results_root)
     best = data.gluon_best(df)
-    # run 000 has no SDPA row: left out; runs in the order they ran, not by name
+    # run 000 has no SDPA row, run aafdf46 no true tl row: left out; runs in the order they ran, not by name
     assert list(best.git_commit.unique()) == ["aaa", "bbb"]
+    assert set(df[df.git_commit == "aafdf46"].variant) == {"sdpa", "cfgE"}
     got = {(r.git_commit, r.N, r.causal): (r.best, r.configs) for r in best.itertuples()}
     assert got[("aaa", 4096, 0)] == ("cfgA", 2) and got[("aaa", 1024, 1)] == ("cfgB", 2)
     assert got[("bbb", 4096, 0)] == ("cfgC", 1) and len(got) == 5
