@@ -16,8 +16,8 @@
 # it is measured and resume, so a cut costs nothing but time. Steps:
 #   tests             the test file natively for every version, then tests/ (xdist, TEST_WORKERS)
 #   unit-tests        tests/ only (and the report's host-steps test verbosely)
-#   tests-v7-gluon    the test file for v7 natively (its Gluon path on, as by default), then tests/test_v7.py
-#                     and tests/test_gluon_forward.py
+#   tests-v7          the test file for v7 natively (its Gluon path on, as by default), then tests/test_hostpath.py
+#                     and test_v7.py's Gluon tests (the lean launches and the Gluon path, natively)
 #   tests-bwd         the test file's gradient tests for v6 and v7 (autograd through the Triton backward)
 #                     and tests/test_backward.py, natively
 #   bench             invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} (interleaved protocol)
@@ -73,7 +73,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
   case "$s" in
     tests) echo "python3 -m invoke test --workers ${TEST_WORKERS:-12}" ;;
     unit-tests) echo "python3 -m pytest -q -p no:cacheprovider -n ${TEST_WORKERS:-12} tests/; python3 -m pytest -q -p no:cacheprovider -vv tests/test_report.py -k host_steps_per_version" ;;
-    tests-v7-gluon) echo "FA2_V7_GLUON=1 python3 -m invoke test --kernel v7_hopper --no-unit --workers ${TEST_WORKERS:-12} && FA2_V7_GLUON=1 python3 -m pytest -q -p no:cacheprovider tests/test_v7.py tests/test_gluon_forward.py" ;;
+    tests-v7) echo "python3 -m invoke test --kernel v7_hopper --no-unit --workers ${TEST_WORKERS:-12} && python3 -m pytest -q -p no:cacheprovider tests/test_hostpath.py && python3 -m pytest -q -p no:cacheprovider tests/test_v7.py -k 'gluon or config'" ;;
     tests-bwd) echo "python3 -m invoke test --kernel v6_longest_first,v7_hopper --no-unit -k gradients --workers ${TEST_WORKERS:-12} && python3 -m pytest -q -p no:cacheprovider -n ${TEST_WORKERS:-12} tests/test_backward.py" ;;
     bench) echo "python3 -m invoke bench --kernel ${BENCH_KERNELS:-all} --runs ${RUNS:-3} --pause ${PAUSE:-0}" ;;
     bench-bwd) echo "python3 -m invoke bench --mode bwd --kernel ${BWD_KERNELS:-v6_longest_first,v7_hopper} --runs ${RUNS_BWD:-1}" ;;
