@@ -112,7 +112,9 @@ def test_lean_apply_skips_autograd_only_when_no_gradient_can_be_asked_for(monkey
     assert calls == [] and _Twice.seen == [NoGradContext.__name__]
     assert y.grad_fn is None and torch.equal(y, 3 * x)
     xg = x.clone().requires_grad_()
-    z = _Twice.apply(xg, scale=3.0)                  # a gradient can be asked for: autograd's apply, unchanged
+    # a gradient can be asked for: autograd's apply, unchanged (positional: torch 2.11's C apply, which the
+    # H200 runs, takes no keyword arguments where 2.13's Python apply binds them)
+    z = _Twice.apply(xg, 3.0)
     assert calls == ["_Twice"] and z.grad_fn is not None
     z.sum().backward()
     assert torch.equal(xg.grad, torch.full_like(x, 3.0))
@@ -314,3 +316,16 @@ def test_direct_launcher_declines_what_only_tritons_launcher_handles():
     assert DirectLauncher.of(_fake_kernel(c_launch, global_scratch_size=64)) is None   # scratch to allocate
     undecomposed = nv.wrap_handle_tensordesc(c_launch, {"q": "tensordesc<bf16[64, 64]>"}, None)
     assert DirectLauncher.of(_fake_kernel(undecomposed)) is None             # no TMA metadata
+
+
+def test_queued_quantiles_answers_the_autotuner_in_its_order(monkeypatch):
+    """triton.autotune asks do_bench for the quantiles (0.5, 0.2, 0.8) and keeps the least list; v7's
+    autotuner is given queued_quantiles."""
+    from fa2lab import timing
+
+    monkeypatch.setattr(timing, "queued_times", lambda fn, repeats, rounds: [5.0, 1.0, 3.0, 2.0, 4.0])
+    assert timing.queued_quantiles(lambda: None, quantiles=(0.5, 0.2, 0.8)) == pytest.approx([3.0, 1.8, 4.2])
+    assert timing.queued_quantiles(lambda: None, quantiles=(0.0, 1.0)) == [1.0, 5.0]
+    from fa2lab.interpret import autotuner_of
+
+    assert autotuner_of(versions.load("v7_hopper"))._do_bench is timing.queued_quantiles

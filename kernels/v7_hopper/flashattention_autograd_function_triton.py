@@ -146,6 +146,7 @@ from fa2lab.hostpath import LeanApply, Launch, LaunchCache, compiled_or_none, ru
 from fa2lab.interpret import only_config
 from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2lab.reference import autograd_backward
+from fa2lab.timing import queued_quantiles
 from fa2lab.versions import load, load_shared
 
 V6 = load("v6_longest_first")          # the fallback path, v6's module as committed
@@ -416,9 +417,10 @@ def prune_tma_configs(configs, named_args, **kwargs):
 
 # bf16 and fp16 share a tuning entry: the descriptors carry no .dtype for the autotuner's key, and
 # the two types have the same size and tile behaviour (each still compiles its own binary).
+# Candidates are timed with the host queued ahead (fa2lab.timing.queued_quantiles), not by Triton's do_bench.
 @triton.autotune(configs=tma_autotune_configs(CANDIDATES),
                  key=["N_QUERIES", "N_KEYS", "WINDOW", "D", "is_causal", "HAS_WINDOW", "PERSISTENT"],
-                 prune_configs_by={"early_config_prune": prune_tma_configs})
+                 prune_configs_by={"early_config_prune": prune_tma_configs}, do_bench=queued_quantiles)
 @_FitDescriptors
 @triton.jit
 def flash_fwd_kernel(
