@@ -1017,12 +1017,14 @@ def section_gluon(gpu, root) -> str:
             refs = [v for v in data.GLUON_NOT_CONFIGS if v in set(g.variant)]
             headline += [[b.git_commit, v, cell(b.git_commit, v, b.N, 0)] for v in [*ours, *refs]]
     return "\n".join([
-        "The Gluon forward (`kernels/_shared/gluon_forward_hopper.py`, not a path of any version): per run and "
+        "The Gluon forward (`kernels/_shared/gluon_forward_hopper.py`; v7's non-causal path by default since "
+        "commit aafdf46, whose harness rows are in the main table): per run and "
         "shape, the configuration with the least graph-replay time among those the run timed, beside v7's tl "
         "path and SDPA timed in the same interleaved rounds; runs in the order they ran. Cells: do_bench ms "
         "(min–max of the rounds), graph ms (% of SDPA's graph time). The Gluon rows' do_bench includes the host's "
-        "time wherever its per-call work (descriptors built on every call; with split_tail, two allocations and "
-        f"the combine's launch) outlasts the kernel, so graph replay is the comparison. Source: `{rel(path)}`; "
+        "time wherever its per-call work (before the lean repeat, descriptors built on every call; with "
+        "split_tail, two allocations and the combine's launch) outlasts the kernel, so graph replay is the "
+        f"comparison. Source: `{rel(path)}`; "
         "figure: `figures/out/<gpu>/gluon_rounds.png`.", "",
         md_table(["run", "N", "causal", "configs", "best Gluon", "its time", "v7 tl path", "SDPA"], rows), "",
         "Every configuration each run timed at N = 4096, non-causal (the shape its levers were aimed at), by "

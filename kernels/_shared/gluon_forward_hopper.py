@@ -55,10 +55,10 @@ same rounds; RESULTS.md lists every configuration of every run):
   ws3x64x128/4s/preg/pp/split/persist 108.0% at 4096 (do_bench 0.282 ms against 0.312: 110.8%).
   Causal, v7's tl path stays ahead from N = 1024 (137/114/106% against 115/109/103%).
 So, by graph replay, this kernel is ahead of cuDNN at every harness length without the causal mask.
-v7 can take it for non-causal inputs (FlashAttentionTriton.GLUON, FA2_V7_GLUON=1: the faster of
-V7_CANDIDATES per input signature, repeated through GluonLaunch without Triton's front end), off until
-that path has been run on the GPU through the harness (it has not been: the session's device time ran
-out first).
+v7 takes it for non-causal inputs (FlashAttentionTriton.GLUON, on by default since session 16; FA2_V7_GLUON=0
+turns it off): the fastest of V7_CANDIDATES per input signature, timed with the host queued ahead
+(best_launch), repeated through GluonLaunch without Triton's front end. In the harness (commit 025f35e,
+5 runs) v7 is then at 105/98/99/110% of cuDNN non-causal at N = 512/1024/2048/4096 (v7's docstring).
 """
 
 from __future__ import annotations

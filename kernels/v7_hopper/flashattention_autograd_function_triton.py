@@ -2,14 +2,19 @@
 descriptors, and a key loop written so that the softmax of one tile can run while the tensor cores
 multiply the next; v6 itself wherever that path does not apply.
 
-Measured on the H200 (RESULTS.md; results/nvidia-h200/): the test file passes natively (42 of 42,
-commits 260ca6e and e0fa889). With the configurations of its own sweep (commit e0fa889, 3-run
-protocol) it takes 0.311 ms at N = 4096 non-causal, 96% of SDPA's default backend (cuDNN; per-run
-96-96%; v6: 0.354 ms, 86%), and 0.172 ms causal, 107% (106-107%; v6: 0.187 ms, 98%); with v6's list
-(commit 260ca6e) it was 0.323 ms (95%) and 0.173 ms (107%). It beats cuDNN causal from N = 1024 up
-(107-121%) and stays at 94-96% of it non-causal from N = 1024 up: issue 6's goal is met for one mask
-only. On shapes neither version was tuned on it is within 2% of v6 or faster on 9 of 10
-(experiments/other_shapes.csv), at 74-79% of cuDNN non-causal with D = 128.
+Measured on the H200 (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv, commit 025f35e, 5-run
+protocol, % of SDPA's default backend, cuDNN, in the same process; per-run spread in brackets), with
+the Gluon path described below on for non-causal inputs:
+  non-causal  N = 512 105% (100-106), 1024 98% (97-99), 2048 99% (99-100), 4096 110% (109-112)
+  causal      N = 512  98% (97-102),  1024 119% (118-122), 2048 112% (112-114), 4096 107% (107-107)
+Issue 6's goal (at least cuDNN at every harness shape, both masks) is met at 5 of the 8 shapes, level
+within the spread at causal 512, and missed by 1-2% at non-causal 1024 and 2048 (by graph replay, which
+leaves out the harness's cache flush and the host, v7 is ahead at all 8: medians 102-139%). The test file
+passes natively (42 of 42, commit 025f35e). Before the Gluon path (commit e0fa889, tl path only):
+0.311 ms at N = 4096 non-causal, 96%, and 94-96% from N = 1024 up. On shapes neither version was tuned
+on it is within 2% of v6 or faster on 9 of 10 (experiments/other_shapes.csv); the tenth, B=16 H=4
+N=777 non-causal, takes the Gluon path and is 0.964x of v6 (0.045 against 0.044 ms; it was 1.018x on
+the tl path), and at 77-78% of cuDNN non-causal with D = 128 (tl path: no Gluon candidate fits there).
 
 What the H200 said about v6 before this round: v5/v6 reached 88% of cuDNN non-causal and 85% causal
 at N = 4096 (0.343 and 0.216 ms against SDPA's 0.296 and 0.183). Their key loop loads K and V with
@@ -94,10 +99,20 @@ replay, 3 runs), but 91% at 2048. Then a persistent grid over work items (the ne
 this one finishes): 101-109% of cuDNN non-causal at every harness length by graph replay (commit
 e9eed4c), while causal this kernel stays ahead. So v7 has a third path, "gluon", for non-causal bf16 and
 fp16 inputs on Hopper that the Gluon module's rules accept (gluon_applies says why not otherwise): per
-input signature it times the module's two candidates (128-row tiles; 192-row tiles with the split tail)
-and repeats the faster through a lean launch. It is OFF (FlashAttentionTriton.GLUON = False, or
-FA2_V7_GLUON=1 for a process, or FORCE_PATH = "gluon") until it has been run through the harness and the
-test file on the GPU, which this session's device time did not allow; every number above is v7 without it.
+input signature it times the module's three candidates (V7_CANDIDATES: 128-row tiles on a persistent
+grid, the same one program per tile, 192-row tiles with the split tail) and repeats the fastest through
+a lean launch. Through the harness (session 16; logs s16_call*.log) it took N = 4096 from 96% to 108-110%
+and 2048 from 94% to 99%, but at N = 512 it ran at 87% of cuDNN by graph replay, as the 192-row form
+does (88%), where the 128-row one made 109%: its candidates' timing, CUDA events around repeats the host could not keep
+ahead of, measured the host. They are now timed with the queue filled first (fa2lab.timing.queued_ms),
+and v7's autotuner too (queued_quantiles), whose pick at causal 512 and 1024 had changed from process to
+process (the harness's config column: 85% and 90% of cuDNN in the processes that picked differently).
+The small-N harness numbers also depend on the host keeping ahead of do_bench's 256 MB flush: with v7's
+host cost per call near 1.5x SDPA's, 3 of 5 runs at N = 512 measured the host (28-37% of cuDNN,
+commit aafdf46). Calling Triton's C launcher directly with each TMA descriptor encoded once per base address
+(fa2lab.hostpath.DirectLauncher) cut the tl path's launch step from 18.5 to 8.7 us and its whole call to
+24.5 us beside SDPA's 23.1 (hostpath/steps.csv, commit ceeb93d). The path is on by default;
+FlashAttentionTriton.GLUON = False, or FA2_V7_GLUON=0 for a process, turns it off.
 
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
@@ -106,7 +121,9 @@ first), -inf masks with O = 0 and L = -inf for rows that see no key, L saved (B,
 natural log, the optional causal sliding window, the Triton backward of kernels/_shared.
 
 Which path runs (LAST_PATH, or last_path(), says which one the last call took):
-- "gluon": only when asked for (above), non-causal, not interpreting; the Gluon module's candidates.
+- "gluon": non-causal, not interpreting, FlashAttentionTriton.GLUON on (the default), the Gluon module's
+  rules (bf16 or fp16 on Hopper, no sliding window) and a candidate that fits the shared memory at this
+  head dimension (D = 64 on the H200): the fastest of its candidates, timed once per input signature.
 - "tma": bf16 or fp16 on a Hopper GPU (compute capability 9.x), every base pointer and every
   non-unit stride a multiple of 16 bytes (TMA's rule). Also under Triton's interpreter, which
   implements descriptor loads and stores (bounds per dimension, zero padding, clipped stores), so
@@ -151,7 +168,7 @@ from fa2lab.versions import load, load_shared
 
 V6 = load("v6_longest_first")          # the fallback path, v6's module as committed
 backward_kernels = load_shared("flash_backward_triton")
-GLUON = load_shared("gluon_forward_hopper")   # the opt-in non-causal path (FlashAttentionTriton.GLUON)
+GLUON = load_shared("gluon_forward_hopper")   # the non-causal path (FlashAttentionTriton.GLUON, on by default)
 
 PATHS = ("tma", "v6", "gluon")
 LAST_PATH = None                       # the path the last forward call took: "tma", "v6" or "gluon"
