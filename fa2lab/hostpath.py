@@ -114,7 +114,6 @@ class DirectLauncher:
             return kernel.__dict__["_fa2_direct"]
         except KeyError:
             pass
-        direct = None
         try:
             direct = DirectLauncher(kernel)
         except Exception:  # noqa: BLE001 - another Triton's launcher: its own path still works

@@ -146,7 +146,7 @@ def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypa
     Op0, Lp0 = torch.empty(2 * 192, D), torch.empty(2 * 192)
     args = (*descs, O0, L0, 64, 100, N, N, 0.18, 1, 2, 5, Op0, Lp0)   # strides, sizes, scale, FULL, SPLITS, items
     launch = G.GluonLaunch(FakeKernel("main"), (5,), args, (False, 4), (Op0, Lp0, 1, 2),
-                           (FakeKernel("combine"), (1, 6), (2, 192, 32, D)))
+                           (FakeKernel("combine"), (1, 6), (2, 192, 32, D)), "ws3x64x128/4s/preg/split")
     seen = []
     for _ in range(2):
         Q, K, V = (torch.randn(B, N, D) for _ in range(3))

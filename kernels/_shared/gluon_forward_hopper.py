@@ -827,7 +827,7 @@ def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, 
     if not cfg.consumers:
         return O, L, None
     constexprs = tuple(flags[n] for n in kernel.arg_names if n in flags)   # in signature order
-    return O, L, GluonLaunch(compiled, grid, args, constexprs, tail, combined)
+    return O, L, GluonLaunch(compiled, grid, args, constexprs, tail, combined, cfg.label)
 
 
 def combine_tail(Op: torch.Tensor, Lp: torch.Tensor, full: int, splits: int, O: torch.Tensor, L: torch.Tensor,
@@ -851,8 +851,9 @@ class GluonLaunch(KeptL):
     serves as the base of its flattened view), and allocate O, L and the split tail's workspace. The
     normal path costs 60 to 300 us of host time per call (experiment gluon: do_bench against graph replay)."""
 
-    def __init__(self, compiled, grid, args, constexprs: tuple, tail, combined):
+    def __init__(self, compiled, grid, args, constexprs: tuple, tail, combined, label: str):
         self.kernel, self.grid, self.constexprs = compiled, (*grid, *([1] * (3 - len(grid)))), constexprs
+        self.label = label                          # the GluonConfig it runs
         self.descs = list(args[:3])
         self.o_shape, self.l_shape = args[3].shape, args[4].shape
         self.scalars = tuple(args[5:13])            # O's row and L's head strides, sizes, scale, FULL, SPLITS, items

@@ -650,8 +650,8 @@ def _checked_launch(Q, K, V, mode):
     Q, K, V = (unit_stride(t) for t in (Q, K, V))
     why_not_gluon = gluon_applies(Q, K, V, is_causal, window, force)
     if why_not_gluon is None:   # each candidate timed once per input signature; the fastest is kept
-        O, L, launch, timed = GLUON.best_launch(Q, K, V, is_causal)
-        marked = _MarkedLaunch(launch, "gluon", min(timed, key=timed.get))
+        O, L, launch, _ = GLUON.best_launch(Q, K, V, is_causal)
+        marked = _MarkedLaunch(launch, "gluon", launch.label)
         LAST_PATH, LAST_CONFIG = "gluon", marked.label
         return O, L, marked
     if force == "gluon":
