@@ -287,7 +287,7 @@ def report(c, out="RESULTS.md"):
         raise Exit("report failed", code=1)
 
 
-@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid, bwd-modes or gluon",
+@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid, bwd-modes, gluon or coldstart",
             "N": "comma-separated sequence lengths",
             "rounds": "interleaved timing rounds",
             "causal": "0, 1 or 2 (both); default: the experiment's own",
@@ -297,7 +297,8 @@ def experiment(c, name, N="", rounds=5, causal="", only=""):
     other-shapes (v7 against v6 and SDPA where neither was tuned), exp2-poly (v7 with part of the
     softmax's exp2 on the FMA pipe instead of the MUFU), grid (v7's persistent grid against one program
     per tile), bwd-modes (the backward's separate and fused dQ modes: GPU, host and do_bench times),
-    gluon (the Gluon forward's configurations, checked against float64 and timed beside v7 and SDPA).
+    gluon (the Gluon forward's configurations, checked against float64 and timed beside v7 and SDPA),
+    coldstart (what do_bench's cache flush costs v7 and SDPA: cold inputs or cold kernel code).
 
     Rows go to results/<gpu>/experiments/<name>.csv."""
     _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")

@@ -8,6 +8,7 @@
     python experiments/run.py grid           # v7's persistent grid (1 or 2 programs per SM) against one program per tile
     python experiments/run.py bwd-modes      # the backward's dQ modes: GPU time (graph replay), host time, do_bench
     python experiments/run.py gluon          # the Gluon forward's configurations against v7's tl path and SDPA
+    python experiments/run.py coldstart      # what do_bench's flush costs each kernel: cold data or cold code
 
 Each appends rows with provenance to results/<gpu>/experiments/<name>.csv (grid and bwd-modes after
 every shape, so an interrupted run keeps what it measured). GPU only.
@@ -231,7 +232,7 @@ def other_shapes(args, save):
                      "v7_hopper": lambda: v7.FlashAttentionTriton.apply(q, k, v, causal),
                      "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)}
             errs = {name: (calls[name]().float() - ref).abs().max().item() for name in ("v6_longest_first", "v7_hopper")}
-            path = v7.last_path()
+            path, config = v7.last_path(), v7.last_config()
             timed = _interleaved(calls, args.rounds)
             flop = shapes.flops(B, H, N, D, causal)
             for name, t in timed.items():
@@ -239,7 +240,7 @@ def other_shapes(args, save):
                              "ms_min": t[1], "ms_max": t[2], "tflops": shapes.tflops(flop, t[0]),
                              "pct_of_sdpa": 100.0 * timed["sdpa"][0] / t[0],
                              "v7_over_v6": timed["v6_longest_first"][0] / timed["v7_hopper"][0],
-                             "v7_path": path, "max_abs_err_vs_sdpa": errs.get(name, float("nan")),
+                             "v7_path": path, "v7_config": config, "max_abs_err_vs_sdpa": errs.get(name, float("nan")),
                              "rounds": args.rounds})
             print(f"B={B} H={H} N={N} D={D} causal={int(causal)}: " + ", ".join(
                 f"{n} {t[0]:.3f} ms" for n, t in timed.items())
@@ -482,21 +483,95 @@ def gluon(args, save):
                 for n, t in timed.items()), flush=True)
 
 
+COLDSTART_PROTOCOLS = {
+    "spin": "a spin kernel only (nothing evicted): the warm time, host queued ahead",
+    "flush": "do_bench's 256 MB flush: inputs and kernel code cold in L2",
+    "flush_data": "the flush, then the inputs read (Q, K, V summed): the data warm, the code cold",
+    "flush_code": "the flush, then the same call on other inputs of the same shape: the code warm, the data cold",
+}
+
+
+def coldstart(args, save):
+    """Why a kernel loses more than another to do_bench's flush (issue 6: v7 non-causal at N = 1024 and
+    2048 is ahead of cuDNN by graph replay and behind it by do_bench). Each call is timed alone between
+    two events after one of COLDSTART_PROTOCOLS; the calls and protocols interleaved round by round,
+    per round the median of --reps calls, and the rounds' median with their min and max."""
+    import torch
+    import torch.nn.functional as F
+
+    from fa2lab.gpu import facts
+    from fa2lab.timing import flush_buffer, prepared_times
+    from fa2lab.versions import load
+
+    FA = load("v7_hopper").FlashAttentionTriton
+    B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
+    cache = flush_buffer()
+    for causal in _masks(args):
+        for N in args.Ns:
+            q, k, v = _inputs(N)
+            q2, k2, v2 = _inputs(N, seed=1)
+            as4 = (lambda *ts: [t.view(B, H, N, D) for t in ts])
+
+            def calls_on(q, k, v):
+                q4, k4, v4 = as4(q, k, v)
+                return {"v7": lambda: FA.apply(q, k, v, causal),
+                        "v7_tl": lambda: forced(FA, "tma", lambda: FA.apply(q, k, v, causal)),
+                        "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)}
+
+            calls, others = calls_on(q, k, v), calls_on(q2, k2, v2)
+            spin = int(30 * facts(torch.cuda.current_device()).sm_clock_mhz)   # about 30 us of SM cycles
+
+            def prepare(name, protocol):
+                def run():
+                    if protocol == "spin":
+                        torch.cuda._sleep(spin)
+                        return
+                    cache.zero_()
+                    if protocol == "flush_data":
+                        for t in (q, k, v):
+                            t.sum(dtype=torch.float32)
+                    elif protocol == "flush_code":
+                        others[name]()
+                return run
+
+            times = {(n, p): [] for n in calls for p in COLDSTART_PROTOCOLS}
+            for _ in range(args.rounds):
+                for (n, p), ts in times.items():
+                    ts.append(statistics.median(prepared_times(calls[n], prepare(n, p), args.reps)))
+            paths = {}
+            for n in ("v7", "v7_tl"):   # the path and configuration each v7 call ran
+                calls[n]()
+                paths[n] = f"{load('v7_hopper').last_path()}:{load('v7_hopper').last_config()}"
+            rows = []
+            for (n, p), ts in times.items():
+                med, lo, hi = _spread(ts)
+                rows.append({"variant": n, "N": N, "causal": int(causal), "protocol": p, "ms": med, "ms_min": lo,
+                             "ms_max": hi, "rounds": args.rounds, "reps": args.reps, "path": paths.get(n, "")})
+            save("coldstart", rows)
+            for n in calls:
+                warm = _spread(times[(n, "spin")])[0]
+                print(f"N={N} causal={int(causal)} {n:6s} " + ", ".join(
+                    f"{p} {_spread(times[(n, p)])[0] * 1e3:.1f} us (+{(_spread(times[(n, p)])[0] - warm) * 1e3:.1f})"
+                    for p in COLDSTART_PROTOCOLS), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=("pcast", "launch-order", "timing", "other-shapes", "exp2-poly", "grid", "bwd-modes",
-                                     "gluon"))
+                                     "gluon", "coldstart"))
     ap.add_argument("--N", dest="Ns", type=int, nargs="*", default=None, help="sequence lengths")
     ap.add_argument("--causal", type=int, choices=(0, 1, 2), default=None, help="0, 1, or 2 for both")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--seeds", type=int, default=3, help="pcast: inputs for the error")
     ap.add_argument("--configs", type=int, default=3,
                     help="launch-order, exp2-poly: how many of v6's / v7's candidates")
+    ap.add_argument("--reps", type=int, default=50, help="coldstart: calls per protocol and round")
     ap.add_argument("--only", nargs="*", default=None, help="gluon: configuration labels to run (default: all)")
     args = ap.parse_args(argv)
     defaults = {"pcast": ([4096], 0), "launch-order": ([2048, 4096], 1), "timing": ([512, 1024], 2),
                 "other-shapes": ([0], 2), "exp2-poly": ([2048, 4096], 2), "grid": ([1024, 2048, 4096], 2),
-                "bwd-modes": (list(shapes.SEQ_LENS), 2), "gluon": ([1024, 2048, 4096], 2)}[args.name]
+                "bwd-modes": (list(shapes.SEQ_LENS), 2), "gluon": ([1024, 2048, 4096], 2),
+                "coldstart": (list(shapes.SEQ_LENS), 0)}[args.name]
     args.Ns = args.Ns or defaults[0]
     args.causal = defaults[1] if args.causal is None else args.causal
     args.N = args.Ns[0]
@@ -516,7 +591,8 @@ def main(argv=None) -> int:
         print(f"wrote {len(rows)} rows to {path}")
 
     {"pcast": pcast, "launch-order": launch_order, "timing": timing, "other-shapes": other_shapes,
-     "exp2-poly": exp2_poly, "grid": grid, "bwd-modes": bwd_modes, "gluon": gluon}[args.name](args, save)
+     "exp2-poly": exp2_poly, "grid": grid, "bwd-modes": bwd_modes, "gluon": gluon,
+     "coldstart": coldstart}[args.name](args, save)
     return 0
 
 

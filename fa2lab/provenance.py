@@ -57,6 +57,14 @@ def driver_version() -> str:
         return "unknown"
 
 
+SWITCH_PREFIX = "FA2_V7_"   # environment variables that change what a version runs (FA2_V7_GLUON, FA2_V7_RACE_TL)
+
+
+def kernel_switches() -> str:
+    """The kernel-changing environment variables set in this process, as "NAME=value" joined by spaces."""
+    return " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(SWITCH_PREFIX))
+
+
 @functools.lru_cache(maxsize=None)
 def environment() -> dict:
     """The provenance columns every results row carries."""
@@ -73,6 +81,9 @@ def environment() -> dict:
         "python": platform.python_version(),
         "git_commit": git_commit(),
     }
+    switches = kernel_switches()
+    if switches:   # only when set, so rows from runs without any keep their columns
+        env["switches"] = switches
     if torch.cuda.is_available():
         from .gpu import facts
 

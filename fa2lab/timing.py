@@ -106,6 +106,36 @@ def queued_times(fn, repeats: int, rounds: int) -> list[float]:
     return times
 
 
+FLUSH_BYTES = 256 * 1024 * 1024   # triton.testing.do_bench's cache flush (its 256 MB buffer, zeroed before each call)
+
+
+def flush_buffer():
+    """A buffer of FLUSH_BYTES to zero before a call, as do_bench does: L2 then holds its dirty lines."""
+    import torch
+
+    return torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+
+
+def prepared_times(fn, prepare, reps: int = 50) -> list[float]:
+    """Per-call ms of fn, each call timed alone by two CUDA events with prepare() enqueued before the
+    first: do_bench's protocol with its flush replaced by prepare (a flush, a flush and then a read of
+    the inputs, ...). prepare should keep the GPU busy for longer than the host needs to launch fn,
+    so that fn's time is the GPU's."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        prepare()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
 def host_us_per_call(fn, calls: int = 200) -> float:
     """Wall time per call on the host with the GPU queue never drained (launch cost)."""
     import torch

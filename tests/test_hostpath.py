@@ -257,6 +257,23 @@ def test_queued_ms_times_the_gpu_when_the_host_is_slower():
     assert 0.025 < queued_ms(slow_host_call, repeats=10) < 0.15
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times a GPU")
+def test_prepared_times_time_the_call_alone_behind_its_preparation():
+    """prepared_times (experiment coldstart): a 200 us spin as the preparation, then a call that costs the
+    host 100 us and the GPU about 50: each time is the call's GPU time, not the preparation's nor the host's."""
+    from fa2lab.gpu import facts
+    from fa2lab.timing import prepared_times
+
+    per_us = facts(torch.cuda.current_device()).sm_clock_mhz
+
+    def call():
+        time.sleep(100e-6)
+        torch.cuda._sleep(int(50 * per_us))
+
+    times = prepared_times(call, lambda: torch.cuda._sleep(int(200 * per_us)), reps=10)
+    assert len(times) == 10 and 0.025 < sorted(times)[5] < 0.15
+
+
 def _fake_kernel(launch, **run_fields):
     from types import SimpleNamespace
 

@@ -217,6 +217,62 @@ def test_gluon_path_is_on_unless_the_environment_turns_it_off():
         assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == expected, (value, p.stderr[-2000:])
 
 
+def test_the_race_keeps_the_launch_that_times_fastest_and_returns_its_output(monkeypatch):
+    """_faster_of (FlashAttentionTriton.RACE_TL): whichever launch queued_ms times fastest is kept, and the
+    output returned is that launch's own (a fresh call, which also records its path); a path that made
+    no launch (None) never wins."""
+    import fa2lab.timing
+
+    calls = []
+
+    def launch_of(name):
+        def launch(Q, K, V, need_l=True):
+            calls.append(name)
+            return torch.full((1,), float(len(name))), torch.zeros(1)
+        launch.name = name
+        return launch
+
+    slow, fast = launch_of("slow"), launch_of("fastest")
+    ms = {"slow": 2.0, "fastest": 1.0}
+
+    def queued_ms(fn, *args, **kw):
+        before = len(calls)
+        fn()
+        return ms[calls[before]]
+
+    monkeypatch.setattr(fa2lab.timing, "queued_ms", queued_ms)
+    x = torch.zeros(1)
+    for order in ((slow, fast), (fast, slow)):
+        calls.clear()
+        O, L, launch = v7._faster_of(x, x, x, *((None, None, f) for f in order))
+        assert launch is fast and O.item() == len("fastest") and calls[-1] == "fastest"
+    O, L, launch = v7._faster_of(x, x, x, (None, None, slow), (x, x, None))
+    assert launch is slow and calls[-1] == "slow"
+
+
+def test_the_race_is_off_unless_the_environment_turns_it_on_and_runs_record_it():
+    probe = ("from fa2lab import versions; from fa2lab.provenance import environment; "
+             "print(versions.load('v7_hopper').FlashAttentionTriton.RACE_TL, environment().get('switches', ''))")
+    for value, expected in ((None, "False"), ("0", "False FA2_V7_RACE_TL=0"), ("1", "True FA2_V7_RACE_TL=1")):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FA2_V7_")}
+        if value is not None:
+            env["FA2_V7_RACE_TL"] = value
+        p = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == expected, (value, p.stderr[-2000:])
+
+
+@pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")
+def test_the_race_runs_the_path_that_won_and_matches_float64(monkeypatch):
+    monkeypatch.setattr(FA, "RACE_TL", True)
+    Q, K, V = inputs(4, 777, 777, 64, seed=7)
+    O = FA.apply(Q, K, V, False)
+    assert v7.LAST_PATH in ("gluon", "tma")
+    assert relative_error(O.cpu(), attention(Q.cpu(), K.cpu(), V.cpu(), False)[0]) < TOL[torch.bfloat16]
+    first = v7.LAST_PATH
+    assert torch.equal(FA.apply(Q, K, V, False), O) and v7.LAST_PATH == first   # the lean repeat keeps it
+
+
 @pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")
 @pytest.mark.parametrize("B,n_q,n_k", [(3, 1000, 1000), (2, 333, 777), (2, 777, 333), (32, 1000, 1000)])
 def test_gluon_path_matches_float64_and_repeats_itself(B, n_q, n_k, monkeypatch):

@@ -641,11 +641,24 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     return why
 
 
+def _faster_of(Q, K, V, *made):
+    """Of launches made on these inputs ((O, L, launch) each), the one whose repeat fa2lab.timing.queued_ms
+    times fastest, with its O and L (FlashAttentionTriton.RACE_TL: the Gluon path's winner against the
+    tl path's autotuned launch, where neither wins at every shape: experiment other-shapes)."""
+    from fa2lab.timing import queued_ms
+
+    ms = [queued_ms(lambda launch=launch: launch(Q, K, V)) if launch is not None else math.inf
+          for _, _, launch in made]
+    O, L, launch = made[ms.index(min(ms))]
+    O, L = launch(Q, K, V)   # records the path and configuration that won
+    return O, L, launch
+
+
 def _checked_launch(Q, K, V, mode):
     """The normal path: check, choose the path, allocate, autotune (first time per key), launch.
     Returns O, L and the launch that repeats it (see fa2lab.hostpath)."""
     global LAST_PATH, LAST_CONFIG
-    is_causal, window, grid_mode, force, _ = mode
+    is_causal, window, grid_mode, force, _, race_tl = mode
     validate_qkv(Q, K, V)
     Q, K, V = (unit_stride(t) for t in (Q, K, V))
     why_not_gluon = gluon_applies(Q, K, V, is_causal, window, force)
@@ -653,6 +666,8 @@ def _checked_launch(Q, K, V, mode):
         O, L, launch, _ = GLUON.best_launch(Q, K, V, is_causal)
         marked = _MarkedLaunch(launch, "gluon", launch.label)
         LAST_PATH, LAST_CONFIG = "gluon", marked.label
+        if race_tl and force is None and select_path(Q, K, V, None) == "tma":
+            return _faster_of(Q, K, V, (O, L, marked), _tma_launch(Q, K, V, is_causal, window, grid_mode))
         return O, L, marked
     if force == "gluon":
         raise ValueError(f"FORCE_PATH='gluon' cannot run these inputs: {why_not_gluon}")
@@ -672,6 +687,9 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     # The Gluon path for non-causal inputs (kernels/_shared/gluon_forward_hopper.py, V7_CANDIDATES), on
     # where it applies; FA2_V7_GLUON=0 turns it off for a process (the tl path's numbers before it).
     GLUON = os.environ.get("FA2_V7_GLUON", "1") != "0"
+    # Where the Gluon path applies, also autotune the tl path and keep whichever launch is faster
+    # (_faster_of); FA2_V7_RACE_TL=1 turns it on for a process.
+    RACE_TL = os.environ.get("FA2_V7_RACE_TL", "0") == "1"
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
@@ -686,7 +704,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
         if FlashAttentionTriton.GRID not in GRIDS:
             raise ValueError(f"GRID must be one of {', '.join(GRIDS)}")
         mode = (bool(is_causal), window, FlashAttentionTriton.GRID, FlashAttentionTriton.FORCE_PATH,
-                FlashAttentionTriton.GLUON)
+                FlashAttentionTriton.GLUON, FlashAttentionTriton.RACE_TL)
         O, L = FlashAttentionTriton.launches(Q, K, V, mode, _checked_launch, ctx)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = bool(is_causal)
