@@ -495,7 +495,10 @@ def coldstart(args, save):
     """Why a kernel loses more than another to do_bench's flush (issue 6: v7 non-causal at N = 1024 and
     2048 is ahead of cuDNN by graph replay and behind it by do_bench). Each call is timed alone between
     two events after one of COLDSTART_PROTOCOLS; the calls and protocols interleaved round by round,
-    per round the median of --reps calls, and the rounds' median with their min and max."""
+    per round the median of --reps calls, and the rounds' median with their min and max (rows with
+    timer = "events"). Then the kernels' own GPU durations from torch.profiler, after the spin, after
+    the flush and under graph replay (timer = "kernel"): what is left of a gap once launch latency and
+    the events are taken out."""
     import torch
     import torch.nn.functional as F
 
@@ -546,13 +549,48 @@ def coldstart(args, save):
             for (n, p), ts in times.items():
                 med, lo, hi = _spread(ts)
                 rows.append({"variant": n, "N": N, "causal": int(causal), "protocol": p, "ms": med, "ms_min": lo,
-                             "ms_max": hi, "rounds": args.rounds, "reps": args.reps, "path": paths.get(n, "")})
+                             "ms_max": hi, "rounds": args.rounds, "reps": args.reps, "path": paths.get(n, ""),
+                             "timer": "events"})
+            for n in calls:   # the kernels' own GPU durations (no events, no launch latency), and under graph replay
+                for p, ms in _kernel_ms(calls[n], {p: prepare(n, p) for p in ("spin", "flush")}, args.reps).items():
+                    rows.append({"variant": n, "N": N, "causal": int(causal), "protocol": p, "ms": ms,
+                                 "rounds": 1, "reps": args.reps, "path": paths.get(n, ""), "timer": "kernel"})
             save("coldstart", rows)
             for n in calls:
                 warm = _spread(times[(n, "spin")])[0]
+                kernel = {r["protocol"]: r["ms"] for r in rows if r["variant"] == n and r["timer"] == "kernel"}
                 print(f"N={N} causal={int(causal)} {n:6s} " + ", ".join(
                     f"{p} {_spread(times[(n, p)])[0] * 1e3:.1f} us (+{(_spread(times[(n, p)])[0] - warm) * 1e3:.1f})"
-                    for p in COLDSTART_PROTOCOLS), flush=True)
+                    for p in COLDSTART_PROTOCOLS) + "; kernels alone: " + ", ".join(
+                    f"{p} {ms * 1e3:.1f} us" for p, ms in kernel.items()), flush=True)
+
+
+def _kernel_ms(fn, prepares: dict, reps: int) -> dict:
+    """Per call of fn, the sum over the kernels it launches of their median GPU duration (torch.profiler's
+    CUDA activity), after each of `prepares` and under CUDA-graph replay ("graph", back to back); a
+    protocol the profiler cannot record is left out, with the reason printed."""
+    import statistics
+
+    import torch
+
+    from fa2lab.timing import kernel_durations, kernel_names
+
+    names = kernel_names(fn)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    enqueues = {p: (lambda prep=prep: (prep(), fn())) for p, prep in prepares.items()}
+    enqueues["graph"] = graph.replay
+    out = {}
+    for p, enqueue in enqueues.items():
+        try:
+            durations = kernel_durations(enqueue, 1 if p == "graph" else reps)
+        except Exception as e:  # noqa: BLE001 - a profiler that cannot record loses this column, not the run
+            print(f"kernel durations ({p}) not recorded: {type(e).__name__}: {e}")
+            continue
+        out[p] = sum(statistics.median(durations[k]) for k in names if k in durations)
+    return out
 
 
 def main(argv=None) -> int:

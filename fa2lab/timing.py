@@ -136,6 +136,30 @@ def prepared_times(fn, prepare, reps: int = 50) -> list[float]:
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
+def kernel_names(fn) -> set[str]:
+    """The names of the GPU kernels one call of fn launches (torch.profiler's CUDA activity)."""
+    return set(kernel_durations(fn, 1))
+
+
+def kernel_durations(enqueue, reps: int) -> dict[str, list[float]]:
+    """GPU kernel durations in ms, by kernel name, of `reps` calls of enqueue (each may launch several
+    kernels, or replay a CUDA graph), from torch.profiler's CUDA activity records: the kernels' own start
+    and end on the GPU, without the events, launch latency or gaps that per-call timing includes."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            enqueue()
+        torch.cuda.synchronize()
+    out: dict[str, list[float]] = {}
+    for e in prof.profiler.kineto_results.events():
+        if e.device_type() == torch.autograd.DeviceType.CUDA and e.activity_type() == "kernel":
+            out.setdefault(e.name(), []).append(e.duration_ns() / 1e6)
+    return out
+
+
 def host_us_per_call(fn, calls: int = 200) -> float:
     """Wall time per call on the host with the GPU queue never drained (launch cost)."""
     import torch

@@ -274,6 +274,25 @@ def test_prepared_times_time_the_call_alone_behind_its_preparation():
     assert len(times) == 10 and 0.025 < sorted(times)[5] < 0.15
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times a GPU")
+def test_kernel_durations_are_the_kernels_own_gpu_time():
+    """kernel_durations (experiment coldstart): three calls of a 50 us spin behind a 200 us host sleep give
+    three records of about 50 us each under the spin kernel's name; the host's time is not in them."""
+    from fa2lab.gpu import facts
+    from fa2lab.timing import kernel_durations, kernel_names
+
+    per_us = facts(torch.cuda.current_device()).sm_clock_mhz
+
+    def call():
+        time.sleep(200e-6)
+        torch.cuda._sleep(int(50 * per_us))
+
+    (name,) = kernel_names(call)
+    durations = kernel_durations(call, 3)
+    assert list(durations) == [name] and len(durations[name]) == 3
+    assert all(0.03 < ms < 0.15 for ms in durations[name])
+
+
 def _fake_kernel(launch, **run_fields):
     from types import SimpleNamespace
 

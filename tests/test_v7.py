@@ -250,10 +250,10 @@ def test_the_race_keeps_the_launch_that_times_fastest_and_returns_its_output(mon
     assert launch is slow and calls[-1] == "slow"
 
 
-def test_the_race_is_off_unless_the_environment_turns_it_on_and_runs_record_it():
+def test_the_race_is_on_unless_the_environment_turns_it_off_and_runs_record_it():
     probe = ("from fa2lab import versions; from fa2lab.provenance import environment; "
              "print(versions.load('v7_hopper').FlashAttentionTriton.RACE_TL, environment().get('switches', ''))")
-    for value, expected in ((None, "False"), ("0", "False FA2_V7_RACE_TL=0"), ("1", "True FA2_V7_RACE_TL=1")):
+    for value, expected in ((None, "True"), ("0", "False FA2_V7_RACE_TL=0"), ("1", "True FA2_V7_RACE_TL=1")):
         env = {k: v for k, v in os.environ.items() if not k.startswith("FA2_V7_")}
         if value is not None:
             env["FA2_V7_RACE_TL"] = value
