@@ -557,7 +557,8 @@ def coldstart(args, save):
                 for p, ms in _kernel_ms(calls[n], {p: prepare(n, p) for p in ("spin", "flush")}, args.reps).items():
                     kernel_rows.append({"variant": n, "N": N, "causal": int(causal), "protocol": p, "ms": ms,
                                         "rounds": 1, "reps": args.reps, "path": paths.get(n, ""), "timer": "kernel"})
-            save("coldstart", kernel_rows) if kernel_rows else None
+            if kernel_rows:
+                save("coldstart", kernel_rows)
             rows += kernel_rows
             for n in calls:
                 warm = _spread(times[(n, "spin")])[0]
