@@ -108,6 +108,7 @@ class GluonConfig:
     split_tail: int = 0     # warp-specialized, non-causal: the last wave's tiles split along the keys (split_plan):
                             # 1 (True) the least modelled time, n >= 2 at least n parts per SM
     persistent: bool = False  # warp-specialized: one program per SM looping over the work items, Q double-buffered
+    direct_store: bool = False  # warp-specialized: O stored from the wgmma registers, no shared-memory reshuffle
 
     def __post_init__(self):
         if self.consumers:
@@ -116,9 +117,10 @@ class GluonConfig:
                                  f"each: {self}")
             if not self.overlap:
                 raise ValueError("the warp-specialized form always overlaps")
-        elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.p_buffers != 2:
-            raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent and one P buffer need the warp-specialized "
-                             f"form (consumers = 2 or 3): {self}")
+        elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
+                or self.p_buffers != 2:
+            raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store and one P buffer need the "
+                             f"warp-specialized form (consumers = 2 or 3): {self}")
         if self.p_buffers not in (1, 2):
             raise ValueError(f"p_buffers is 1 or 2: {self}")
 
@@ -129,7 +131,8 @@ class GluonConfig:
         if self.consumers:
             split = f"/split{int(self.split_tail) if self.split_tail > 1 else ''}" if self.split_tail else ""
             return f"ws{self.consumers}x64x{self.block_n}/{tail}{'/pp' if self.pingpong else ''}" \
-                   f"{'/pin' if self.pin_ex2 else ''}{split}{'/persist' if self.persistent else ''}"
+                   f"{'/pin' if self.pin_ex2 else ''}{split}{'/persist' if self.persistent else ''}" \
+                   f"{'/ds' if self.direct_store else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -151,7 +154,7 @@ class GluonConfig:
         if self.p_smem:
             b += self.p_buffers * self.block_m * self.block_n * elem
         if self.consumers:
-            b += self.block_m * D * elem
+            b += 0 if self.direct_store else self.block_m * D * elem   # the epilogue's layout conversion
             b += self.block_m * 4 if self.pin_ex2 else 0   # _pin's row sums
         turns = (self.consumers if self.pingpong else 1) if self.consumers else 0   # ping-pong's mbarriers
         q_bars = 2 * self.q_buffers if self.consumers else 1                         # Q ready (and empty)
@@ -219,6 +222,14 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
     GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True),
+    # session 17: at N = 1024 and 2048 v7's kernel alone (torch.profiler) ran 0.3-0.6 us behind cuDNN's after a
+    # spin, after the flush and in graph replay (experiment coldstart, 6a04e3d); ncu there showed more barrier
+    # and MIO-throttle stalls than cuDNN's. The epilogue's layout conversion is a shared-memory round trip
+    # behind a barrier, per consumer and work item: store O from the wgmma registers instead.
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, direct_store=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, direct_store=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
+                direct_store=True),
 )
 
 
@@ -283,14 +294,18 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head,
-                    row_o: gl.constexpr, WARPS: gl.constexpr):
-        """Epilogue: O = acc / l through a coalescing layout, L = ln(2) (m + log2 l); rows past
-        N_QUERIES (the next head's) are not stored."""
+                    row_o: gl.constexpr, WARPS: gl.constexpr, DIRECT: gl.constexpr = False):
+        """Epilogue: O = acc / l through a coalescing layout (DIRECT: straight from the wgmma registers,
+        two columns per thread and store, without the shared-memory round trip and its barrier), L = ln(2)
+        (m + log2 l); rows past N_QUERIES (the next head's) are not stored."""
         ROWS: gl.constexpr = acc.shape[0]
         D: gl.constexpr = acc.shape[1]
         o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
-        out_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 * 8 // D, D // 8],
-                                                    warps_per_cta=[WARPS, 1], order=[1, 0])
+        if DIRECT:
+            out_layout: gl.constexpr = row_o.parent
+        else:
+            out_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 * 8 // D, D // 8],
+                                                        warps_per_cta=[WARPS, 1], order=[1, 0])
         o = gl.convert_layout(o.to(O_ptr.dtype.element_ty), out_layout)
         rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, out_layout))
         cols = gl.arange(0, D, layout=gl.SliceLayout(0, out_layout))
@@ -568,7 +583,8 @@ if HAVE_GLUON:
         normalised O (fp32) and log2-sum-exp into the workspace. The Q buffer is released once the
         item's products are done."""
         q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty, turn = mem
-        O_ptr, L_ptr, Op_ptr, Lp_ptr = out
+        O_ptr, L_ptr, Op_ptr, Lp_ptr, store_mode = out
+        DIRECT: gl.constexpr = store_mode.shape[0] > 1   # direct_store (a shape: worker arguments arrive as values)
         qk_scale, stride_o_row, stride_l_head = sizes
         N_QUERIES = work[0]
         N_KEYS = work[1]
@@ -601,7 +617,7 @@ if HAVE_GLUON:
                 gl.store(Lp_ptr + rows, gl.convert_layout(m_i + gl.log2(l_i), row_o))
             else:
                 _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head,
-                            row_o, 4)
+                            row_o, 4, DIRECT)
             g += n_tiles
             it += 1
 
@@ -621,6 +637,7 @@ if HAVE_GLUON:
         # (2 for a persistent grid: the next item's queries load while this one's finish)
         CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
         P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
+        DIRECT_STORE: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -660,7 +677,10 @@ if HAVE_GLUON:
         work = (N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
         loader_args = ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem), (q_bar, q_empty, ready, empty), work)
         mem = (q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty, turn)
-        out = (O_ptr, L_ptr, Op_ptr, Lp_ptr)
+        # direct_store reaches the consumers as this (never used) buffer's length, as PINGPONG does as turn's
+        store_mode = gl.allocate_shared_memory(gl.int32, [2 if DIRECT_STORE else 1, 1],
+                                               gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        out = (O_ptr, L_ptr, Op_ptr, Lp_ptr, store_mode)
         sizes = (qk_scale, stride_o_row, stride_l_head)
         if CONSUMERS == 2:
             gl.warp_specialize([(_ws_consumer, (mem, out, 0, work, sizes)), (_ws_consumer, (mem, out, 1, work, sizes)),
@@ -794,7 +814,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
         return (flash_fwd_gluon, (tiles, BH), args, cfg.num_warps, dict(flags, P_SMEM=cfg.p_smem, OVERLAP=cfg.overlap),
                 None)
     flags.update(CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers, PINGPONG=cfg.pingpong,
-                 PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, Q_BUFFERS=cfg.q_buffers)
+                 PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, Q_BUFFERS=cfg.q_buffers,
+                 DIRECT_STORE=cfg.direct_store)
     full, splits = tiles * BH, 1
     if cfg.split_tail and not is_causal:
         full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
