@@ -847,7 +847,8 @@ EXPERIMENT_KEYS = {"pcast": ("p_cast", "N", "causal"), "launch_order": ("order",
 EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke experiment launch-order",
                    "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes",
                    "exp2_poly": "invoke experiment exp2-poly", "grid": "invoke experiment grid",
-                   "bwd_modes": "invoke experiment bwd-modes", "gluon": "invoke experiment gluon"}
+                   "bwd_modes": "invoke experiment bwd-modes", "gluon": "invoke experiment gluon",
+                   "coldstart": "invoke experiment coldstart"}
 EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks")   # not numbers
 
 
@@ -923,7 +924,7 @@ def section_experiments(gpu, root) -> str:
                            "SDPA do_bench", *(["SDPA no flush"] if nf else []), "SDPA graph", "SDPA host/call",
                            "% of SDPA (do_bench)", "% of SDPA (graph)", "SM MHz median"], rows)]
     return "\n".join(text + ["", section_exp2_poly(gpu, root), "", section_grid(gpu, root), "",
-                             section_gluon(gpu, root)])
+                             section_gluon(gpu, root), "", section_coldstart(gpu, root)])
 
 
 def section_exp2_poly(gpu, root) -> str:
@@ -1033,6 +1034,56 @@ def section_gluon(gpu, root) -> str:
         "ping-pong between the consumers, pin = a store of l ahead of the P V wait, split = the last wave's "
         "tiles split along the keys (split2, split3: at least 2, 3 parts per SM).", "",
         md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline)])
+
+
+COLDSTART_COLUMNS = ("variant", "N", "causal", "protocol", "ms")
+
+
+def section_coldstart(gpu, root) -> str:
+    """What do_bench's flush costs v7 and SDPA (experiments/run.py coldstart): each kernel's own GPU duration
+    (timer = kernel, the latest run) per protocol, then every run's per-call event times (rows before the
+    timer column are event times)."""
+    path = data.root(root) / gpu / "experiments" / "coldstart.csv"
+    df = optional(path, COLDSTART_COLUMNS)
+    if df is None:
+        return experiment_not_run("Cold start", "coldstart", path)
+    df = numeric(df, path, ("N", "causal", "ms", "ms_min", "ms_max"))
+    df["timer"] = df["timer"].fillna("events") if "timer" in df.columns else "events"
+    text = ["What do_bench's 256 MB flush costs each kernel, non-causal, in µs per call. "
+            "Protocols: spin (a spin kernel only, nothing evicted), flush (do_bench's), flush_data (the flush, "
+            "then Q, K, V read back into L2: code cold, data warm), flush_code (the flush, then the same call on "
+            f"other inputs: code warm, data cold), graph (CUDA-graph replay). Source: `{rel(path)}`."]
+    kernel = latest_rows(df[df.timer == "kernel"], ("variant", "N", "causal", "protocol"))
+    if len(kernel):
+        protocols = list(dict.fromkeys(kernel.protocol))
+        rows = []
+        for (N, causal), g in kernel.groupby(["N", "causal"], sort=True):
+            t = g.set_index(["variant", "protocol"]).ms * 1e3
+            for v in dict.fromkeys(g.variant):
+                rows.append([int(N), "yes" if causal else "no", v]
+                            + [fmt(t.get((v, p), float("nan")), ".2f") for p in protocols]
+                            + [fmt(t.get((v, p), float("nan")) - t.get((data.SDPA, p), float("nan")), "+.2f")
+                               if v != data.SDPA else "–" for p in protocols])
+        commits = ", ".join(dict.fromkeys(kernel.git_commit.astype(str))) if "git_commit" in kernel else "?"
+        text += ["", f"The kernels alone: the sum over a call's kernels of their median GPU duration "
+                 f"(torch.profiler), without events or launch latency (commit {commits}); the last columns are "
+                 "the difference from SDPA's kernel.", "",
+                 md_table(["N", "causal", "variant", *protocols, *(f"{p} − SDPA" for p in protocols)], rows)]
+    events = df[df.timer == "events"]
+    if len(events):
+        protocols = list(dict.fromkeys(events.protocol))
+        rows = []
+        for (commit, N, causal), g in events.groupby(["git_commit", "N", "causal"], sort=False):
+            g = g.set_index(["variant", "protocol"])
+            for v in dict.fromkeys(g.index.get_level_values(0)):
+                rows.append([commit, int(N), "yes" if causal else "no", v]
+                            + [span(g.ms[(v, p)] * 1e3, g.ms_min[(v, p)] * 1e3, g.ms_max[(v, p)] * 1e3, ".1f")
+                               if (v, p) in g.index else "–" for p in protocols])
+        text += ["", "Per call between two CUDA events, after each protocol's preparation (median of the rounds, "
+                 "min–max). These include the launch and the events, and the host wherever it fell behind the "
+                 "preparation (a spin time far above the kernel's own says so).", "",
+                 md_table(["run", "N", "causal", "variant", *protocols], rows)]
+    return "\n".join(text)
 
 
 def section_bwd_modes(gpu, root) -> str:

@@ -950,3 +950,25 @@ def test_every_reported_experiment_has_its_cli_and_refuses_without_a_gpu():
     for cli in ("grid", "bwd-modes"):
         p = subprocess.run([sys.executable, str(script), cli], capture_output=True, text=True, timeout=120)
         assert p.returncode == 2 and f"experiment {cli} needs a CUDA GPU" in p.stderr
+
+
+def test_coldstart_section_gives_each_kernels_own_time_and_the_difference_from_sdpa(tmp_path):
+    from fa2lab.results import append_rows
+
+    assert report.section_coldstart(GPU, tmp_path).startswith(f"Cold start: {report.NOT_YET}")
+    path = tmp_path / GPU / "experiments" / "coldstart.csv"
+    old = [{"variant": v, "N": 1024, "causal": 0, "protocol": p, "ms": ms, "ms_min": ms, "ms_max": ms + 0.001,
+            **PROV, "git_commit": "aaaaaaa", "date": "2026-11-30T00:00:00+00:00"}
+           for v, p, ms in (("v7", "spin", 0.0264), ("sdpa", "spin", 0.0262))]
+    append_rows(path, old)   # the first run had no timer column: event times
+    new = [{"variant": v, "N": 1024, "causal": 0, "protocol": p, "ms": ms, "timer": "kernel", **PROV,
+            "git_commit": "bbbbbbb", "date": "2026-11-30T01:00:00+00:00"}
+           for v, p, ms in (("v7", "spin", 0.02365), ("v7", "graph", 0.0231), ("sdpa", "spin", 0.02314),
+                            ("sdpa", "graph", 0.02269))]
+    append_rows(path, new)
+    text = report.section_coldstart(GPU, tmp_path)
+    assert "| N | causal | variant | spin | graph | spin − SDPA | graph − SDPA |" in text
+    assert "| 1024 | no | v7 | 23.65 | 23.10 | +0.51 | +0.41 |" in text
+    assert "| 1024 | no | sdpa | 23.14 | 22.69 | – | – |" in text
+    assert "(commit bbbbbbb)" in text
+    assert "| aaaaaaa | 1024 | no | v7 | 26.4 (26.4–27.4) |" in text

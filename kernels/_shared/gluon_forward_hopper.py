@@ -57,8 +57,12 @@ same rounds; RESULTS.md lists every configuration of every run):
 So, by graph replay, this kernel is ahead of cuDNN at every harness length without the causal mask.
 v7 takes it for non-causal inputs (FlashAttentionTriton.GLUON, on by default since session 16; FA2_V7_GLUON=0
 turns it off): the fastest of V7_CANDIDATES per input signature, timed with the host queued ahead
-(best_launch), repeated through GluonLaunch without Triton's front end. In the harness (commit 025f35e,
-5 runs) v7 is then at 105/98/99/110% of cuDNN non-causal at N = 512/1024/2048/4096 (v7's docstring).
+(best_launch), repeated through GluonLaunch without Triton's front end. In the harness (commit 51b0b16,
+5 runs) v7 is then at 100/99/99/108% of cuDNN non-causal at N = 512/1024/2048/4096 (v7's docstring).
+- direct_store (session 17, call 5, 6a92288): O stored straight from the wgmma registers, without the
+  epilogue's shared-memory layout conversion and its barrier, is slower in every form and length: the
+  persistent 128-row form 91.4% of cuDNN at N = 1024 and 94.3% at 2048 (do_bench, 5 rounds) where the
+  converting epilogue made 96.1% and 99.0% in the same rounds; its stores write half sectors.
 """
 
 from __future__ import annotations
@@ -225,7 +229,7 @@ EXPERIMENT_CONFIGS = (
     # session 17: at N = 1024 and 2048 v7's kernel alone (torch.profiler) ran 0.3-0.6 us behind cuDNN's after a
     # spin, after the flush and in graph replay (experiment coldstart, 6a04e3d); ncu there showed more barrier
     # and MIO-throttle stalls than cuDNN's. The epilogue's layout conversion is a shared-memory round trip
-    # behind a barrier, per consumer and work item: store O from the wgmma registers instead.
+    # behind a barrier, per consumer and work item: store O from the wgmma registers instead (slower: see above).
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, direct_store=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, direct_store=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
