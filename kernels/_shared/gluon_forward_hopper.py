@@ -63,6 +63,16 @@ turns it off): the fastest of V7_CANDIDATES per input signature, timed with the 
   epilogue's shared-memory layout conversion and its barrier, is slower in every form and length: the
   persistent 128-row form 91.4% of cuDNN at N = 1024 and 94.3% at 2048 (do_bench, 5 rounds) where the
   converting epilogue made 96.1% and 99.0% in the same rounds; its stores write half sectors.
+What is left at N = 1024 and 2048 (session 17): the kernel alone is 0.4-0.5 us longer than cuDNN's in every
+state (experiment coldstart: after a spin, after do_bench's flush, in graph replay), with the same grid
+(132 programs of 384 threads, 168 registers) and the same work per SM. Nsight Compute there
+(ncu/v7_hopper_N1024_noncausal.csv, N2048) puts `barrier` first among the stalls, 2.93 and 2.60 cycles per
+issued instruction against cuDNN's 1.02 and 0.83, and MIO throttle 0.29-0.31 against 0.04, while v7 issues 14-17%
+fewer instructions. Triton 3.6 puts a partition-wide bar.sync before every mbarrier arrive and before the
+slot's wait (upstream: triton-lang/triton#10035 made the arrive's unconditional; per-warp arrivals,
+#8969 and #11573, were still open), so each consumer here syncs its 4 warps 3 times per key tile (the
+offline PTX of ws2x64x128/3s/preg/pp/persist: before the ready wait, the turn's arrive and the slot's
+release), where CUTLASS's pipelines arrive from one elected thread without one.
 """
 
 from __future__ import annotations
