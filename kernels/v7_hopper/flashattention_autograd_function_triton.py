@@ -16,10 +16,10 @@ against 24.06 after do_bench's flush, 23.10 against 22.69 in graph replay) and 0
 harness's graph-replay column put v7 ahead there (102-103%) because SDPA's replayed call costs about
 1 us more than its kernel and v7's 0.15 us. The test file passes natively (42 of 42, commit 51b0b16).
 Before the Gluon path (commit e0fa889, tl path only): 0.311 ms at N = 4096 non-causal, 96%, and 94-96%
-from N = 1024 up. On shapes neither version was tuned on, with the race, it is within 2% of v6 or
-faster on 10 of 10 (experiments/other_shapes.csv, commit e91ce84: 1.01-1.23x); B=16 H=4 N=777
-non-causal, 0.964x of v6 on the Gluon path alone, runs the tl path there, 1.029x. With D = 128 it is
-at 75-76% of cuDNN non-causal (tl path: no Gluon candidate fits there).
+from N = 1024 up. On shapes neither version was tuned on, with the race, it is as fast as v6 or faster
+on 10 of 10 (experiments/other_shapes.csv, commits e91ce84 and f90d6a6: 1.01-1.27x); B=16 H=4 N=777
+non-causal, 0.964x of v6 on the Gluon path alone, runs the tl path there, 1.02-1.03x. With D = 128 it is
+at 75-77% of cuDNN non-causal (tl path: no Gluon candidate fits there).
 
 What the H200 said about v6 before this round: v5/v6 reached 88% of cuDNN non-causal and 85% causal
 at N = 4096 (0.343 and 0.216 ms against SDPA's 0.296 and 0.183). Their key loop loads K and V with
