@@ -72,7 +72,9 @@ fewer instructions. Triton 3.6 puts a partition-wide bar.sync before every mbarr
 slot's wait (upstream: triton-lang/triton#10035 made the arrive's unconditional; per-warp arrivals,
 #8969 and #11573, were still open), so each consumer here syncs its 4 warps 3 times per key tile (the
 offline PTX of ws2x64x128/3s/preg/pp/persist: before the ready wait, the turn's arrive and the slot's
-release), where CUTLASS's pipelines arrive from one elected thread without one.
+release), where CUTLASS's pipelines arrive from one elected thread without one. Releasing each slot one
+tile later, beside the turn's arrive, does not share a sync: the offline PTX then has two bar.syncs back to
+back (sketched and compiled only, not kept).
 """
 
 from __future__ import annotations
