@@ -506,7 +506,8 @@ def coldstart(args, save):
     from fa2lab.timing import flush_buffer, prepared_times
     from fa2lab.versions import load
 
-    FA = load("v7_hopper").FlashAttentionTriton
+    v7 = load("v7_hopper")
+    FA = v7.FlashAttentionTriton
     B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
     cache = flush_buffer()
     for causal in _masks(args):
@@ -544,7 +545,7 @@ def coldstart(args, save):
             paths = {}
             for n in ("v7", "v7_tl"):   # the path and configuration each v7 call ran
                 calls[n]()
-                paths[n] = f"{load('v7_hopper').last_path()}:{load('v7_hopper').last_config()}"
+                paths[n] = f"{v7.last_path()}:{v7.last_config()}"
             rows = []
             for (n, p), ts in times.items():
                 med, lo, hi = _spread(ts)
@@ -559,22 +560,18 @@ def coldstart(args, save):
                                         "rounds": 1, "reps": args.reps, "path": paths.get(n, ""), "timer": "kernel"})
             if kernel_rows:
                 save("coldstart", kernel_rows)
-            rows += kernel_rows
             for n in calls:
-                warm = _spread(times[(n, "spin")])[0]
-                kernel = {r["protocol"]: r["ms"] for r in rows if r["variant"] == n and r["timer"] == "kernel"}
+                ms = {(r["timer"], r["protocol"]): r["ms"] * 1e3 for r in rows + kernel_rows if r["variant"] == n}
                 print(f"N={N} causal={int(causal)} {n:6s} " + ", ".join(
-                    f"{p} {_spread(times[(n, p)])[0] * 1e3:.1f} us (+{(_spread(times[(n, p)])[0] - warm) * 1e3:.1f})"
+                    f"{p} {ms['events', p]:.1f} us (+{ms['events', p] - ms['events', 'spin']:.1f})"
                     for p in COLDSTART_PROTOCOLS) + "; kernels alone: " + ", ".join(
-                    f"{p} {ms * 1e3:.1f} us" for p, ms in kernel.items()), flush=True)
+                    f"{p} {v:.1f} us" for (timer, p), v in ms.items() if timer == "kernel"), flush=True)
 
 
 def _kernel_ms(fn, prepares: dict, reps: int) -> dict:
     """Per call of fn, the sum over the kernels it launches of their median GPU duration (torch.profiler's
     CUDA activity), after each of `prepares` and under CUDA-graph replay ("graph", back to back); a
     protocol the profiler cannot record is left out, with the reason printed."""
-    import statistics
-
     import torch
 
     from fa2lab.timing import kernel_durations, kernel_names

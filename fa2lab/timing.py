@@ -43,15 +43,7 @@ def bench_noflush_ms(fn, warmup_ms: float = 25, rep_ms: float = 100) -> float:
     per_call = max(probe_s.elapsed_time(probe_e) / 5, 1e-3)
     for _ in range(max(1, int(warmup_ms / per_call))):
         fn()
-    n = max(1, int(rep_ms / per_call))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return float(statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)))
+    return float(statistics.median(event_times(fn, max(1, int(rep_ms / per_call)))))
 
 
 def queued_ms(fn, repeats: int = 20, rounds: int = 3) -> float:
@@ -125,10 +117,19 @@ def prepared_times(fn, prepare, reps: int = 50) -> list[float]:
 
     fn()
     torch.cuda.synchronize()
+    return event_times(fn, reps, prepare)
+
+
+def event_times(fn, reps: int, prepare=None) -> list[float]:
+    """Per-call ms of `reps` calls of fn, each between two CUDA events, enqueued back to back (with
+    prepare() before each first event when given), read after one synchronisation."""
+    import torch
+
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for s, e in zip(starts, ends):
-        prepare()
+        if prepare is not None:
+            prepare()
         s.record()
         fn()
         e.record()

@@ -244,9 +244,9 @@ def test_the_race_keeps_the_launch_that_times_fastest_and_returns_its_output(mon
     x = torch.zeros(1)
     for order in ((slow, fast), (fast, slow)):
         calls.clear()
-        O, L, launch = v7._faster_of(x, x, x, *((None, None, f) for f in order))
+        O, L, launch = v7._faster_of(x, x, x, *order)
         assert launch is fast and O.item() == len("fastest") and calls[-1] == "fastest"
-    O, L, launch = v7._faster_of(x, x, x, (None, None, slow), (x, x, None))
+    O, L, launch = v7._faster_of(x, x, x, slow, None)
     assert launch is slow and calls[-1] == "slow"
 
 

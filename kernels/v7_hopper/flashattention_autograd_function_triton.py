@@ -649,16 +649,16 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     return why
 
 
-def _faster_of(Q, K, V, *made):
-    """Of launches made on these inputs ((O, L, launch) each), the one whose repeat fa2lab.timing.queued_ms
-    times fastest, with its O and L (FlashAttentionTriton.RACE_TL: the Gluon path's winner against the
-    tl path's autotuned launch, where neither wins at every shape: experiment other-shapes)."""
+def _faster_of(Q, K, V, *launches):
+    """Of launches made on these inputs (None: a path that made none), the one fa2lab.timing.queued_ms
+    times fastest, with the O and L of a call of it (FlashAttentionTriton.RACE_TL: the Gluon path's winner
+    against the tl path's autotuned launch, where neither wins at every shape: experiment other-shapes)."""
     from fa2lab.timing import queued_ms
 
     ms = [queued_ms(lambda launch=launch: launch(Q, K, V)) if launch is not None else math.inf
-          for _, _, launch in made]
-    O, L, launch = made[ms.index(min(ms))]
-    O, L = launch(Q, K, V)   # records the path and configuration that won
+          for launch in launches]
+    launch = launches[ms.index(min(ms))]
+    O, L = launch(Q, K, V)   # after the timing's calls, this one records the path and configuration that won
     return O, L, launch
 
 
@@ -675,7 +675,7 @@ def _checked_launch(Q, K, V, mode):
         marked = _MarkedLaunch(launch, "gluon", launch.label)
         LAST_PATH, LAST_CONFIG = "gluon", marked.label
         if race_tl and force is None and select_path(Q, K, V, None) == "tma":
-            return _faster_of(Q, K, V, (O, L, marked), _tma_launch(Q, K, V, is_causal, window, grid_mode))
+            return _faster_of(Q, K, V, marked, _tma_launch(Q, K, V, is_causal, window, grid_mode)[2])
         return O, L, marked
     if force == "gluon":
         raise ValueError(f"FORCE_PATH='gluon' cannot run these inputs: {why_not_gluon}")
