@@ -184,13 +184,16 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_pp_pin_split", G.GluonConfig(192, 128, 4, 3, consumers=3, pingpong=True,
                                                              pin_ex2=True, split_tail=True), False),
                            ("ws_persist", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                        persistent=True), True)]:
+                                                        persistent=True), True),
+                           ("ws_persist_ta", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
+                                                           persistent=True, thread_arrive=True), True)]:
     c = G.compile_offline(cfg, N=1000, is_causal=causal)
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     out[label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(64),
                    "warp_specialize": ttgir.count("ttg.warp_specialize"),
                    "wait_1": ttgir.count("pendings = 1"), "cubin": len(c.asm["cubin"]),
-                   "arrives": ptx.count("mbarrier.arrive.shared")}}
+                   "arrives": ptx.count("mbarrier.arrive.shared"), "bar_sync": ptx.count("bar.sync"),
+                   "thread_arrives": ptx.count("cp.async.mbarrier.arrive.noinc")}}
 print(json.dumps(out))
 """
 
@@ -237,3 +240,15 @@ def test_each_form_leaves_one_product_in_flight_under_the_softmax(compiled):
     # warp-specialized form, whose partitions are copies of one function)
     assert compiled["plain"]["wait_1"] >= 1
     assert compiled["ws"]["wait_1"] >= 3 and compiled["ws_causal"]["wait_1"] >= 2
+
+
+def test_thread_arrive_drops_the_bar_sync_before_each_arrive(compiled):
+    # thread_arrive: each consumer's five arrive sites on a turn or a slot (turns after S_0, after each loop
+    # iteration's products and after the last P V; slots released in the loop and after it) become per-thread
+    # cp.async arrivals; what stays elected: consumer 0's first turn and each consumer's Q buffer release
+    ta, base = compiled["ws_persist_ta"], compiled["ws_persist"]
+    assert (ta["thread_arrives"], ta["arrives"]) == (2 * 5, 1 + 2)
+    assert base["thread_arrives"] == 0 and base["arrives"] == 1 + 2 * 6
+    # the bar.sync Triton 3.6 puts before an elected arrive (and, after one, before the next shared-memory
+    # access) goes with it: at least the two of each consumer's key loop
+    assert ta["bar_sync"] <= base["bar_sync"] - 2 * 2, (ta, base)

@@ -80,7 +80,8 @@ back (sketched and compiled only, not kept).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -90,7 +91,7 @@ from fa2lab.hostpath import KeptL, run_compiled
 try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+    from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier, tma,
                                                                   warpgroup_mma, warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     HAVE_GLUON = True
@@ -125,6 +126,8 @@ class GluonConfig:
                             # 1 (True) the least modelled time, n >= 2 at least n parts per SM
     persistent: bool = False  # warp-specialized: one program per SM looping over the work items, Q double-buffered
     direct_store: bool = False  # warp-specialized: O stored from the wgmma registers, no shared-memory reshuffle
+    thread_arrive: bool = False  # warp-specialized: every consumer thread arrives on the slot and turn barriers itself
+                                 # (no bar.sync before each arrive; see _arrive)
 
     def __post_init__(self):
         if self.consumers:
@@ -134,9 +137,9 @@ class GluonConfig:
             if not self.overlap:
                 raise ValueError("the warp-specialized form always overlaps")
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
-                or self.p_buffers != 2:
-            raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store and one P buffer need the "
-                             f"warp-specialized form (consumers = 2 or 3): {self}")
+                or self.thread_arrive or self.p_buffers != 2:
+            raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive and one P buffer "
+                             f"need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.p_buffers not in (1, 2):
             raise ValueError(f"p_buffers is 1 or 2: {self}")
 
@@ -148,7 +151,7 @@ class GluonConfig:
             split = f"/split{int(self.split_tail) if self.split_tail > 1 else ''}" if self.split_tail else ""
             return f"ws{self.consumers}x64x{self.block_n}/{tail}{'/pp' if self.pingpong else ''}" \
                    f"{'/pin' if self.pin_ex2 else ''}{split}{'/persist' if self.persistent else ''}" \
-                   f"{'/ds' if self.direct_store else ''}"
+                   f"{'/ds' if self.direct_store else ''}{'/ta' if self.thread_arrive else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -172,7 +175,7 @@ class GluonConfig:
         if self.consumers:
             b += 0 if self.direct_store else self.block_m * D * elem   # the epilogue's layout conversion
             b += self.block_m * 4 if self.pin_ex2 else 0   # _pin's row sums
-        turns = (self.consumers if self.pingpong else 1) if self.consumers else 0   # ping-pong's mbarriers
+        turns = self.consumers   # ping-pong's mbarriers: one per consumer, allocated with or without it
         q_bars = 2 * self.q_buffers if self.consumers else 1                         # Q ready (and empty)
         barriers = 2 * self.slots + q_bars + turns
         return b + 8 * barriers
@@ -246,6 +249,15 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, direct_store=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
                 direct_store=True),
+    # session 18: each of the 3 bar.syncs per key tile and consumer (session 17's ncu: barrier stalls 2.6-2.9 cycles
+    # per instruction against cuDNN's 0.8-1.0) comes from Triton's elected-thread mbarrier.arrive (_arrive); with
+    # every thread arriving itself the offline PTX keeps 1, before the slot's ready wait (two waits on one
+    # allocation without a barrier between them are a hazard to Triton's analysis).
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, thread_arrive=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, thread_arrive=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, persistent=True, thread_arrive=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
+                thread_arrive=True),
 )
 
 
@@ -507,17 +519,41 @@ if HAVE_GLUON:
             it += 1
 
     @gluon.jit
-    def _take_turn(turn, wg, t):
-        """Ping-pong (when `turn` holds one mbarrier per consumer): wait until consumer wg may issue its
-        t-th group of products, i.e. until the consumer before it in the ring has issued its own."""
-        if turn.shape[0] > 1:
-            mbarrier.wait(turn.index(wg), t & 1)
+    def _arrive(bar, PER_THREAD: gl.constexpr):
+        """One consumer's arrival on `bar`. Triton 3.6 lowers mbarrier.arrive to one elected thread and its
+        shared-memory barrier analysis treats that arrive as reading and writing all of shared memory, so a
+        bar.sync of the consumer's 4 warps comes before it and before the next shared-memory access after it
+        (upstream, per-warp arrivals: triton-lang/triton#8969, #11573). PER_THREAD (thread_arrive): every
+        thread arrives itself through cp.async.mbarrier.arrive.noinc (no cp.async is outstanding, so the
+        arrival is immediate), which the analysis sees as a write of this barrier only; the barrier then
+        counts 128 arrivals per consumer. Each thread arrives after its own wgmma wait, so the last
+        arrival still follows every warp's reads of the slot, as CUTLASS's consumer_release does."""
+        if PER_THREAD:
+            async_copy.mbarrier_arrive(bar, increment_count=False)
+        else:
+            mbarrier.arrive(bar, count=1)
 
     @gluon.jit
-    def _pass_turn(turn, wg):
-        """Ping-pong: consumer wg has issued its products; the next consumer in the ring may issue."""
-        if turn.shape[0] > 1:
-            mbarrier.arrive(turn.index((wg + 1) % turn.shape[0]), count=1)
+    def _barrier(count: gl.constexpr):
+        """A new mbarrier (its own allocation, [1, 1]) that completes a phase after `count` arrivals."""
+        bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(bar.index(0), count=count)
+        return bar
+
+    @gluon.jit
+    def _take_turn(turn, t, PINGPONG: gl.constexpr):
+        """Ping-pong: wait until this consumer may issue its t-th group of products, i.e. until the consumer
+        before it in the ring has issued its own. turn = (this consumer's barrier, the next one's): separate
+        allocations, so that with thread_arrive the shared-memory analysis sees no hazard between waiting
+        on one and arriving on the other."""
+        if PINGPONG:
+            mbarrier.wait(turn[0].index(0), t & 1)
+
+    @gluon.jit
+    def _pass_turn(turn, PINGPONG: gl.constexpr, PER_THREAD: gl.constexpr):
+        """Ping-pong: this consumer has issued its products; the next consumer in the ring may issue."""
+        if PINGPONG:
+            _arrive(turn[1].index(0), PER_THREAD)
 
     @gluon.jit
     def _pin(l_i, l_smem, wg):
@@ -535,7 +571,10 @@ if HAVE_GLUON:
         run on over the items) and, with ping-pong, turns t .. t + n_tiles; every slot read is released.
         Returns the unnormalised O, l and m (log2 units). Each group of products issued (S_0; then S_j with
         P_(j-1) V_(j-1); then the last P V) is one turn, taken after the previous consumer's."""
-        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty, turn = mem
+        shared, turn, modes = mem
+        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared
+        PINGPONG: gl.constexpr = modes.shape[1] > 1        # the switches: see flash_fwd_gluon_ws's modes
+        PER_THREAD: gl.constexpr = modes.shape[2] > 1
         SLOTS: gl.constexpr = k_smem.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // q_bar.shape[0]
         P_BUFFERS: gl.constexpr = p_smem.shape[0] // CONSUMERS   # shared P buffers per consumer (0: registers)
@@ -553,9 +592,9 @@ if HAVE_GLUON:
         acc = gl.zeros([ROWS, D], gl.float32, o_layout)
 
         mbarrier.wait(ready.index(g % SLOTS), (g // SLOTS) & 1)
-        _take_turn(turn, wg, t)
+        _take_turn(turn, t, PINGPONG)
         s_tok = warpgroup_mma(q_tile, k_smem.index(g % SLOTS).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        _pass_turn(turn, wg)
+        _pass_turn(turn, PINGPONG, PER_THREAD)
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
         p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout,
@@ -566,10 +605,10 @@ if HAVE_GLUON:
             slot = (g + j) % SLOTS
             prev = (g + j - 1) % SLOTS
             mbarrier.wait(ready.index(slot), ((g + j) // SLOTS) & 1)
-            _take_turn(turn, wg, t + j)
+            _take_turn(turn, t + j, PINGPONG)
             s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-            _pass_turn(turn, wg)
+            _pass_turn(turn, PINGPONG, PER_THREAD)
             s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
             p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
                                           qk_scale, s_layout, BLOCK_N)
@@ -578,18 +617,18 @@ if HAVE_GLUON:
             if P_BUFFERS == 2:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
                 p_next = _p_operand(p, p_smem, p_base + j % 2, p_layout, P_SMEM)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            mbarrier.arrive(empty.index(prev), count=1)       # K_(j-1), V_(j-1) no longer read here
+            _arrive(empty.index(prev), PER_THREAD)       # K_(j-1), V_(j-1) no longer read here
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             if P_BUFFERS == 2:
                 p_op = p_next
             else:   # P_j's registers, or its one buffer, written once P_(j-1) V_(j-1) is done
                 p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         last = (g + n_tiles - 1) % SLOTS
-        _take_turn(turn, wg, t + n_tiles)
+        _take_turn(turn, t + n_tiles, PINGPONG)
         acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        _pass_turn(turn, wg)
+        _pass_turn(turn, PINGPONG, PER_THREAD)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        mbarrier.arrive(empty.index(last), count=1)
+        _arrive(empty.index(last), PER_THREAD)
         return acc, l_i, m_i
 
     @gluon.jit
@@ -598,9 +637,10 @@ if HAVE_GLUON:
         of its query tile (_attend), then its epilogue: O and L, or for a split of a tail tile its
         normalised O (fp32) and log2-sum-exp into the workspace. The Q buffer is released once the
         item's products are done."""
-        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty, turn = mem
-        O_ptr, L_ptr, Op_ptr, Lp_ptr, store_mode = out
-        DIRECT: gl.constexpr = store_mode.shape[0] > 1   # direct_store (a shape: worker arguments arrive as values)
+        shared, _, modes = mem
+        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared
+        O_ptr, L_ptr, Op_ptr, Lp_ptr = out
+        DIRECT: gl.constexpr = modes.shape[0] > 1
         qk_scale, stride_o_row, stride_l_head = sizes
         N_QUERIES = work[0]
         N_KEYS = work[1]
@@ -653,7 +693,7 @@ if HAVE_GLUON:
         # (2 for a persistent grid: the next item's queries load while this one's finish)
         CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
         P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
-        DIRECT_STORE: gl.constexpr,
+        DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -670,41 +710,46 @@ if HAVE_GLUON:
         q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
-        # Ping-pong's turns: one mbarrier per consumer, consumer 0's first turn given here (one, unused,
-        # without ping-pong: the consumers read PINGPONG from its shape, as a worker's constexpr
-        # arguments reach it as values).
-        turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS if PINGPONG else 1, 1], mbarrier.MBarrierLayout())
         l_smem = gl.allocate_shared_memory(gl.float32, [CONSUMERS if PIN_EX2 else 1, ROWS],
                                            gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        # Arrivals a consumer makes on a slot's empty barrier or a turn: one, or with THREAD_ARRIVE one per thread
+        ARRIVALS: gl.constexpr = 4 * 32 if THREAD_ARRIVE else 1
         for b in gl.static_range(Q_BUFFERS):
             mbarrier.init(q_bar.index(b), count=1)
             mbarrier.init(q_empty.index(b), count=CONSUMERS)
         for s in gl.static_range(SLOTS):
             mbarrier.init(ready.index(s), count=1)
-            mbarrier.init(empty.index(s), count=CONSUMERS)
-        for c in gl.static_range(CONSUMERS if PINGPONG else 1):
-            mbarrier.init(turn.index(c), count=1)
+            mbarrier.init(empty.index(s), count=CONSUMERS * ARRIVALS)
+        # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
+        # 0's first turn given here. The switches DIRECT_STORE, PINGPONG and THREAD_ARRIVE reach the consumers as
+        # the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
+        turn0 = _barrier(ARRIVALS)
+        turn1 = _barrier(ARRIVALS)
         if PINGPONG:
-            mbarrier.arrive(turn.index(0), count=1)
+            mbarrier.arrive(turn0.index(0), count=ARRIVALS)
+        modes = gl.allocate_shared_memory(gl.int8, [2 if DIRECT_STORE else 1, 2 if PINGPONG else 1,
+                                                    2 if THREAD_ARRIVE else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
-        # consumers and the loader. Each consumer's arguments: the shared memory and barriers, the outputs,
-        # its index wg, the work items' description, the sizes of the epilogue.
+        # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
+        # turn and the next consumer's), the outputs, its index wg, the work items' description, the sizes of
+        # the epilogue.
         work = (N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
         loader_args = ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem), (q_bar, q_empty, ready, empty), work)
-        mem = (q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty, turn)
-        # direct_store reaches the consumers as this (never used) buffer's length, as PINGPONG does as turn's
-        store_mode = gl.allocate_shared_memory(gl.int32, [2 if DIRECT_STORE else 1, 1],
-                                               gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-        out = (O_ptr, L_ptr, Op_ptr, Lp_ptr, store_mode)
+        shared = (q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty)
+        out = (O_ptr, L_ptr, Op_ptr, Lp_ptr)
         sizes = (qk_scale, stride_o_row, stride_l_head)
         if CONSUMERS == 2:
-            gl.warp_specialize([(_ws_consumer, (mem, out, 0, work, sizes)), (_ws_consumer, (mem, out, 1, work, sizes)),
+            gl.warp_specialize([(_ws_consumer, ((shared, (turn0, turn1), modes), out, 0, work, sizes)),
+                                (_ws_consumer, ((shared, (turn1, turn0), modes), out, 1, work, sizes)),
                                 (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, LOADER_REGS])
         else:
-            gl.warp_specialize([(_ws_consumer, (mem, out, 0, work, sizes)), (_ws_consumer, (mem, out, 1, work, sizes)),
-                                (_ws_consumer, (mem, out, 2, work, sizes)), (_ws_loader, loader_args)], [4, 4, 1],
-                               [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
+            turn2 = _barrier(ARRIVALS)
+            gl.warp_specialize([(_ws_consumer, ((shared, (turn0, turn1), modes), out, 0, work, sizes)),
+                                (_ws_consumer, ((shared, (turn1, turn2), modes), out, 1, work, sizes)),
+                                (_ws_consumer, ((shared, (turn2, turn0), modes), out, 2, work, sizes)),
+                                (_ws_loader, loader_args)], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
 
 
 def flattened(t: torch.Tensor) -> torch.Tensor | None:
@@ -831,7 +876,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                 None)
     flags.update(CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers, PINGPONG=cfg.pingpong,
                  PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, Q_BUFFERS=cfg.q_buffers,
-                 DIRECT_STORE=cfg.direct_store)
+                 DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive)
     full, splits = tiles * BH, 1
     if cfg.split_tail and not is_causal:
         full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
@@ -924,14 +969,16 @@ class GluonLaunch(KeptL):
 
 # What v7's Gluon path (FlashAttentionTriton.GLUON) chooses from: the best of session 15's calls 8-9 on the
 # H200 by graph replay against cuDNN in the same rounds, non-causal: 128-row tiles at N <= 2048 (101-109%),
-# 192-row tiles with the split tail at N = 4096 (107-108%).
-V7_CANDIDATES = (
+# 192-row tiles with the split tail at N = 4096 (107-108%). FA2_V7_THREAD_ARRIVE=1 or 0 sets their
+# thread_arrive for a process (recorded in the rows' switches column).
+THREAD_ARRIVE = os.environ.get("FA2_V7_THREAD_ARRIVE", "0") != "0"
+V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE) for c in (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
     # one program per tile: where the tiles fit in one wave (N = 512: 128 tiles on 132 SMs) the persistent
     # loop only costs, 112% of cuDNN by graph replay against 108% (experiment gluon, commits 5e41ce4, e9eed4c)
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True),
-)
+))
 
 
 def fitting(candidates, D: int, device: int = 0) -> list:
