@@ -173,7 +173,7 @@ def test_flattened_rows_need_head_contiguous_strides():
     assert G.flattened(torch.zeros(3, 100, 68, dtype=torch.bfloat16)[..., :64]) is None   # 136-byte rows
 
 COMPILE = """
-import json, sys
+import json, re, sys
 sys.path.insert(0, {repo!r})
 from fa2lab.versions import load_shared
 G = load_shared("gluon_forward_hopper")
@@ -186,14 +186,18 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
                                                         persistent=True), True),
                            ("ws_persist_ta", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                           persistent=True, thread_arrive=True), True)]:
+                                                           persistent=True, thread_arrive=True), True),
+                           ("ws_persist_io", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
+                                                           persistent=True, item_overlap=True), True)]:
     c = G.compile_offline(cfg, N=1000, is_causal=causal)
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     out[label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(64),
                    "warp_specialize": ttgir.count("ttg.warp_specialize"),
                    "wait_1": ttgir.count("pendings = 1"), "cubin": len(c.asm["cubin"]),
                    "arrives": ptx.count("mbarrier.arrive.shared"), "bar_sync": ptx.count("bar.sync"),
-                   "thread_arrives": ptx.count("cp.async.mbarrier.arrive.noinc")}}
+                   "thread_arrives": ptx.count("cp.async.mbarrier.arrive.noinc"),
+                   # the product issued last before a whole tile's O leaves (m64n128: a Q K^T; m64n64: a P V)
+                   "before_store": (re.findall(r"wgmma[._a-z]*\.(m64n\d+k16)", ptx.split("st.global.v4")[0]) or [None])[-1]}}
 print(json.dumps(out))
 """
 
@@ -252,3 +256,12 @@ def test_thread_arrive_drops_the_bar_sync_before_each_arrive(compiled):
     # the bar.sync Triton 3.6 puts before an elected arrive (and, after one, before the next shared-memory
     # access) goes with it: at least the two of each consumer's key loop
     assert ta["bar_sync"] <= base["bar_sync"] - 2 * 2, (ta, base)
+
+
+def test_item_overlap_issues_the_next_scores_before_the_epilogue(compiled):
+    # persistent, 128 keys a tile, D = 64: without item_overlap the last product before an item's O store is its
+    # last P V; with it, the next item's (or the spare tile's) S_0 = Q K^T is issued in between
+    assert compiled["ws_persist"]["before_store"] == "m64n64k16"
+    assert compiled["ws_persist_io"]["before_store"] == "m64n128k16"
+    with pytest.raises(ValueError, match="item_overlap needs a persistent grid"):
+        G.GluonConfig(128, 128, 4, 3, consumers=2, item_overlap=True)

@@ -128,6 +128,7 @@ class GluonConfig:
     direct_store: bool = False  # warp-specialized: O stored from the wgmma registers, no shared-memory reshuffle
     thread_arrive: bool = False  # warp-specialized: every consumer thread arrives on the slot and turn barriers itself
                                  # (no bar.sync before each arrive; see _arrive)
+    item_overlap: bool = False   # persistent: the next work item's first Q K^T issued before this item's epilogue
 
     def __post_init__(self):
         if self.consumers:
@@ -136,8 +137,10 @@ class GluonConfig:
                                  f"each: {self}")
             if not self.overlap:
                 raise ValueError("the warp-specialized form always overlaps")
+            if self.item_overlap and not self.persistent:
+                raise ValueError(f"item_overlap needs a persistent grid (a next work item): {self}")
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
-                or self.thread_arrive or self.p_buffers != 2:
+                or self.thread_arrive or self.item_overlap or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive and one P buffer "
                              f"need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.p_buffers not in (1, 2):
@@ -151,7 +154,8 @@ class GluonConfig:
             split = f"/split{int(self.split_tail) if self.split_tail > 1 else ''}" if self.split_tail else ""
             return f"ws{self.consumers}x64x{self.block_n}/{tail}{'/pp' if self.pingpong else ''}" \
                    f"{'/pin' if self.pin_ex2 else ''}{split}{'/persist' if self.persistent else ''}" \
-                   f"{'/ds' if self.direct_store else ''}{'/ta' if self.thread_arrive else ''}"
+                   f"{'/ds' if self.direct_store else ''}{'/ta' if self.thread_arrive else ''}" \
+                   f"{'/io' if self.item_overlap else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -258,6 +262,13 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, persistent=True, thread_arrive=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
                 thread_arrive=True),
+    # call 1 (a2fc7ad): slower everywhere, ws2x64x128/3s/preg/pp/persist from 98.8/99.0/101.1% of cuDNN at N = 1024/
+    # 2048/4096 to 93.0/94.3/96.7% (do_bench, 5 rounds), its kernel alone (coldstart) 77.6 -> 82.0 us at 2048: 128
+    # arrivals on one barrier cost more than the bar.sync they replace. What a persistent program still does
+    # serially per work item: the next item's S_0 waits for this item's epilogue. Issue it first (item_overlap):
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, item_overlap=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
+                item_overlap=True),
 )
 
 
@@ -485,10 +496,30 @@ if HAVE_GLUON:
         return q_start, t // n_q, kb1 - kb0, mask_from, causal_off, kb0 * BLOCK_N, part
 
     @gluon.jit
-    def _ws_loader(descs, smem, bars, work):
+    def _ws_loader(descs, smem, bars, work, modes):
         """The loader warp: for each of this program's work items, its query tile (into Q buffer it %
         Q_BUFFERS, once the consumers released that buffer's previous tile) and its K, V tiles round the
-        SLOTS slots. g counts key tiles over the items, so slots and phases run on across them."""
+        SLOTS slots. g counts key tiles over the items, so slots and phases run on across them. With
+        item_overlap the consumers' last early Q K^T reads one more query tile and key tile (the last item's
+        again, never used), which are loaded after the items."""
+        Q_BUFFERS: gl.constexpr = bars[0].shape[0]
+        ROWS: gl.constexpr = smem[0].shape[1] * (smem[0].shape[0] // Q_BUFFERS)   # a query tile's, all consumers'
+        BLOCK_N: gl.constexpr = smem[1].shape[1]
+        g = 0
+        it = 0
+        for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
+            q_start, head, n_tiles, _, _, k_base, _ = _work_item(item, work, ROWS, BLOCK_N)
+            _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it)
+            g += n_tiles
+            it += 1
+        if modes.shape[3] > 1:   # item_overlap
+            q_start, head, _, _, _, k_base, _ = _work_item(work[5] - 1, work, ROWS, BLOCK_N)
+            _load_item(descs, smem, bars, work, q_start, head, k_base, 1, g, it)
+
+    @gluon.jit
+    def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it):
+        """The loader's share of one work item: its query tile into Q buffer it % Q_BUFFERS and n_tiles key
+        tiles from k_base on into the slots from g on, each after the consumers released what was there."""
         q_desc, k_desc, v_desc = descs
         q_smem, k_smem, v_smem = smem
         q_bar, q_empty, ready, empty = bars
@@ -497,26 +528,18 @@ if HAVE_GLUON:
         ROWS: gl.constexpr = q_smem.shape[1]
         SLOTS: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
-        N_QUERIES = work[0]
-        N_KEYS = work[1]
-        g = 0
-        it = 0
-        for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
-            q_start, head, n_tiles, _, _, k_base, _ = _work_item(item, work, ROWS * CONSUMERS, BLOCK_N)
-            b = it % Q_BUFFERS
-            mbarrier.wait(q_empty.index(b), ((it // Q_BUFFERS) & 1) ^ 1, pred=it >= Q_BUFFERS)
-            mbarrier.expect(q_bar.index(b), CONSUMERS * q_desc.block_type.nbytes)
-            for c in gl.static_range(CONSUMERS):
-                tma.async_copy_global_to_shared(q_desc, [head * N_QUERIES + q_start + c * ROWS, 0], q_bar.index(b),
-                                                q_smem.index(b * CONSUMERS + c))
-            k_row0 = head * N_KEYS + k_base
-            for j in range(n_tiles):
-                slot = (g + j) % SLOTS
-                # use u of this slot waits for the u-th release of its previous contents
-                mbarrier.wait(empty.index(slot), (((g + j) // SLOTS) & 1) ^ 1, pred=g + j >= SLOTS)
-                _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
-            g += n_tiles
-            it += 1
+        b = it % Q_BUFFERS
+        mbarrier.wait(q_empty.index(b), ((it // Q_BUFFERS) & 1) ^ 1, pred=it >= Q_BUFFERS)
+        mbarrier.expect(q_bar.index(b), CONSUMERS * q_desc.block_type.nbytes)
+        for c in gl.static_range(CONSUMERS):
+            tma.async_copy_global_to_shared(q_desc, [head * work[0] + q_start + c * ROWS, 0], q_bar.index(b),
+                                            q_smem.index(b * CONSUMERS + c))
+        k_row0 = head * work[1] + k_base
+        for j in range(n_tiles):
+            slot = (g + j) % SLOTS
+            # use u of this slot waits for the u-th release of its previous contents
+            mbarrier.wait(empty.index(slot), (((g + j) // SLOTS) & 1) ^ 1, pred=g + j >= SLOTS)
+            _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
 
     @gluon.jit
     def _arrive(bar, PER_THREAD: gl.constexpr):
@@ -566,11 +589,31 @@ if HAVE_GLUON:
             l_smem.index(wg).store(l_i)
 
     @gluon.jit
-    def _attend(q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale):
-        """Consumer wg's rows of one work item: its n_tiles key tiles from slot index g on (slots and phases
-        run on over the items) and, with ping-pong, turns t .. t + n_tiles; every slot read is released.
-        Returns the unnormalised O, l and m (log2 units). Each group of products issued (S_0; then S_j with
-        P_(j-1) V_(j-1); then the last P V) is one turn, taken after the previous consumer's."""
+    def _first_scores(q_tile, mem, g, t):
+        """S_0 = Q K_0^T of a work item issued (not waited for): key tile g's slot once it is ready, turn t."""
+        shared, turn, modes = mem
+        k_smem = shared[1]
+        ready = shared[7]
+        SLOTS: gl.constexpr = k_smem.shape[0]
+        ROWS: gl.constexpr = q_tile.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        PINGPONG: gl.constexpr = modes.shape[1] > 1
+        PER_THREAD: gl.constexpr = modes.shape[2] > 1
+        s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
+        mbarrier.wait(ready.index(g % SLOTS), (g // SLOTS) & 1)
+        _take_turn(turn, t, PINGPONG)
+        s_tok = warpgroup_mma(q_tile, k_smem.index(g % SLOTS).permute((1, 0)),
+                              gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+        _pass_turn(turn, PINGPONG, PER_THREAD)
+        return s_tok
+
+    @gluon.jit
+    def _attend(s_tok, q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale):
+        """Consumer wg's rows of one work item, from its first scores S_0 (s_tok, issued by _first_scores): its
+        n_tiles key tiles from slot index g on (slots and phases run on over the items) and, with ping-pong,
+        turns t .. t + n_tiles; every slot read is released. Returns the unnormalised O, l and m (log2 units).
+        Each group of products issued (S_0; then S_j with P_(j-1) V_(j-1); then the last P V) is one turn,
+        taken after the previous consumer's."""
         shared, turn, modes = mem
         q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared
         PINGPONG: gl.constexpr = modes.shape[1] > 1        # the switches: see flash_fwd_gluon_ws's modes
@@ -591,10 +634,6 @@ if HAVE_GLUON:
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
         acc = gl.zeros([ROWS, D], gl.float32, o_layout)
 
-        mbarrier.wait(ready.index(g % SLOTS), (g // SLOTS) & 1)
-        _take_turn(turn, t, PINGPONG)
-        s_tok = warpgroup_mma(q_tile, k_smem.index(g % SLOTS).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        _pass_turn(turn, PINGPONG, PER_THREAD)
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
         p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout,
@@ -653,18 +692,32 @@ if HAVE_GLUON:
         o_layout: gl.constexpr = _wgmma_layout(4, D)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        ITEM_OVERLAP: gl.constexpr = modes.shape[3] > 1
         g = 0
         it = 0
+        if ITEM_OVERLAP:   # the first item's S_0; each later one's is issued under the previous item's epilogue
+            mbarrier.wait(q_bar.index(0), 0)
+            s_next = _first_scores(q_smem.index(wg), mem, 0, 0)
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
             q_start, head, n_tiles, mask_from, causal_off, k_base, part = _work_item(item, work, ROWS * CONSUMERS,
                                                                                      BLOCK_N)
             b = it % Q_BUFFERS
             row0 = q_start + wg * ROWS
             q_pos = row0 + gl.arange(0, ROWS, layout=row_s)
-            mbarrier.wait(q_bar.index(b), (it // Q_BUFFERS) & 1)
-            acc, l_i, m_i = _attend(q_smem.index(b * CONSUMERS + wg), mem, wg, g, g + it, n_tiles, k_base, mask_from,
-                                    causal_off, q_pos, N_KEYS, qk_scale)
+            if ITEM_OVERLAP:
+                s_tok = s_next
+            else:
+                mbarrier.wait(q_bar.index(b), (it // Q_BUFFERS) & 1)
+                s_tok = _first_scores(q_smem.index(b * CONSUMERS + wg), mem, g, g + it)
+            acc, l_i, m_i = _attend(s_tok, q_smem.index(b * CONSUMERS + wg), mem, wg, g, g + it, n_tiles, k_base,
+                                    mask_from, causal_off, q_pos, N_KEYS, qk_scale)
             mbarrier.arrive(q_empty.index(b), count=1)
+            g += n_tiles
+            it += 1
+            if ITEM_OVERLAP:   # the next item's S_0 (after the last item, the loader's spare tiles') runs under
+                nb = it % Q_BUFFERS   # this epilogue
+                mbarrier.wait(q_bar.index(nb), (it // Q_BUFFERS) & 1)
+                s_next = _first_scores(q_smem.index(nb * CONSUMERS + wg), mem, g, g + it)
             if part >= 0:
                 rows = part * (ROWS * CONSUMERS) + wg * ROWS + gl.arange(0, ROWS, layout=row_o)
                 cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
@@ -674,8 +727,8 @@ if HAVE_GLUON:
             else:
                 _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head,
                             row_o, 4, DIRECT)
-            g += n_tiles
-            it += 1
+        if ITEM_OVERLAP:   # the spare S_0: nothing reads it, but it must be done before the program ends
+            warpgroup_mma_wait(num_outstanding=0, deps=(s_next,))
 
     @gluon.jit
     def flash_fwd_gluon_ws(
@@ -693,7 +746,7 @@ if HAVE_GLUON:
         # (2 for a persistent grid: the next item's queries load while this one's finish)
         CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
         P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
-        DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
+        DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -721,22 +774,22 @@ if HAVE_GLUON:
             mbarrier.init(ready.index(s), count=1)
             mbarrier.init(empty.index(s), count=CONSUMERS * ARRIVALS)
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
-        # 0's first turn given here. The switches DIRECT_STORE, PINGPONG and THREAD_ARRIVE reach the consumers as
-        # the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
+        # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE and ITEM_OVERLAP reach the
+        # workers as the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
         if PINGPONG:
             mbarrier.arrive(turn0.index(0), count=ARRIVALS)
         modes = gl.allocate_shared_memory(gl.int8, [2 if DIRECT_STORE else 1, 2 if PINGPONG else 1,
-                                                    2 if THREAD_ARRIVE else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
+                                                    2 if THREAD_ARRIVE else 1, 2 if ITEM_OVERLAP else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[3, 2, 1, 0]))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
         # turn and the next consumer's), the outputs, its index wg, the work items' description, the sizes of
         # the epilogue.
         work = (N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
-        loader_args = ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem), (q_bar, q_empty, ready, empty), work)
+        loader_args = ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem), (q_bar, q_empty, ready, empty), work, modes)
         shared = (q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty)
         out = (O_ptr, L_ptr, Op_ptr, Lp_ptr)
         sizes = (qk_scale, stride_o_row, stride_l_head)
@@ -876,7 +929,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                 None)
     flags.update(CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers, PINGPONG=cfg.pingpong,
                  PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, Q_BUFFERS=cfg.q_buffers,
-                 DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive)
+                 DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive,
+                 ITEM_OVERLAP=cfg.item_overlap)
     full, splits = tiles * BH, 1
     if cfg.split_tail and not is_causal:
         full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
@@ -969,10 +1023,11 @@ class GluonLaunch(KeptL):
 
 # What v7's Gluon path (FlashAttentionTriton.GLUON) chooses from: the best of session 15's calls 8-9 on the
 # H200 by graph replay against cuDNN in the same rounds, non-causal: 128-row tiles at N <= 2048 (101-109%),
-# 192-row tiles with the split tail at N = 4096 (107-108%). FA2_V7_THREAD_ARRIVE=1 or 0 sets their
-# thread_arrive for a process (recorded in the rows' switches column).
+# 192-row tiles with the split tail at N = 4096 (107-108%). For a process, FA2_V7_THREAD_ARRIVE=1 or 0 sets their
+# thread_arrive and FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap (rows record them: switches).
 THREAD_ARRIVE = os.environ.get("FA2_V7_THREAD_ARRIVE", "0") != "0"
-V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE) for c in (
+ITEM_OVERLAP = os.environ.get("FA2_V7_ITEM_OVERLAP", "0") != "0"
+V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent) for c in (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
     # one program per tile: where the tiles fit in one wave (N = 512: 128 tiles on 132 SMs) the persistent
     # loop only costs, 112% of cuDNN by graph replay against 108% (experiment gluon, commits 5e41ce4, e9eed4c)
