@@ -188,7 +188,9 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_ta", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
                                                            persistent=True, thread_arrive=True), True),
                            ("ws_persist_io", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                           persistent=True, item_overlap=True), True)]:
+                                                           persistent=True, item_overlap=True), True),
+                           ("ws_persist_pf", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
+                                                           persistent=True, tma_prefetch=True), False)]:
     c = G.compile_offline(cfg, N=1000, is_causal=causal)
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     out[label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(64),
@@ -197,7 +199,11 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                    "arrives": ptx.count("mbarrier.arrive.shared"), "bar_sync": ptx.count("bar.sync"),
                    "thread_arrives": ptx.count("cp.async.mbarrier.arrive.noinc"),
                    # the product issued last before a whole tile's O leaves (m64n128: a Q K^T; m64n64: a P V)
-                   "before_store": (re.findall(r"wgmma[._a-z]*\.(m64n\d+k16)", ptx.split("st.global.v4")[0]) or [None])[-1]}}
+                   "before_store": (re.findall(r"wgmma[._a-z]*\.(m64n\d+k16)", ptx.split("st.global.v4")[0])
+                                    or [None])[-1],
+                   "tensormaps": [int(i) for i in re.findall(r"\.b8 flash_fwd_gluon_ws_param_(\d+)\[128\]", ptx)],
+                   "prefetched": re.findall(r"prefetch\.param\.tensormap \[flash_fwd_gluon_ws_param_(\d+)\]",
+                                            ptx.split("cp.async.bulk.tensor")[0])}}
 print(json.dumps(out))
 """
 
@@ -265,3 +271,12 @@ def test_item_overlap_issues_the_next_scores_before_the_epilogue(compiled):
     assert compiled["ws_persist_io"]["before_store"] == "m64n128k16"
     with pytest.raises(ValueError, match="item_overlap needs a persistent grid"):
         G.GluonConfig(128, 128, 4, 3, consumers=2, item_overlap=True)
+
+
+def test_tma_prefetch_names_the_three_descriptors(compiled):
+    # _prefetch_descriptors names the kernel's parameters: they must be the 128-byte tensormaps of Q, K and V,
+    # and the prefetches come before the first bulk copy
+    pf = compiled["ws_persist_pf"]
+    assert pf["tensormaps"] == [0, 5, 10]
+    assert sorted(int(i) for i in pf["prefetched"]) == pf["tensormaps"]
+    assert compiled["ws_persist"]["prefetched"] == []

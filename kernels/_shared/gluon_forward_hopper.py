@@ -126,9 +126,10 @@ class GluonConfig:
                             # 1 (True) the least modelled time, n >= 2 at least n parts per SM
     persistent: bool = False  # warp-specialized: one program per SM looping over the work items, Q double-buffered
     direct_store: bool = False  # warp-specialized: O stored from the wgmma registers, no shared-memory reshuffle
-    thread_arrive: bool = False  # warp-specialized: every consumer thread arrives on the slot and turn barriers itself
+    thread_arrive: bool = False  # warp-specialized: each consumer thread arrives on the slot and turn barriers itself
                                  # (no bar.sync before each arrive; see _arrive)
     item_overlap: bool = False   # persistent: the next work item's first Q K^T issued before this item's epilogue
+    tma_prefetch: bool = False   # warp-specialized: the loader prefetches the three TMA descriptors first (_prefetch)
 
     def __post_init__(self):
         if self.consumers:
@@ -140,9 +141,10 @@ class GluonConfig:
             if self.item_overlap and not self.persistent:
                 raise ValueError(f"item_overlap needs a persistent grid (a next work item): {self}")
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
-                or self.thread_arrive or self.item_overlap or self.p_buffers != 2:
-            raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive and one P buffer "
-                             f"need the warp-specialized form (consumers = 2 or 3): {self}")
+                or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.p_buffers != 2:
+            raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
+                             f"tma_prefetch and one P buffer need the warp-specialized form (consumers = 2 or 3): "
+                             f"{self}")
         if self.p_buffers not in (1, 2):
             raise ValueError(f"p_buffers is 1 or 2: {self}")
 
@@ -155,7 +157,7 @@ class GluonConfig:
             return f"ws{self.consumers}x64x{self.block_n}/{tail}{'/pp' if self.pingpong else ''}" \
                    f"{'/pin' if self.pin_ex2 else ''}{split}{'/persist' if self.persistent else ''}" \
                    f"{'/ds' if self.direct_store else ''}{'/ta' if self.thread_arrive else ''}" \
-                   f"{'/io' if self.item_overlap else ''}"
+                   f"{'/io' if self.item_overlap else ''}{'/pf' if self.tma_prefetch else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -269,6 +271,8 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, item_overlap=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
                 item_overlap=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, tma_prefetch=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, tma_prefetch=True),
 )
 
 
@@ -517,6 +521,22 @@ if HAVE_GLUON:
             _load_item(descs, smem, bars, work, q_start, head, k_base, 1, g, it)
 
     @gluon.jit
+    def _prefetch_descriptors(WARPS: gl.constexpr):
+        """prefetch.param.tensormap of Q's, K's and V's descriptors, so that the first copies need not fetch them
+        (what CUTLASS's producers do first). Gluon 3.6 has no prefetch, so this is PTX naming the kernel's
+        parameters: Triton 3.6 passes a 2-D host descriptor as 5 of them (the 128-byte tensormap, 2 sizes, 2
+        strides), so Q's, K's and V's tensormaps are flash_fwd_gluon_ws_param_0, _5 and _10 (a wrong name fails
+        ptxas; tests/test_gluon_forward.py checks the offline PTX). Thread 0 of the program issues it, before the
+        shared memory and its barriers are set up."""
+        lane = gl.arange(0, 32 * WARPS, layout=gl.BlockedLayout([1], [32], [WARPS], [0]))
+        gl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.eq.s32 p, $1, 0; mov.b32 $0, $1;\n"
+            "@p prefetch.param.tensormap [flash_fwd_gluon_ws_param_0];\n"
+            "@p prefetch.param.tensormap [flash_fwd_gluon_ws_param_5];\n"
+            "@p prefetch.param.tensormap [flash_fwd_gluon_ws_param_10]; }",
+            "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
     def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it):
         """The loader's share of one work item: its query tile into Q buffer it % Q_BUFFERS and n_tiles key
         tiles from k_base on into the slots from g on, each after the consumers released what was there."""
@@ -747,11 +767,14 @@ if HAVE_GLUON:
         CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
         P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
+        TMA_PREFETCH: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         dtype: gl.constexpr = q_desc.dtype
+        if TMA_PREFETCH:
+            _prefetch_descriptors(4)
 
         q_smem = gl.allocate_shared_memory(dtype, [Q_BUFFERS * CONSUMERS, ROWS, D], q_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)
@@ -930,7 +953,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
     flags.update(CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers, PINGPONG=cfg.pingpong,
                  PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, Q_BUFFERS=cfg.q_buffers,
                  DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive,
-                 ITEM_OVERLAP=cfg.item_overlap)
+                 ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch)
     full, splits = tiles * BH, 1
     if cfg.split_tail and not is_causal:
         full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
@@ -1027,7 +1050,9 @@ class GluonLaunch(KeptL):
 # thread_arrive and FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap (rows record them: switches).
 THREAD_ARRIVE = os.environ.get("FA2_V7_THREAD_ARRIVE", "0") != "0"
 ITEM_OVERLAP = os.environ.get("FA2_V7_ITEM_OVERLAP", "0") != "0"
-V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent) for c in (
+TMA_PREFETCH = os.environ.get("FA2_V7_TMA_PREFETCH", "0") != "0"
+V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
+                              tma_prefetch=TMA_PREFETCH) for c in (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
     # one program per tile: where the tiles fit in one wave (N = 512: 128 tiles on 132 SMs) the persistent
     # loop only costs, 112% of cuDNN by graph replay against 108% (experiment gluon, commits 5e41ce4, e9eed4c)
