@@ -1032,7 +1032,10 @@ def section_gluon(gpu, root) -> str:
         "graph replay, with v7's tl path and SDPA from the same rounds. Labels: wsC = C consumer warpgroups of "
         "64 rows, x128 = 128-key tiles, Ns = K/V slots, preg/psmem = P in registers/shared memory, pp = "
         "ping-pong between the consumers, pin = a store of l ahead of the P V wait, split = the last wave's "
-        "tiles split along the keys (split2, split3: at least 2, 3 parts per SM).", "",
+        "tiles split along the keys (split2, split3: at least 2, 3 parts per SM), persist = one program per SM "
+        "looping over work items, ds = O stored from the wgmma registers, ta = each consumer thread arrives on "
+        "the slot and turn barriers, io = the next work item's first Q Kᵀ issued before the epilogue, pf = the "
+        "TMA descriptors prefetched at the start.", "",
         md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline)])
 
 
@@ -1069,14 +1072,17 @@ def section_coldstart(gpu, root) -> str:
                  f"(torch.profiler), without events or launch latency (commit {commits}); the last columns are "
                  "the difference from SDPA's kernel.", "",
                  md_table(["N", "causal", "variant", *protocols, *(f"{p} − SDPA" for p in protocols)], rows)]
-    events = df[df.timer == "events"]
+    events = df[df.timer == "events"].copy()
     if len(events):
         protocols = list(dict.fromkeys(events.protocol))
+        # a run is a commit and the kernel switches it was made with (FA2_V7_*: one commit, several runs)
+        events["run"] = events.git_commit.astype(str) + (
+            events.switches.fillna("").map(lambda s: f" ({s})" if s else "") if "switches" in events else "")
         rows = []
-        for (commit, N, causal), g in events.groupby(["git_commit", "N", "causal"], sort=False):
+        for (run, N, causal), g in events.groupby(["run", "N", "causal"], sort=False):
             g = g.set_index(["variant", "protocol"])
             for v in dict.fromkeys(g.index.get_level_values(0)):
-                rows.append([commit, int(N), "yes" if causal else "no", v]
+                rows.append([run, int(N), "yes" if causal else "no", v]
                             + [span(g.ms[(v, p)] * 1e3, g.ms_min[(v, p)] * 1e3, g.ms_max[(v, p)] * 1e3, ".1f")
                                if (v, p) in g.index else "–" for p in protocols])
         text += ["", "Per call between two CUDA events, after each protocol's preparation (median of the rounds, "

@@ -972,3 +972,17 @@ def test_coldstart_section_gives_each_kernels_own_time_and_the_difference_from_s
     assert "| 1024 | no | sdpa | 23.14 | 22.69 | – | – |" in text
     assert "(commit bbbbbbb)" in text
     assert "| aaaaaaa | 1024 | no | v7 | 26.4 (26.4–27.4) |" in text
+
+
+def test_coldstart_section_keeps_runs_of_one_commit_with_different_switches_apart(tmp_path):
+    # one commit, two runs: v7's candidates with an FA2_V7_* switch off and on (rows carry it as `switches`)
+    from fa2lab.results import append_rows
+
+    path = tmp_path / GPU / "experiments" / "coldstart.csv"
+    for switch, ms in (("FA2_V7_ITEM_OVERLAP=0", 0.0236), ("FA2_V7_ITEM_OVERLAP=1", 0.0244)):
+        append_rows(path, [{"variant": v, "N": 1024, "causal": 0, "protocol": "spin", "ms": t, "ms_min": t,
+                            "ms_max": t, **PROV, "git_commit": "ccccccc", "date": "2026-11-30T02:00:00+00:00",
+                            "switches": switch} for v, t in (("v7", ms), ("sdpa", 0.0231))])
+    text = report.section_coldstart(GPU, tmp_path)
+    assert "| ccccccc (FA2_V7_ITEM_OVERLAP=0) | 1024 | no | v7 | 23.6 (23.6–23.6) |" in text
+    assert "| ccccccc (FA2_V7_ITEM_OVERLAP=1) | 1024 | no | v7 | 24.4 (24.4–24.4) |" in text

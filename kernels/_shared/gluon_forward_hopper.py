@@ -75,6 +75,25 @@ offline PTX of ws2x64x128/3s/preg/pp/persist: before the ready wait, the turn's 
 release), where CUTLASS's pipelines arrive from one elected thread without one. Releasing each slot one
 tile later, beside the turn's arrive, does not share a sync: the offline PTX then has two bar.syncs back to
 back (sketched and compiled only, not kept).
+Session 18 (experiment gluon, 5 rounds, each option against the default in the same rounds, every configuration
+first checked against float64; experiment coldstart with the option switched on and off for v7's candidates):
+- Why the bar.syncs: Triton 3.6's shared-memory analysis treats an elected mbarrier.arrive as reading and writing
+  all of shared memory (a barrier before it, and before the next shared-memory access after it), and two waits
+  on one barrier allocation with nothing between them as a hazard.
+- thread_arrive (call 1, a2fc7ad): every consumer thread arrives itself (cp.async.mbarrier.arrive.noinc, which the
+  analysis sees as a write of that barrier only) and each ping-pong turn is its own allocation: the offline PTX
+  keeps 1 bar.sync per key tile and consumer instead of 3. Slower at every length: ws2x64x128/3s/preg/pp/persist
+  98.8/99.0/101.1% of cuDNN at N = 1024/2048/4096 without, 93.0/94.3/96.7% with; v7's kernel alone at 2048
+  77.6 us without, 82.0 with (cuDNN 77.2-77.4). 128 arrivals on one barrier cost more than the syncs they remove.
+- item_overlap (call 2, a81f69f): in a persistent program the next item's S_0 = Q K_0^T is issued before this
+  item's epilogue (offline SASS: no wgmma wait before the O stores). Slower: 100.2/99.9/101.0% without,
+  96.0/97.0/100.8% with; kernel alone at 1024 23.6 -> 24.4 us, at 2048 77.6 -> 78.9.
+- tma_prefetch (call 3, 21e45e5): prefetch.param.tensormap of the three descriptors at the kernel's start. Within
+  the spread: 98.9/99.2/102.0% without, 100.5/98.7/101.8% with (one-program-per-tile form: 92.2/90.7/97.6 against
+  91.9/90.4/97.6).
+None is on in V7_CANDIDATES; each stays a configuration of EXPERIMENT_CONFIGS and a switch for v7's candidates
+(FA2_V7_THREAD_ARRIVE, FA2_V7_ITEM_OVERLAP, FA2_V7_TMA_PREFETCH). With all off, v7 in the harness at 21e45e5 (5
+runs): 98/98/100/108% of cuDNN non-causal at N = 512/1024/2048/4096 (v7's docstring).
 """
 
 from __future__ import annotations
