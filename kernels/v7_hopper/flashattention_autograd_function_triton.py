@@ -2,19 +2,20 @@
 descriptors, and a key loop written so that the softmax of one tile can run while the tensor cores
 multiply the next; v6 itself wherever that path does not apply.
 
-Measured on the H200 (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv, commit 21e45e5, 5-run
-protocol, % of SDPA's default backend, cuDNN, in the same process; per-run spread in brackets), with
-the Gluon path described below on for non-causal inputs and the tl path raced against it:
-  non-causal  N = 512  98% (67-102), 1024  98% (97-101), 2048 100% (99-100), 4096 108% (107-109)
-  causal      N = 512  98% (94-104), 1024 120% (116-122), 2048 114% (112-115), 4096 107% (104-108)
-(One run of five at N = 512 non-causal measured the host: 67%.) Issue 6's goal (at least cuDNN at every
+Measured on the H200 (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv, two 5-run protocols with the
+same kernels, commits 21e45e5 and b4487fc, % of SDPA's default backend, cuDNN, in the same process; the
+medians of the two, and the per-run spread over both in brackets), with the Gluon path described below on
+for non-causal inputs and the tl path raced against it:
+  non-causal  N = 512  98/99% (67-105), 1024  98/99% (97-101), 2048 100/100% (99-100), 4096 108/109% (107-110)
+  causal      N = 512  98/98% (87-104), 1024 120/122% (116-122), 2048 114/113% (112-115), 4096 107/107% (103-108)
+(One run at N = 512 non-causal measured the host: 67%.) Issue 6's goal (at least cuDNN at every
 harness shape, both masks) is met at 5 of the 8 shapes (non-causal 2048 level at 100%), and at N = 512
-with either mask and at non-causal 1024 v7 is 2% behind in the median with cuDNN inside the per-run
-spread. The kernels alone (torch.profiler's GPU durations, experiment coldstart, commit 66aea0c) put
-v7's kernel 0.2-0.5 us behind cuDNN's at N = 1024 (23.6 against 23.1 us after a spin, 24.4 against
-24.2 after do_bench's flush, 23.0 against 22.8 in graph replay) and 0.6-0.8 us at 2048 (78.4 against
-77.8, 78.9 against 78.1, 77.4 against 76.6); session 17 (commit 6a04e3d) measured the same 0.4-0.5 us
-at 1024. The harness's graph-replay column puts v7 ahead there (102-103%) because SDPA's replayed call
+with either mask and at non-causal 1024 v7 is 1-2% behind in the median with cuDNN inside the per-run
+spread. The kernels alone (torch.profiler's GPU durations, experiment coldstart, commits 66aea0c and
+b4487fc) put v7's kernel 0.2-0.6 us behind cuDNN's at N = 1024 (66aea0c: 23.6 against 23.1 us after a
+spin, 24.4 against 24.2 after do_bench's flush, 23.0 against 22.8 in graph replay) and 0.4-0.8 us at
+2048 (78.4 against 77.8, 78.9 against 78.1, 77.4 against 76.6); session 17 (commit 6a04e3d) measured
+0.4-0.5 us at 1024. The harness's graph-replay column puts v7 ahead there (102-103%) because SDPA's replayed call
 costs about 1 us more than its kernel and v7's 0.15 us. Three attempts on that remaining gap (session 18;
 the Gluon module's docstring) measured no faster: per-thread barrier arrivals instead of Triton's
 bar.sync before each elected arrive, the next work item's first Q K^T issued before the epilogue, and a
