@@ -989,8 +989,6 @@ def section_grid(gpu, root) -> str:
         ["N", "causal", "per tile", "persistent, 2 per SM", "persistent, 1 per SM", "SDPA ms"])
 
 
-
-
 def section_gluon(gpu, root) -> str:
     """The Gluon forward's best configuration per run and shape (by graph replay) beside v7's tl path and
     SDPA from the same run (experiments/run.py gluon; figures.data.gluon_best): one row per (run, shape),
