@@ -144,7 +144,8 @@ def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypa
     descs = [types.SimpleNamespace(base=None) for _ in range(3)]
     O0, L0 = torch.empty(B, N, D), torch.empty(B, N)
     Op0, Lp0 = torch.empty(2 * 192, D), torch.empty(2 * 192)
-    args = (*descs, O0, L0, 64, 100, N, N, 0.18, 1, 2, 5, Op0, Lp0)   # strides, sizes, scale, FULL, SPLITS, items
+    o_desc = types.SimpleNamespace(base=None)                          # tma_store's (None without it)
+    args = (*descs, O0, L0, 64, 100, N, N, 0.18, 1, 2, 5, Op0, Lp0, o_desc)   # strides, sizes, scale, FULL, SPLITS, items
     launch = G.GluonLaunch(FakeKernel("main"), (5,), args, (False, 4), (Op0, Lp0, 1, 2),
                            (FakeKernel("combine"), (1, 6), (2, 192, 32, D)), "ws3x64x128/4s/preg/split")
     seen = []
@@ -154,7 +155,8 @@ def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypa
         (main, m), (comb, c) = launched[-2:]
         assert (main, comb) == ("main", "combine")
         assert all(d.base is t for d, t in zip(m[:3], (Q, K, V))) and m[3] is O and m[4] is L
-        assert m[5:13] == (64, 100, N, N, 0.18, 1, 2, 5) and m[15:] == (False, 4)
+        assert m[5:13] == (64, 100, N, N, 0.18, 1, 2, 5) and m[16:] == (False, 4)
+        assert m[15] is o_desc and o_desc.base is O          # O's descriptor follows each call's O
         Op, Lp = m[13], m[14]
         assert Op.shape == Op0.shape and Op is not Op0 and Lp.shape == Lp0.shape
         assert all(x is y for x, y in zip(c[:4], (Op, Lp, O, L))) and c[4:] == (1, N, 64, 100, 2, 192, 32, D)
@@ -190,14 +192,23 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_io", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
                                                            persistent=True, item_overlap=True), True),
                            ("ws_persist_pf", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                           persistent=True, tma_prefetch=True), False)]:
-    c = G.compile_offline(cfg, N=1000, is_causal=causal)
+                                                           persistent=True, tma_prefetch=True), False),
+                           ("ws_persist_1024", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
+                                                             persistent=True), False),
+                           ("ws_persist_ts_1024", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
+                                                                persistent=True, tma_store=True), False),
+                           ("ws_persist_ts", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
+                                                           persistent=True, tma_store=True), False)]:
+    c = G.compile_offline(cfg, N=1024 if label.endswith("_1024") else 1000, is_causal=causal)
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     out[label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(64),
                    "warp_specialize": ttgir.count("ttg.warp_specialize"),
                    "wait_1": ttgir.count("pendings = 1"), "cubin": len(c.asm["cubin"]),
                    "arrives": ptx.count("mbarrier.arrive.shared"), "bar_sync": ptx.count("bar.sync"),
                    "thread_arrives": ptx.count("cp.async.mbarrier.arrive.noinc"),
+                   "bulk_stores": ptx.count("cp.async.bulk.tensor.2d.global.shared::cta"),
+                   "store_waits": len(re.findall(r"cp\\.async\\.bulk\\.wait_group\\.read\\s+0;", ptx)),
+                   "st_v4": ptx.count("st.global.v4"),
                    # the product issued last before a whole tile's O leaves (m64n128: a Q K^T; m64n64: a P V)
                    "before_store": (re.findall(r"wgmma[._a-z]*\.(m64n\d+k16)", ptx.split("st.global.v4")[0])
                                     or [None])[-1],
@@ -220,8 +231,10 @@ def compiled():
 def test_offline_compiles_for_sm90(compiled):
     for label, r in compiled.items():
         assert r["cubin"] > 0, label
-        # the estimate is what fits() uses: within 64 bytes (barrier alignment) of what Triton allocates
-        assert abs(r["shared"] - r["estimate"]) <= 64, (label, r)
+        # the estimate is what fits() uses: within 64 bytes (barrier alignment) of what Triton allocates; tma_store's
+        # counts its row vector's scratch (256 bytes) even where N leaves it to plain stores (N = 1000)
+        over = 256 if label == "ws_persist_ts" else 0
+        assert -64 <= r["estimate"] - r["shared"] <= 64 + over, (label, r)
 
 
 def test_warp_specialized_form_is_warp_specialized(compiled):
@@ -280,3 +293,30 @@ def test_tma_prefetch_names_the_three_descriptors(compiled):
     assert pf["tensormaps"] == [0, 5, 10]
     assert sorted(int(i) for i in pf["prefetched"]) == pf["tensormaps"]
     assert compiled["ws_persist"]["prefetched"] == []
+
+
+def test_tma_store_sends_o_through_the_copy_engine_where_rows_stay_in_their_head(compiled):
+    # N = 1024: each consumer's O leaves by one TMA store per item (both consumers' partitions: 2 sites) and no
+    # 16-byte plain store is left (the split tail's fp32 parts still use plain 8-byte ones); each consumer waits
+    # for its staging buffer's previous store before writing it and once after its last item
+    ts, base = compiled["ws_persist_ts_1024"], compiled["ws_persist_1024"]
+    assert (ts["bulk_stores"], ts["st_v4"]) == (2, 0), ts
+    assert ts["store_waits"] == 2 * 2, ts
+    assert base["bulk_stores"] == 0 and base["st_v4"] > 0
+    # N = 1000: a consumer's 64 rows could cross a head's end, so the host passes no descriptor: plain stores
+    ragged = compiled["ws_persist_ts"]
+    assert ragged["bulk_stores"] == 0 and ragged["st_v4"] == compiled["ws_persist"]["st_v4"] > 0
+
+
+def test_tma_store_descriptor_only_where_a_block_stays_in_one_head():
+    cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, tma_store=True)
+    O = torch.empty(4, 1024, 64, dtype=torch.bfloat16, device="meta")
+    d = G.o_descriptor(O, cfg)
+    assert d is not None and list(d.block_shape) == [64, 64] and list(d.shape) == [4 * 1024, 64]
+    assert G.o_descriptor(torch.empty(4, 1000, 64, dtype=torch.bfloat16, device="meta"), cfg) is None
+    assert G.o_descriptor(O, G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True)) is None
+    assert G.o_descriptor(O.transpose(0, 1), cfg) is None     # heads not N rows apart: not flattened rows
+    with pytest.raises(ValueError, match="one at most"):
+        G.GluonConfig(128, 128, 4, 3, consumers=2, tma_store=True, direct_store=True)
+    with pytest.raises(ValueError, match="need the warp-specialized form"):
+        G.GluonConfig(128, 128, 8, 3, tma_store=True)

@@ -149,6 +149,8 @@ class GluonConfig:
                                  # (no bar.sync before each arrive; see _arrive)
     item_overlap: bool = False   # persistent: the next work item's first Q K^T issued before this item's epilogue
     tma_prefetch: bool = False   # warp-specialized: the loader prefetches the three TMA descriptors first (_prefetch)
+    tma_store: bool = False      # warp-specialized: O leaves by a TMA store from shared memory (_store_o_tma) where
+                                 # every consumer's 64 rows lie in one head (N_QUERIES % 64 == 0), else by plain stores
 
     def __post_init__(self):
         if self.consumers:
@@ -160,10 +162,13 @@ class GluonConfig:
             if self.item_overlap and not self.persistent:
                 raise ValueError(f"item_overlap needs a persistent grid (a next work item): {self}")
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
-                or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.p_buffers != 2:
+                or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
+                or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
-                             f"tma_prefetch and one P buffer need the warp-specialized form (consumers = 2 or 3): "
-                             f"{self}")
+                             f"tma_prefetch, tma_store and one P buffer need the warp-specialized form (consumers = 2 "
+                             f"or 3): {self}")
+        if self.tma_store and self.direct_store:
+            raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.p_buffers not in (1, 2):
             raise ValueError(f"p_buffers is 1 or 2: {self}")
 
@@ -176,7 +181,8 @@ class GluonConfig:
             return f"ws{self.consumers}x64x{self.block_n}/{tail}{'/pp' if self.pingpong else ''}" \
                    f"{'/pin' if self.pin_ex2 else ''}{split}{'/persist' if self.persistent else ''}" \
                    f"{'/ds' if self.direct_store else ''}{'/ta' if self.thread_arrive else ''}" \
-                   f"{'/io' if self.item_overlap else ''}{'/pf' if self.tma_prefetch else ''}"
+                   f"{'/io' if self.item_overlap else ''}{'/pf' if self.tma_prefetch else ''}" \
+                   f"{'/ts' if self.tma_store else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -198,7 +204,9 @@ class GluonConfig:
         if self.p_smem:
             b += self.p_buffers * self.block_m * self.block_n * elem
         if self.consumers:
-            b += 0 if self.direct_store else self.block_m * D * elem   # the epilogue's layout conversion
+            b += 0 if self.direct_store else self.block_m * D * elem   # the epilogue's layout conversion (or TMA staging)
+            b += 64 * 4 if self.tma_store else 0   # a row vector's conversion (64 floats), which the conversion's scratch
+                                                   # held (offline sm_90 compile: 272 bytes more with tma_store)
             b += self.block_m * 4 if self.pin_ex2 else 0   # _pin's row sums
         turns = self.consumers   # ping-pong's mbarriers: one per consumer, allocated with or without it
         q_bars = 2 * self.q_buffers if self.consumers else 1                         # Q ready (and empty)
@@ -292,6 +300,14 @@ EXPERIMENT_CONFIGS = (
                 item_overlap=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, tma_prefetch=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, tma_prefetch=True),
+    # session 19: O leaves each work item by plain stores after a round trip through shared memory (the layout
+    # conversion) behind a barrier, and the consumer starts its next item only when its stores have issued; session
+    # 17's ncu had v7's MIO throttle at 0.29-0.31 cycles per instruction against cuDNN's 0.04. A TMA store from a
+    # staging buffer leaves the writing to the copy engine.
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, tma_store=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, tma_store=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
+                tma_store=True),
 )
 
 
@@ -373,8 +389,26 @@ if HAVE_GLUON:
         cols = gl.arange(0, D, layout=gl.SliceLayout(0, out_layout))
         o_ptrs = O_ptr + (head * N_QUERIES + gl.expand_dims(rows, 1)) * stride_o_row + gl.expand_dims(cols, 0)
         gl.store(o_ptrs, o, mask=gl.expand_dims(rows < N_QUERIES, 1))
+        _store_l(l_i, m_i, L_ptr, q_pos, head, N_QUERIES, stride_l_head)
+
+    @gluon.jit
+    def _store_l(l_i, m_i, L_ptr, q_pos, head, N_QUERIES, stride_l_head):
+        """L = ln(2) (m + log2 l) of the rows q_pos below N_QUERIES."""
         L_i = (m_i + gl.log2(l_i)) * 0.6931471805599453
         gl.store(L_ptr + head * stride_l_head + q_pos, L_i, mask=q_pos < N_QUERIES)
+
+    @gluon.jit
+    def _store_o_tma(acc, l_i, o_desc, o_buf, row, row_o: gl.constexpr):
+        """tma_store's epilogue for O: acc / l into this consumer's staging buffer o_buf, out by one TMA store to
+        rows [row, row + 64) of the flattened O (all in one head: the host turns tma_store on only when
+        N_QUERIES % 64 == 0). The store is left in flight: the wait before the buffer is written again is the
+        next item's (or the one after the consumer's last item), so this consumer goes on to its next item while
+        the copy engine writes O, as CUTLASS's and FlashAttention-3's epilogues do."""
+        o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+        tma.store_wait(0)        # the previous item's store has read o_buf
+        o_buf.store(o.to(o_buf.dtype))
+        fence_async_shared()     # the generic-proxy writes before the async proxy's read
+        tma.async_copy_shared_to_global(o_desc, [row, 0], o_buf)
 
     @gluon.jit
     def flash_fwd_gluon(
@@ -628,23 +662,30 @@ if HAVE_GLUON:
             l_smem.index(wg).store(l_i)
 
     @gluon.jit
-    def _first_scores(q_tile, mem, g, t):
-        """S_0 = Q K_0^T of a work item issued (not waited for): key tile g's slot once it is ready, turn t."""
+    def _first_scores(mem, wg, it, g):
+        """S_0 = Q K_0^T of this program's it-th work item issued (not waited for), consumer wg's rows: once
+        its query tile is in (Q buffer it % Q_BUFFERS) and key tile g's slot is ready, at turn g + it (every
+        item's S_0 is one turn more than its key tiles' products). Returns the product's token and the query
+        tile."""
         shared, turn, modes = mem
-        k_smem = shared[1]
-        ready = shared[7]
+        q_smem, k_smem, ready, q_bar = shared[0], shared[1], shared[7], shared[5]
+        Q_BUFFERS: gl.constexpr = q_bar.shape[0]
+        CONSUMERS: gl.constexpr = q_smem.shape[0] // Q_BUFFERS
         SLOTS: gl.constexpr = k_smem.shape[0]
-        ROWS: gl.constexpr = q_tile.shape[0]
+        ROWS: gl.constexpr = q_smem.shape[1]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
         PINGPONG: gl.constexpr = modes.shape[1] > 1
         PER_THREAD: gl.constexpr = modes.shape[2] > 1
         s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
+        b = it % Q_BUFFERS
+        q_tile = q_smem.index(b * CONSUMERS + wg)
+        mbarrier.wait(q_bar.index(b), (it // Q_BUFFERS) & 1)
         mbarrier.wait(ready.index(g % SLOTS), (g // SLOTS) & 1)
-        _take_turn(turn, t, PINGPONG)
+        _take_turn(turn, g + it, PINGPONG)
         s_tok = warpgroup_mma(q_tile, k_smem.index(g % SLOTS).permute((1, 0)),
                               gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
         _pass_turn(turn, PINGPONG, PER_THREAD)
-        return s_tok
+        return s_tok, q_tile
 
     @gluon.jit
     def _attend(s_tok, q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale):
@@ -714,10 +755,12 @@ if HAVE_GLUON:
         """Consumer wg: for each of this program's work items, rows [q_start + 64 wg, q_start + 64 (wg + 1))
         of its query tile (_attend), then its epilogue: O and L, or for a split of a tail tile its
         normalised O (fp32) and log2-sum-exp into the workspace. The Q buffer is released once the
-        item's products are done."""
+        item's products are done. out: O, L, the workspace's two pointers and, with tma_store, O's
+        descriptor and the consumers' staging buffers."""
         shared, _, modes = mem
         q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared
-        O_ptr, L_ptr, Op_ptr, Lp_ptr = out
+        O_ptr, L_ptr, Op_ptr, Lp_ptr = out[0], out[1], out[2], out[3]
+        TMA_STORE: gl.constexpr = len(out) > 4
         DIRECT: gl.constexpr = modes.shape[0] > 1
         qk_scale, stride_o_row, stride_l_head = sizes
         N_QUERIES = work[0]
@@ -735,39 +778,39 @@ if HAVE_GLUON:
         g = 0
         it = 0
         if ITEM_OVERLAP:   # the first item's S_0; each later one's is issued under the previous item's epilogue
-            mbarrier.wait(q_bar.index(0), 0)
-            s_next = _first_scores(q_smem.index(wg), mem, 0, 0)
+            s_next, q_next = _first_scores(mem, wg, 0, 0)
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
             q_start, head, n_tiles, mask_from, causal_off, k_base, part = _work_item(item, work, ROWS * CONSUMERS,
                                                                                      BLOCK_N)
-            b = it % Q_BUFFERS
             row0 = q_start + wg * ROWS
             q_pos = row0 + gl.arange(0, ROWS, layout=row_s)
             if ITEM_OVERLAP:
-                s_tok = s_next
+                s_tok, q_tile = s_next, q_next
             else:
-                mbarrier.wait(q_bar.index(b), (it // Q_BUFFERS) & 1)
-                s_tok = _first_scores(q_smem.index(b * CONSUMERS + wg), mem, g, g + it)
-            acc, l_i, m_i = _attend(s_tok, q_smem.index(b * CONSUMERS + wg), mem, wg, g, g + it, n_tiles, k_base,
-                                    mask_from, causal_off, q_pos, N_KEYS, qk_scale)
-            mbarrier.arrive(q_empty.index(b), count=1)
+                s_tok, q_tile = _first_scores(mem, wg, it, g)
+            acc, l_i, m_i = _attend(s_tok, q_tile, mem, wg, g, g + it, n_tiles, k_base, mask_from, causal_off, q_pos,
+                                    N_KEYS, qk_scale)
+            mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
             g += n_tiles
             it += 1
             if ITEM_OVERLAP:   # the next item's S_0 (after the last item, the loader's spare tiles') runs under
-                nb = it % Q_BUFFERS   # this epilogue
-                mbarrier.wait(q_bar.index(nb), (it // Q_BUFFERS) & 1)
-                s_next = _first_scores(q_smem.index(nb * CONSUMERS + wg), mem, g, g + it)
+                s_next, q_next = _first_scores(mem, wg, it, g)   # this epilogue
             if part >= 0:
                 rows = part * (ROWS * CONSUMERS) + wg * ROWS + gl.arange(0, ROWS, layout=row_o)
                 cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
                 o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
                 gl.store(Op_ptr + gl.expand_dims(rows, 1) * D + gl.expand_dims(cols, 0), o)
                 gl.store(Lp_ptr + rows, gl.convert_layout(m_i + gl.log2(l_i), row_o))
+            elif TMA_STORE:
+                _store_o_tma(acc, l_i, out[4], out[5].index(wg), head * N_QUERIES + row0, row_o)
+                _store_l(l_i, m_i, L_ptr, q_pos, head, N_QUERIES, stride_l_head)
             else:
                 _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head,
                             row_o, 4, DIRECT)
         if ITEM_OVERLAP:   # the spare S_0: nothing reads it, but it must be done before the program ends
             warpgroup_mma_wait(num_outstanding=0, deps=(s_next,))
+        if TMA_STORE:      # the last O store has read its staging buffer before the program's shared memory goes
+            tma.store_wait(0)
 
     @gluon.jit
     def flash_fwd_gluon_ws(
@@ -781,12 +824,14 @@ if HAVE_GLUON:
         # work items (_work_item): whole tiles, splits per tail tile, items; the split tail's workspace (fp32 O
         # parts, log2-sum-exp parts). Program p takes items p, p + programs, ... (one each unless persistent)
         FULL, SPLITS, N_ITEMS, Op_ptr, Lp_ptr,
+        # tma_store: O's descriptor over the flattened rows, blocks of 64 rows (None: plain stores)
+        o_desc,
         # compile-time meta-parameters: consumer warpgroups (2 or 3), registers per consumer thread, Q buffers
         # (2 for a persistent grid: the next item's queries load while this one's finish)
         CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
         P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
-        TMA_PREFETCH: gl.constexpr,
+        TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -833,7 +878,11 @@ if HAVE_GLUON:
         work = (N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
         loader_args = ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem), (q_bar, q_empty, ready, empty), work, modes)
         shared = (q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty)
-        out = (O_ptr, L_ptr, Op_ptr, Lp_ptr)
+        if TMA_STORE:   # one staging buffer per consumer, in the layout of O's descriptor (_store_o_tma)
+            o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, ROWS, D], o_desc.layout)
+            out = (O_ptr, L_ptr, Op_ptr, Lp_ptr, o_desc, o_smem)
+        else:
+            out = (O_ptr, L_ptr, Op_ptr, Lp_ptr)
         sizes = (qk_scale, stride_o_row, stride_l_head)
         if CONSUMERS == 2:
             gl.warp_specialize([(_ws_consumer, ((shared, (turn0, turn1), modes), out, 0, work, sizes)),
@@ -878,17 +927,26 @@ def applies(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, window: int = 0) 
     return None
 
 
+def row_descriptor(t: torch.Tensor, rows: int):
+    """A host TMA descriptor over t's flattened (heads * N, D) rows (t as `flattened` accepts it), blocks of
+    `rows` rows."""
+    flat, D = flattened(t), t.shape[2]
+    layout = gl.NVMMASharedLayout.get_default_for([rows, D], gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16)
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, D], layout)
+
+
 def descriptors(Q, K, V, cfg: GluonConfig):
     """Host TMA descriptors over the flattened rows, blocks (block_m, D) for Q, (block_n, D) for K, V."""
-    D = Q.shape[2]
-    out = []
-    q_rows = 64 if cfg.consumers else cfg.block_m
-    for t, rows in ((Q, q_rows), (K, cfg.block_n), (V, cfg.block_n)):
-        flat = flattened(t)
-        layout = gl.NVMMASharedLayout.get_default_for([rows, D], gl.bfloat16 if t.dtype == torch.bfloat16
-                                                      else gl.float16)
-        out.append(TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, D], layout))
-    return out
+    return [row_descriptor(Q, 64 if cfg.consumers else cfg.block_m), row_descriptor(K, cfg.block_n),
+            row_descriptor(V, cfg.block_n)]
+
+
+def o_descriptor(O: torch.Tensor, cfg: GluonConfig):
+    """tma_store's descriptor over O's flattened rows, blocks of one consumer's 64 rows; None (plain stores)
+    without tma_store, or where a block could cross a head's end (N_QUERIES % 64) or TMA cannot address O."""
+    if not cfg.tma_store or O.shape[1] % 64 or flattened(O) is None:
+        return None
+    return row_descriptor(O, 64)
 
 
 def split_plan(tiles: int, sms: int, key_tiles: int, max_splits: int = 8, parts_per_sm: int = 0) -> tuple[int, int]:
@@ -969,10 +1027,11 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
     if not cfg.consumers:
         return (flash_fwd_gluon, (tiles, BH), args, cfg.num_warps, dict(flags, P_SMEM=cfg.p_smem, OVERLAP=cfg.overlap),
                 None)
+    o_desc = o_descriptor(O, cfg)
     flags.update(CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers, PINGPONG=cfg.pingpong,
                  PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, Q_BUFFERS=cfg.q_buffers,
                  DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive,
-                 ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch)
+                 ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None)
     full, splits = tiles * BH, 1
     if cfg.split_tail and not is_causal:
         full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
@@ -986,7 +1045,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
     else:   # nothing is split: the workspace pointers are never written
         Op, Lp, tail = L, L, None
     grid = (min(items, sms),) if cfg.persistent else (items,)
-    return flash_fwd_gluon_ws, grid, (*args, full, splits, items, Op, Lp), 4, flags, tail
+    return flash_fwd_gluon_ws, grid, (*args, full, splits, items, Op, Lp, o_desc), 4, flags, tail
 
 
 def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, cfg: GluonConfig,
@@ -1035,6 +1094,7 @@ class GluonLaunch(KeptL):
         self.descs = list(args[:3])
         self.o_shape, self.l_shape = args[3].shape, args[4].shape
         self.scalars = tuple(args[5:13])            # O's row and L's head strides, sizes, scale, FULL, SPLITS, items
+        self.o_desc = args[15]                      # tma_store's descriptor of O (its base set per call) or None
         self.work_shape = None if tail is None else tail[0].shape
         self.combine = None
         if combined is not None:
@@ -1056,7 +1116,10 @@ class GluonLaunch(KeptL):
         else:
             Op = torch.empty(self.work_shape, dtype=torch.float32, device=Q.device)
             Lp = torch.empty(self.work_shape[:1], dtype=torch.float32, device=Q.device)
-        run_compiled(self.kernel, self.grid, (*d, O, L, *self.scalars, Op, Lp, *self.constexprs), Q.device.index)
+        if self.o_desc is not None:
+            self.o_desc.base = O
+        run_compiled(self.kernel, self.grid, (*d, O, L, *self.scalars, Op, Lp, self.o_desc, *self.constexprs),
+                     Q.device.index)
         if self.combine is not None:
             run_compiled(self.combine, self.combine_grid, (Op, Lp, O, L, *self.combine_sizes, *self.combine_constexprs),
                          Q.device.index)
@@ -1070,8 +1133,9 @@ class GluonLaunch(KeptL):
 THREAD_ARRIVE = os.environ.get("FA2_V7_THREAD_ARRIVE", "0") != "0"
 ITEM_OVERLAP = os.environ.get("FA2_V7_ITEM_OVERLAP", "0") != "0"
 TMA_PREFETCH = os.environ.get("FA2_V7_TMA_PREFETCH", "0") != "0"
+TMA_STORE = os.environ.get("FA2_V7_TMA_STORE", "0") != "0"
 V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
-                              tma_prefetch=TMA_PREFETCH) for c in (
+                              tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE) for c in (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
     # one program per tile: where the tiles fit in one wave (N = 512: 128 tiles on 132 SMs) the persistent
     # loop only costs, 112% of cuDNN by graph replay against 108% (experiment gluon, commits 5e41ce4, e9eed4c)
