@@ -198,7 +198,9 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_ts_1024", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
                                                                 persistent=True, tma_store=True), False),
                            ("ws_persist_ts", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                           persistent=True, tma_store=True), False)]:
+                                                           persistent=True, tma_store=True), False),
+                           ("ws_persist_vb", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
+                                                           persistent=True, v_barrier=True), True)]:
     c = G.compile_offline(cfg, N=1024 if label.endswith("_1024") else 1000, is_causal=causal)
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     out[label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(64),
@@ -209,6 +211,7 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                    "bulk_stores": ptx.count("cp.async.bulk.tensor.2d.global.shared::cta"),
                    "store_waits": len(re.findall(r"cp\\.async\\.bulk\\.wait_group\\.read\\s+0;", ptx)),
                    "st_v4": ptx.count("st.global.v4"),
+                   "expects": ptx.count("expect_tx"), "try_waits": ptx.count("mbarrier.try_wait"),
                    # the product issued last before a whole tile's O leaves (m64n128: a Q K^T; m64n64: a P V)
                    "before_store": (re.findall(r"wgmma[._a-z]*\.(m64n\d+k16)", ptx.split("st.global.v4")[0])
                                     or [None])[-1],
@@ -320,3 +323,13 @@ def test_tma_store_descriptor_only_where_a_block_stays_in_one_head():
         G.GluonConfig(128, 128, 4, 3, consumers=2, tma_store=True, direct_store=True)
     with pytest.raises(ValueError, match="need the warp-specialized form"):
         G.GluonConfig(128, 128, 8, 3, tma_store=True)
+
+
+def test_v_barrier_lets_q_k_wait_for_k_alone(compiled):
+    # the loader's K/V copy site expects K's bytes on the slot's ready barrier and V's on its own (one expect more);
+    # each consumer waits for V before each P V (in the key loop and before the last): two waits more per consumer,
+    # and no bar.sync more in the key loop (the 3 more are after the 3 new barriers' initialisation)
+    vb, base = compiled["ws_persist_vb"], compiled["ws_persist"]
+    assert vb["expects"] == base["expects"] + 1
+    assert vb["try_waits"] == base["try_waits"] + 2 * 2
+    assert vb["bar_sync"] == base["bar_sync"] + 3

@@ -151,6 +151,8 @@ class GluonConfig:
     tma_prefetch: bool = False   # warp-specialized: the loader prefetches the three TMA descriptors first (_prefetch)
     tma_store: bool = False      # warp-specialized: O leaves by a TMA store from shared memory (_store_o_tma) where
                                  # every consumer's 64 rows lie in one head (N_QUERIES % 64 == 0), else by plain stores
+    v_barrier: bool = False      # warp-specialized: each slot's V completes on a barrier of its own, so that Q K_j^T waits
+                                 # for K_j alone (FlashAttention-3's separate K and V pipelines)
 
     def __post_init__(self):
         if self.consumers:
@@ -163,10 +165,10 @@ class GluonConfig:
                 raise ValueError(f"item_overlap needs a persistent grid (a next work item): {self}")
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
-                or self.p_buffers != 2:
+                or self.v_barrier or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
-                             f"tma_prefetch, tma_store and one P buffer need the warp-specialized form (consumers = 2 "
-                             f"or 3): {self}")
+                             f"tma_prefetch, tma_store, v_barrier and one P buffer need the warp-specialized form "
+                             f"(consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.p_buffers not in (1, 2):
@@ -182,7 +184,7 @@ class GluonConfig:
                    f"{'/pin' if self.pin_ex2 else ''}{split}{'/persist' if self.persistent else ''}" \
                    f"{'/ds' if self.direct_store else ''}{'/ta' if self.thread_arrive else ''}" \
                    f"{'/io' if self.item_overlap else ''}{'/pf' if self.tma_prefetch else ''}" \
-                   f"{'/ts' if self.tma_store else ''}"
+                   f"{'/ts' if self.tma_store else ''}{'/vb' if self.v_barrier else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -210,7 +212,7 @@ class GluonConfig:
             b += self.block_m * 4 if self.pin_ex2 else 0   # _pin's row sums
         turns = self.consumers   # ping-pong's mbarriers: one per consumer, allocated with or without it
         q_bars = 2 * self.q_buffers if self.consumers else 1                         # Q ready (and empty)
-        barriers = 2 * self.slots + q_bars + turns
+        barriers = (3 if self.v_barrier else 2) * self.slots + q_bars + turns
         return b + 8 * barriers
 
     def fits(self, D: int, smem_per_block: int) -> bool:
@@ -308,6 +310,13 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, tma_store=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
                 tma_store=True),
+    # call 1 (f154041): within the spread (kernel alone at N = 1024 23.4 -> 23.6 us, 2048 78.0 -> 78.5). What a program
+    # waits for before its first product: Q and all of slot 0, V_0 included, though Q K_0^T reads K_0 only. With 132
+    # programs loading at once, V_0's 16 KB is a share of the start. V on a barrier of its own:
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, v_barrier=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, v_barrier=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
+                v_barrier=True),
 )
 
 
@@ -318,12 +327,20 @@ if HAVE_GLUON:
         return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1], instr_shape=[16, n, 16])
 
     @gluon.jit
-    def _issue_kv(k_desc, v_desc, k_smem, v_smem, bars, row, slot):
-        """TMA K and V rows [row, row + BLOCK_N) into one slot, completing on that slot's mbarrier."""
+    def _issue_kv(k_desc, v_desc, k_smem, v_smem, bars, row, slot, v_bars=None):
+        """TMA K and V rows [row, row + BLOCK_N) into one slot, completing on that slot's mbarrier (with v_bars,
+        V on that slot's barrier there, K alone on bars')."""
         bar = bars.index(slot)
-        mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_smem.index(slot))
-        tma.async_copy_global_to_shared(v_desc, [row, 0], bar, v_smem.index(slot))
+        if v_bars is None:
+            mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_smem.index(slot))
+            tma.async_copy_global_to_shared(v_desc, [row, 0], bar, v_smem.index(slot))
+        else:
+            v_bar = v_bars.index(slot)
+            mbarrier.expect(bar, k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_smem.index(slot))
+            mbarrier.expect(v_bar, v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [row, 0], v_bar, v_smem.index(slot))
 
     @gluon.jit
     def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
@@ -595,7 +612,7 @@ if HAVE_GLUON:
         tiles from k_base on into the slots from g on, each after the consumers released what was there."""
         q_desc, k_desc, v_desc = descs
         q_smem, k_smem, v_smem = smem
-        q_bar, q_empty, ready, empty = bars
+        q_bar, q_empty, ready, empty = bars[:4]      # with v_barrier, bars[4]: the slots' V barriers
         Q_BUFFERS: gl.constexpr = q_bar.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // Q_BUFFERS
         ROWS: gl.constexpr = q_smem.shape[1]
@@ -612,7 +629,10 @@ if HAVE_GLUON:
             slot = (g + j) % SLOTS
             # use u of this slot waits for the u-th release of its previous contents
             mbarrier.wait(empty.index(slot), (((g + j) // SLOTS) & 1) ^ 1, pred=g + j >= SLOTS)
-            _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
+            if len(bars) > 4:
+                _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot, bars[4])
+            else:
+                _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
 
     @gluon.jit
     def _arrive(bar, PER_THREAD: gl.constexpr):
@@ -688,6 +708,14 @@ if HAVE_GLUON:
         return s_tok, q_tile
 
     @gluon.jit
+    def _wait_v(shared, k):
+        """With v_barrier (shared[9]: the slots' V barriers), wait until key tile k's V is in its slot; without it V
+        completes with K on the slot's ready barrier, which the caller has waited for."""
+        if len(shared) > 9:
+            SLOTS: gl.constexpr = shared[1].shape[0]
+            mbarrier.wait(shared[9].index(k % SLOTS), (k // SLOTS) & 1)
+
+    @gluon.jit
     def _attend(s_tok, q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale):
         """Consumer wg's rows of one work item, from its first scores S_0 (s_tok, issued by _first_scores): its
         n_tiles key tiles from slot index g on (slots and phases run on over the items) and, with ping-pong,
@@ -695,7 +723,7 @@ if HAVE_GLUON:
         Each group of products issued (S_0; then S_j with P_(j-1) V_(j-1); then the last P V) is one turn,
         taken after the previous consumer's."""
         shared, turn, modes = mem
-        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared
+        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared[:9]
         PINGPONG: gl.constexpr = modes.shape[1] > 1        # the switches: see flash_fwd_gluon_ws's modes
         PER_THREAD: gl.constexpr = modes.shape[2] > 1
         SLOTS: gl.constexpr = k_smem.shape[0]
@@ -724,6 +752,7 @@ if HAVE_GLUON:
             slot = (g + j) % SLOTS
             prev = (g + j - 1) % SLOTS
             mbarrier.wait(ready.index(slot), ((g + j) // SLOTS) & 1)
+            _wait_v(shared, g + j - 1)
             _take_turn(turn, t + j, PINGPONG)
             s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
@@ -743,6 +772,7 @@ if HAVE_GLUON:
             else:   # P_j's registers, or its one buffer, written once P_(j-1) V_(j-1) is done
                 p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         last = (g + n_tiles - 1) % SLOTS
+        _wait_v(shared, g + n_tiles - 1)
         _take_turn(turn, t + n_tiles, PINGPONG)
         acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
         _pass_turn(turn, PINGPONG, PER_THREAD)
@@ -758,7 +788,7 @@ if HAVE_GLUON:
         item's products are done. out: O, L, the workspace's two pointers and, with tma_store, O's
         descriptor and the consumers' staging buffers."""
         shared, _, modes = mem
-        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared
+        q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared[:9]
         O_ptr, L_ptr, Op_ptr, Lp_ptr = out[0], out[1], out[2], out[3]
         TMA_STORE: gl.constexpr = len(out) > 4
         DIRECT: gl.constexpr = modes.shape[0] > 1
@@ -831,7 +861,7 @@ if HAVE_GLUON:
         CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
         P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
-        TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr,
+        TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -876,8 +906,15 @@ if HAVE_GLUON:
         # turn and the next consumer's), the outputs, its index wg, the work items' description, the sizes of
         # the epilogue.
         work = (N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
-        loader_args = ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem), (q_bar, q_empty, ready, empty), work, modes)
+        bars = (q_bar, q_empty, ready, empty)
         shared = (q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty)
+        if V_BARRIER:   # the slots' V barriers, last in both tuples (_issue_kv, _wait_v)
+            v_ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+            for s in gl.static_range(SLOTS):
+                mbarrier.init(v_ready.index(s), count=1)
+            bars = bars + (v_ready,)
+            shared = shared + (v_ready,)
+        loader_args = ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem), bars, work, modes)
         if TMA_STORE:   # one staging buffer per consumer, in the layout of O's descriptor (_store_o_tma)
             o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, ROWS, D], o_desc.layout)
             out = (O_ptr, L_ptr, Op_ptr, Lp_ptr, o_desc, o_smem)
@@ -1031,7 +1068,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
     flags.update(CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_registers, PINGPONG=cfg.pingpong,
                  PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, Q_BUFFERS=cfg.q_buffers,
                  DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive,
-                 ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None)
+                 ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None,
+                 V_BARRIER=cfg.v_barrier)
     full, splits = tiles * BH, 1
     if cfg.split_tail and not is_causal:
         full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
@@ -1134,8 +1172,9 @@ THREAD_ARRIVE = os.environ.get("FA2_V7_THREAD_ARRIVE", "0") != "0"
 ITEM_OVERLAP = os.environ.get("FA2_V7_ITEM_OVERLAP", "0") != "0"
 TMA_PREFETCH = os.environ.get("FA2_V7_TMA_PREFETCH", "0") != "0"
 TMA_STORE = os.environ.get("FA2_V7_TMA_STORE", "0") != "0"
+V_BARRIER = os.environ.get("FA2_V7_V_BARRIER", "0") != "0"
 V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
-                              tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE) for c in (
+                              tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER) for c in (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
     # one program per tile: where the tiles fit in one wave (N = 512: 128 tiles on 132 SMs) the persistent
     # loop only costs, 112% of cuDNN by graph replay against 108% (experiment gluon, commits 5e41ce4, e9eed4c)
