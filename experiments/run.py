@@ -389,11 +389,11 @@ def forced(FA, path: str, call):
         FA.FORCE_PATH = before
 
 
-def v7_gluon_runs(q, k, v) -> bool:
-    """Whether v7's Gluon path takes these inputs (non-causal), printing why not when it does not."""
+def v7_gluon_runs(q, k, v, causal: bool = False) -> bool:
+    """Whether v7's Gluon path can be forced on these inputs, printing why not when it cannot."""
     from fa2lab.versions import load
 
-    why = load("v7_hopper").gluon_applies(q, k, v, False, 0, "gluon")
+    why = load("v7_hopper").gluon_applies(q, k, v, causal, 0, "gluon")
     if why is not None:
         print(f"v7's Gluon path not timed: {why}")
     return why is None
@@ -459,7 +459,7 @@ def gluon(args, save):
             ref = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal).view(B * H, N, D)
             calls = {"v7_tl": lambda: forced(FA, "tma", lambda: FA.apply(q, k, v, causal)),
                      "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)}
-            if not causal and v7_gluon_runs(q, k, v):
+            if v7_gluon_runs(q, k, v, causal):
                 calls["v7_gluon"] = lambda: forced(FA, "gluon", lambda: FA.apply(q, k, v, causal))
             lean = {}
             for cfg in configs:

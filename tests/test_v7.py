@@ -191,15 +191,21 @@ def test_force_path(monkeypatch):
         run(Q, K, V, True)
 
 
-def test_gluon_path_is_non_causal_and_names_why_not(monkeypatch):
+def test_gluon_path_takes_causal_inputs_only_raced_and_names_why_not(monkeypatch):
     """The Gluon path (FlashAttentionTriton.GLUON, on by default) takes only what it can run, and says why
-    it does not; forcing it where it cannot run is a clear error, not a wrong answer."""
+    it does not; a causal mask only raced against the tl path (RACE_TL) or forced; forcing it where it cannot
+    run is a clear error, not a wrong answer."""
     Q, K, V = (torch.zeros(2, 128, 64, dtype=torch.bfloat16) for _ in range(3))
+    monkeypatch.setattr(FA, "GLUON", False)
     assert v7.gluon_applies(Q, K, V, False, 0, None) == "not asked for"
     assert v7.gluon_applies(Q, K, V, False, 0, "tma") == "not asked for"
     monkeypatch.setattr(FA, "GLUON", True)
-    assert "causal" in v7.gluon_applies(Q, K, V, True, 0, None)
+    monkeypatch.setattr(FA, "RACE_TL", False)
+    assert "causal mask without RACE_TL" in v7.gluon_applies(Q, K, V, True, 0, None)
     monkeypatch.setattr(v7, "interpreting", lambda: True)
+    assert "interpreter" in v7.gluon_applies(Q, K, V, True, 0, "gluon")          # forced: the mask is no reason
+    monkeypatch.setattr(FA, "RACE_TL", True)
+    assert "interpreter" in v7.gluon_applies(Q, K, V, True, 0, None)             # raced: nor is it here
     assert "interpreter" in v7.gluon_applies(Q, K, V, False, 0, None)
     monkeypatch.setattr(v7, "interpreting", lambda: False)
     assert "not a Hopper GPU" in v7.gluon_applies(Q, K, V, False, 0, None)          # CPU tensors
@@ -263,33 +269,36 @@ def test_the_race_is_on_unless_the_environment_turns_it_off_and_runs_record_it()
 
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")
-def test_the_race_runs_the_path_that_won_and_matches_float64(monkeypatch):
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_race_runs_the_path_that_won_and_matches_float64(causal, monkeypatch):
     monkeypatch.setattr(FA, "RACE_TL", True)
     Q, K, V = inputs(4, 777, 777, 64, seed=7)
-    O = FA.apply(Q, K, V, False)
+    O = FA.apply(Q, K, V, causal)
     assert v7.LAST_PATH in ("gluon", "tma")
-    assert relative_error(O.cpu(), attention(Q.cpu(), K.cpu(), V.cpu(), False)[0]) < TOL[torch.bfloat16]
+    assert relative_error(O.cpu(), attention(Q.cpu(), K.cpu(), V.cpu(), causal)[0]) < TOL[torch.bfloat16]
     first = v7.LAST_PATH
-    assert torch.equal(FA.apply(Q, K, V, False), O) and v7.LAST_PATH == first   # the lean repeat keeps it
+    assert torch.equal(FA.apply(Q, K, V, causal), O) and v7.LAST_PATH == first   # the lean repeat keeps it
 
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("B,n_q,n_k", [(3, 1000, 1000), (2, 333, 777), (2, 777, 333), (32, 1000, 1000)])
-def test_gluon_path_matches_float64_and_repeats_itself(B, n_q, n_k, monkeypatch):
+def test_gluon_path_matches_float64_and_repeats_itself(B, n_q, n_k, causal, monkeypatch):
     """v7's Gluon path on a Hopper GPU: ragged and non-square shapes, one with more tiles than SMs (a
-    persistent program takes several items, the split tail beside whole tiles); O and L against float64;
-    the second call (the lean repeat) gives the same output bit for bit."""
+    persistent program takes several items, the split tail beside whole tiles, non-causal); O and L against
+    float64, with either mask (causal: top-left aligned, as the tl path); the second call (the lean repeat)
+    gives the same output bit for bit."""
     monkeypatch.setattr(FA, "FORCE_PATH", "gluon")
     Q, K, V = inputs(B, n_q, n_k, 64, seed=n_q + n_k)
-    O = FA.apply(Q, K, V, False)
+    O = FA.apply(Q, K, V, causal)
     assert v7.LAST_PATH == "gluon"
-    ref_O, ref_L = attention(Q.cpu(), K.cpu(), V.cpu(), False)
+    ref_O, ref_L = attention(Q.cpu(), K.cpu(), V.cpu(), causal)
     assert relative_error(O.cpu(), ref_O) < TOL[torch.bfloat16]
-    O2 = FA.apply(Q, K, V, False)
+    O2 = FA.apply(Q, K, V, causal)
     assert v7.LAST_PATH == "gluon" and torch.equal(O, O2)
     assert v7.last_config() in {c.label for c in v7.GLUON.V7_CANDIDATES}
     Q.requires_grad_(True)
-    O3 = FA.apply(Q, K, V, False)            # autograd's path keeps L: the saved logsumexp
+    O3 = FA.apply(Q, K, V, causal)           # autograd's path keeps L: the saved logsumexp
     assert torch.allclose(saved_lse(O3).cpu(), ref_L.float(), atol=1e-2)
 
 

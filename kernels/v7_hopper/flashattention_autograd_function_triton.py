@@ -642,13 +642,14 @@ def _v6_launch(Q, K, V, is_causal, window):
 
 def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> str | None:
     """None when the Gluon path takes these inputs, else why not: it is asked for (FORCE_PATH = "gluon",
-    or FlashAttentionTriton.GLUON with no FORCE_PATH), the mask is non-causal, not interpreting (Gluon is
-    not interpreted), the Gluon module's own rules (gluon_forward_hopper.applies), and one of its
+    or FlashAttentionTriton.GLUON with no FORCE_PATH), a causal mask only where forced or raced against the tl
+    path (RACE_TL: the tl path is the faster from N = 1024 causal, the Gluon kernel at 512), not interpreting
+    (Gluon is not interpreted), the Gluon module's own rules (gluon_forward_hopper.applies), and one of its
     candidates fits the GPU's shared memory at this head dimension (D = 64 on the H200)."""
     if force not in (None, "gluon") or (force is None and not FlashAttentionTriton.GLUON):
         return "not asked for"
-    if is_causal:
-        return "causal mask (the tl path is faster there: experiment gluon)"
+    if is_causal and force is None and not FlashAttentionTriton.RACE_TL:
+        return "causal mask without RACE_TL (the tl path is faster there from N = 1024: experiment gluon)"
     if interpreting():
         return "the interpreter cannot run Gluon"
     why = GLUON.applies(Q, K, V, window)
