@@ -191,21 +191,20 @@ def test_force_path(monkeypatch):
         run(Q, K, V, True)
 
 
-def test_gluon_path_takes_causal_inputs_only_raced_and_names_why_not(monkeypatch):
+def test_gluon_path_takes_causal_inputs_only_forced_and_names_why_not(monkeypatch):
     """The Gluon path (FlashAttentionTriton.GLUON, on by default) takes only what it can run, and says why
-    it does not; a causal mask only raced against the tl path (RACE_TL) or forced; forcing it where it cannot
-    run is a clear error, not a wrong answer."""
+    it does not; a causal mask only where forced; forcing it where it cannot run is a clear error, not a
+    wrong answer."""
     Q, K, V = (torch.zeros(2, 128, 64, dtype=torch.bfloat16) for _ in range(3))
     monkeypatch.setattr(FA, "GLUON", False)
     assert v7.gluon_applies(Q, K, V, False, 0, None) == "not asked for"
     assert v7.gluon_applies(Q, K, V, False, 0, "tma") == "not asked for"
     monkeypatch.setattr(FA, "GLUON", True)
-    monkeypatch.setattr(FA, "RACE_TL", False)
-    assert "causal mask without RACE_TL" in v7.gluon_applies(Q, K, V, True, 0, None)
+    for race in (False, True):
+        monkeypatch.setattr(FA, "RACE_TL", race)
+        assert "causal mask" in v7.gluon_applies(Q, K, V, True, 0, None)
     monkeypatch.setattr(v7, "interpreting", lambda: True)
     assert "interpreter" in v7.gluon_applies(Q, K, V, True, 0, "gluon")          # forced: the mask is no reason
-    monkeypatch.setattr(FA, "RACE_TL", True)
-    assert "interpreter" in v7.gluon_applies(Q, K, V, True, 0, None)             # raced: nor is it here
     assert "interpreter" in v7.gluon_applies(Q, K, V, False, 0, None)
     monkeypatch.setattr(v7, "interpreting", lambda: False)
     assert "not a Hopper GPU" in v7.gluon_applies(Q, K, V, False, 0, None)          # CPU tensors

@@ -642,14 +642,18 @@ def _v6_launch(Q, K, V, is_causal, window):
 
 def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> str | None:
     """None when the Gluon path takes these inputs, else why not: it is asked for (FORCE_PATH = "gluon",
-    or FlashAttentionTriton.GLUON with no FORCE_PATH), a causal mask only where forced or raced against the tl
-    path (RACE_TL: the tl path is the faster from N = 1024 causal, the Gluon kernel at 512), not interpreting
-    (Gluon is not interpreted), the Gluon module's own rules (gluon_forward_hopper.applies), and one of its
-    candidates fits the GPU's shared memory at this head dimension (D = 64 on the H200)."""
+    or FlashAttentionTriton.GLUON with no FORCE_PATH), a causal mask only where forced (FORCE_PATH = "gluon"),
+    not interpreting (Gluon is not interpreted), the Gluon module's own rules (gluon_forward_hopper.applies),
+    and one of its candidates fits the GPU's shared memory at this head dimension (D = 64 on the H200).
+
+    Causal inputs stay on the tl path: raced against it (commit 538f1fa, RACE_TL's rule extended to causal
+    inputs) the tl path won at every causal harness shape in 4 harness runs and at every causal shape of
+    experiment other-shapes, while the first call of each signature compiled and timed three Gluon kernels
+    more (experiment gluon, causal: the tl path ahead from N = 1024, level at 512)."""
     if force not in (None, "gluon") or (force is None and not FlashAttentionTriton.GLUON):
         return "not asked for"
-    if is_causal and force is None and not FlashAttentionTriton.RACE_TL:
-        return "causal mask without RACE_TL (the tl path is faster there from N = 1024: experiment gluon)"
+    if is_causal and force is None:
+        return "causal mask (the tl path is as fast or faster there: experiment gluon; FORCE_PATH='gluon' runs it)"
     if interpreting():
         return "the interpreter cannot run Gluon"
     why = GLUON.applies(Q, K, V, window)
