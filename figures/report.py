@@ -1033,7 +1033,8 @@ def section_gluon(gpu, root) -> str:
         "tiles split along the keys (split2, split3: at least 2, 3 parts per SM), persist = one program per SM "
         "looping over work items, ds = O stored from the wgmma registers, ta = each consumer thread arrives on "
         "the slot and turn barriers, io = the next work item's first Q Kᵀ issued before the epilogue, pf = the "
-        "TMA descriptors prefetched at the start.", "",
+        "TMA descriptors prefetched at the start, ts = O written by a TMA store from shared memory, vb = each "
+        "slot's V on a barrier of its own (Q Kᵀ waits for K alone).", "",
         md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline)])
 
 

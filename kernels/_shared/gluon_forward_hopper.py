@@ -94,6 +94,28 @@ first checked against float64; experiment coldstart with the option switched on 
 None is on in V7_CANDIDATES; each stays a configuration of EXPERIMENT_CONFIGS and a switch for v7's candidates
 (FA2_V7_THREAD_ARRIVE, FA2_V7_ITEM_OVERLAP, FA2_V7_TMA_PREFETCH). With all off, v7 in the harness at 21e45e5 (5
 runs): 98/98/100/108% of cuDNN non-causal at N = 512/1024/2048/4096 (v7's docstring).
+Session 19 (the same method; do_bench % of cuDNN, 5 interleaved rounds, each option against the default in the
+same rounds, N = 512/1024/2048/4096; kernel alone = experiment coldstart's torch.profiler durations after a spin,
+after the flush and in graph replay):
+- tma_store (call 1, f154041): O leaves by one TMA store per consumer and item from a staging buffer in the
+  descriptor's layout, left in flight until that buffer is next written (_store_o_tma; offline PTX: wait_group.read,
+  bar.sync, 4 stmatrix, fence, bar.sync, one bulk tensor store, where the converting epilogue has 16 st.global).
+  Only where a consumer's 64 rows stay in one head (N_QUERIES % 64 == 0; otherwise the host passes no descriptor
+  and the kernel keeps plain stores). Within the spread: ws2x64x128/3s/preg/pp/persist 98.3/98.1/98.9/102.4% without,
+  94.3/97.6/98.9/101.5% with; ws3x64x128/4s/preg/pp/split/persist at 4096 106.1 -> 108.2%; v7's kernel alone at
+  1024 23.4/24.4/22.9 us without, 23.6/24.5/23.0 with, at 2048 78.0/79.3/77.1 and 78.5/78.9/77.4 (cuDNN 23.1/24.0/22.6
+  and 77.8/78.2/76.5 in the same runs). So the epilogue is not where the 0.3-0.5 us behind cuDNN goes.
+- v_barrier (call 2, baacd40): every slot's V completes on a barrier of its own, so Q K_j^T waits for K_j alone
+  (FlashAttention-3's separate K and V pipelines): each program's first product no longer waits for V_0, at the
+  price of one more mbarrier wait per key tile and consumer (offline PTX: no bar.sync more in the key loop).
+  Slower: ws2x64x128/3s/preg/pp/persist 103.1/100.2/99.6/101.0% without, 102.6/99.0/97.1/98.8% with; kernel alone at
+  1024 23.6 -> 24.0 us after a spin, at 2048 77.5 -> 80.1.
+Neither is on in V7_CANDIDATES (switches FA2_V7_TMA_STORE, FA2_V7_V_BARRIER). The consumer's Q-buffer wait is now
+inside _first_scores, where it was written out three times; v7's kernel alone with that fold (f154041) measured as
+before it (1024: 23.4 us after a spin against session 18's 23.6). Causal (call 3, 538f1fa, v7's Gluon path forced
+against its tl path in the same rounds, graph replay): 111/116/110/104% of cuDNN at N = 512/1024/2048/4096 against the
+tl path's 115/139/119/100% (do_bench at 4096: 102.6 against 103.8); raced per signature the tl path won every causal
+shape, so v7 keeps causal inputs on the tl path (v7's gluon_applies).
 """
 
 from __future__ import annotations
@@ -317,6 +339,8 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, v_barrier=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
                 v_barrier=True),
+    # call 2 (baacd40): slower (persist 100.2/99.6% -> 99.0/97.1% at N = 1024/2048; kernel alone at 2048 77.5 -> 80.1
+    # us): the extra wait per key tile costs more than the first product gains.
 )
 
 
@@ -1167,7 +1191,8 @@ class GluonLaunch(KeptL):
 # What v7's Gluon path (FlashAttentionTriton.GLUON) chooses from: the best of session 15's calls 8-9 on the
 # H200 by graph replay against cuDNN in the same rounds, non-causal: 128-row tiles at N <= 2048 (101-109%),
 # 192-row tiles with the split tail at N = 4096 (107-108%). For a process, FA2_V7_THREAD_ARRIVE=1 or 0 sets their
-# thread_arrive and FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap (rows record them: switches).
+# thread_arrive, FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap, and FA2_V7_TMA_PREFETCH,
+# FA2_V7_TMA_STORE and FA2_V7_V_BARRIER those options (rows record any of them: switches).
 THREAD_ARRIVE = os.environ.get("FA2_V7_THREAD_ARRIVE", "0") != "0"
 ITEM_OVERLAP = os.environ.get("FA2_V7_ITEM_OVERLAP", "0") != "0"
 TMA_PREFETCH = os.environ.get("FA2_V7_TMA_PREFETCH", "0") != "0"
