@@ -180,27 +180,20 @@ sys.path.insert(0, {repo!r})
 from fa2lab.versions import load_shared
 G = load_shared("gluon_forward_hopper")
 out = {{}}
+persist = lambda **option: G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True, persistent=True, **option)
 for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), False),
                            ("ws", G.GluonConfig(192, 128, 4, 3, consumers=3), False),
                            ("ws_causal", G.GluonConfig(128, 128, 4, 3, consumers=2), True),
                            ("ws_pp_pin_split", G.GluonConfig(192, 128, 4, 3, consumers=3, pingpong=True,
                                                              pin_ex2=True, split_tail=True), False),
-                           ("ws_persist", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                        persistent=True), True),
-                           ("ws_persist_ta", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                           persistent=True, thread_arrive=True), True),
-                           ("ws_persist_io", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                           persistent=True, item_overlap=True), True),
-                           ("ws_persist_pf", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                           persistent=True, tma_prefetch=True), False),
-                           ("ws_persist_1024", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                             persistent=True), False),
-                           ("ws_persist_ts_1024", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                                persistent=True, tma_store=True), False),
-                           ("ws_persist_ts", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                           persistent=True, tma_store=True), False),
-                           ("ws_persist_vb", G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True,
-                                                           persistent=True, v_barrier=True), True)]:
+                           ("ws_persist", persist(), True),
+                           ("ws_persist_ta", persist(thread_arrive=True), True),
+                           ("ws_persist_io", persist(item_overlap=True), True),
+                           ("ws_persist_pf", persist(tma_prefetch=True), False),
+                           ("ws_persist_1024", persist(), False),
+                           ("ws_persist_ts_1024", persist(tma_store=True), False),
+                           ("ws_persist_ts", persist(tma_store=True), False),
+                           ("ws_persist_vb", persist(v_barrier=True), True)]:
     c = G.compile_offline(cfg, N=1024 if label.endswith("_1024") else 1000, is_causal=causal)
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     out[label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(64),

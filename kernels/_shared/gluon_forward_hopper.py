@@ -241,6 +241,22 @@ class GluonConfig:
         return self.smem_bytes(D) <= smem_per_block
 
 
+# v7's candidates (V7_CANDIDATES, below, sets the env switches on them): 128-row tiles on a persistent grid,
+V7_BASE = (
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
+    # one program per tile: where the tiles fit in one wave (N = 512: 128 tiles on 132 SMs) the persistent
+    # loop only costs, 112% of cuDNN by graph replay against 108% (experiment gluon, commits 5e41ce4, e9eed4c)
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True),
+    # 192-row tiles with the split tail (N = 4096)
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True),
+)
+
+
+def with_option(**option) -> tuple:
+    """v7's candidates (V7_BASE) with one option set: an option's round in EXPERIMENT_CONFIGS."""
+    return tuple(replace(c, **option) for c in V7_BASE)
+
+
 # What `invoke experiment gluon` measures. Call 1 (3fcda8b, logs/s14_call1_gluon_3fcda8b.log) timed
 # the plain form: correct everywhere, at best 0.352 ms at N = 4096 non-causal (128x64/8w/3s/psmem,
 # 86% of cuDNN, v7's tl path 96%); more slots helped every tile shape, since its copies are issued
@@ -328,17 +344,11 @@ EXPERIMENT_CONFIGS = (
     # conversion) behind a barrier, and the consumer starts its next item only when its stores have issued; session
     # 17's ncu had v7's MIO throttle at 0.29-0.31 cycles per instruction against cuDNN's 0.04. A TMA store from a
     # staging buffer leaves the writing to the copy engine.
-    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, tma_store=True),
-    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, tma_store=True),
-    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
-                tma_store=True),
+    *with_option(tma_store=True),
     # call 1 (f154041): within the spread (kernel alone at N = 1024 23.4 -> 23.6 us, 2048 78.0 -> 78.5). What a program
     # waits for before its first product: Q and all of slot 0, V_0 included, though Q K_0^T reads K_0 only. With 132
     # programs loading at once, V_0's 16 KB is a share of the start. V on a barrier of its own:
-    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, v_barrier=True),
-    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, v_barrier=True),
-    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
-                v_barrier=True),
+    *with_option(v_barrier=True),
     # call 2 (baacd40): slower (persist 100.2/99.6% -> 99.0/97.1% at N = 1024/2048; kernel alone at 2048 77.5 -> 80.1
     # us): the extra wait per key tile costs more than the first product gains.
 )
@@ -1199,13 +1209,7 @@ TMA_PREFETCH = os.environ.get("FA2_V7_TMA_PREFETCH", "0") != "0"
 TMA_STORE = os.environ.get("FA2_V7_TMA_STORE", "0") != "0"
 V_BARRIER = os.environ.get("FA2_V7_V_BARRIER", "0") != "0"
 V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
-                              tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER) for c in (
-    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
-    # one program per tile: where the tiles fit in one wave (N = 512: 128 tiles on 132 SMs) the persistent
-    # loop only costs, 112% of cuDNN by graph replay against 108% (experiment gluon, commits 5e41ce4, e9eed4c)
-    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True),
-    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True),
-))
+                              tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER) for c in V7_BASE)
 
 
 def fitting(candidates, D: int, device: int = 0) -> list:
