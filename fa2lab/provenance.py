@@ -60,6 +60,13 @@ def driver_version() -> str:
 SWITCH_PREFIX = "FA2_V7_"   # environment variables that change what a version runs (FA2_V7_GLUON, FA2_V7_RACE_TL)
 
 
+def switch_on(name: str, default: bool = False) -> bool:
+    """Whether the kernel switch SWITCH_PREFIX + name is on for this process: set, any value but "0" turns it
+    on; unset, `default`. What kernel_switches records is what these read."""
+    value = os.environ.get(SWITCH_PREFIX + name)
+    return default if value is None else value != "0"
+
+
 def kernel_switches() -> str:
     """The kernel-changing environment variables set in this process, as "NAME=value" joined by spaces."""
     return " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(SWITCH_PREFIX))

@@ -267,6 +267,21 @@ def test_the_race_is_on_unless_the_environment_turns_it_off_and_runs_record_it()
         assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == expected, (value, p.stderr[-2000:])
 
 
+def test_kernel_switches_read_and_recorded_alike(monkeypatch):
+    """fa2lab.provenance.switch_on (what v7 and the Gluon module read) and kernel_switches (what rows record):
+    set, any value but "0" is on; unset, the default; every FA2_V7_* set is recorded."""
+    from fa2lab.provenance import kernel_switches, switch_on
+
+    for k in [k for k in os.environ if k.startswith("FA2_V7_")]:
+        monkeypatch.delenv(k)
+    assert switch_on("TMA_STORE") is False and switch_on("GLUON", default=True) is True
+    assert kernel_switches() == ""
+    monkeypatch.setenv("FA2_V7_TMA_STORE", "1")
+    monkeypatch.setenv("FA2_V7_GLUON", "0")
+    assert switch_on("TMA_STORE") is True and switch_on("GLUON", default=True) is False
+    assert kernel_switches() == "FA2_V7_GLUON=0 FA2_V7_TMA_STORE=1"
+
+
 @pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_race_runs_the_path_that_won_and_matches_float64(causal, monkeypatch):

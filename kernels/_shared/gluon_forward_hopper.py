@@ -121,13 +121,14 @@ shape, so v7 keeps causal inputs on the tl path (v7's gluon_applies).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 
 import torch
 
 from fa2lab.gpu import facts
 from fa2lab.hostpath import KeptL, run_compiled
+from fa2lab.provenance import switch_on
+from fa2lab.timing import queued_ms
 
 try:
     from triton.experimental import gluon
@@ -318,10 +319,7 @@ EXPERIMENT_CONFIGS = (
     # spin, after the flush and in graph replay (experiment coldstart, 6a04e3d); ncu there showed more barrier
     # and MIO-throttle stalls than cuDNN's. The epilogue's layout conversion is a shared-memory round trip
     # behind a barrier, per consumer and work item: store O from the wgmma registers instead (slower: see above).
-    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, direct_store=True),
-    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, direct_store=True),
-    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
-                direct_store=True),
+    *with_option(direct_store=True),
     # session 18: each of the 3 bar.syncs per key tile and consumer (session 17's ncu: barrier stalls 2.6-2.9 cycles
     # per instruction against cuDNN's 0.8-1.0) comes from Triton's elected-thread mbarrier.arrive (_arrive); with
     # every thread arriving itself the offline PTX keeps 1, before the slot's ready wait (two waits on one
@@ -1203,11 +1201,11 @@ class GluonLaunch(KeptL):
 # 192-row tiles with the split tail at N = 4096 (107-108%). For a process, FA2_V7_THREAD_ARRIVE=1 or 0 sets their
 # thread_arrive, FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap, and FA2_V7_TMA_PREFETCH,
 # FA2_V7_TMA_STORE and FA2_V7_V_BARRIER those options (rows record any of them: switches).
-THREAD_ARRIVE = os.environ.get("FA2_V7_THREAD_ARRIVE", "0") != "0"
-ITEM_OVERLAP = os.environ.get("FA2_V7_ITEM_OVERLAP", "0") != "0"
-TMA_PREFETCH = os.environ.get("FA2_V7_TMA_PREFETCH", "0") != "0"
-TMA_STORE = os.environ.get("FA2_V7_TMA_STORE", "0") != "0"
-V_BARRIER = os.environ.get("FA2_V7_V_BARRIER", "0") != "0"
+THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
+ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
+TMA_PREFETCH = switch_on("TMA_PREFETCH")
+TMA_STORE = switch_on("TMA_STORE")
+V_BARRIER = switch_on("V_BARRIER")
 V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
                               tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER) for c in V7_BASE)
 
@@ -1232,8 +1230,6 @@ def best_launch(Q, K, V, is_causal: bool, candidates=V7_CANDIDATES, repeats: int
     fa2lab.timing.queued_ms over `repeats` lean repeats (GPU time with the host queued ahead: at N = 512
     timing host-paced repeats picked the slower candidate, 87% of cuDNN by graph replay where the other
     made 109%, commit 18ea471). Returns (O, L, the winner's GluonLaunch, {label: ms per call})."""
-    from fa2lab.timing import queued_ms
-
     timed = {}
     for cfg in fitting(candidates, Q.shape[2], Q.device.index):
         launch = forward(Q, K, V, is_causal, cfg)[2]

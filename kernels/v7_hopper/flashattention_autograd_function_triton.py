@@ -179,6 +179,7 @@ from fa2lab.hostpath import LeanApply, Launch, LaunchCache, compiled_or_none, ru
 from fa2lab.interpret import only_config
 from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2lab.reference import autograd_backward
+from fa2lab.provenance import switch_on
 from fa2lab.timing import queued_quantiles
 from fa2lab.versions import load, load_shared
 
@@ -666,7 +667,7 @@ def _faster_of(Q, K, V, *launches):
     """Of launches made on these inputs (None: a path that made none), the one fa2lab.timing.queued_ms
     times fastest, with the O and L of a call of it (FlashAttentionTriton.RACE_TL: the Gluon path's winner
     against the tl path's autotuned launch, where neither wins at every shape: experiment other-shapes)."""
-    from fa2lab.timing import queued_ms
+    from fa2lab.timing import queued_ms   # looked up per call: tests replace it
 
     ms = [queued_ms(lambda launch=launch: launch(Q, K, V)) if launch is not None else math.inf
           for launch in launches]
@@ -707,11 +708,11 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     FORCE_PATH = None                # None (the rules above), "tma", "v6" or "gluon"
     # The Gluon path for non-causal inputs (kernels/_shared/gluon_forward_hopper.py, V7_CANDIDATES), on
     # where it applies; FA2_V7_GLUON=0 turns it off for a process (the tl path's numbers before it).
-    GLUON = os.environ.get("FA2_V7_GLUON", "1") != "0"
+    GLUON = switch_on("GLUON", default=True)
     # Where the Gluon path applies, also autotune the tl path and keep whichever launch is faster
     # (_faster_of): at B=16 H=4 N=777 the tl path won, 1.03x v6 where the Gluon path alone made 0.96x
     # (experiment other-shapes, commits 025f35e and e91ce84). FA2_V7_RACE_TL=0 turns it off for a process.
-    RACE_TL = os.environ.get("FA2_V7_RACE_TL", "1") != "0"
+    RACE_TL = switch_on("RACE_TL", default=True)
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
