@@ -193,9 +193,14 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_1024", persist(), False),
                            ("ws_persist_ts_1024", persist(tma_store=True), False),
                            ("ws_persist_ts", persist(tma_store=True), False),
-                           ("ws_persist_vb", persist(v_barrier=True), True)]:
+                           ("ws_persist_vb", persist(v_barrier=True), True),
+                           ("ws_persist_tm_1024", persist(tree_max=True), False),
+                           ("ws_persist_tm", persist(tree_max=True), True)]:
     c = G.compile_offline(cfg, N=1024 if label.endswith("_1024") else 1000, is_causal=causal)
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
+    depth = {{}}   # the longest chain of max.f32 each feeding the next, by the PTX's virtual registers
+    for m in re.finditer(r"max\\.f32\\s+(%r\\d+),\\s*(%r\\d+),\\s*(%r\\d+);", ptx):
+        depth[m.group(1)] = 1 + max(depth.get(m.group(2), 0), depth.get(m.group(3), 0))
     out[label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(64),
                    "warp_specialize": ttgir.count("ttg.warp_specialize"),
                    "wait_1": ttgir.count("pendings = 1"), "cubin": len(c.asm["cubin"]),
@@ -204,6 +209,8 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                    "bulk_stores": ptx.count("cp.async.bulk.tensor.2d.global.shared::cta"),
                    "store_waits": len(re.findall(r"cp\\.async\\.bulk\\.wait_group\\.read\\s+0;", ptx)),
                    "st_v4": ptx.count("st.global.v4"),
+                   "max_f32": len(depth), "max_chain": max(depth.values(), default=0),
+                   "shfl": ptx.count("shfl.sync"), "st_shared": ptx.count("st.shared"),
                    "expects": ptx.count("expect_tx"), "try_waits": ptx.count("mbarrier.try_wait"),
                    # the product issued last before a whole tile's O leaves (m64n128: a Q K^T; m64n64: a P V)
                    "before_store": (re.findall(r"wgmma[._a-z]*\.(m64n\d+k16)", ptx.split("st.global.v4")[0])
@@ -326,3 +333,18 @@ def test_v_barrier_lets_q_k_wait_for_k_alone(compiled):
     assert vb["expects"] == base["expects"] + 1
     assert vb["try_waits"] == base["try_waits"] + 2 * 2
     assert vb["bar_sync"] == base["bar_sync"] + 3
+
+
+def test_tree_max_folds_each_row_by_halves(compiled):
+    # the same max instructions, shuffles and shared-memory stores (the reshapes only rename registers), but the
+    # longest chain of maxima, which the first exponential of each tile waits for, from 33 (32 per row in a thread,
+    # then the running maximum) to at most 8 (5 halvings, the quad's 2 shuffles' maxima, the running maximum)
+    for tm, base in ((compiled["ws_persist_tm_1024"], compiled["ws_persist_1024"]),
+                     (compiled["ws_persist_tm"], compiled["ws_persist"])):
+        assert base["max_chain"] >= 32, base
+        assert tm["max_chain"] <= 8, tm
+        for key in ("max_f32", "shfl", "st_shared", "bar_sync", "shared"):
+            assert tm[key] == base[key], (key, tm, base)
+    assert G.GluonConfig(128, 128, 4, 3, consumers=2, tree_max=True).label == "ws2x64x128/3s/preg/tm"
+    with pytest.raises(ValueError, match="need the warp-specialized form"):
+        G.GluonConfig(128, 128, 8, 3, tree_max=True)

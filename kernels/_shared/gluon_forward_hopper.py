@@ -176,6 +176,8 @@ class GluonConfig:
                                  # every consumer's 64 rows lie in one head (N_QUERIES % 64 == 0), else by plain stores
     v_barrier: bool = False      # warp-specialized: each slot's V completes on a barrier of its own, so that Q K_j^T waits
                                  # for K_j alone (FlashAttention-3's separate K and V pipelines)
+    tree_max: bool = False       # warp-specialized: each tile's row maxima by halving the registers (_row_max), not one
+                                 # serial chain of max per row
 
     def __post_init__(self):
         if self.consumers:
@@ -188,9 +190,9 @@ class GluonConfig:
                 raise ValueError(f"item_overlap needs a persistent grid (a next work item): {self}")
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
-                or self.v_barrier or self.p_buffers != 2:
+                or self.v_barrier or self.tree_max or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
-                             f"tma_prefetch, tma_store, v_barrier and one P buffer need the warp-specialized form "
+                             f"tma_prefetch, tma_store, v_barrier, tree_max and one P buffer need the warp-specialized form "
                              f"(consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
@@ -207,7 +209,7 @@ class GluonConfig:
                    f"{'/pin' if self.pin_ex2 else ''}{split}{'/persist' if self.persistent else ''}" \
                    f"{'/ds' if self.direct_store else ''}{'/ta' if self.thread_arrive else ''}" \
                    f"{'/io' if self.item_overlap else ''}{'/pf' if self.tma_prefetch else ''}" \
-                   f"{'/ts' if self.tma_store else ''}{'/vb' if self.v_barrier else ''}"
+                   f"{'/ts' if self.tma_store else ''}{'/vb' if self.v_barrier else ''}{'/tm' if self.tree_max else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -349,6 +351,9 @@ EXPERIMENT_CONFIGS = (
     *with_option(v_barrier=True),
     # call 2 (baacd40): slower (persist 100.2/99.6% -> 99.0/97.1% at N = 1024/2048; kernel alone at 2048 77.5 -> 80.1
     # us): the extra wait per key tile costs more than the first product gains.
+    # session 20: in the offline SASS each consumer's softmax waits, before its first exponential, for a chain of 32
+    # dependent max instructions per row (gl.max folds a thread's values one after another): fold by halves (_row_max).
+    *with_option(tree_max=True),
 )
 
 
@@ -375,8 +380,27 @@ if HAVE_GLUON:
             tma.async_copy_global_to_shared(v_desc, [row, 0], v_bar, v_smem.index(slot))
 
     @gluon.jit
+    def _row_max(s, TREE: gl.constexpr):
+        """The row maxima of a wgmma accumulator tile s. gl.max folds each thread's 2 x BLOCK_N / 4 values of a row
+        one after another: a chain of dependent max instructions (32 for 128 keys) before the first exponential of
+        the tile can start. TREE: fold by halves instead. In the accumulator layout a thread holds, per row, columns
+        8i + 2t and 8i + 2t + 1 (t: its lane in the quad), so the column bits above 2 and bit 0 are registers: each
+        round splits one of those bits off as the last axis (a reshape and permute that only rename registers;
+        offline sm_90 compile: no shared memory, no shuffle more) and takes the elementwise max of the two halves.
+        The same number of max instructions, 5 deep instead of 32; gl.max then reduces the quad by shuffles."""
+        if TREE:
+            ROWS: gl.constexpr = s.shape[0]
+            x = s
+            for r in gl.static_range(s.shape[1].bit_length() - 4):   # the register bits above 2, top one first
+                x = gl.maximum(*x.reshape([ROWS, 2, x.shape[1] // 2]).permute(0, 2, 1).split())
+            x = gl.maximum(*x.reshape([ROWS, 4, 2]).split())              # bit 0; 4 columns left: the quad's lanes
+            return gl.convert_layout(gl.max(x, axis=1), gl.SliceLayout(1, s.type.layout))
+        else:
+            return gl.max(s, axis=1)
+
+    @gluon.jit
     def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
-                      s_layout: gl.constexpr, BLOCK_N: gl.constexpr):
+                      s_layout: gl.constexpr, BLOCK_N: gl.constexpr, TREE: gl.constexpr = False):
         """Tile j's share of the online softmax: its new row maxima (log2 units of the scaled
         scores), P (fp32, against those maxima) and alpha, the factor for what came before.
         Key k is visible to query q when k < N_KEYS and k <= q + causal_off (0 under the causal
@@ -386,7 +410,7 @@ if HAVE_GLUON:
             k_pos = gl.expand_dims(k_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)
             keep = (k_pos < N_KEYS) & (k_pos <= gl.expand_dims(q_pos + causal_off, 1))
             s = gl.where(keep, s, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+        m_new = gl.maximum(m_i, _row_max(s, TREE) * qk_scale)
         p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
         alpha = gl.exp2(m_i - m_new)
         return p, alpha, m_new
@@ -758,6 +782,7 @@ if HAVE_GLUON:
         q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared[:9]
         PINGPONG: gl.constexpr = modes.shape[1] > 1        # the switches: see flash_fwd_gluon_ws's modes
         PER_THREAD: gl.constexpr = modes.shape[2] > 1
+        TREE: gl.constexpr = modes.shape[4] > 1
         SLOTS: gl.constexpr = k_smem.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // q_bar.shape[0]
         P_BUFFERS: gl.constexpr = p_smem.shape[0] // CONSUMERS   # shared P buffers per consumer (0: registers)
@@ -777,7 +802,7 @@ if HAVE_GLUON:
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
         p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout,
-                                      BLOCK_N)
+                                      BLOCK_N, TREE)
         l_i = gl.sum(p, axis=1)
         p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         for j in range(1, n_tiles):
@@ -791,7 +816,7 @@ if HAVE_GLUON:
             _pass_turn(turn, PINGPONG, PER_THREAD)
             s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
             p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
-                                          qk_scale, s_layout, BLOCK_N)
+                                          qk_scale, s_layout, BLOCK_N, TREE)
             l_i = l_i * alpha + gl.sum(p, axis=1)
             _pin(l_i, l_smem, wg)
             if P_BUFFERS == 2:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
@@ -893,7 +918,7 @@ if HAVE_GLUON:
         CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
         P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
-        TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr,
+        TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -923,15 +948,16 @@ if HAVE_GLUON:
             mbarrier.init(ready.index(s), count=1)
             mbarrier.init(empty.index(s), count=CONSUMERS * ARRIVALS)
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
-        # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE and ITEM_OVERLAP reach the
-        # workers as the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
+        # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE, ITEM_OVERLAP and TREE_MAX reach
+        # the workers as the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
         if PINGPONG:
             mbarrier.arrive(turn0.index(0), count=ARRIVALS)
         modes = gl.allocate_shared_memory(gl.int8, [2 if DIRECT_STORE else 1, 2 if PINGPONG else 1,
-                                                    2 if THREAD_ARRIVE else 1, 2 if ITEM_OVERLAP else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=[3, 2, 1, 0]))
+                                                    2 if THREAD_ARRIVE else 1, 2 if ITEM_OVERLAP else 1,
+                                                    2 if TREE_MAX else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[4, 3, 2, 1, 0]))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -1101,7 +1127,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, Q_BUFFERS=cfg.q_buffers,
                  DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive,
                  ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None,
-                 V_BARRIER=cfg.v_barrier)
+                 V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max)
     full, splits = tiles * BH, 1
     if cfg.split_tail and not is_causal:
         full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
@@ -1206,8 +1232,10 @@ ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
 TMA_STORE = switch_on("TMA_STORE")
 V_BARRIER = switch_on("V_BARRIER")
+TREE_MAX = switch_on("TREE_MAX")
 V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
-                              tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER) for c in V7_BASE)
+                              tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX)
+                      for c in V7_BASE)
 
 
 def fitting(candidates, D: int, device: int = 0) -> list:
