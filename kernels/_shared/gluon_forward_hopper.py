@@ -354,6 +354,14 @@ EXPERIMENT_CONFIGS = (
     # session 20: in the offline SASS each consumer's softmax waits, before its first exponential, for a chain of 32
     # dependent max instructions per row (gl.max folds a thread's values one after another): fold by halves (_row_max).
     *with_option(tree_max=True),
+    # call 1 (f5cb556): slower (persist 98.0/98.9/102.6% -> 95.7/96.1/98.1% of cuDNN at N = 1024/2048/4096; kernel alone
+    # at 2048 78.1 -> 80.9 us after a spin): a softmax that starts sooner does not finish the tile sooner. What else sets
+    # each consumer's pace per key tile: the ping-pong turn (a wait and an arrive, with its bar.sync) and, before the
+    # first exponential, the wait for P_(j-1) V_(j-1), which pin_ex2 moves below the exponentials. Neither was measured
+    # on the persistent grid:
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, persistent=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, pin_ex2=True, persistent=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pin_ex2=True, persistent=True),
 )
 
 
