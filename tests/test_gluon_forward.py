@@ -195,7 +195,9 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_ts", persist(tma_store=True), False),
                            ("ws_persist_vb", persist(v_barrier=True), True),
                            ("ws_persist_tm_1024", persist(tree_max=True), False),
-                           ("ws_persist_tm", persist(tree_max=True), True)]:
+                           ("ws_persist_tm", persist(tree_max=True), True),
+                           ("ws_persist_ua_1024", persist(unsynced_arrive=True), False),
+                           ("ws_persist_ua", persist(unsynced_arrive=True), True)]:
     c = G.compile_offline(cfg, N=1024 if label.endswith("_1024") else 1000, is_causal=causal)
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     depth = {{}}   # the longest chain of max.f32 each feeding the next, by the PTX's virtual registers
@@ -211,6 +213,11 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                    "st_v4": ptx.count("st.global.v4"),
                    "max_f32": len(depth), "max_chain": max(depth.values(), default=0),
                    "shfl": ptx.count("shfl.sync"), "st_shared": ptx.count("st.shared"),
+                   "marks": ptx.count(G.UNSYNCED_MARK),
+                   # bar.syncs in the key loop's issue of S_j and P_(j-1) V_(j-1): from the slot's wait, the third
+                   # mbarrier operation before the wait for S_j (the only wait_group 1), to that wait
+                   "issue_syncs": (lambda head: head[head.rfind("\\n", 0, [m.start() for m in re.finditer(
+                       r"mbarrier\\.", head)][-3]):].count("bar.sync"))(ptx.split("wgmma.wait_group.sync.aligned 1;")[0]),
                    "expects": ptx.count("expect_tx"), "try_waits": ptx.count("mbarrier.try_wait"),
                    # the product issued last before a whole tile's O leaves (m64n128: a Q K^T; m64n64: a P V)
                    "before_store": (re.findall(r"wgmma[._a-z]*\.(m64n\d+k16)", ptx.split("st.global.v4")[0])
@@ -348,3 +355,59 @@ def test_tree_max_folds_each_row_by_halves(compiled):
     assert G.GluonConfig(128, 128, 4, 3, consumers=2, tree_max=True).label == "ws2x64x128/3s/preg/tm"
     with pytest.raises(ValueError, match="need the warp-specialized form"):
         G.GluonConfig(128, 128, 8, 3, tree_max=True)
+
+
+def test_drop_marked_syncs_removes_only_the_bar_sync_before_a_marked_mbarrier_operation():
+    mark = G.UNSYNCED_MARK
+    ptx = "\n".join([
+        "\tbar.sync \t0, 128;",                                  # before a marked arrive (an address computed between)
+        "\tadd.s32 \t%r5, %r4, 147552;",
+        "\t// begin inline asm",
+        "\t@%p1 mbarrier.arrive.shared::cta.b64 _, [%r5];",
+        "\t// end inline asm",
+        "$L__tmp3:",
+        f"\tmov.b32 %r6, %r7; // {mark}",
+        "\tbar.sync \t0, 128;",                                  # before a marked wait
+        "\t// begin inline asm",
+        "\t",
+        "{",
+        "\t.reg .pred complete;",
+        "\twaitLoop:",
+        "\tmbarrier.try_wait.parity.shared.b64 complete, [%r8], %r9;",
+        "}",
+        f"\tmov.b32 %r10, %r7; // {mark}",
+        "\tbar.sync \t0, 128;",                                  # before an unmarked arrive: kept
+        "\t@%p1 mbarrier.arrive.shared::cta.b64 _, [%r11];",
+        "\tst.shared.b32 [%r12], %r13;",
+        "\tbar.sync \t0, 128;",                                  # a shared-memory store between: kept
+        "\tld.shared.b32 %r14, [%r12];",
+        "\t@%p1 mbarrier.arrive.shared::cta.b64 _, [%r15];",
+        f"\tmov.b32 %r16, %r7; // {mark}",
+        "\tbar.sync \t1, 256;",                                  # not a 4-warp partition's: kept
+        "\t@%p1 mbarrier.arrive.shared::cta.b64 _, [%r17];",
+        f"\tmov.b32 %r18, %r7; // {mark}",
+    ])
+    out, removed = G.drop_marked_syncs(ptx)
+    assert removed == 2
+    assert out.count("bar.sync") == ptx.count("bar.sync") - 2 == 3
+    assert out.splitlines()[0].startswith("\tadd.s32") and "mbarrier.try_wait" in out
+    assert G.drop_marked_syncs(out) == (out, 0)                     # idempotent
+    assert G.drop_marked_syncs(ptx.replace(mark, "other")) == (ptx.replace(mark, "other"), 0)
+
+
+def test_unsynced_arrive_leaves_no_bar_sync_in_the_key_loop(compiled):
+    # each consumer marks 6 mbarrier operations (the slot's ready wait, the turn's and the slot's arrives in the key
+    # loop; the first and last turns' and the last slot's arrives); each had a bar.sync before it, and nothing else is
+    # touched: the base keeps 3 in the key loop, the same shared memory, the same number of mbarrier operations
+    for ua, base in ((compiled["ws_persist_ua_1024"], compiled["ws_persist_1024"]),
+                     (compiled["ws_persist_ua"], compiled["ws_persist"])):
+        assert base["marks"] == 0 and ua["marks"] == 2 * 6
+        assert ua["bar_sync"] == base["bar_sync"] - ua["marks"]
+        assert base["issue_syncs"] == 1 and ua["issue_syncs"] == 0      # the one before the turn's arrive
+        for key in ("arrives", "try_waits", "shared", "expects"):
+            assert ua[key] == base[key], (key, ua, base)
+    cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True)
+    assert cfg.label == "ws2x64x128/3s/preg/pp/persist/ua"
+    for clash in (dict(thread_arrive=True), dict(p_smem=True), dict(pin_ex2=True)):
+        with pytest.raises(ValueError, match="unsynced_arrive"):
+            G.GluonConfig(128, 128, 4, 3, consumers=2, unsynced_arrive=True, **clash)

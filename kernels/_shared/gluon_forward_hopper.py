@@ -121,6 +121,7 @@ shape, so v7 keeps causal inputs on the tl path (v7's gluon_applies).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 
 import torch
@@ -136,6 +137,7 @@ try:
     from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier, tma,
                                                                   warpgroup_mma, warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton import knobs
     HAVE_GLUON = True
 except ImportError:  # pragma: no cover - a Triton without Gluon
     HAVE_GLUON = False
@@ -147,6 +149,57 @@ LOG2E = 1.4426950408889634
 LOADER_REGS = gl.constexpr(24) if HAVE_GLUON else 24
 DTYPES = (torch.bfloat16, torch.float16)
 HEAD_DIMS = (64, 128)
+
+# unsynced_arrive. Triton 3.6's shared-memory analysis puts a bar.sync of the consumer's 4 warps before each elected
+# mbarrier arrive and before the next shared-memory access after one (_arrive), and Gluon 3.6 has no arrive it leaves
+# alone (upstream: triton-lang/triton#8969, #11573). So the kernel marks the mbarrier operations whose bar.sync only
+# orders mbarrier operations (_mark_unsynced, right after each), and a PTX stage added to Triton's pipeline
+# (knobs.runtime.add_stages_inspection_hook) removes those bar.syncs before ptxas. Triton's cache key does not see
+# the hook, only the kernel's source: a changed rewrite needs a new mark.
+UNSYNCED_MARK = "fa2-unsynced-v1"
+_SKIPPABLE = re.compile(r"\s*(//.*|\{|\.reg .*|\.loc .*|waitLoop:|\$L__\w+:"
+                        r"|(add|sub|mul|mad|shl|shr|and|or|xor|mov|selp)(\.\w+)+\s+%\w+,[^;]*;)?\s*$")   # no memory
+_PARTITION_SYNC = re.compile(r"\s*bar\.sync\s+\d+,\s*128;\s*$")
+
+
+def drop_marked_syncs(ptx: str) -> tuple[str, int]:
+    """The PTX without the bar.sync directly before each mbarrier operation that an UNSYNCED_MARK follows (only
+    comments, labels, an inline-asm block's opening and register arithmetic between them), and how many were
+    removed."""
+    lines = ptx.split("\n")
+    drop, sync_before = set(), None
+    for i, line in enumerate(lines):
+        if "mbarrier." in line and not line.lstrip().startswith("//"):
+            k = i - 1
+            while k >= 0 and _SKIPPABLE.match(lines[k]):
+                k -= 1
+            sync_before = k if k >= 0 and _PARTITION_SYNC.match(lines[k]) else None
+        elif UNSYNCED_MARK in line and sync_before is not None:
+            drop.add(sync_before)
+            sync_before = None
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop), len(drop)
+
+
+def _with_unsynced_stage(previous):
+    """A stages hook that runs `previous` (any hook already installed) and wraps the PTX stage in drop_marked_syncs
+    for kernels that carry the mark (every other kernel's PTX is left as it is)."""
+    def hook(backend, stages, options, language, capability):
+        if previous is not None:
+            previous(backend, stages, options, language, capability)
+        make_ptx = stages.get("ptx")
+        if make_ptx is None:
+            return
+
+        def ptx(src, metadata):
+            text = make_ptx(src, metadata)
+            return drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
+        stages["ptx"] = ptx
+    hook.fa2_unsynced = True
+    return hook
+
+
+if HAVE_GLUON and not getattr(knobs.runtime.add_stages_inspection_hook, "fa2_unsynced", False):
+    knobs.runtime.add_stages_inspection_hook = _with_unsynced_stage(knobs.runtime.add_stages_inspection_hook)
 
 
 @dataclass(frozen=True)
@@ -178,6 +231,8 @@ class GluonConfig:
                                  # for K_j alone (FlashAttention-3's separate K and V pipelines)
     tree_max: bool = False       # warp-specialized: each tile's row maxima by halving the registers (_row_max), not one
                                  # serial chain of max per row
+    unsynced_arrive: bool = False  # warp-specialized: the key loop's slot and turn arrivals and its slot wait without the
+                                   # bar.sync Triton puts before each (drop_marked_syncs), as CUTLASS's pipelines arrive
 
     def __post_init__(self):
         if self.consumers:
@@ -190,12 +245,16 @@ class GluonConfig:
                 raise ValueError(f"item_overlap needs a persistent grid (a next work item): {self}")
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
-                or self.v_barrier or self.tree_max or self.p_buffers != 2:
+                or self.v_barrier or self.tree_max or self.unsynced_arrive or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
-                             f"tma_prefetch, tma_store, v_barrier, tree_max and one P buffer need the warp-specialized form "
+                             f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive and one P buffer need the "
+                             f"warp-specialized form "
                              f"(consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
+        if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
+            raise ValueError(f"unsynced_arrive drops bar.syncs that only order mbarrier operations: not with "
+                             f"thread_arrive, P in shared memory or pin_ex2, whose shared-memory writes share them: {self}")
         if self.p_buffers not in (1, 2):
             raise ValueError(f"p_buffers is 1 or 2: {self}")
 
@@ -209,7 +268,8 @@ class GluonConfig:
                    f"{'/pin' if self.pin_ex2 else ''}{split}{'/persist' if self.persistent else ''}" \
                    f"{'/ds' if self.direct_store else ''}{'/ta' if self.thread_arrive else ''}" \
                    f"{'/io' if self.item_overlap else ''}{'/pf' if self.tma_prefetch else ''}" \
-                   f"{'/ts' if self.tma_store else ''}{'/vb' if self.v_barrier else ''}{'/tm' if self.tree_max else ''}"
+                   f"{'/ts' if self.tma_store else ''}{'/vb' if self.v_barrier else ''}{'/tm' if self.tree_max else ''}" \
+                   f"{'/ua' if self.unsynced_arrive else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -362,6 +422,11 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, persistent=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, pin_ex2=True, persistent=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pin_ex2=True, persistent=True),
+    # call 2 (28cf1ec): none faster (N = 1024/2048 do_bench: default 97.9/98.4% of cuDNN, no ping-pong 98.0/98.8, pin
+    # 96.2/96.4, pin without ping-pong 95.1/95.5, 4 slots 99.5/98.4). Call 3's ncu at N = 2048 (3b7b459) still has v7's
+    # warps stalled at barriers 2.62 cycles per issued instruction against cuDNN's 0.83: the 3 bar.syncs per key tile
+    # and consumer that Triton puts before the elected arrives and the slot's wait. Without them (unsynced_arrive):
+    *with_option(unsynced_arrive=True),
 )
 
 
@@ -699,7 +764,15 @@ if HAVE_GLUON:
                 _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
 
     @gluon.jit
-    def _arrive(bar, PER_THREAD: gl.constexpr):
+    def _mark_unsynced():
+        """A PTX comment (UNSYNCED_MARK, in a mov ptxas drops) right after an mbarrier operation, for drop_marked_syncs
+        to remove the bar.sync Triton put before that operation. The consumer's 4 warps, one per thread."""
+        lane = gl.arange(0, 128, layout=gl.BlockedLayout([1], [32], [4], [0]))
+        gl.inline_asm_elementwise("mov.b32 $0, $1; // fa2-unsynced-v1", "=r,r", [lane], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+
+    @gluon.jit
+    def _arrive(bar, ARRIVE: gl.constexpr):
         """One consumer's arrival on `bar`. Triton 3.6 lowers mbarrier.arrive to one elected thread and its
         shared-memory barrier analysis treats that arrive as reading and writing all of shared memory, so a
         bar.sync of the consumer's 4 warps comes before it and before the next shared-memory access after it
@@ -707,11 +780,17 @@ if HAVE_GLUON:
         thread arrives itself through cp.async.mbarrier.arrive.noinc (no cp.async is outstanding, so the
         arrival is immediate), which the analysis sees as a write of this barrier only; the barrier then
         counts 128 arrivals per consumer. Each thread arrives after its own wgmma wait, so the last
-        arrival still follows every warp's reads of the slot, as CUTLASS's consumer_release does."""
-        if PER_THREAD:
+        arrival still follows every warp's reads of the slot, as CUTLASS's consumer_release does.
+        ARRIVE (the consumer's modes): 1 the elected arrive, 2 thread_arrive's, 4 unsynced_arrive's: the elected
+        arrive marked so that its bar.sync is dropped from the PTX (drop_marked_syncs). Thread 0 then arrives right
+        after its own warp's wgmma wait, as CUTLASS's consumer_release does from one thread per warpgroup: a
+        warpgroup's wgmma is one operation, done for all 4 warps when one warp's wait returns."""
+        if ARRIVE == 2:
             async_copy.mbarrier_arrive(bar, increment_count=False)
         else:
             mbarrier.arrive(bar, count=1)
+            if ARRIVE == 4:
+                _mark_unsynced()
 
     @gluon.jit
     def _barrier(count: gl.constexpr):
@@ -730,10 +809,10 @@ if HAVE_GLUON:
             mbarrier.wait(turn[0].index(0), t & 1)
 
     @gluon.jit
-    def _pass_turn(turn, PINGPONG: gl.constexpr, PER_THREAD: gl.constexpr):
+    def _pass_turn(turn, PINGPONG: gl.constexpr, ARRIVE: gl.constexpr):
         """Ping-pong: this consumer has issued its products; the next consumer in the ring may issue."""
         if PINGPONG:
-            _arrive(turn[1].index(0), PER_THREAD)
+            _arrive(turn[1].index(0), ARRIVE)
 
     @gluon.jit
     def _pin(l_i, l_smem, wg):
@@ -759,7 +838,7 @@ if HAVE_GLUON:
         ROWS: gl.constexpr = q_smem.shape[1]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
         PINGPONG: gl.constexpr = modes.shape[1] > 1
-        PER_THREAD: gl.constexpr = modes.shape[2] > 1
+        ARRIVE: gl.constexpr = modes.shape[2]
         s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
         b = it % Q_BUFFERS
         q_tile = q_smem.index(b * CONSUMERS + wg)
@@ -768,7 +847,7 @@ if HAVE_GLUON:
         _take_turn(turn, g + it, PINGPONG)
         s_tok = warpgroup_mma(q_tile, k_smem.index(g % SLOTS).permute((1, 0)),
                               gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
-        _pass_turn(turn, PINGPONG, PER_THREAD)
+        _pass_turn(turn, PINGPONG, ARRIVE)
         return s_tok, q_tile
 
     @gluon.jit
@@ -789,7 +868,7 @@ if HAVE_GLUON:
         shared, turn, modes = mem
         q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared[:9]
         PINGPONG: gl.constexpr = modes.shape[1] > 1        # the switches: see flash_fwd_gluon_ws's modes
-        PER_THREAD: gl.constexpr = modes.shape[2] > 1
+        ARRIVE: gl.constexpr = modes.shape[2]               # 1 elected, 2 per thread, 4 elected without bar.sync
         TREE: gl.constexpr = modes.shape[4] > 1
         SLOTS: gl.constexpr = k_smem.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // q_bar.shape[0]
@@ -817,11 +896,13 @@ if HAVE_GLUON:
             slot = (g + j) % SLOTS
             prev = (g + j - 1) % SLOTS
             mbarrier.wait(ready.index(slot), ((g + j) // SLOTS) & 1)
+            if ARRIVE == 4:   # each warp waits for the slot by itself
+                _mark_unsynced()
             _wait_v(shared, g + j - 1)
             _take_turn(turn, t + j, PINGPONG)
             s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-            _pass_turn(turn, PINGPONG, PER_THREAD)
+            _pass_turn(turn, PINGPONG, ARRIVE)
             s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
             p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
                                           qk_scale, s_layout, BLOCK_N, TREE)
@@ -830,7 +911,7 @@ if HAVE_GLUON:
             if P_BUFFERS == 2:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
                 p_next = _p_operand(p, p_smem, p_base + j % 2, p_layout, P_SMEM)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            _arrive(empty.index(prev), PER_THREAD)       # K_(j-1), V_(j-1) no longer read here
+            _arrive(empty.index(prev), ARRIVE)           # K_(j-1), V_(j-1) no longer read here
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             if P_BUFFERS == 2:
                 p_op = p_next
@@ -840,9 +921,9 @@ if HAVE_GLUON:
         _wait_v(shared, g + n_tiles - 1)
         _take_turn(turn, t + n_tiles, PINGPONG)
         acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        _pass_turn(turn, PINGPONG, PER_THREAD)
+        _pass_turn(turn, PINGPONG, ARRIVE)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        _arrive(empty.index(last), PER_THREAD)
+        _arrive(empty.index(last), ARRIVE)
         return acc, l_i, m_i
 
     @gluon.jit
@@ -927,6 +1008,7 @@ if HAVE_GLUON:
         P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
+        UNSYNCED_ARRIVE: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -956,14 +1038,16 @@ if HAVE_GLUON:
             mbarrier.init(ready.index(s), count=1)
             mbarrier.init(empty.index(s), count=CONSUMERS * ARRIVALS)
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
-        # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE, ITEM_OVERLAP and TREE_MAX reach
-        # the workers as the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
+        # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive mode,
+        # 1, 2 or 4), ITEM_OVERLAP and TREE_MAX reach the workers as the shape of a never-used buffer, modes, since a worker's
+        # constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
         if PINGPONG:
             mbarrier.arrive(turn0.index(0), count=ARRIVALS)
         modes = gl.allocate_shared_memory(gl.int8, [2 if DIRECT_STORE else 1, 2 if PINGPONG else 1,
-                                                    2 if THREAD_ARRIVE else 1, 2 if ITEM_OVERLAP else 1,
+                                                    2 if THREAD_ARRIVE else (4 if UNSYNCED_ARRIVE else 1),
+                                                    2 if ITEM_OVERLAP else 1,
                                                     2 if TREE_MAX else 1],
                                           gl.SwizzledSharedLayout(1, 1, 1, order=[4, 3, 2, 1, 0]))
 
@@ -1135,7 +1219,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, Q_BUFFERS=cfg.q_buffers,
                  DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive,
                  ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None,
-                 V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max)
+                 V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive)
     full, splits = tiles * BH, 1
     if cfg.split_tail and not is_causal:
         full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
@@ -1241,9 +1325,10 @@ TMA_PREFETCH = switch_on("TMA_PREFETCH")
 TMA_STORE = switch_on("TMA_STORE")
 V_BARRIER = switch_on("V_BARRIER")
 TREE_MAX = switch_on("TREE_MAX")
+UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE")
 V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
-                              tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX)
-                      for c in V7_BASE)
+                              tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
+                              unsynced_arrive=UNSYNCED_ARRIVE) for c in V7_BASE)
 
 
 def fitting(candidates, D: int, device: int = 0) -> list:
