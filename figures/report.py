@@ -1034,7 +1034,8 @@ def section_gluon(gpu, root) -> str:
         "looping over work items, ds = O stored from the wgmma registers, ta = each consumer thread arrives on "
         "the slot and turn barriers, io = the next work item's first Q Kᵀ issued before the epilogue, pf = the "
         "TMA descriptors prefetched at the start, ts = O written by a TMA store from shared memory, vb = each "
-        "slot's V on a barrier of its own (Q Kᵀ waits for K alone).", "",
+        "slot's V on a barrier of its own (Q Kᵀ waits for K alone), tm = each tile's row maxima folded by halves, "
+        "ua = the key loop's mbarrier arrives and slot wait without the bar.sync Triton puts before them.", "",
         md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline)])
 
 

@@ -411,3 +411,16 @@ def test_unsynced_arrive_leaves_no_bar_sync_in_the_key_loop(compiled):
     for clash in (dict(thread_arrive=True), dict(p_smem=True), dict(pin_ex2=True)):
         with pytest.raises(ValueError, match="unsynced_arrive"):
             G.GluonConfig(128, 128, 4, 3, consumers=2, unsynced_arrive=True, **clash)
+
+
+@pytest.mark.parametrize("env, ua, ta", [({}, True, False), ({"FA2_V7_UNSYNCED_ARRIVE": "0"}, False, False),
+                                         ({"FA2_V7_THREAD_ARRIVE": "1"}, False, True)])
+def test_v7_candidates_drop_the_arrive_syncs_unless_switched_off(env, ua, ta):
+    # on by default since session 20; thread_arrive, which arrives from every thread, excludes it
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FA2_V7_") and k != "TRITON_INTERPRET"}
+    code = ("import sys; sys.path.insert(0, {repo!r}); from fa2lab.versions import load_shared; "
+            "G = load_shared('gluon_forward_hopper'); "
+            "print([(c.unsynced_arrive, c.thread_arrive) for c in G.V7_CANDIDATES])").format(repo=str(REPO))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**base, **env}, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == str([(ua, ta)] * len(G.V7_BASE))

@@ -1325,10 +1325,10 @@ TMA_PREFETCH = switch_on("TMA_PREFETCH")
 TMA_STORE = switch_on("TMA_STORE")
 V_BARRIER = switch_on("V_BARRIER")
 TREE_MAX = switch_on("TREE_MAX")
-UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE")
+UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE", default=True)   # on since session 20 (call 4); thread_arrive excludes it
 V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
                               tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
-                              unsynced_arrive=UNSYNCED_ARRIVE) for c in V7_BASE)
+                              unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE) for c in V7_BASE)
 
 
 def fitting(candidates, D: int, device: int = 0) -> list:
