@@ -116,6 +116,30 @@ before it (1024: 23.4 us after a spin against session 18's 23.6). Causal (call 3
 against its tl path in the same rounds, graph replay): 111/116/110/104% of cuDNN at N = 512/1024/2048/4096 against the
 tl path's 115/139/119/100% (do_bench at 4096: 102.6 against 103.8); raced per signature the tl path won every causal
 shape, so v7 keeps causal inputs on the tl path (v7's gluon_applies).
+Session 20 (the same method; do_bench % of cuDNN in 5 interleaved rounds, N = 1024/2048/4096 unless said):
+- tree_max (call 1, f5cb556): in the offline SASS each consumer's softmax started with a chain of 32 dependent max
+  instructions per row (gl.max folds a thread's values in order); _row_max folds them by halves (longest max.f32
+  chain in the PTX 33 -> 7, the same instructions). Slower: ws2x64x128/3s/preg/pp/persist 98.0/98.9/102.6% without,
+  95.7/96.1/98.1% with; v7's kernel alone at 2048 78.1/78.7/77.2 us -> 80.9/81.6/80.0 (spin/flush/graph). Nsight Compute
+  at N = 2048 (call 3, 3b7b459, ncu/v7_hopper_N2048_noncausal.csv, rows with FA2_V7_TREE_MAX): 81.2 -> 84.4 us (cuDNN
+  79.0), tensor pipe 47.3 -> 45.5% of active cycles (48.7), MIO throttle 0.33 -> 0.52 cycles per issued instruction
+  (cuDNN 0.04): with the maxima ready sooner the exponentials issue back to back and fill the MIO queue that the MUFU
+  shares with shared memory. Both kernels execute the same number of MUFU instructions as cuDNN's (XU pipe 48.9% of
+  its peak against 50.3% over a 2.7% shorter kernel), and cuDNN 20% more instructions in all.
+- call 2 (28cf1ec), the persistent grid without ping-pong, with pin_ex2 (with and without ping-pong), with 4 slots:
+  98.0/98.8/101.9%, 96.2/96.4/100.2%, 95.1/95.5/99.4%, 99.5/98.4/101.8% against the default's 97.9/98.4/102.0%: none
+  faster beyond the spread.
+- unsynced_arrive (call 4, c2d6761): the same ncu had v7's warps stalled at barriers 2.62 cycles per issued instruction
+  against cuDNN's 0.83. Three bar.syncs per key tile and consumer are Triton's, before the elected arrives (the turn
+  passed, the slot released) and before the slot's wait, and none orders data: a warpgroup's wgmma is one operation,
+  complete for its 4 warps when one warp's wait returns, which is why CUTLASS's consumer_release arrives from one
+  thread per warpgroup without a barrier. Gluon 3.6 cannot say so, so the kernel marks those mbarrier operations and a
+  PTX stage drops the bar.sync before each (drop_marked_syncs; offline PTX 26 -> 14 bar.syncs, none left in the key
+  loop). 98.5/99.1/101.4% without, 100.9/99.3/102.3% with (N = 512: 97.5 -> 97.7%; the 192-row split form at 4096
+  107.9% both); v7's kernel alone at 1024 23.8/24.7/23.3 us without, 23.5/24.4/23.0 with (cuDNN 23.0-23.1/23.9-24.0/22.6),
+  at 2048 78.4/78.5/76.6 and 77.4/78.2/76.4 (cuDNN 77.4-77.9/77.8-78.1/75.9-76.1). No slower at any length, ahead at
+  1024 and in every kernel-alone time: on in V7_CANDIDATES since 451b289 (FA2_V7_UNSYNCED_ARRIVE=0 turns it off;
+  tests-v7 passed with it at c2d6761; v7 in the harness with it: its docstring).
 """
 
 from __future__ import annotations
@@ -427,6 +451,8 @@ EXPERIMENT_CONFIGS = (
     # warps stalled at barriers 2.62 cycles per issued instruction against cuDNN's 0.83: the 3 bar.syncs per key tile
     # and consumer that Triton puts before the elected arrives and the slot's wait. Without them (unsynced_arrive):
     *with_option(unsynced_arrive=True),
+    # call 4 (c2d6761): 98.5/99.1/101.4% -> 100.9/99.3/102.3% at N = 1024/2048/4096, v7's kernel alone 0.2-1.0 us shorter
+    # at 1024 and 2048: kept (V7_CANDIDATES).
 )
 
 
