@@ -220,10 +220,10 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                        r"mbarrier\\.", head)][-3]):].count("bar.sync"))(ptx.split("wgmma.wait_group.sync.aligned 1;")[0]),
                    "expects": ptx.count("expect_tx"), "try_waits": ptx.count("mbarrier.try_wait"),
                    # the product issued last before a whole tile's O leaves (m64n128: a Q K^T; m64n64: a P V)
-                   "before_store": (re.findall(r"wgmma[._a-z]*\.(m64n\d+k16)", ptx.split("st.global.v4")[0])
+                   "before_store": (re.findall(r"wgmma[._a-z]*\\.(m64n\\d+k16)", ptx.split("st.global.v4")[0])
                                     or [None])[-1],
-                   "tensormaps": [int(i) for i in re.findall(r"\.b8 flash_fwd_gluon_ws_param_(\d+)\[128\]", ptx)],
-                   "prefetched": re.findall(r"prefetch\.param\.tensormap \[flash_fwd_gluon_ws_param_(\d+)\]",
+                   "tensormaps": [int(i) for i in re.findall(r"\\.b8 flash_fwd_gluon_ws_param_(\\d+)\\[128\\]", ptx)],
+                   "prefetched": re.findall(r"prefetch\\.param\\.tensormap \\[flash_fwd_gluon_ws_param_(\\d+)\\]",
                                             ptx.split("cp.async.bulk.tensor")[0])}}
 print(json.dumps(out))
 """

@@ -179,7 +179,10 @@ HEAD_DIMS = (64, 128)
 # alone (upstream: triton-lang/triton#8969, #11573). So the kernel marks the mbarrier operations whose bar.sync only
 # orders mbarrier operations (_mark_unsynced, right after each), and a PTX stage added to Triton's pipeline
 # (knobs.runtime.add_stages_inspection_hook) removes those bar.syncs before ptxas. Triton's cache key does not see
-# the hook, only the kernel's source: a changed rewrite needs a new mark.
+# the hook, only the kernel's source: a changed rewrite needs a new mark. What the analysis also used them for: a
+# barrier clears every shared-memory access before it, and the only ones a consumer makes itself (with P in registers,
+# no pin_ex2) are its epilogue's, each still separated from the next item's by the unmarked bar.sync before the Q
+# buffer's release (mbarrier.arrive on q_empty), which the kernel keeps.
 UNSYNCED_MARK = "fa2-unsynced-v1"
 _SKIPPABLE = re.compile(r"\s*(//.*|\{|\.reg .*|\.loc .*|waitLoop:|\$L__\w+:"
                         r"|(add|sub|mul|mad|shl|shr|and|or|xor|mov|selp)(\.\w+)+\s+%\w+,[^;]*;)?\s*$")   # no memory
