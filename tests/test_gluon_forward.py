@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from fa2lab import reference, versions
+from switch_probe import probe
 
 REPO = Path(__file__).resolve().parent.parent
 G = versions.load_shared("gluon_forward_hopper")
@@ -417,10 +418,6 @@ def test_unsynced_arrive_leaves_no_bar_sync_in_the_key_loop(compiled):
                                          ({"FA2_V7_THREAD_ARRIVE": "1"}, False, True)])
 def test_v7_candidates_drop_the_arrive_syncs_unless_switched_off(env, ua, ta):
     # on by default since session 20; thread_arrive, which arrives from every thread, excludes it
-    base = {k: v for k, v in os.environ.items() if not k.startswith("FA2_V7_") and k != "TRITON_INTERPRET"}
-    code = ("import sys; sys.path.insert(0, {repo!r}); from fa2lab.versions import load_shared; "
-            "G = load_shared('gluon_forward_hopper'); "
-            "print([(c.unsynced_arrive, c.thread_arrive) for c in G.V7_CANDIDATES])").format(repo=str(REPO))
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**base, **env}, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert p.stdout.strip().splitlines()[-1] == str([(ua, ta)] * len(G.V7_BASE))
+    code = ("from fa2lab.versions import load_shared; G = load_shared('gluon_forward_hopper'); "
+            "print([(c.unsynced_arrive, c.thread_arrive) for c in G.V7_CANDIDATES])")
+    assert probe(code, **env) == str([(ua, ta)] * len(G.V7_BASE))

@@ -22,6 +22,7 @@ from fa2lab import versions
 from fa2lab.configs import load_table
 from fa2lab.interpret import autotuner_of, only_config, tile_candidates
 from fa2lab.reference import attention, causal_keep, relative_error, saved_lse
+from switch_probe import probe
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -212,14 +213,9 @@ def test_gluon_path_takes_causal_inputs_only_forced_and_names_why_not(monkeypatc
 
 
 def test_gluon_path_is_on_unless_the_environment_turns_it_off():
-    probe = "from fa2lab import versions; print(versions.load('v7_hopper').FlashAttentionTriton.GLUON)"
-    for value, expected in ((None, "True"), ("1", "True"), ("0", "False")):
-        env = {k: v for k, v in os.environ.items() if k != "FA2_V7_GLUON"}
-        if value is not None:
-            env["FA2_V7_GLUON"] = value
-        p = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=300)
-        assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == expected, (value, p.stderr[-2000:])
+    code = "from fa2lab import versions; print(versions.load('v7_hopper').FlashAttentionTriton.GLUON)"
+    for switches, expected in (({}, "True"), ({"FA2_V7_GLUON": "1"}, "True"), ({"FA2_V7_GLUON": "0"}, "False")):
+        assert probe(code, **switches) == expected, switches
 
 
 def test_the_race_keeps_the_launch_that_times_fastest_and_returns_its_output(monkeypatch):
@@ -256,15 +252,11 @@ def test_the_race_keeps_the_launch_that_times_fastest_and_returns_its_output(mon
 
 
 def test_the_race_is_on_unless_the_environment_turns_it_off_and_runs_record_it():
-    probe = ("from fa2lab import versions; from fa2lab.provenance import environment; "
-             "print(versions.load('v7_hopper').FlashAttentionTriton.RACE_TL, environment().get('switches', ''))")
-    for value, expected in ((None, "True"), ("0", "False FA2_V7_RACE_TL=0"), ("1", "True FA2_V7_RACE_TL=1")):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FA2_V7_")}
-        if value is not None:
-            env["FA2_V7_RACE_TL"] = value
-        p = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=300)
-        assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == expected, (value, p.stderr[-2000:])
+    code = ("from fa2lab import versions; from fa2lab.provenance import environment; "
+            "print(versions.load('v7_hopper').FlashAttentionTriton.RACE_TL, environment().get('switches', ''))")
+    for switches, expected in (({}, "True"), ({"FA2_V7_RACE_TL": "0"}, "False FA2_V7_RACE_TL=0"),
+                               ({"FA2_V7_RACE_TL": "1"}, "True FA2_V7_RACE_TL=1")):
+        assert probe(code, **switches) == expected, switches
 
 
 def test_kernel_switches_read_and_recorded_alike(monkeypatch):
