@@ -232,8 +232,10 @@ def inspect(c, kernel="v1_tiles", config="", causal=False, D=64, dtype="bf16", a
             "N": "sequence length", "causal": "causal attention", "config": "Q,K,WARPS,STAGES for every version",
             "mode": "fwd, or bwd: the Triton backward's kernels (both dQ modes) beside SDPA's backward (v6 on)",
             "gluon": "comma-separated Gluon forward configurations to profile beside them (experiment gluon's labels)",
+            "source": "ncu: also export every SASS instruction's executions and sampled stalls (results/<gpu>/ncu/source/)",
             "dry_run": "print the commands only"})
-def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", mode="fwd", gluon="", dry_run=False):
+def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", mode="fwd", gluon="", source=False,
+            dry_run=False):
     """Profile versions next to SDPA at the harness shape (Nsight Compute, nsys or torch.profiler).
 
     ncu runs the full section set with clocks left alone and a fresh Triton cache, and its numbers
@@ -243,7 +245,7 @@ def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", m
     cmd = [sys.executable, "profiling/run_profile.py", "--tool", tool, "--kernel", kernel, "--N", str(N)]
     cmd += (["--causal"] if causal else []) + (["--config", config] if config else [])
     cmd += (["--mode", mode] if mode != "fwd" else []) + (["--gluon", gluon] if gluon else [])
-    cmd += ["--dry-run"] if dry_run else []
+    cmd += (["--source"] if source else []) + (["--dry-run"] if dry_run else [])
     if _run(cmd) != 0:
         raise Exit("profile failed", code=1)
 

@@ -63,6 +63,9 @@ def main(argv=None) -> int:
                     help="bwd: the Triton backward's kernels in both dQ modes beside SDPA's backward (issue 7)")
     ap.add_argument("--gluon", default="", help="comma-separated labels of the Gluon forward's configurations to "
                     "profile beside the versions (experiment gluon's labels, e.g. ws3x64x128/4s/preg/pp)")
+    ap.add_argument("--source", action="store_true",
+                    help="ncu: also export the source page (every SASS instruction with its executions and sampled "
+                         "warp stalls) to results/<gpu>/ncu/source/")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
 
@@ -108,7 +111,10 @@ def main(argv=None) -> int:
         # ("v4_exp2 N=4096 causal=0", "sdpa N=4096 causal=0"): the drivers wrap every call in one.
         export = ["ncu", "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base",
                   "--print-nvtx-rename", "kernel"]
-        print("+", " ".join(cmd), "\n+", " ".join(export), "> RAW.csv")
+        # --source: every kernel's per-instruction counters (executions, sampled stalls), SASS view
+        source = export[:3] + ["--csv", "--page", "source", "--print-source", "sass", "--print-nvtx-rename", "kernel"]
+        print("+", " ".join(cmd), "\n+", " ".join(export), "> RAW.csv", *(["\n+", " ".join(source), "> SOURCE.csv"]
+                                                                         if args.source else []))
         if args.dry_run:
             return 0
         if subprocess.run(cmd, env=env).returncode != 0:
@@ -131,6 +137,15 @@ def main(argv=None) -> int:
                  **environment()} for r in rows]
         dest = append_rows(out / f"{tag}.csv", rows)
         print(f"wrote {len(rows)} kernel rows to {dest} (raw export: {raw_path})")
+        if args.source:
+            src = subprocess.run(source, capture_output=True, text=True)
+            if src.returncode != 0:
+                print(f"the source page could not be exported: {src.stderr.strip()}", file=sys.stderr)
+                return 1
+            src_path = out / "source" / f"{tag}_{run_id.replace(':', '')}.csv"
+            src_path.parent.mkdir(parents=True, exist_ok=True)
+            src_path.write_text(src.stdout)
+            print(f"source page: {src_path}")
         return 0
 
     if args.tool == "nsys":

@@ -261,3 +261,12 @@ def test_profile_driver_gluon_ranges():
 def test_driver_refuses_without_a_gpu():
     p = _driver("profile_driver.py", "--kernel", "v1_tiles", "--warmup-s", "0")
     assert p.returncode == 2 and "no CUDA GPU visible" in p.stdout
+
+
+def test_run_profile_source_dry_run():
+    """--source adds the source-page export (per-instruction SASS counters) after the raw one; without it there is none."""
+    args = ("--tool", "ncu", "--kernel", "v7_hopper", "--N", "2048", "--dry-run")
+    plain, source = _driver("run_profile.py", *args), _driver("run_profile.py", *args, "--source")
+    assert plain.returncode == 0 and source.returncode == 0, plain.stderr + source.stderr
+    assert "--page source" not in plain.stdout and "--page raw" in plain.stdout
+    assert "--page source --print-source sass" in source.stdout and source.stdout.rstrip().endswith("> SOURCE.csv")
