@@ -289,7 +289,7 @@ def report(c, out="RESULTS.md"):
         raise Exit("report failed", code=1)
 
 
-@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid, bwd-modes, gluon or coldstart",
+@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid, bwd-modes, gluon, coldstart or dobench",
             "N": "comma-separated sequence lengths",
             "rounds": "interleaved timing rounds",
             "causal": "0, 1 or 2 (both); default: the experiment's own",
@@ -300,7 +300,9 @@ def experiment(c, name, N="", rounds=5, causal="", only=""):
     softmax's exp2 on the FMA pipe instead of the MUFU), grid (v7's persistent grid against one program
     per tile), bwd-modes (the backward's separate and fused dQ modes: GPU, host and do_bench times),
     gluon (the Gluon forward's configurations, checked against float64 and timed beside v7 and SDPA),
-    coldstart (what do_bench's cache flush costs v7 and SDPA: cold inputs or cold kernel code).
+    coldstart (what do_bench's cache flush costs v7 and SDPA: cold inputs or cold kernel code),
+    dobench (do_bench's spread at small N over fresh processes: the flush's GPU time, host times,
+    v7 and SDPA timed in alternating order).
 
     Rows go to results/<gpu>/experiments/<name>.csv."""
     _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")

@@ -9,6 +9,7 @@
     python experiments/run.py bwd-modes      # the backward's dQ modes: GPU time (graph replay), host time, do_bench
     python experiments/run.py gluon          # the Gluon forward's configurations against v7's tl path and SDPA
     python experiments/run.py coldstart      # what do_bench's flush costs each kernel: cold data or cold code
+    python experiments/run.py dobench        # do_bench's spread at small N over fresh processes, v7 and SDPA in turn
 
 Each appends rows with provenance to results/<gpu>/experiments/<name>.csv (grid and bwd-modes after
 every shape, so an interrupted run keeps what it measured). GPU only.
@@ -568,6 +569,69 @@ def coldstart(args, save):
                     f"{p} {v:.1f} us" for (timer, p), v in ms.items() if timer == "kernel"), flush=True)
 
 
+def dobench(args, save):
+    """Where the harness's spread at N = 512 comes from (issue 6: v7 non-causal 58-99% of cuDNN by do_bench over five
+    fresh processes, commit 2eb9943, while its graph replay stayed at 8.7 us against cuDNN's 9.8 in all five). In each
+    of --procs fresh processes (this script again, --worker): the GPU time of do_bench's flush (256 MB zeroed, events
+    around it), each call's host time (back to back, fa2lab.timing.host_us_per_call), and --rounds do_bench rounds of v7
+    and SDPA, the one timed first alternating, with each round's median, 10th and 90th percentile. A process-wide
+    cause (host, clocks, memory placement) moves both calls' rounds in that process; the order shows in `position`."""
+    if not args.worker:
+        for i in range(args.procs):
+            cmd = [sys.executable, __file__, "dobench", "--worker", "--rounds", str(args.rounds), "--causal",
+                   str(args.causal), "--N", *map(str, args.Ns)]
+            rc = subprocess.run(cmd).returncode
+            if rc != 0:   # a failed process is reported, the others still run
+                print(f"process {i + 1} of {args.procs} exited with {rc}", file=sys.stderr)
+        return
+    import os
+
+    import torch
+    import torch.nn.functional as F
+    import triton.testing
+
+    from fa2lab.timing import flush_buffer, host_us_per_call
+    from fa2lab.versions import load
+
+    v7 = load("v7_hopper")
+    FA = v7.FlashAttentionTriton
+    B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
+    cache = flush_buffer()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    flush_ms = []
+    for _ in range(20):
+        start.record()
+        cache.zero_()
+        end.record()
+        end.synchronize()
+        flush_ms.append(start.elapsed_time(end))
+    for causal in _masks(args):
+        for N in args.Ns:
+            q, k, v = _inputs(N)
+            q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
+            calls = {"v7": lambda: FA.apply(q, k, v, causal),
+                     "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)}
+            calls["v7"]()
+            path = f"{v7.last_path()}:{v7.last_config()}"
+            rows = []
+            for r in range(args.rounds):
+                order = list(calls) if r % 2 == 0 else list(calls)[::-1]
+                for position, name in enumerate(order):
+                    times = sorted(triton.testing.do_bench(calls[name], return_mode="all"))
+                    rows.append({"variant": name, "N": N, "causal": int(causal), "pid": os.getpid(), "round": r,
+                                 "position": position, "ms": statistics.median(times),
+                                 "ms_p10": times[len(times) // 10], "ms_p90": times[(9 * len(times)) // 10],
+                                 "calls": len(times), "path": path if name == "v7" else ""})
+            host = {name: host_us_per_call(fn) for name, fn in calls.items()}
+            for row in rows:
+                row.update(host_us=host[row["variant"]], flush_us=1e3 * statistics.median(flush_ms))
+            save("dobench", rows)
+            print(f"pid {os.getpid()} N={N} causal={int(causal)} flush {1e3 * statistics.median(flush_ms):.1f} us; "
+                  + "; ".join(f"{n} host {host[n]:.1f} us, do_bench " + " ".join(
+                      f"{1e3 * row['ms']:.1f}{'*' if row['position'] == 0 else ''}" for row in rows
+                      if row["variant"] == n) + " us" for n in calls) + " (* timed first in its round)", flush=True)
+
+
 def _kernel_ms(fn, prepares: dict, reps: int) -> dict:
     """Per call of fn, the sum over the kernels it launches of their median GPU duration (torch.profiler's
     CUDA activity), after each of `prepares` and under CUDA-graph replay ("graph", back to back); a
@@ -601,7 +665,7 @@ def _kernel_ms(fn, prepares: dict, reps: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=("pcast", "launch-order", "timing", "other-shapes", "exp2-poly", "grid", "bwd-modes",
-                                     "gluon", "coldstart"))
+                                     "gluon", "coldstart", "dobench"))
     ap.add_argument("--N", dest="Ns", type=int, nargs="*", default=None, help="sequence lengths")
     ap.add_argument("--causal", type=int, choices=(0, 1, 2), default=None, help="0, 1, or 2 for both")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
@@ -610,11 +674,13 @@ def main(argv=None) -> int:
                     help="launch-order, exp2-poly: how many of v6's / v7's candidates")
     ap.add_argument("--reps", type=int, default=50, help="coldstart: calls per protocol and round")
     ap.add_argument("--only", nargs="*", default=None, help="gluon: configuration labels to run (default: all)")
+    ap.add_argument("--procs", type=int, default=6, help="dobench: fresh processes")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)   # dobench: one of its processes
     args = ap.parse_args(argv)
     defaults = {"pcast": ([4096], 0), "launch-order": ([2048, 4096], 1), "timing": ([512, 1024], 2),
                 "other-shapes": ([0], 2), "exp2-poly": ([2048, 4096], 2), "grid": ([1024, 2048, 4096], 2),
                 "bwd-modes": (list(shapes.SEQ_LENS), 2), "gluon": ([1024, 2048, 4096], 2),
-                "coldstart": (list(shapes.SEQ_LENS), 0)}[args.name]
+                "coldstart": (list(shapes.SEQ_LENS), 0), "dobench": ([512], 0)}[args.name]
     args.Ns = args.Ns or defaults[0]
     args.causal = defaults[1] if args.causal is None else args.causal
     args.N = args.Ns[0]
@@ -635,7 +701,7 @@ def main(argv=None) -> int:
 
     {"pcast": pcast, "launch-order": launch_order, "timing": timing, "other-shapes": other_shapes,
      "exp2-poly": exp2_poly, "grid": grid, "bwd-modes": bwd_modes, "gluon": gluon,
-     "coldstart": coldstart}[args.name](args, save)
+     "coldstart": coldstart, "dobench": dobench}[args.name](args, save)
     return 0
 
 

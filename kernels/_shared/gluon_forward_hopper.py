@@ -184,6 +184,9 @@ HEAD_DIMS = (64, 128)
 # no pin_ex2) are its epilogue's, each still separated from the next item's by the unmarked bar.sync before the Q
 # buffer's release (mbarrier.arrive on q_empty), which the kernel keeps.
 UNSYNCED_MARK = "fa2-unsynced-v1"
+# _exp2_poly's cubic for 2^f on [-0.5, 0.5], highest power first: float32 values of a minimax fit of the relative
+# error (Lawson's reweighted least squares over 4001 Chebyshev points)
+POLY_EXP_COEFFS = (0.05522262, 0.24261527, 0.6932516, 0.9999276)
 _SKIPPABLE = re.compile(r"\s*(//.*|\{|\.reg .*|\.loc .*|waitLoop:|\$L__\w+:"
                         r"|(add|sub|mul|mad|shl|shr|and|or|xor|mov|selp)(\.\w+)+\s+%\w+,[^;]*;)?\s*$")   # no memory
 _PARTITION_SYNC = re.compile(r"\s*bar\.sync\s+\d+,\s*128;\s*$")
@@ -260,6 +263,8 @@ class GluonConfig:
                                  # serial chain of max per row
     unsynced_arrive: bool = False  # warp-specialized: the key loop's slot and turn arrivals and its slot wait without the
                                    # bar.sync Triton puts before each (drop_marked_syncs), as CUTLASS's pipelines arrive
+    poly_exp: int = 0            # warp-specialized: 1 / poly_exp of each thread's exponentials (4: a quarter, 8: an
+                                 # eighth) by a polynomial on the FMA and ALU pipes instead of the MUFU (_exp2_mixed)
 
     def __post_init__(self):
         if self.consumers:
@@ -272,9 +277,10 @@ class GluonConfig:
                 raise ValueError(f"item_overlap needs a persistent grid (a next work item): {self}")
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
-                or self.v_barrier or self.tree_max or self.unsynced_arrive or self.p_buffers != 2:
+                or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
-                             f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive and one P buffer need the "
+                             f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp and one P buffer "
+                             f"need the "
                              f"warp-specialized form "
                              f"(consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
@@ -284,6 +290,8 @@ class GluonConfig:
                              f"thread_arrive, P in shared memory or pin_ex2, whose shared-memory writes share them: {self}")
         if self.p_buffers not in (1, 2):
             raise ValueError(f"p_buffers is 1 or 2: {self}")
+        if self.poly_exp not in (0, 4, 8):
+            raise ValueError(f"poly_exp is 0 (none), 4 (a quarter of the exponentials) or 8 (an eighth): {self}")
 
     @property
     def label(self) -> str:
@@ -296,7 +304,7 @@ class GluonConfig:
                    f"{'/ds' if self.direct_store else ''}{'/ta' if self.thread_arrive else ''}" \
                    f"{'/io' if self.item_overlap else ''}{'/pf' if self.tma_prefetch else ''}" \
                    f"{'/ts' if self.tma_store else ''}{'/vb' if self.v_barrier else ''}{'/tm' if self.tree_max else ''}" \
-                   f"{'/ua' if self.unsynced_arrive else ''}"
+                   f"{'/ua' if self.unsynced_arrive else ''}{f'/px{self.poly_exp}' if self.poly_exp else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -456,6 +464,11 @@ EXPERIMENT_CONFIGS = (
     *with_option(unsynced_arrive=True),
     # call 4 (c2d6761): 98.5/99.1/101.4% -> 100.9/99.3/102.3% at N = 1024/2048/4096, v7's kernel alone 0.2-1.0 us shorter
     # at 1024 and 2048: kept (V7_CANDIDATES).
+    # session 21: ncu at N = 2048 (2eb9943, ncu/v7_hopper_N2048_noncausal.csv and its source page): the tensor pipe active
+    # 47.5% of the cycles and the MUFU (XU) 49%, cuDNN's 48.7% and 50.3%, with the FMA pipe at 17%: the products and the
+    # exponentials take turns rather than overlap. A quarter or an eighth of the exponentials on the FMA pipe (poly_exp):
+    *with_option(unsynced_arrive=True, poly_exp=4),
+    *with_option(unsynced_arrive=True, poly_exp=8),
 )
 
 
@@ -501,8 +514,58 @@ if HAVE_GLUON:
             return gl.max(s, axis=1)
 
     @gluon.jit
+    def _exp2_poly(x):
+        """2^x on the FMA and ALU pipes, not the MUFU (FlashAttention-4's software exponential): x = j + f with j the
+        nearest integer (the magic-number rounding: x + 1.5 * 2^23 holds j in its low mantissa bits) and f in
+        [-0.5, 0.5], 2^f by a cubic (POLY_EXP_COEFFS, relative error 7.6e-5 in exact arithmetic and 1.2e-4 in
+        float32, far under bf16's 2^-9 rounding of P), and 2^j added to its exponent field as an integer. x is
+        clamped at -126 first (below it the exponent field would underflow into the sign), so a masked score (-inf)
+        gives about 1e-38 instead of 0."""
+        x = gl.maximum(x, -126.0)
+        t = x + 12582912.0
+        f = x - (t - 12582912.0)
+        p = f * 0.05522262 + 0.24261527   # POLY_EXP_COEFFS, highest first (a test checks that the two agree)
+        p = p * f + 0.6932516
+        p = p * f + 0.9999276
+        bits = p.to(gl.int32, bitcast=True) + (t.to(gl.int32, bitcast=True) << 23)
+        return bits.to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _halves(x):
+        """x's columns split on their top bit, ([:, :N/2], [:, N/2:]): in a wgmma accumulator's layout the column bits
+        above 2 are registers, so this renames registers (as _row_max's folds do)."""
+        ROWS: gl.constexpr = x.shape[0]
+        return x.reshape([ROWS, 2, x.shape[1] // 2]).permute(0, 2, 1).split()
+
+    @gluon.jit
+    def _joined(lo, hi):
+        """_halves undone: [lo | hi] along the columns. hi may come back from _joined in an equivalent layout spelt
+        differently (a linear layout against split's slice): renamed to lo's, which costs no instruction."""
+        ROWS: gl.constexpr = lo.shape[0]
+        return gl.join(lo, gl.convert_layout(hi, lo.type.layout)).permute(0, 2, 1).reshape([ROWS, 2 * lo.shape[1]])
+
+    @gluon.jit
+    def _exp2_mixed(x, POLY: gl.constexpr):
+        """2^x of a score tile, POLY = 1 (all on the MUFU), 4 or 8: the last quarter or eighth of the columns by
+        _exp2_poly. For head dimension 64 a tile's products and its exponentials cost the SM about the same time
+        (4 * 64 flops per score at 4096 flops per clock, 1 exponential at 16 per clock), and v7's ncu at N = 2048
+        had the tensor pipe active 47.5% and the MUFU (XU) 49% of the cycles: the two barely overlap, so each
+        exponential moved to the FMA pipe (17% busy) may shorten the tile."""
+        if POLY == 1:
+            return gl.exp2(x)
+        lo, hi = _halves(x)
+        hi_lo, hi_hi = _halves(hi)
+        if POLY == 8:
+            a, b = _halves(hi_hi)
+            hi_hi = _joined(gl.exp2(a), _exp2_poly(b))
+        else:
+            hi_hi = _exp2_poly(hi_hi)
+        return gl.convert_layout(_joined(gl.exp2(lo), _joined(gl.exp2(hi_lo), hi_hi)), x.type.layout)
+
+    @gluon.jit
     def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
-                      s_layout: gl.constexpr, BLOCK_N: gl.constexpr, TREE: gl.constexpr = False):
+                      s_layout: gl.constexpr, BLOCK_N: gl.constexpr, TREE: gl.constexpr = False,
+                      POLY: gl.constexpr = 1):
         """Tile j's share of the online softmax: its new row maxima (log2 units of the scaled
         scores), P (fp32, against those maxima) and alpha, the factor for what came before.
         Key k is visible to query q when k < N_KEYS and k <= q + causal_off (0 under the causal
@@ -513,7 +576,7 @@ if HAVE_GLUON:
             keep = (k_pos < N_KEYS) & (k_pos <= gl.expand_dims(q_pos + causal_off, 1))
             s = gl.where(keep, s, float("-inf"))
         m_new = gl.maximum(m_i, _row_max(s, TREE) * qk_scale)
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        p = _exp2_mixed(s * qk_scale - gl.expand_dims(m_new, 1), POLY)
         alpha = gl.exp2(m_i - m_new)
         return p, alpha, m_new
 
@@ -899,6 +962,7 @@ if HAVE_GLUON:
         PINGPONG: gl.constexpr = modes.shape[1] > 1        # the switches: see flash_fwd_gluon_ws's modes
         ARRIVE: gl.constexpr = modes.shape[2]               # 1 elected, 2 per thread, 4 elected without bar.sync
         TREE: gl.constexpr = modes.shape[4] > 1
+        POLY: gl.constexpr = 2 * modes.shape[5] if modes.shape[5] > 1 else 1   # _exp2_mixed's: 1, 4 or 8
         SLOTS: gl.constexpr = k_smem.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // q_bar.shape[0]
         P_BUFFERS: gl.constexpr = p_smem.shape[0] // CONSUMERS   # shared P buffers per consumer (0: registers)
@@ -918,7 +982,7 @@ if HAVE_GLUON:
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
         p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout,
-                                      BLOCK_N, TREE)
+                                      BLOCK_N, TREE, POLY)
         l_i = gl.sum(p, axis=1)
         p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         for j in range(1, n_tiles):
@@ -934,7 +998,7 @@ if HAVE_GLUON:
             _pass_turn(turn, PINGPONG, ARRIVE)
             s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
             p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
-                                          qk_scale, s_layout, BLOCK_N, TREE)
+                                          qk_scale, s_layout, BLOCK_N, TREE, POLY)
             l_i = l_i * alpha + gl.sum(p, axis=1)
             _pin(l_i, l_smem, wg)
             if P_BUFFERS == 2:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
@@ -1037,7 +1101,7 @@ if HAVE_GLUON:
         P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
-        UNSYNCED_ARRIVE: gl.constexpr,
+        UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1068,7 +1132,8 @@ if HAVE_GLUON:
             mbarrier.init(empty.index(s), count=CONSUMERS * ARRIVALS)
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive mode,
-        # 1, 2 or 4), ITEM_OVERLAP and TREE_MAX reach the workers as the shape of a never-used buffer, modes, since a worker's
+        # 1, 2 or 4), ITEM_OVERLAP, TREE_MAX and POLY_EXP (as 1, 2 or 4) reach the workers as the shape of a never-used
+        # buffer, modes, since a worker's
         # constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
@@ -1077,8 +1142,8 @@ if HAVE_GLUON:
         modes = gl.allocate_shared_memory(gl.int8, [2 if DIRECT_STORE else 1, 2 if PINGPONG else 1,
                                                     2 if THREAD_ARRIVE else (4 if UNSYNCED_ARRIVE else 1),
                                                     2 if ITEM_OVERLAP else 1,
-                                                    2 if TREE_MAX else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=[4, 3, 2, 1, 0]))
+                                                    2 if TREE_MAX else 1, POLY_EXP // 2 if POLY_EXP else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[5, 4, 3, 2, 1, 0]))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -1248,7 +1313,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  PIN_EX2=cfg.pin_ex2, P_BUFFERS=cfg.p_buffers if cfg.p_smem else 0, Q_BUFFERS=cfg.q_buffers,
                  DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive,
                  ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None,
-                 V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive)
+                 V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive,
+                 POLY_EXP=cfg.poly_exp)
     full, splits = tiles * BH, 1
     if cfg.split_tail and not is_causal:
         full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
