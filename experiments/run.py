@@ -575,21 +575,25 @@ def dobench(args, save):
     of --procs fresh processes (this script again, --worker): the GPU time of do_bench's flush (256 MB zeroed, events
     around it), each call's host time (back to back, fa2lab.timing.host_us_per_call), and --rounds do_bench rounds of v7
     and SDPA, the one timed first alternating, with each round's median, 10th and 90th percentile. A process-wide
-    cause (host, clocks, memory placement) moves both calls' rounds in that process; the order shows in `position`."""
+    cause (host, clocks, memory placement) moves both calls' rounds in that process; the order shows in `position`.
+    Every second process times its rounds as the harness does, inside its NVML clock sampler (a thread polling
+    clocks, power and temperature every 20 ms: column `sampler`), the others without it."""
     if not args.worker:
         for i in range(args.procs):
             cmd = [sys.executable, __file__, "dobench", "--worker", "--rounds", str(args.rounds), "--causal",
-                   str(args.causal), "--N", *map(str, args.Ns)]
+                   str(args.causal), "--N", *map(str, args.Ns), *(["--sampler"] if i % 2 else [])]
             rc = subprocess.run(cmd).returncode
             if rc != 0:   # a failed process is reported, the others still run
                 print(f"process {i + 1} of {args.procs} exited with {rc}", file=sys.stderr)
         return
+    import contextlib
     import os
 
     import torch
     import torch.nn.functional as F
     import triton.testing
 
+    from fa2lab.provenance import ClockSampler
     from fa2lab.timing import flush_buffer, host_us_per_call
     from fa2lab.versions import load
 
@@ -617,16 +621,17 @@ def dobench(args, save):
             for r in range(args.rounds):
                 order = list(calls) if r % 2 == 0 else list(calls)[::-1]
                 for position, name in enumerate(order):
-                    times = sorted(triton.testing.do_bench(calls[name], return_mode="all"))
+                    with ClockSampler() if args.sampler else contextlib.nullcontext():
+                        times = sorted(triton.testing.do_bench(calls[name], return_mode="all"))
                     rows.append({"variant": name, "N": N, "causal": int(causal), "pid": os.getpid(), "round": r,
-                                 "position": position, "ms": statistics.median(times),
+                                 "sampler": int(args.sampler), "position": position, "ms": statistics.median(times),
                                  "ms_p10": times[len(times) // 10], "ms_p90": times[(9 * len(times)) // 10],
                                  "calls": len(times), "path": path if name == "v7" else ""})
             host = {name: host_us_per_call(fn) for name, fn in calls.items()}
             for row in rows:
                 row.update(host_us=host[row["variant"]], flush_us=1e3 * statistics.median(flush_ms))
             save("dobench", rows)
-            print(f"pid {os.getpid()} N={N} causal={int(causal)} flush {1e3 * statistics.median(flush_ms):.1f} us; "
+            print(f"pid {os.getpid()}{' (sampler)' if args.sampler else ''} N={N} causal={int(causal)} flush {1e3 * statistics.median(flush_ms):.1f} us; "
                   + "; ".join(f"{n} host {host[n]:.1f} us, do_bench " + " ".join(
                       f"{1e3 * row['ms']:.1f}{'*' if row['position'] == 0 else ''}" for row in rows
                       if row["variant"] == n) + " us" for n in calls) + " (* timed first in its round)", flush=True)
@@ -676,6 +681,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="gluon: configuration labels to run (default: all)")
     ap.add_argument("--procs", type=int, default=6, help="dobench: fresh processes")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)   # dobench: one of its processes
+    ap.add_argument("--sampler", action="store_true", help=argparse.SUPPRESS)  # dobench: rounds inside ClockSampler
     args = ap.parse_args(argv)
     defaults = {"pcast": ([4096], 0), "launch-order": ([2048, 4096], 1), "timing": ([512, 1024], 2),
                 "other-shapes": ([0], 2), "exp2-poly": ([2048, 4096], 2), "grid": ([1024, 2048, 4096], 2),

@@ -7,9 +7,11 @@ D = 64, and D = 128 where a configuration's shared memory fits; results/nvidia-h
 compiler and its bundled ptxas, for sm_90, in a subprocess without TRITON_INTERPRET.
 """
 
+import inspect
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -198,7 +200,9 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_tm_1024", persist(tree_max=True), False),
                            ("ws_persist_tm", persist(tree_max=True), True),
                            ("ws_persist_ua_1024", persist(unsynced_arrive=True), False),
-                           ("ws_persist_ua", persist(unsynced_arrive=True), True)]:
+                           ("ws_persist_ua", persist(unsynced_arrive=True), True),
+                           ("ws_persist_ua_px4_1024", persist(unsynced_arrive=True, poly_exp=4), False),
+                           ("ws_persist_ua_px8_1024", persist(unsynced_arrive=True, poly_exp=8), False)]:
     c = G.compile_offline(cfg, N=1024 if label.endswith("_1024") else 1000, is_causal=causal)
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     depth = {{}}   # the longest chain of max.f32 each feeding the next, by the PTX's virtual registers
@@ -214,6 +218,7 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                    "st_v4": ptx.count("st.global.v4"),
                    "max_f32": len(depth), "max_chain": max(depth.values(), default=0),
                    "shfl": ptx.count("shfl.sync"), "st_shared": ptx.count("st.shared"),
+                   "ex2": ptx.count("ex2.approx"), "ld_shared": ptx.count("ld.shared"),
                    "marks": ptx.count(G.UNSYNCED_MARK),
                    # bar.syncs in the key loop's issue of S_j and P_(j-1) V_(j-1): from the slot's wait, the third
                    # mbarrier operation before the wait for S_j (the only wait_group 1), to that wait
@@ -421,3 +426,44 @@ def test_v7_candidates_drop_the_arrive_syncs_unless_switched_off(env, ua, ta):
     code = ("from fa2lab.versions import load_shared; G = load_shared('gluon_forward_hopper'); "
             "print([(c.unsynced_arrive, c.thread_arrive) for c in G.V7_CANDIDATES])")
     assert probe(code, **env) == str([(ua, ta)] * len(G.V7_BASE))
+
+
+def test_poly_exp_moves_a_quarter_or_an_eighth_of_the_exponentials_off_the_mufu(compiled):
+    # 16 of each thread's 64 exponentials per tile (px4) or 8 (px8), in each of the softmax's 4 copies (2 consumers,
+    # the first tile and the loop's), leave ex2; the alphas stay; the split and join only rename registers (no shared
+    # memory, no shuffle more)
+    base, px4, px8 = (compiled[k] for k in ("ws_persist_ua_1024", "ws_persist_ua_px4_1024", "ws_persist_ua_px8_1024"))
+    assert base["ex2"] - px4["ex2"] == 2 * (base["ex2"] - px8["ex2"]) == 4 * 16
+    for key in ("shfl", "st_shared", "ld_shared", "shared", "bar_sync", "marks"):
+        assert px4[key] == px8[key] == base[key], (key, px4, px8, base)
+    assert G.GluonConfig(128, 128, 4, 3, consumers=2, poly_exp=4).label == "ws2x64x128/3s/preg/px4"
+    with pytest.raises(ValueError, match="poly_exp is 0"):
+        G.GluonConfig(128, 128, 4, 3, consumers=2, poly_exp=2)
+    with pytest.raises(ValueError, match="need the warp-specialized form"):
+        G.GluonConfig(128, 128, 8, 3, poly_exp=4)
+
+
+def _exp2_poly_float32(x):
+    """_exp2_poly's arithmetic in numpy float32, from its source's constants (so that the two cannot drift apart)."""
+    import numpy as np
+
+    src = inspect.getsource(G._exp2_poly.fn)
+    coeffs = [float(c) for c in re.findall(r"p = [pf] \* (?:f|0\.\d+) \+ (-?\d+\.\d+)", src)]
+    first = float(re.search(r"p = f \* (\d+\.\d+)", src).group(1))
+    assert (first, *coeffs) == G.POLY_EXP_COEFFS, (first, coeffs)
+    c = [np.float32(v) for v in G.POLY_EXP_COEFFS]
+    x = np.maximum(x.astype(np.float32), np.float32(-126.0))
+    t = x + np.float32(12582912.0)
+    f = x - (t - np.float32(12582912.0))
+    p = ((f * c[0] + c[1]) * f + c[2]) * f + c[3]
+    return (p.astype(np.float32).view(np.int32) + (t.view(np.int32) << np.int32(23))).view(np.float32)
+
+
+def test_exp2_poly_is_within_bf16_rounding_and_finite_on_masked_scores():
+    import numpy as np
+
+    x = np.linspace(-126.0, 0.0, 1_000_001, dtype=np.float32)
+    exact = np.exp2(x.astype(np.float64))
+    assert (np.abs(_exp2_poly_float32(x) - exact) / exact).max() < 2e-4   # bf16's rounding of P: 2^-9 = 2e-3
+    low = _exp2_poly_float32(np.array([-np.inf, -1e4, -200.0], dtype=np.float32))
+    assert np.all(np.isfinite(low)) and np.all((low >= 0) & (low < 2e-38))

@@ -469,6 +469,11 @@ EXPERIMENT_CONFIGS = (
     # exponentials take turns rather than overlap. A quarter or an eighth of the exponentials on the FMA pipe (poly_exp):
     *with_option(unsynced_arrive=True, poly_exp=4),
     *with_option(unsynced_arrive=True, poly_exp=8),
+    # call 2 (2c9d9a3): slower wherever a candidate is used (do_bench, 5 rounds; without -> px4 / px8): the persistent
+    # ws2 at N = 1024/2048/4096 98.3/99.3/100.9% of cuDNN -> 91.1/94.7/96.1% / 97.4/98.9/99.4%, the split ws3 at 4096
+    # 107.7% -> 96.9% / 102.4%; by graph replay the one-program-per-tile ws2 at 512 110.9% -> 100.9% / 105.9%. Each
+    # exponential moved costs 8 FMA-pipe and ALU instructions (offline SASS: about 170 more per tile and thread with
+    # px4, beside the loop's ~350): the consumers' instruction issue, not the MUFU's throughput, sets the pace.
 )
 
 
