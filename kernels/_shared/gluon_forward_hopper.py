@@ -474,6 +474,10 @@ EXPERIMENT_CONFIGS = (
     # 107.7% -> 96.9% / 102.4%; by graph replay the one-program-per-tile ws2 at 512 110.9% -> 100.9% / 105.9%. Each
     # exponential moved costs 8 FMA-pipe and ALU instructions (offline SASS: about 170 more per tile and thread with
     # px4, beside the loop's ~350): the consumers' instruction issue, not the MUFU's throughput, sets the pace.
+    # Not timed: P_j packed into registers of its own before the wait for P_(j-1) V_(j-1) (both register sets passed
+    # through that wait as its deps, 32 moves more per tile) leaves ptxas's wait where it was, before the tile's first
+    # max (offline sm_90 SASS of the three candidates): its scheduler hoists the wait over register-only work whatever
+    # registers the product reads, which only a shared-memory access kept below it (pin_ex2) has moved.
 )
 
 
