@@ -30,7 +30,7 @@ from fa2lab.sweep_backward import CONFIG_FIELDS, KEY_FIELDS  # noqa: E402
 from figures import compile_cost as compile_cost_fig  # noqa: E402
 from figures import data, roofline  # noqa: E402
 from profiling.host_steps import STEPS as HOST_STEPS  # noqa: E402
-from profiling.ncu_export import backward_share  # noqa: E402
+from profiling.ncu_export import backward_share, read_source, stall_profile  # noqa: E402
 from profiling.run_profile import MATMUL_SIZE  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -848,7 +848,7 @@ EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke e
                    "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes",
                    "exp2_poly": "invoke experiment exp2-poly", "grid": "invoke experiment grid",
                    "bwd_modes": "invoke experiment bwd-modes", "gluon": "invoke experiment gluon",
-                   "coldstart": "invoke experiment coldstart"}
+                   "coldstart": "invoke experiment coldstart", "dobench": "invoke experiment dobench"}
 EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks")   # not numbers
 
 
@@ -924,7 +924,8 @@ def section_experiments(gpu, root) -> str:
                            "SDPA do_bench", *(["SDPA no flush"] if nf else []), "SDPA graph", "SDPA host/call",
                            "% of SDPA (do_bench)", "% of SDPA (graph)", "SM MHz median"], rows)]
     return "\n".join(text + ["", section_exp2_poly(gpu, root), "", section_grid(gpu, root), "",
-                             section_gluon(gpu, root), "", section_coldstart(gpu, root)])
+                             section_gluon(gpu, root), "", section_coldstart(gpu, root), "",
+                             section_dobench(gpu, root)])
 
 
 def section_exp2_poly(gpu, root) -> str:
@@ -1035,7 +1036,8 @@ def section_gluon(gpu, root) -> str:
         "the slot and turn barriers, io = the next work item's first Q Kᵀ issued before the epilogue, pf = the "
         "TMA descriptors prefetched at the start, ts = O written by a TMA store from shared memory, vb = each "
         "slot's V on a barrier of its own (Q Kᵀ waits for K alone), tm = each tile's row maxima folded by halves, "
-        "ua = the key loop's mbarrier arrives and slot wait without the bar.sync Triton puts before them.", "",
+        "ua = the key loop's mbarrier arrives and slot wait without the bar.sync Triton puts before them, px4/px8 = a "
+        "quarter/an eighth of the exponentials by a cubic on the FMA pipe instead of the MUFU.", "",
         md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline)])
 
 
@@ -1090,6 +1092,70 @@ def section_coldstart(gpu, root) -> str:
                  "preparation (a spin time far above the kernel's own says so).", "",
                  md_table(["run", "N", "causal", "variant", *protocols], rows)]
     return "\n".join(text)
+
+
+DOBENCH_COLUMNS = ("variant", "N", "causal", "pid", "round", "ms", "host_us", "flush_us")
+
+
+def section_dobench(gpu, root) -> str:
+    """do_bench's spread at small N over fresh processes (experiments/run.py dobench): per process, the flush's GPU
+    time, each call's host time and the median of its do_bench rounds, v7 against SDPA."""
+    path = data.root(root) / gpu / "experiments" / "dobench.csv"
+    df = optional(path, DOBENCH_COLUMNS)
+    if df is None:
+        return experiment_not_run("do_bench across processes", "dobench", path)
+    df = numeric(df, path, ("N", "causal", "round", "ms", "host_us", "flush_us"))
+    if "sampler" not in df.columns:
+        df["sampler"] = 0
+    df["sampler"] = df["sampler"].fillna(0).astype(int)
+    rows, pcts = [], []
+    for (commit, pid, N, causal), g in df.groupby(["git_commit", "pid", "N", "causal"], sort=False):
+        t = {v: g[g.variant == v] for v in ("v7", data.SDPA)}
+        if any(len(x) == 0 for x in t.values()):
+            continue
+        pct = 100 * t[data.SDPA].ms.median() / t["v7"].ms.median()
+        pcts.append(pct)
+        rows.append([str(commit)[:7], str(pid), int(N), "yes" if causal else "no",
+                     "yes" if g.sampler.iloc[0] else "no", fmt(g.flush_us.iloc[0], ".1f")]
+                    + [fmt(t[v].host_us.iloc[0], ".1f") for v in t]
+                    + [span(t[v].ms.median() * 1e3, t[v].ms.min() * 1e3, t[v].ms.max() * 1e3, ".1f") for v in t]
+                    + [fmt(pct, ".1f", "%")])
+    summary = (f" Over the {len(pcts)} processes v7 ran at {fmt(min(pcts), '.1f')}–{fmt(max(pcts), '.1f')}% of SDPA "
+               f"(median {fmt(float(np.median(pcts)), '.1f')}%)." if pcts else "")
+    return "\n".join([
+        "do_bench across fresh processes at small N: in each process the GPU time of do_bench's 256 MB flush, each "
+        "call's host time per call (back to back), and the median (min–max) of its do_bench rounds, v7 and SDPA "
+        "timed in alternating order; `sampler`: the rounds ran inside the harness's NVML clock-sampling thread."
+        + summary + f" Source: `{rel(path)}`.", "",
+        md_table(["commit", "process", "N", "causal", "sampler", "flush µs", "v7 host µs", "SDPA host µs",
+                  "v7 do_bench µs", "SDPA do_bench µs", "% of SDPA"], rows)])
+
+
+def section_ncu_source(gpu, root) -> str:
+    """Where the warps wait, instruction by instruction (run_profile.py --source): for the latest source page of each
+    profile, per kernel, the sampled warp states by stall reason and by opcode."""
+    folder = data.root(root) / gpu / "ncu" / "source"
+    latest: dict[str, Path] = {}
+    for path in sorted(folder.glob("*.csv")):   # <tag>_<run id>.csv: the run id sorts by time
+        latest[path.name.rsplit("_", 1)[0]] = path
+    if not latest:
+        return ("Where the warps wait, by instruction: " + NOT_YET
+                + f" (`invoke profile --tool ncu --source ...` writes `{rel(folder)}/<tag>_<run>.csv`).")
+    rows = []
+    for tag, path in latest.items():
+        for kernel, instructions in read_source(path).items():
+            p = stall_profile(instructions)
+            top = lambda d, n: ", ".join(f"{k} {v * 100:.0f}%" for k, v in list(d.items())[:n])
+            rows.append([f"`{rel(path)}`", kernel if len(kernel) <= 40 else kernel[:37] + "...", p["instructions"],
+                         fmt(p["executed"] / 1e6, ".1f"), int(p["samples"]), top(p["reasons"], 4),
+                         top(p["opcodes"], 6)])
+    return "\n".join([
+        "Where the warps wait, instruction by instruction (ncu's source page, `invoke profile --source`): per kernel, "
+        "its SASS instructions, the instructions it executed (millions), the warp states ncu sampled, and their "
+        "share by stall reason and by opcode (selected = issuing). NOP samples at a barrier are warps with no work "
+        "in the warp-specialized kernel, waiting for its end.", "",
+        md_table(["source page", "kernel", "SASS instructions", "executed (M)", "samples", "by reason",
+                  "by opcode"], rows)])
 
 
 def section_bwd_modes(gpu, root) -> str:
@@ -1886,7 +1952,7 @@ def build(root=None) -> str:
                   section_hostpath(gpu, root), "",
                   section_host_steps(gpu, root), "",
                   section_inspect(root), "",
-                  section_ncu(gpu, root, root), "",
+                  section_ncu(gpu, root, root), "", section_ncu_source(gpu, root), "",
                   section_matmul_ncu(gpu, root), "",
                   section_experiments(gpu, root), "",
                   section_other_shapes(gpu, root), "",

@@ -64,6 +64,56 @@ def read_raw(path: str | Path) -> tuple[list[str], dict[str, str], list[dict[str
     return header, units, [dict(zip(header, r)) for r in rows[2:] if len(r) == len(header)]
 
 
+SAMPLES = "Warp Stall Sampling (All Samples)"   # the source page's sampled warp states per instruction
+
+
+def read_source(path: str | Path) -> dict[str, list[dict[str, str]]]:
+    """The source page (`ncu --import R --csv --page source --print-source sass`, run_profile.py --source): for each
+    profiled kernel, in the order ncu wrote them, one row per SASS instruction (Address, Source, executions, the
+    sampled stalls by reason). Each kernel's block opens with a "Kernel Name" line and a header line. Raises
+    ValueError naming the file if there is no such block."""
+    path = Path(path)
+    kernels: dict[str, list[dict[str, str]]] = {}
+    name = header = None
+    with path.open(newline="") as f:
+        for row in csv.reader(line for line in f if not line.startswith("==")):
+            if not row:
+                continue
+            if row[0] == "Kernel Name":
+                name, header = row[1], None
+                kernels[name] = []
+            elif name is not None and header is None:
+                header = row
+            elif name is not None:
+                kernels[name].append(dict(zip(header, row)))
+    if not kernels or not all(kernels.values()) or SAMPLES not in next(iter(kernels.values()))[0]:
+        raise ValueError(f"{path} is not an ncu source-page CSV export with stall samples")
+    return kernels
+
+
+def opcode(sass: str) -> str:
+    """An instruction's opcode with its modifiers, without its predicate: '@!P6 BRA 0x7f..' -> 'BRA'."""
+    return re.sub(r"^@!?U?P\w+\s+", "", sass.strip()).split(" ")[0]
+
+
+def stall_profile(rows: list[dict[str, str]]) -> dict:
+    """One kernel's source rows summed: instructions, executed instructions, sampled warp states, and the share of
+    those samples by stall reason (stall_* columns, issued or not) and by opcode, largest first."""
+    total = sum(_num(r.get(SAMPLES, "")) or 0.0 for r in rows)
+    reasons: dict[str, float] = {}
+    opcodes: dict[str, float] = {}
+    for r in rows:
+        for k, v in r.items():
+            if k.startswith("stall_") and "Not Issued" not in k:
+                reasons[k[len("stall_"):]] = reasons.get(k[len("stall_"):], 0.0) + (_num(v) or 0.0)
+        op = opcode(r.get("Source", ""))
+        opcodes[op] = opcodes.get(op, 0.0) + (_num(r.get(SAMPLES, "")) or 0.0)
+    share = (lambda d: dict(sorted(((k, v / total) for k, v in d.items() if v), key=lambda kv: -kv[1]))
+             if total else {})
+    return {"instructions": len(rows), "executed": sum(_num(r.get("Instructions Executed", "")) or 0.0 for r in rows),
+            "samples": total, "reasons": share(reasons), "opcodes": share(opcodes)}
+
+
 def _num(text: str) -> float | None:
     try:
         return float(str(text).replace(",", ""))

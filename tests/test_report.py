@@ -986,3 +986,58 @@ def test_coldstart_section_keeps_runs_of_one_commit_with_different_switches_apar
     text = report.section_coldstart(GPU, tmp_path)
     assert "| ccccccc (FA2_V7_ITEM_OVERLAP=0) | 1024 | no | v7 | 23.6 (23.6–23.6) |" in text
     assert "| ccccccc (FA2_V7_ITEM_OVERLAP=1) | 1024 | no | v7 | 24.4 (24.4–24.4) |" in text
+
+
+def test_dobench_section_gives_each_process_its_own_ratio(tmp_path):
+    from fa2lab.results import append_rows
+
+    assert report.section_dobench(GPU, tmp_path).startswith(f"do_bench across processes: {report.NOT_YET}")
+    path = tmp_path / GPU / "experiments" / "dobench.csv"
+    rows = []
+    for pid, sampler, v7 in ((11, 0, (0.0130, 0.0140, 0.0132)), (12, 1, (0.0260, 0.0262, 0.0270))):
+        for r, ms in enumerate(v7):
+            rows += [{"variant": v, "N": 512, "causal": 0, "pid": pid, "round": r, "sampler": sampler,
+                      "position": 0, "ms": t, "host_us": h, "flush_us": 65.0, **PROV, "git_commit": "eeeeeee"}
+                     for v, t, h in (("v7", ms, 21.0 + pid), ("sdpa", 0.0130, 18.0))]
+    append_rows(path, rows)
+    text = report.section_dobench(GPU, tmp_path)
+    assert "| eeeeeee | 11 | 512 | no | no | 65.0 | 32.0 | 18.0 | 13.2 (13.0–14.0) | 13.0 (13.0–13.0) | 98.5% |" in text
+    assert "| eeeeeee | 12 | 512 | no | yes | 65.0 | 33.0 | 18.0 | 26.2 (26.0–27.0) | 13.0 (13.0–13.0) | 49.6% |" in text
+    middle = (100 * 0.0130 / 0.0132 + 100 * 0.0130 / 0.0262) / 2      # the two processes' v7 medians: 13.2, 26.2 us
+    assert f"Over the 2 processes v7 ran at 49.6–98.5% of SDPA (median {middle:.1f}%)." in text
+
+
+SOURCE_PAGE = """"Kernel Name","flash_fwd_gluon_ws",
+"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_barrier","stall_wait","stall_selected","stall_barrier (Not Issued)"
+"0x10","  MUFU.EX2 R1, R1","6","100","0","4","2","0"
+"0x20","@!P6  BRA 0x30","3","50","0","3","0","0"
+"0x30","  NOP","11","2","11","0","0","11"
+"Kernel Name","cudnn_kernel",
+"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_barrier","stall_wait","stall_selected","stall_barrier (Not Issued)"
+"0x10","  FADD.FTZ R1, R2, R3","5","300","0","1","4","0"
+"""
+
+
+def test_source_page_parser_and_section_share_the_samples_by_reason_and_opcode(tmp_path):
+    from profiling.ncu_export import read_source, stall_profile
+
+    folder = tmp_path / GPU / "ncu" / "source"
+    assert "Where the warps wait, by instruction: " + report.NOT_YET in report.section_ncu_source(GPU, tmp_path)
+    folder.mkdir(parents=True)
+    (folder / "v7_hopper_N2048_noncausal_2026-11-30T060000+0000.csv").write_text(SOURCE_PAGE.replace("MUFU", "FMUL"))
+    (folder / "v7_hopper_N2048_noncausal_2026-11-30T070000+0000.csv").write_text(SOURCE_PAGE)   # the latest
+    kernels = read_source(folder / "v7_hopper_N2048_noncausal_2026-11-30T070000+0000.csv")
+    assert list(kernels) == ["flash_fwd_gluon_ws", "cudnn_kernel"]
+    p = stall_profile(kernels["flash_fwd_gluon_ws"])
+    assert (p["instructions"], p["executed"], p["samples"]) == (3, 152, 20)
+    assert p["reasons"] == {"barrier": 0.55, "wait": 0.35, "selected": 0.1}      # "(Not Issued)" not counted twice
+    assert p["opcodes"] == {"NOP": 0.55, "MUFU.EX2": 0.3, "BRA": 0.15}            # predicates stripped
+    text = report.section_ncu_source(GPU, tmp_path)
+    assert "T070000" in text and "T060000" not in text
+    assert "| flash_fwd_gluon_ws | 3 | 0.0 | 20 | barrier 55%, wait 35%, selected 10% | NOP 55%, MUFU.EX2 30%, BRA 15% |" \
+        in text
+    assert "| cudnn_kernel | 1 | 0.0 | 5 | selected 80%, wait 20% | FADD.FTZ 100% |" in text
+    bad = folder / "not_a_page.csv"
+    bad.write_text('"ID","Kernel"\n"0","x"\n')
+    with pytest.raises(ValueError, match="not an ncu source-page CSV"):
+        read_source(bad)
