@@ -140,6 +140,21 @@ Session 20 (the same method; do_bench % of cuDNN in 5 interleaved rounds, N = 10
   at 2048 78.4/78.5/76.6 and 77.4/78.2/76.4 (cuDNN 77.4-77.9/77.8-78.1/75.9-76.1). No slower at any length, ahead at
   1024 and in every kernel-alone time: on in V7_CANDIDATES since 451b289 (FA2_V7_UNSYNCED_ARRIVE=0 turns it off;
   tests-v7 passed with it at c2d6761; v7 in the harness with it: its docstring).
+Session 21 (ncu's source page beside the counters, `invoke profile --source`; results/<gpu>/ncu/source/):
+- At N = 2048 (2eb9943) v7 and cuDNN spend the same share of cycles on the tensor pipe (47.5% and 48.7% of active
+  cycles) and on the MUFU (XU 49.1% and 50.3%), the FMA pipe at 17% and 23%: the products and the exponentials of a
+  head dimension of 64 cost the SM about the same time, and in both kernels they take turns more than they overlap.
+  v7's key loop is the softmax and little else (about 350 instructions per tile and thread: 68 max, 66 exp2, 66 fma,
+  68 add, 34 mul, 32 packs, 8 shuffles); its samples at MUFU.EX2 are 16% (mio throttle, not selected), cuDNN's 6%.
+- poly_exp (call 2, 2c9d9a3): a quarter (px4) or an eighth (px8) of each tile's exponentials by a cubic on the FMA
+  pipe (FlashAttention-4's software exp2, _exp2_mixed): 8 FMA/ALU instructions for each MUFU one saved. Slower:
+  the persistent ws2 at N = 1024/2048/4096 98.3/99.3/100.9% -> 91.1/94.7/96.1% (px4) and 97.4/98.9/99.4% (px8);
+  the consumers' issue of instructions sets the pace, not the MUFU's throughput (v7's tl path found the same,
+  experiment exp2-poly).
+- early_p (offline only): P_j packed into registers of its own before the wait for P_(j-1) V_(j-1) leaves ptxas's
+  placement of that wait unchanged (the SASS waits for it before the tile's first max), so it was not timed.
+Nothing kept: V7_CANDIDATES are session 20's. Harness (10 runs at 2eb9943 and d321cd1, v7's docstring): level with
+cuDNN at N = 512 (either mask) and at 1024 and 2048 non-causal, ahead elsewhere.
 """
 
 from __future__ import annotations

@@ -4,7 +4,14 @@ multiply the next; v6 itself wherever that path does not apply.
 
 Measured on the H200 (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), % of SDPA's default backend,
 cuDNN, in the same process, with the Gluon path described below on for non-causal inputs and the tl path raced
-against it. Session 20 made unsynced_arrive the Gluon path's default: the key loop's mbarrier arrives and slot wait
+against it. Session 21, the same kernels (two 5-run protocols, 2eb9943 and d321cd1; the median of 10 runs, min-max):
+  non-causal  N = 512   94.8% (47-104)*, 1024  98.7% (97-103), 2048  99.3% (98-100), 4096 109.8% (109-112)
+  causal      N = 512   99.4% (69-103)*, 1024 119.1% (116-125), 2048 113.0% (112-115), 4096 107.1% (103-108)
+  (* at N = 512 v7's do_bench follows the host: in the process of each protocol whose host was slow (v7 35-40 us a
+  call, SDPA 31; 17-21 in the others) it measured 20.6-26.6 us against 13.0-14.1; its graph replay stayed at 8.7 us,
+  cuDNN's at 9.7-10.0. Experiment dobench, 12 fresh processes: v7 94.6-107.6% of cuDNN by do_bench, median 97.8%.)
+Two levers tried on the Gluon path that session were slower or unchanged (poly_exp, early_p: the Gluon module's
+docstring). Session 20 made unsynced_arrive the Gluon path's default: the key loop's mbarrier arrives and slot wait
 without the bar.sync that Triton 3.6 puts before each (the Gluon module's docstring). Eight runs of those kernels
 (commit c2d6761 with FA2_V7_UNSYNCED_ARRIVE=1, 5 runs; 451b289, where it is the default, 3 runs: the call's deadline
 cut the fourth), the median and the runs' min-max:
@@ -26,8 +33,8 @@ docstring) measured no faster: per-thread barrier arrivals, the next work item's
 epilogue, a prefetch of the TMA descriptors, O written by a TMA store, V on barriers of its own, row maxima folded
 by halves (slower: 78.1 -> 80.9 us at 2048), and on the persistent grid no ping-pong, or the pin of the exponentials
 under the P V product. Causal inputs raced between the two paths (538f1fa) took the tl path at every shape, so they
-stay on it (gluon_applies). The test file passes natively (42 of 42 at ad1d90a and 28cf1ec, and at c2d6761 with
-FA2_V7_UNSYNCED_ARRIVE=1, the kernels 451b289 runs by default). On shapes neither version was tuned on it is as fast as
+stay on it (gluon_applies). The test file passes natively (42 of 42 at ad1d90a and 28cf1ec, at c2d6761 with
+FA2_V7_UNSYNCED_ARRIVE=1, the kernels 451b289 runs by default, and at d321cd1). On shapes neither version was tuned on it is as fast as
 v6 or faster on 10 of 10 at 451b289 (experiments/other_shapes.csv: 1.02-1.25x; 3b7b459: 1.01-1.27x).
 Before the Gluon path (commit e0fa889, tl path only): 0.311 ms at N = 4096 non-causal, 96%, and 94-96%
 from N = 1024 up. On shapes neither version was tuned on, with the race, it is as fast as v6 or faster
