@@ -146,6 +146,13 @@ Session 21 (ncu's source page beside the counters, `invoke profile --source`; re
   head dimension of 64 cost the SM about the same time, and in both kernels they take turns more than they overlap.
   v7's key loop is the softmax and little else (about 350 instructions per tile and thread: 68 max, 66 exp2, 66 fma,
   68 add, 34 mul, 32 packs, 8 shuffles); its samples at MUFU.EX2 are 16% (mio throttle, not selected), cuDNN's 6%.
+  The consumers spend about 57% of their samples in the softmax and 15% waiting for their products: the softmax,
+  longer than a tile's products (512 tensor cycles per consumer against 512 MUFU cycles plus the max chain and the
+  shuffles), sets the pace, and the two consumers' softmaxes share each SM sub-partition's MUFU. At N = 4096 (call
+  4, 7921954), where v7 runs 3 consumers (the split ws3), the tensor pipe and the MUFU are busy 57.8% and 59.7% of
+  active cycles (cuDNN 51.2% and 52.8%): with a third consumer the two overlap, and v7 is 9% ahead there. The
+  192-row tiles that a third consumer needs leave 2.59 tiles per SM at N = 2048 (ws3 measured 87 us against ws2's
+  82, split tail and all) and 5.33 per head at 1024.
 - poly_exp (call 2, 2c9d9a3): a quarter (px4) or an eighth (px8) of each tile's exponentials by a cubic on the FMA
   pipe (FlashAttention-4's software exp2, _exp2_mixed): 8 FMA/ALU instructions for each MUFU one saved. Slower:
   the persistent ws2 at N = 1024/2048/4096 98.3/99.3/100.9% -> 91.1/94.7/96.1% (px4) and 97.4/98.9/99.4% (px8);
