@@ -148,7 +148,8 @@ def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypa
     O0, L0 = torch.empty(B, N, D), torch.empty(B, N)
     Op0, Lp0 = torch.empty(2 * 192, D), torch.empty(2 * 192)
     o_desc = types.SimpleNamespace(base=None)                          # tma_store's (None without it)
-    args = (*descs, O0, L0, 64, 100, N, N, 0.18, 1, 2, 5, Op0, Lp0, o_desc)   # strides, sizes, scale, FULL, SPLITS, items
+    # strides, sizes, scale, FULL, SPLITS, items, the workspace, mixed's BIG (0 here), O's descriptor
+    args = (*descs, O0, L0, 64, 100, N, N, 0.18, 1, 2, 5, Op0, Lp0, 0, o_desc)
     launch = G.GluonLaunch(FakeKernel("main"), (5,), args, (False, 4), (Op0, Lp0, 1, 2),
                            (FakeKernel("combine"), (1, 6), (2, 192, 32, D)), "ws3x64x128/4s/preg/split")
     seen = []
@@ -158,8 +159,8 @@ def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypa
         (main, m), (comb, c) = launched[-2:]
         assert (main, comb) == ("main", "combine")
         assert all(d.base is t for d, t in zip(m[:3], (Q, K, V))) and m[3] is O and m[4] is L
-        assert m[5:13] == (64, 100, N, N, 0.18, 1, 2, 5) and m[16:] == (False, 4)
-        assert m[15] is o_desc and o_desc.base is O          # O's descriptor follows each call's O
+        assert m[5:13] == (64, 100, N, N, 0.18, 1, 2, 5) and m[15] == 0 and m[17:] == (False, 4)
+        assert m[16] is o_desc and o_desc.base is O          # O's descriptor follows each call's O
         Op, Lp = m[13], m[14]
         assert Op.shape == Op0.shape and Op is not Op0 and Lp.shape == Lp0.shape
         assert all(x is y for x, y in zip(c[:4], (Op, Lp, O, L))) and c[4:] == (1, N, 64, 100, 2, 192, 32, D)
@@ -202,7 +203,9 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_ua_1024", persist(unsynced_arrive=True), False),
                            ("ws_persist_ua", persist(unsynced_arrive=True), True),
                            ("ws_persist_ua_px4_1024", persist(unsynced_arrive=True, poly_exp=4), False),
-                           ("ws_persist_ua_px8_1024", persist(unsynced_arrive=True, poly_exp=8), False)]:
+                           ("ws_persist_ua_px8_1024", persist(unsynced_arrive=True, poly_exp=8), False),
+                           ("ws3_mix", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, persistent=True,
+                                                     unsynced_arrive=True, mixed=True), False)]:
     c = G.compile_offline(cfg, N=1024 if label.endswith("_1024") else 1000, is_causal=causal)
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     depth = {{}}   # the longest chain of max.f32 each feeding the next, by the PTX's virtual registers
@@ -467,3 +470,36 @@ def test_exp2_poly_is_within_bf16_rounding_and_finite_on_masked_scores():
     assert (np.abs(_exp2_poly_float32(x) - exact) / exact).max() < 2e-4   # bf16's rounding of P: 2^-9 = 2e-3
     low = _exp2_poly_float32(np.array([-np.inf, -1e4, -200.0], dtype=np.float32))
     assert np.all(np.isfinite(low)) and np.all((low >= 0) & (low < 2e-38))
+
+
+def test_mixed_schedule_plan_and_offline_compile(compiled):
+    # whole rounds of 192-row items over the SMs, spread evenly over the heads, the rest of each head in 128-row items
+    assert G.mix_plan(2048, 32, 132, 192) == 8        # 8 x 192 + 4 x 128 rows per head: 2 rounds, then at most 1 small
+    assert G.mix_plan(1024, 32, 132, 192) == 4
+    assert G.mix_plan(1000, 32, 132, 192) == 4        # experiments' GLUON_CHECK_SHAPES (32, 1000, 1000, 64): mixed runs
+    assert G.mix_plan(512, 32, 132, 192) == 0         # not one round: one item size
+    assert G.mix_plan(300, 1000, 132, 192) == 1       # 11 rounds over 1000 heads: one 192-row item each
+    for rows, heads in ((2048, 32), (1000, 32), (300, 1000), (777, 64), (192, 132)):
+        assert 0 <= G.mix_plan(rows, heads, 132, 192) * 192 <= rows
+    assert compiled["ws3_mix"]["cubin"] > 0 and compiled["ws3_mix"]["warp_specialize"] >= 1
+    cfg = G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, persistent=True, mixed=True)
+    assert cfg.label == "ws3x64x128/4s/preg/pp/persist/mix"
+    for bad in (dict(consumers=2, block_m=128), dict(persistent=False), dict(split_tail=True), dict(item_overlap=True)):
+        with pytest.raises(ValueError, match="mixed is a persistent 3-consumer schedule"):
+            G.GluonConfig(**{**dict(block_m=192, block_n=128, num_warps=4, slots=4, consumers=3, pingpong=True,
+                                    persistent=True, mixed=True), **bad})
+
+
+def test_mixed_launch_plan_counts_its_items():
+    # N = 2048, 32 heads, 132 SMs: 8 items of 192 rows and 4 of 128 per head, one program per SM, BIG passed to the kernel
+    cfg = G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, persistent=True, mixed=True)
+    q = torch.empty(32, 2048, 64, dtype=torch.bfloat16)
+    if not G.HAVE_GLUON:
+        pytest.skip("this Triton has no Gluon")
+    O, L = torch.empty_like(q), torch.empty(32, 2048)
+    kernel, grid, args, _, flags, tail = G.launch_plan(cfg, q, q, q, O, L, False, 132)
+    full, splits, items, big = args[10], args[11], args[12], args[15]
+    assert (full, splits, items, big, grid, tail) == (32 * 12, 1, 32 * 12, 8, (132,), None)
+    assert flags["MIXED"] is True
+    *_, args_causal, _, flags_causal, _ = G.launch_plan(cfg, q, q, q, O, L, True, 132)
+    assert args_causal[15] == 0                          # the causal mask keeps one item size

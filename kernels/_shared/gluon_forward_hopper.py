@@ -287,6 +287,8 @@ class GluonConfig:
                                    # bar.sync Triton puts before each (drop_marked_syncs), as CUTLASS's pipelines arrive
     poly_exp: int = 0            # warp-specialized: 1 / poly_exp of each thread's exponentials (4: a quarter, 8: an
                                  # eighth) by a polynomial on the FMA and ALU pipes instead of the MUFU (_exp2_mixed)
+    mixed: bool = False          # persistent, 3 consumers, non-causal: whole rounds of 192-row items, then the rest of
+                                 # each head in 128-row items whose third consumer only passes the pipeline on (mix_plan)
 
     def __post_init__(self):
         if self.consumers:
@@ -299,9 +301,11 @@ class GluonConfig:
                 raise ValueError(f"item_overlap needs a persistent grid (a next work item): {self}")
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
-                or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.p_buffers != 2:
+                or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
+                or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
-                             f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp and one P buffer "
+                             f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed and one "
+                             f"P buffer "
                              f"need the "
                              f"warp-specialized form "
                              f"(consumers = 2 or 3): {self}")
@@ -312,6 +316,8 @@ class GluonConfig:
                              f"thread_arrive, P in shared memory or pin_ex2, whose shared-memory writes share them: {self}")
         if self.p_buffers not in (1, 2):
             raise ValueError(f"p_buffers is 1 or 2: {self}")
+        if self.mixed and (self.consumers != 3 or not self.persistent or self.split_tail or self.item_overlap):
+            raise ValueError(f"mixed is a persistent 3-consumer schedule without split_tail or item_overlap: {self}")
         if self.poly_exp not in (0, 4, 8):
             raise ValueError(f"poly_exp is 0 (none), 4 (a quarter of the exponentials) or 8 (an eighth): {self}")
 
@@ -326,7 +332,8 @@ class GluonConfig:
                    f"{'/ds' if self.direct_store else ''}{'/ta' if self.thread_arrive else ''}" \
                    f"{'/io' if self.item_overlap else ''}{'/pf' if self.tma_prefetch else ''}" \
                    f"{'/ts' if self.tma_store else ''}{'/vb' if self.v_barrier else ''}{'/tm' if self.tree_max else ''}" \
-                   f"{'/ua' if self.unsynced_arrive else ''}{f'/px{self.poly_exp}' if self.poly_exp else ''}"
+                   f"{'/ua' if self.unsynced_arrive else ''}{f'/px{self.poly_exp}' if self.poly_exp else ''}" \
+                   f"{'/mix' if self.mixed else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -500,6 +507,13 @@ EXPERIMENT_CONFIGS = (
     # through that wait as its deps, 32 moves more per tile) leaves ptxas's wait where it was, before the tile's first
     # max (offline sm_90 SASS of the three candidates): its scheduler hoists the wait over register-only work whatever
     # registers the product reads, which only a shared-memory access kept below it (pin_ex2) has moved.
+    # Call 4's ncu at N = 4096 (7921954): with 3 consumers the tensor pipe and the MUFU overlap (57.8% and 59.7% of
+    # cycles), with 2 at 2048 they take turns (47.5%, 49.1%). A third consumer at N = 2048 needs 192-row items, 2.59
+    # rounds of them per SM: whole rounds of those, then the rest of each head in 128-row items (mixed):
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, persistent=True, unsynced_arrive=True,
+                mixed=True),
+    GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, pingpong=True, persistent=True, unsynced_arrive=True,
+                mixed=True),
 )
 
 
@@ -789,16 +803,31 @@ if HAVE_GLUON:
     # Triton 3.6 exposes mbarriers only, whose arrive it precedes with a partition-wide bar.sync).
 
     @gluon.jit
-    def _work_item(item, work, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-        """Work item -> (q_start, head, key tiles, mask_from, causal_off, first key, part). Items [0, FULL)
+    def _work_item(item, work, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, MIXED: gl.constexpr = False):
+        """Work item -> (q_start, head, key tiles, mask_from, causal_off, first key, part, rows). Items [0, FULL)
         are whole tiles: tile t has head t // query tiles and query tile t % query tiles, reversed under the
         causal mask (v6's order: every head's longest tiles first). Item FULL + q is split q % SPLITS (a
         contiguous share of the key tiles) of tile FULL + q // SPLITS, written as workspace part q; a whole
-        tile's part is -1. Under the causal mask a tile's keys stop at its diagonal; there is no split."""
-        N_QUERIES, N_KEYS, FULL, SPLITS, causal, n_items = work
+        tile's part is -1. Under the causal mask a tile's keys stop at its diagonal; there is no split.
+        MIXED (the mixed schedule, compiled in only there) with BIG > 0 (non-causal): items [0, BIG * heads) are each
+        head's first BIG tiles of BLOCK_M rows, the others the rest of each head in tiles of BLOCK_M - 64 rows
+        (rows: the item's query rows)."""
+        N_QUERIES, N_KEYS, FULL, SPLITS, causal, n_items, BIG = work
         n_q = gl.cdiv(N_QUERIES, BLOCK_M)
         n_kb = gl.cdiv(N_KEYS, BLOCK_N)
         full_stop = (N_KEYS // BLOCK_N) * BLOCK_N
+        if MIXED and BIG > 0:
+            n_small = gl.cdiv(N_QUERIES - BIG * BLOCK_M, BLOCK_M - 64)
+            big_items = BIG * (n_items // (BIG + n_small))
+            if item < big_items:
+                head = item // BIG
+                q_start = (item % BIG) * BLOCK_M
+                rows = BLOCK_M
+            else:
+                head = (item - big_items) // n_small
+                q_start = BIG * BLOCK_M + ((item - big_items) % n_small) * (BLOCK_M - 64)
+                rows = BLOCK_M - 64
+            return q_start, head, n_kb, full_stop, N_KEYS, 0, -1, rows
         if item < FULL:
             t = item
             part = -1
@@ -819,7 +848,7 @@ if HAVE_GLUON:
             q_start = q_tile * BLOCK_M
             mask_from = full_stop
             causal_off = N_KEYS
-        return q_start, t // n_q, kb1 - kb0, mask_from, causal_off, kb0 * BLOCK_N, part
+        return q_start, t // n_q, kb1 - kb0, mask_from, causal_off, kb0 * BLOCK_N, part, BLOCK_M
 
     @gluon.jit
     def _ws_loader(descs, smem, bars, work, modes):
@@ -834,12 +863,12 @@ if HAVE_GLUON:
         g = 0
         it = 0
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
-            q_start, head, n_tiles, _, _, k_base, _ = _work_item(item, work, ROWS, BLOCK_N)
+            q_start, head, n_tiles, _, _, k_base, _, _ = _work_item(item, work, ROWS, BLOCK_N, modes.shape[6] > 1)
             _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it)
             g += n_tiles
             it += 1
         if modes.shape[3] > 1:   # item_overlap
-            q_start, head, _, _, _, k_base, _ = _work_item(work[5] - 1, work, ROWS, BLOCK_N)
+            q_start, head, _, _, _, k_base, _, _ = _work_item(work[5] - 1, work, ROWS, BLOCK_N)
             _load_item(descs, smem, bars, work, q_start, head, k_base, 1, g, it)
 
     @gluon.jit
@@ -1051,6 +1080,24 @@ if HAVE_GLUON:
         return acc, l_i, m_i
 
     @gluon.jit
+    def _pass_item(mem, g, t, n_tiles):
+        """A consumer with no rows in a work item (mixed's smaller items) keeps the pipeline's counts: for each of
+        the item's key tiles it waits for the slot (so that its release cannot count towards the slot's previous
+        use) and releases it, and it takes and passes each of the item's n_tiles + 1 ping-pong turns."""
+        shared, turn, modes = mem
+        k_smem, ready, empty = shared[1], shared[7], shared[8]
+        SLOTS: gl.constexpr = k_smem.shape[0]
+        PINGPONG: gl.constexpr = modes.shape[1] > 1
+        ARRIVE: gl.constexpr = modes.shape[2]
+        for j in range(n_tiles):
+            mbarrier.wait(ready.index((g + j) % SLOTS), ((g + j) // SLOTS) & 1)
+            _take_turn(turn, t + j, PINGPONG)
+            _pass_turn(turn, PINGPONG, ARRIVE)
+            _arrive(empty.index((g + j) % SLOTS), ARRIVE)
+        _take_turn(turn, t + n_tiles, PINGPONG)
+        _pass_turn(turn, PINGPONG, ARRIVE)
+
+    @gluon.jit
     def _ws_consumer(mem, out, wg, work, sizes):
         """Consumer wg: for each of this program's work items, rows [q_start + 64 wg, q_start + 64 (wg + 1))
         of its query tile (_attend), then its epilogue: O and L, or for a split of a tail tile its
@@ -1075,38 +1122,49 @@ if HAVE_GLUON:
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
         ITEM_OVERLAP: gl.constexpr = modes.shape[3] > 1
+        MIXED: gl.constexpr = modes.shape[6] > 1
         g = 0
         it = 0
         if ITEM_OVERLAP:   # the first item's S_0; each later one's is issued under the previous item's epilogue
             s_next, q_next = _first_scores(mem, wg, 0, 0)
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
-            q_start, head, n_tiles, mask_from, causal_off, k_base, part = _work_item(item, work, ROWS * CONSUMERS,
-                                                                                     BLOCK_N)
+            q_start, head, n_tiles, mask_from, causal_off, k_base, part, item_rows = _work_item(
+                item, work, ROWS * CONSUMERS, BLOCK_N, MIXED)
             row0 = q_start + wg * ROWS
             q_pos = row0 + gl.arange(0, ROWS, layout=row_s)
-            if ITEM_OVERLAP:
-                s_tok, q_tile = s_next, q_next
+            if MIXED:
+                idle = wg * ROWS >= item_rows
             else:
-                s_tok, q_tile = _first_scores(mem, wg, it, g)
-            acc, l_i, m_i = _attend(s_tok, q_tile, mem, wg, g, g + it, n_tiles, k_base, mask_from, causal_off, q_pos,
-                                    N_KEYS, qk_scale)
-            mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
-            g += n_tiles
-            it += 1
-            if ITEM_OVERLAP:   # the next item's S_0 (after the last item, the loader's spare tiles') runs under
-                s_next, q_next = _first_scores(mem, wg, it, g)   # this epilogue
-            if part >= 0:
-                rows = part * (ROWS * CONSUMERS) + wg * ROWS + gl.arange(0, ROWS, layout=row_o)
-                cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-                o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
-                gl.store(Op_ptr + gl.expand_dims(rows, 1) * D + gl.expand_dims(cols, 0), o)
-                gl.store(Lp_ptr + rows, gl.convert_layout(m_i + gl.log2(l_i), row_o))
-            elif TMA_STORE:
-                _store_o_tma(acc, l_i, out[4], out[5].index(wg), head * N_QUERIES + row0, row_o)
-                _store_l(l_i, m_i, L_ptr, q_pos, head, N_QUERIES, stride_l_head)
+                idle = False
+            if idle:   # a mixed schedule's smaller item: no rows here, the pipeline passed on
+                _pass_item(mem, g, g + it, n_tiles)
+                mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
+                g += n_tiles
+                it += 1
             else:
-                _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row, stride_l_head,
-                            row_o, 4, DIRECT)
+                if ITEM_OVERLAP:
+                    s_tok, q_tile = s_next, q_next
+                else:
+                    s_tok, q_tile = _first_scores(mem, wg, it, g)
+                acc, l_i, m_i = _attend(s_tok, q_tile, mem, wg, g, g + it, n_tiles, k_base, mask_from, causal_off,
+                                        q_pos, N_KEYS, qk_scale)
+                mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
+                g += n_tiles
+                it += 1
+                if ITEM_OVERLAP:   # the next item's S_0 (after the last item, the loader's spare tiles') runs under
+                    s_next, q_next = _first_scores(mem, wg, it, g)   # this epilogue
+                if part >= 0:
+                    rows = part * (ROWS * CONSUMERS) + wg * ROWS + gl.arange(0, ROWS, layout=row_o)
+                    cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+                    o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+                    gl.store(Op_ptr + gl.expand_dims(rows, 1) * D + gl.expand_dims(cols, 0), o)
+                    gl.store(Lp_ptr + rows, gl.convert_layout(m_i + gl.log2(l_i), row_o))
+                elif TMA_STORE:
+                    _store_o_tma(acc, l_i, out[4], out[5].index(wg), head * N_QUERIES + row0, row_o)
+                    _store_l(l_i, m_i, L_ptr, q_pos, head, N_QUERIES, stride_l_head)
+                else:
+                    _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row,
+                                stride_l_head, row_o, 4, DIRECT)
         if ITEM_OVERLAP:   # the spare S_0: nothing reads it, but it must be done before the program ends
             warpgroup_mma_wait(num_outstanding=0, deps=(s_next,))
         if TMA_STORE:      # the last O store has read its staging buffer before the program's shared memory goes
@@ -1124,6 +1182,8 @@ if HAVE_GLUON:
         # work items (_work_item): whole tiles, splits per tail tile, items; the split tail's workspace (fp32 O
         # parts, log2-sum-exp parts). Program p takes items p, p + programs, ... (one each unless persistent)
         FULL, SPLITS, N_ITEMS, Op_ptr, Lp_ptr,
+        # mixed: each head's items of BLOCK_M rows, before the rest in items of BLOCK_M - 64 (0: one size, BLOCK_M)
+        BIG,
         # tma_store: O's descriptor over the flattened rows, blocks of 64 rows (None: plain stores)
         o_desc,
         # compile-time meta-parameters: consumer warpgroups (2 or 3), registers per consumer thread, Q buffers
@@ -1132,7 +1192,7 @@ if HAVE_GLUON:
         P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
-        UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr,
+        UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1162,10 +1222,9 @@ if HAVE_GLUON:
             mbarrier.init(ready.index(s), count=1)
             mbarrier.init(empty.index(s), count=CONSUMERS * ARRIVALS)
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
-        # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive mode,
-        # 1, 2 or 4), ITEM_OVERLAP, TREE_MAX and POLY_EXP (as 1, 2 or 4) reach the workers as the shape of a never-used
-        # buffer, modes, since a worker's
-        # constexpr arguments arrive as values.
+        # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
+        # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4) and MIXED reach the workers as the shape of
+        # a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
         if PINGPONG:
@@ -1173,14 +1232,15 @@ if HAVE_GLUON:
         modes = gl.allocate_shared_memory(gl.int8, [2 if DIRECT_STORE else 1, 2 if PINGPONG else 1,
                                                     2 if THREAD_ARRIVE else (4 if UNSYNCED_ARRIVE else 1),
                                                     2 if ITEM_OVERLAP else 1,
-                                                    2 if TREE_MAX else 1, POLY_EXP // 2 if POLY_EXP else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=[5, 4, 3, 2, 1, 0]))
+                                                    2 if TREE_MAX else 1, POLY_EXP // 2 if POLY_EXP else 1,
+                                                    2 if MIXED else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[6, 5, 4, 3, 2, 1, 0]))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
         # turn and the next consumer's), the outputs, its index wg, the work items' description, the sizes of
         # the epilogue.
-        work = (N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
+        work = (N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS, BIG)
         bars = (q_bar, q_empty, ready, empty)
         shared = (q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty)
         if V_BARRIER:   # the slots' V barriers, last in both tuples (_issue_kv, _wait_v)
@@ -1282,6 +1342,15 @@ def split_plan(tiles: int, sms: int, key_tiles: int, max_splits: int = 8, parts_
     return (tiles - r, splits) if r and splits > 1 else (tiles, 1)
 
 
+def mix_plan(rows: int, heads: int, sms: int, block_m: int) -> int:
+    """mixed's 192-row (block_m) items per head: as many whole rounds of them over the SMs as the heads' rows
+    hold (k = rows * heads // (block_m * sms)), spread evenly over the heads; the rest of each head goes in items
+    of block_m - 64 rows, at most one more round of them. N = 2048 with 32 heads on 132 SMs: k = 2, 8 per head
+    (1536 rows) and 4 of 128 rows, so each SM runs two 192-row items and at most one of 128 rows (2.67 whole
+    192-row items without it). 0 where not even one round fits (the schedule is then one size)."""
+    return rows * heads // (block_m * sms) * sms // heads   # at most rows // block_m: the rounds hold no more
+
+
 def _combine_tail_kernel():
     """The split tail's combine (a Triton tl kernel, built on first use)."""
     global _COMBINE
@@ -1345,12 +1414,16 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive,
                  ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None,
                  V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive,
-                 POLY_EXP=cfg.poly_exp)
-    full, splits = tiles * BH, 1
+                 POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed)
+    full, splits, big = tiles * BH, 1, 0
+    if cfg.mixed and not is_causal:
+        big = mix_plan(N_q, BH, sms, cfg.block_m)
+        if big:
+            full = BH * (big + math.ceil((N_q - big * cfg.block_m) / (cfg.block_m - 64)))
     if cfg.split_tail and not is_causal:
         full, splits = split_plan(tiles * BH, sms, math.ceil(N_k / cfg.block_n),
                                   parts_per_sm=cfg.split_tail if cfg.split_tail > 1 else 0)
-    parts = (tiles * BH - full) * splits
+    parts = (tiles * BH - full) * splits if splits > 1 else 0   # the split tail's (mixed: full counts both sizes)
     items = full + parts
     if parts:
         Op = torch.empty((parts * cfg.block_m, D), dtype=torch.float32, device=Q.device)
@@ -1359,7 +1432,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
     else:   # nothing is split: the workspace pointers are never written
         Op, Lp, tail = L, L, None
     grid = (min(items, sms),) if cfg.persistent else (items,)
-    return flash_fwd_gluon_ws, grid, (*args, full, splits, items, Op, Lp, o_desc), 4, flags, tail
+    return flash_fwd_gluon_ws, grid, (*args, full, splits, items, Op, Lp, big, o_desc), 4, flags, tail
 
 
 def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, cfg: GluonConfig,
@@ -1408,7 +1481,8 @@ class GluonLaunch(KeptL):
         self.descs = list(args[:3])
         self.o_shape, self.l_shape = args[3].shape, args[4].shape
         self.scalars = tuple(args[5:13])            # O's row and L's head strides, sizes, scale, FULL, SPLITS, items
-        self.o_desc = args[15]                      # tma_store's descriptor of O (its base set per call) or None
+        self.big = args[15]                         # mixed's BIG (0: one item size)
+        self.o_desc = args[16]                      # tma_store's descriptor of O (its base set per call) or None
         self.work_shape = None if tail is None else tail[0].shape
         self.combine = None
         if combined is not None:
@@ -1432,8 +1506,8 @@ class GluonLaunch(KeptL):
             Lp = torch.empty(self.work_shape[:1], dtype=torch.float32, device=Q.device)
         if self.o_desc is not None:
             self.o_desc.base = O
-        run_compiled(self.kernel, self.grid, (*d, O, L, *self.scalars, Op, Lp, self.o_desc, *self.constexprs),
-                     Q.device.index)
+        run_compiled(self.kernel, self.grid, (*d, O, L, *self.scalars, Op, Lp, self.big, self.o_desc,
+                                              *self.constexprs), Q.device.index)
         if self.combine is not None:
             run_compiled(self.combine, self.combine_grid, (Op, Lp, O, L, *self.combine_sizes, *self.combine_constexprs),
                          Q.device.index)
