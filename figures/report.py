@@ -1037,7 +1037,8 @@ def section_gluon(gpu, root) -> str:
         "TMA descriptors prefetched at the start, ts = O written by a TMA store from shared memory, vb = each "
         "slot's V on a barrier of its own (Q Kᵀ waits for K alone), tm = each tile's row maxima folded by halves, "
         "ua = the key loop's mbarrier arrives and slot wait without the bar.sync Triton puts before them, px4/px8 = a "
-        "quarter/an eighth of the exponentials by a cubic on the FMA pipe instead of the MUFU.", "",
+        "quarter/an eighth of the exponentials by a cubic on the FMA pipe instead of the MUFU, mix = whole rounds of "
+        "192-row items, then each head's rest in 128-row items (the third consumer idle).", "",
         md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline)])
 
 

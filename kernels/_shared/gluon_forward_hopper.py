@@ -160,6 +160,10 @@ Session 21 (ncu's source page beside the counters, `invoke profile --source`; re
   experiment exp2-poly).
 - early_p (offline only): P_j packed into registers of its own before the wait for P_(j-1) V_(j-1) leaves ptxas's
   placement of that wait unchanged (the SASS waits for it before the tile's first max), so it was not timed.
+- mixed (call 5, 42412d5): whole rounds of 192-row items, then each head's rest in 128-row items whose third
+  consumer only passes the pipeline on (8 + 4 per head at N = 2048: two 192-row items and at most one of 128 rows per
+  SM). 97.3-97.8% of cuDNN at 2048 against the split ws3's 93.3% and the persistent ws2's 99.1% in the same rounds:
+  closer, not ahead.
 Nothing kept: V7_CANDIDATES are session 20's. Harness (10 runs at 2eb9943 and d321cd1, v7's docstring): level with
 cuDNN at N = 512 (either mask) and at 1024 and 2048 non-causal, ahead elsewhere.
 """
@@ -514,6 +518,9 @@ EXPERIMENT_CONFIGS = (
                 mixed=True),
     GluonConfig(192, 128, 4, 3, p_smem=False, consumers=3, pingpong=True, persistent=True, unsynced_arrive=True,
                 mixed=True),
+    # call 5 (42412d5): at N = 2048 97.3% (4 slots) and 97.8% (3) of cuDNN, graph replay 100.0% and 100.3%, against the
+    # split ws3's 93.3% (94.7%) and the persistent ws2's 99.1% (101.1%) in the same rounds: a third of the split's loss
+    # is left, and ws2 still leads (at 1024 80-81% against 100%, at 4096 96-97% against the split's 108.5%). Not kept.
 )
 
 
