@@ -164,8 +164,8 @@ Session 21 (ncu's source page beside the counters, `invoke profile --source`; re
   consumer only passes the pipeline on (8 + 4 per head at N = 2048: two 192-row items and at most one of 128 rows per
   SM). 97.3-97.8% of cuDNN at 2048 against the split ws3's 93.3% and the persistent ws2's 99.1% in the same rounds:
   closer, not ahead.
-Nothing kept: V7_CANDIDATES are session 20's. Harness (10 runs at 2eb9943 and d321cd1, v7's docstring): level with
-cuDNN at N = 512 (either mask) and at 1024 and 2048 non-causal, ahead elsewhere.
+Nothing kept: V7_CANDIDATES are session 20's. Harness (15 runs at 2eb9943, d321cd1 and 7372fb3, v7's docstring):
+level with cuDNN at N = 512 (either mask) and at 1024 and 2048 non-causal, ahead elsewhere.
 """
 
 from __future__ import annotations

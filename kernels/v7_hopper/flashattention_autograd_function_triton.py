@@ -4,12 +4,15 @@ multiply the next; v6 itself wherever that path does not apply.
 
 Measured on the H200 (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), % of SDPA's default backend,
 cuDNN, in the same process, with the Gluon path described below on for non-causal inputs and the tl path raced
-against it. Session 21, the same kernels (two 5-run protocols, 2eb9943 and d321cd1; the median of 10 runs, min-max):
-  non-causal  N = 512   94.8% (47-104)*, 1024  98.7% (97-103), 2048  99.3% (98-100), 4096 109.8% (109-112)
-  causal      N = 512   99.4% (69-103)*, 1024 119.1% (116-125), 2048 113.0% (112-115), 4096 107.1% (103-108)
-  (* at N = 512 v7's do_bench follows the host: in the process of each protocol whose host was slow (v7 35-40 us a
-  call, SDPA 31; 17-21 in the others) it measured 20.6-26.6 us against 13.0-14.1; its graph replay stayed at 8.7 us,
-  cuDNN's at 9.7-10.0. Experiment dobench, 12 fresh processes: v7 94.6-107.6% of cuDNN by do_bench, median 97.8%.)
+against it. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
+pause before each run; the median of 15 runs, min-max):
+  non-causal  N = 512   98.3% (47-106)*, 1024  98.8% (96-103), 2048  99.3% (98-100), 4096 110.2% (109-112)
+  causal      N = 512   98.6% (69-103)*, 1024 119.2% (116-125), 2048 113.2% (112-115), 4096 107.1% (103-108)
+  (* at N = 512 v7's do_bench follows the host: in the process of each of the first two protocols whose host was
+  slow (v7 35-40 us a call, SDPA 31; 17-21 in the others) it measured 20.6-26.6 us against 13.0-14.1; its graph
+  replay stayed at 8.7 us, cuDNN's at 9.7-10.0. With the pause no process was slow (v7 18-27 us a call) and N = 512
+  came to 100% (97-106) and 99% (94-102). Experiment dobench, 12 fresh processes: v7 94.6-107.6% of cuDNN by
+  do_bench, median 97.8%.)
 Three levers tried on the Gluon path that session were slower or unchanged (poly_exp, early_p, mixed: the Gluon
 module's docstring); its ncu source pages say why 1024 and 2048 stay level: with 2 consumers the products and the
 exponentials take turns (tensor pipe 47.5%, MUFU 49.1% of cycles at 2048, cuDNN alike), with 3 (N = 4096) they
