@@ -232,7 +232,8 @@ def inspect(c, kernel="v1_tiles", config="", causal=False, D=64, dtype="bf16", a
             "N": "sequence length", "causal": "causal attention", "config": "Q,K,WARPS,STAGES for every version",
             "mode": "fwd, or bwd: the Triton backward's kernels (both dQ modes) beside SDPA's backward (v6 on)",
             "gluon": "comma-separated Gluon forward configurations to profile beside them (experiment gluon's labels)",
-            "source": "ncu: also export every SASS instruction's executions and sampled stalls (results/<gpu>/ncu/source/)",
+            "source": "ncu: also export every SASS instruction's executions and sampled stalls "
+                      "(results/<gpu>/ncu/source/)",
             "dry_run": "print the commands only"})
 def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", mode="fwd", gluon="", source=False,
             dry_run=False):
@@ -289,7 +290,8 @@ def report(c, out="RESULTS.md"):
         raise Exit("report failed", code=1)
 
 
-@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid, bwd-modes, gluon, coldstart or dobench",
+@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid, bwd-modes, gluon, coldstart or "
+                    "dobench",
             "N": "comma-separated sequence lengths",
             "rounds": "interleaved timing rounds",
             "causal": "0, 1 or 2 (both); default: the experiment's own",

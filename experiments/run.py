@@ -631,7 +631,8 @@ def dobench(args, save):
             for row in rows:
                 row.update(host_us=host[row["variant"]], flush_us=1e3 * statistics.median(flush_ms))
             save("dobench", rows)
-            print(f"pid {os.getpid()}{' (sampler)' if args.sampler else ''} N={N} causal={int(causal)} flush {1e3 * statistics.median(flush_ms):.1f} us; "
+            where = f"pid {os.getpid()}{' (sampler)' if args.sampler else ''} N={N} causal={int(causal)}"
+            print(f"{where} flush {1e3 * statistics.median(flush_ms):.1f} us; "
                   + "; ".join(f"{n} host {host[n]:.1f} us, do_bench " + " ".join(
                       f"{1e3 * row['ms']:.1f}{'*' if row['position'] == 0 else ''}" for row in rows
                       if row["variant"] == n) + " us" for n in calls) + " (* timed first in its round)", flush=True)

@@ -491,7 +491,8 @@ def test_mixed_schedule_plan_and_offline_compile(compiled):
 
 
 def test_mixed_launch_plan_counts_its_items():
-    # N = 2048, 32 heads, 132 SMs: 8 items of 192 rows and 4 of 128 per head, one program per SM, BIG passed to the kernel
+    # N = 2048, 32 heads, 132 SMs: 8 items of 192 rows and 4 of 128 per head, one program per SM, BIG passed to the
+    # kernel
     cfg = G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, persistent=True, mixed=True)
     q = torch.empty(32, 2048, 64, dtype=torch.bfloat16)
     if not G.HAVE_GLUON:

@@ -264,7 +264,8 @@ def test_driver_refuses_without_a_gpu():
 
 
 def test_run_profile_source_dry_run():
-    """--source adds the source-page export (per-instruction SASS counters) after the raw one; without it there is none."""
+    """--source adds the source-page export (per-instruction SASS counters) after the raw one; without it there is
+    none."""
     args = ("--tool", "ncu", "--kernel", "v7_hopper", "--N", "2048", "--dry-run")
     plain, source = _driver("run_profile.py", *args), _driver("run_profile.py", *args, "--source")
     assert plain.returncode == 0 and source.returncode == 0, plain.stderr + source.stderr

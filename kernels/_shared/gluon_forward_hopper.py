@@ -292,7 +292,8 @@ class GluonConfig:
     poly_exp: int = 0            # warp-specialized: 1 / poly_exp of each thread's exponentials (4: a quarter, 8: an
                                  # eighth) by a polynomial on the FMA and ALU pipes instead of the MUFU (_exp2_mixed)
     mixed: bool = False          # persistent, 3 consumers, non-causal: whole rounds of 192-row items, then the rest of
-                                 # each head in 128-row items whose third consumer only passes the pipeline on (mix_plan)
+                                 # each head in 128-row items whose third consumer only passes the pipeline on
+                                 # (mix_plan)
 
     def __post_init__(self):
         if self.consumers:
@@ -497,9 +498,10 @@ EXPERIMENT_CONFIGS = (
     *with_option(unsynced_arrive=True),
     # call 4 (c2d6761): 98.5/99.1/101.4% -> 100.9/99.3/102.3% at N = 1024/2048/4096, v7's kernel alone 0.2-1.0 us shorter
     # at 1024 and 2048: kept (V7_CANDIDATES).
-    # session 21: ncu at N = 2048 (2eb9943, ncu/v7_hopper_N2048_noncausal.csv and its source page): the tensor pipe active
-    # 47.5% of the cycles and the MUFU (XU) 49%, cuDNN's 48.7% and 50.3%, with the FMA pipe at 17%: the products and the
-    # exponentials take turns rather than overlap. A quarter or an eighth of the exponentials on the FMA pipe (poly_exp):
+    # session 21: ncu at N = 2048 (2eb9943, ncu/v7_hopper_N2048_noncausal.csv and its source page): the tensor pipe
+    # active 47.5% of the cycles and the MUFU (XU) 49%, cuDNN's 48.7% and 50.3%, with the FMA pipe at 17%: the products
+    # and the exponentials take turns rather than overlap. A quarter or an eighth of the exponentials on the FMA pipe
+    # (poly_exp):
     *with_option(unsynced_arrive=True, poly_exp=4),
     *with_option(unsynced_arrive=True, poly_exp=8),
     # call 2 (2c9d9a3): slower wherever a candidate is used (do_bench, 5 rounds; without -> px4 / px8): the persistent

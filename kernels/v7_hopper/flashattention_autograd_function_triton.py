@@ -18,7 +18,8 @@ module's docstring); its ncu source pages say why 1024 and 2048 stay level: with
 exponentials take turns (tensor pipe 47.5%, MUFU 49.1% of cycles at 2048, cuDNN alike), with 3 (N = 4096) they
 overlap (57.8% and 59.7%; cuDNN 51.2% and 52.8%), and 192-row tiles do not fit 1024 or 2048 rows per head evenly
 (mixed, which fills the last round with 128-row items, came to 97.8% of cuDNN at 2048 against ws2's 99.1%).
-On shapes neither version was tuned on, at 7921954: 10 of 10 as fast as v6 or faster (1.02-1.27x). Session 20 made unsynced_arrive the Gluon path's default: the key loop's mbarrier arrives and slot wait
+On shapes neither version was tuned on, at 7921954: 10 of 10 as fast as v6 or faster (1.02-1.27x).
+Session 20 made unsynced_arrive the Gluon path's default: the key loop's mbarrier arrives and slot wait
 without the bar.sync that Triton 3.6 puts before each (the Gluon module's docstring). Eight runs of those kernels
 (commit c2d6761 with FA2_V7_UNSYNCED_ARRIVE=1, 5 runs; 451b289, where it is the default, 3 runs: the call's deadline
 cut the fourth), the median and the runs' min-max:
