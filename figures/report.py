@@ -1149,14 +1149,16 @@ def section_ncu_source(gpu, root) -> str:
             top = lambda d, n: ", ".join(f"{k} {v * 100:.0f}%" for k, v in list(d.items())[:n])
             rows.append([f"`{rel(path)}`", kernel if len(kernel) <= 40 else kernel[:37] + "...", p["instructions"],
                          fmt(p["executed"] / 1e6, ".1f"), int(p["samples"]), top(p["reasons"], 4),
-                         top(p["opcodes"], 6)])
+                         top(p["opcodes"], 6), top(p["phases"], 9)])
     return "\n".join([
         "Where the warps wait, instruction by instruction (ncu's source page, `invoke profile --source`): per kernel, "
         "its SASS instructions, the instructions it executed (millions), the warp states ncu sampled, and their "
-        "share by stall reason and by opcode (selected = issuing). NOP samples at a barrier are warps with no work "
-        "in the warp-specialized kernel, waiting for its end.", "",
+        "share by stall reason, by opcode and by phase (profiling.ncu_export.PHASES: what the opcode does in an "
+        "attention kernel; selected = issuing). NOP samples at a barrier are warps with no work in the "
+        "warp-specialized kernel, waiting for its end; its branch samples are mostly mbarrier retry loops (the "
+        "loader's among them).", "",
         md_table(["source page", "kernel", "SASS instructions", "executed (M)", "samples", "by reason",
-                  "by opcode"], rows)])
+                  "by opcode", "by phase"], rows)])
 
 
 def section_bwd_modes(gpu, root) -> str:

@@ -96,22 +96,36 @@ def opcode(sass: str) -> str:
     return re.sub(r"^@!?U?P\w+\s+", "", sass.strip()).split(" ")[0]
 
 
+# What an opcode is doing in an attention kernel, for the source page's samples by phase (first match wins)
+PHASES = (("exp2 (MUFU)", r"^MUFU\.EX2"), ("softmax arithmetic", r"^(FMNMX|FADD|FFMA|FMUL|F2FP|FSEL|SHFL)"),
+          ("wgmma wait", r"^WARPGROUP\.DEPBAR"), ("wgmma issue", r"^(HGMMA|WARPGROUP\.ARRIVE)"),
+          ("mbarrier", r"^SYNCS"), ("branch (mbarrier retries)", r"^BRA"), ("bar.sync", r"^BAR"),
+          ("idle (NOP)", r"^NOP"))
+
+
+def phase(op: str) -> str:
+    """The PHASES group of an opcode, or 'other'."""
+    return next((name for name, pattern in PHASES if re.match(pattern, op)), "other")
+
+
 def stall_profile(rows: list[dict[str, str]]) -> dict:
     """One kernel's source rows summed: instructions, executed instructions, sampled warp states, and the share of
-    those samples by stall reason (stall_* columns, issued or not) and by opcode, largest first."""
+    those samples by stall reason (stall_* columns, issued or not), by opcode and by phase (PHASES), largest first."""
     total = sum(_num(r.get(SAMPLES, "")) or 0.0 for r in rows)
     reasons: dict[str, float] = {}
     opcodes: dict[str, float] = {}
+    phases: dict[str, float] = {}
     for r in rows:
         for k, v in r.items():
             if k.startswith("stall_") and "Not Issued" not in k:
                 reasons[k[len("stall_"):]] = reasons.get(k[len("stall_"):], 0.0) + (_num(v) or 0.0)
-        op = opcode(r.get("Source", ""))
-        opcodes[op] = opcodes.get(op, 0.0) + (_num(r.get(SAMPLES, "")) or 0.0)
+        op, samples = opcode(r.get("Source", "")), _num(r.get(SAMPLES, "")) or 0.0
+        opcodes[op] = opcodes.get(op, 0.0) + samples
+        phases[phase(op)] = phases.get(phase(op), 0.0) + samples
     share = (lambda d: dict(sorted(((k, v / total) for k, v in d.items() if v), key=lambda kv: -kv[1]))
              if total else {})
     return {"instructions": len(rows), "executed": sum(_num(r.get("Instructions Executed", "")) or 0.0 for r in rows),
-            "samples": total, "reasons": share(reasons), "opcodes": share(opcodes)}
+            "samples": total, "reasons": share(reasons), "opcodes": share(opcodes), "phases": share(phases)}
 
 
 def _num(text: str) -> float | None:

@@ -1032,11 +1032,13 @@ def test_source_page_parser_and_section_share_the_samples_by_reason_and_opcode(t
     assert (p["instructions"], p["executed"], p["samples"]) == (3, 152, 20)
     assert p["reasons"] == {"barrier": 0.55, "wait": 0.35, "selected": 0.1}      # "(Not Issued)" not counted twice
     assert p["opcodes"] == {"NOP": 0.55, "MUFU.EX2": 0.3, "BRA": 0.15}            # predicates stripped
+    assert p["phases"] == {"idle (NOP)": 0.55, "exp2 (MUFU)": 0.3, "branch (mbarrier retries)": 0.15}
+    assert stall_profile(kernels["cudnn_kernel"])["phases"] == {"softmax arithmetic": 1.0}
     text = report.section_ncu_source(GPU, tmp_path)
     assert "T070000" in text and "T060000" not in text
     assert "| flash_fwd_gluon_ws | 3 | 0.0 | 20 | barrier 55%, wait 35%, selected 10% | NOP 55%, MUFU.EX2 30%, BRA 15% |" \
         in text
-    assert "| cudnn_kernel | 1 | 0.0 | 5 | selected 80%, wait 20% | FADD.FTZ 100% |" in text
+    assert "| cudnn_kernel | 1 | 0.0 | 5 | selected 80%, wait 20% | FADD.FTZ 100% | softmax arithmetic 100% |" in text
     bad = folder / "not_a_page.csv"
     bad.write_text('"ID","Kernel"\n"0","x"\n')
     with pytest.raises(ValueError, match="not an ncu source-page CSV"):
