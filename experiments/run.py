@@ -589,26 +589,18 @@ def dobench(args, save):
     import contextlib
     import os
 
-    import torch
     import torch.nn.functional as F
     import triton.testing
 
     from fa2lab.provenance import ClockSampler
-    from fa2lab.timing import flush_buffer, host_us_per_call
+    from fa2lab.timing import event_times, flush_buffer, host_us_per_call
     from fa2lab.versions import load
 
     v7 = load("v7_hopper")
     FA = v7.FlashAttentionTriton
     B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
     cache = flush_buffer()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    flush_ms = []
-    for _ in range(20):
-        start.record()
-        cache.zero_()
-        end.record()
-        end.synchronize()
-        flush_ms.append(start.elapsed_time(end))
+    flush_us = 1e3 * statistics.median(event_times(cache.zero_, 20))   # do_bench's flush alone, GPU time
     for causal in _masks(args):
         for N in args.Ns:
             q, k, v = _inputs(N)
@@ -629,10 +621,10 @@ def dobench(args, save):
                                  "calls": len(times), "path": path if name == "v7" else ""})
             host = {name: host_us_per_call(fn) for name, fn in calls.items()}
             for row in rows:
-                row.update(host_us=host[row["variant"]], flush_us=1e3 * statistics.median(flush_ms))
+                row.update(host_us=host[row["variant"]], flush_us=flush_us)
             save("dobench", rows)
             where = f"pid {os.getpid()}{' (sampler)' if args.sampler else ''} N={N} causal={int(causal)}"
-            print(f"{where} flush {1e3 * statistics.median(flush_ms):.1f} us; "
+            print(f"{where} flush {flush_us:.1f} us; "
                   + "; ".join(f"{n} host {host[n]:.1f} us, do_bench " + " ".join(
                       f"{1e3 * row['ms']:.1f}{'*' if row['position'] == 0 else ''}" for row in rows
                       if row["variant"] == n) + " us" for n in calls) + " (* timed first in its round)", flush=True)

@@ -1134,7 +1134,7 @@ def section_dobench(gpu, root) -> str:
 
 def section_ncu_source(gpu, root) -> str:
     """Where the warps wait, instruction by instruction (run_profile.py --source): for the latest source page of each
-    profile, per kernel, the sampled warp states by stall reason and by opcode."""
+    profile, per kernel, the sampled warp states by stall reason, by opcode and by phase."""
     folder = data.root(root) / gpu / "ncu" / "source"
     latest: dict[str, Path] = {}
     for path in sorted(folder.glob("*.csv")):   # <tag>_<run id>.csv: the run id sorts by time
@@ -1142,11 +1142,13 @@ def section_ncu_source(gpu, root) -> str:
     if not latest:
         return ("Where the warps wait, by instruction: " + NOT_YET
                 + f" (`invoke profile --tool ncu --source ...` writes `{rel(folder)}/<tag>_<run>.csv`).")
+    def top(shares: dict, n: int) -> str:
+        return ", ".join(f"{k} {v * 100:.0f}%" for k, v in list(shares.items())[:n])
+
     rows = []
-    for tag, path in latest.items():
+    for path in latest.values():
         for kernel, instructions in read_source(path).items():
             p = stall_profile(instructions)
-            top = lambda d, n: ", ".join(f"{k} {v * 100:.0f}%" for k, v in list(d.items())[:n])
             rows.append([f"`{rel(path)}`", kernel if len(kernel) <= 40 else kernel[:37] + "...", p["instructions"],
                          fmt(p["executed"] / 1e6, ".1f"), int(p["samples"]), top(p["reasons"], 4),
                          top(p["opcodes"], 6), top(p["phases"], 9)])

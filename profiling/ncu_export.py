@@ -120,8 +120,9 @@ def stall_profile(rows: list[dict[str, str]]) -> dict:
             if k.startswith("stall_") and "Not Issued" not in k:
                 reasons[k[len("stall_"):]] = reasons.get(k[len("stall_"):], 0.0) + (_num(v) or 0.0)
         op, samples = opcode(r.get("Source", "")), _num(r.get(SAMPLES, "")) or 0.0
+        group = phase(op)
         opcodes[op] = opcodes.get(op, 0.0) + samples
-        phases[phase(op)] = phases.get(phase(op), 0.0) + samples
+        phases[group] = phases.get(group, 0.0) + samples
     share = (lambda d: dict(sorted(((k, v / total) for k, v in d.items() if v), key=lambda kv: -kv[1]))
              if total else {})
     return {"instructions": len(rows), "executed": sum(_num(r.get("Instructions Executed", "")) or 0.0 for r in rows),

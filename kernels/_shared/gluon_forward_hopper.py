@@ -213,6 +213,8 @@ UNSYNCED_MARK = "fa2-unsynced-v1"
 # _exp2_poly's cubic for 2^f on [-0.5, 0.5], highest power first: float32 values of a minimax fit of the relative
 # error (Lawson's reweighted least squares over 4001 Chebyshev points)
 POLY_EXP_COEFFS = (0.05522262, 0.24261527, 0.6932516, 0.9999276)
+# _mark_unsynced's inline PTX: a register move ptxas drops, carrying the mark as a comment
+_MARK_ASM = gl.constexpr(f"mov.b32 $0, $1; // {UNSYNCED_MARK}") if HAVE_GLUON else None
 _SKIPPABLE = re.compile(r"\s*(//.*|\{|\.reg .*|\.loc .*|waitLoop:|\$L__\w+:"
                         r"|(add|sub|mul|mad|shl|shr|and|or|xor|mov|selp)(\.\w+)+\s+%\w+,[^;]*;)?\s*$")   # no memory
 _PARTITION_SYNC = re.compile(r"\s*bar\.sync\s+\d+,\s*128;\s*$")
@@ -310,10 +312,7 @@ class GluonConfig:
                 or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
                              f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed and one "
-                             f"P buffer "
-                             f"need the "
-                             f"warp-specialized form "
-                             f"(consumers = 2 or 3): {self}")
+                             f"P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -561,7 +560,7 @@ if HAVE_GLUON:
             ROWS: gl.constexpr = s.shape[0]
             x = s
             for r in gl.static_range(s.shape[1].bit_length() - 4):   # the register bits above 2, top one first
-                x = gl.maximum(*x.reshape([ROWS, 2, x.shape[1] // 2]).permute(0, 2, 1).split())
+                x = gl.maximum(*_halves(x))
             x = gl.maximum(*x.reshape([ROWS, 4, 2]).split())              # bit 0; 4 columns left: the quad's lanes
             return gl.convert_layout(gl.max(x, axis=1), gl.SliceLayout(1, s.type.layout))
         else:
@@ -929,8 +928,7 @@ if HAVE_GLUON:
         """A PTX comment (UNSYNCED_MARK, in a mov ptxas drops) right after an mbarrier operation, for drop_marked_syncs
         to remove the bar.sync Triton put before that operation. The consumer's 4 warps, one per thread."""
         lane = gl.arange(0, 128, layout=gl.BlockedLayout([1], [32], [4], [0]))
-        gl.inline_asm_elementwise("mov.b32 $0, $1; // fa2-unsynced-v1", "=r,r", [lane], dtype=gl.int32,
-                                  is_pure=False, pack=1)
+        gl.inline_asm_elementwise(_MARK_ASM, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _arrive(bar, ARRIVE: gl.constexpr):
@@ -1526,8 +1524,9 @@ class GluonLaunch(KeptL):
 # What v7's Gluon path (FlashAttentionTriton.GLUON) chooses from: the best of session 15's calls 8-9 on the
 # H200 by graph replay against cuDNN in the same rounds, non-causal: 128-row tiles at N <= 2048 (101-109%),
 # 192-row tiles with the split tail at N = 4096 (107-108%). For a process, FA2_V7_THREAD_ARRIVE=1 or 0 sets their
-# thread_arrive, FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap, and FA2_V7_TMA_PREFETCH,
-# FA2_V7_TMA_STORE and FA2_V7_V_BARRIER those options (rows record any of them: switches).
+# thread_arrive, FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap, FA2_V7_TMA_PREFETCH, FA2_V7_TMA_STORE,
+# FA2_V7_V_BARRIER and FA2_V7_TREE_MAX those options, and FA2_V7_UNSYNCED_ARRIVE=0 turns unsynced_arrive off (rows
+# record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
