@@ -204,6 +204,9 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_ua", persist(unsynced_arrive=True), True),
                            ("ws_persist_ua_px4_1024", persist(unsynced_arrive=True, poly_exp=4), False),
                            ("ws_persist_ua_px8_1024", persist(unsynced_arrive=True, poly_exp=8), False),
+                           ("ws_persist_ua_rs_1024", persist(unsynced_arrive=True, row_sum=True), False),
+                           ("ws3_split_ua_rs", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, split_tail=True,
+                                                             persistent=True, unsynced_arrive=True, row_sum=True), False),
                            ("ws3_mix", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, persistent=True,
                                                      unsynced_arrive=True, mixed=True), False)]:
     c = G.compile_offline(cfg, N=1024 if label.endswith("_1024") else 1000, is_causal=causal)
@@ -222,11 +225,15 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                    "max_f32": len(depth), "max_chain": max(depth.values(), default=0),
                    "shfl": ptx.count("shfl.sync"), "st_shared": ptx.count("st.shared"),
                    "ex2": ptx.count("ex2.approx"), "ld_shared": ptx.count("ld.shared"),
+                   "add_f32": len(re.findall(r"\\badd\\.(?:rn\\.)?f32", ptx)),
+                   "wgmma": {{n: len(re.findall(r"wgmma\\.mma_async[._a-z]*\\.m64n" + n + r"k16", ptx))
+                             for n in ("8", "64", "128")}},
                    "marks": ptx.count(G.UNSYNCED_MARK),
                    # bar.syncs in the key loop's issue of S_j and P_(j-1) V_(j-1): from the slot's wait, the third
-                   # mbarrier operation before the wait for S_j (the only wait_group 1), to that wait
+                   # mbarrier operation before the wait for S_j (the only wait_group 1, with row_sum 2), to that wait
                    "issue_syncs": (lambda head: head[head.rfind("\\n", 0, [m.start() for m in re.finditer(
-                       r"mbarrier\\.", head)][-3]):].count("bar.sync"))(ptx.split("wgmma.wait_group.sync.aligned 1;")[0]),
+                       r"mbarrier\\.", head)][-3]):].count("bar.sync"))(
+                       ptx.split(f"wgmma.wait_group.sync.aligned {{2 if cfg.row_sum else 1}};")[0]),
                    "expects": ptx.count("expect_tx"), "try_waits": ptx.count("mbarrier.try_wait"),
                    # the product issued last before a whole tile's O leaves (m64n128: a Q K^T; m64n64: a P V)
                    "before_store": (re.findall(r"wgmma[._a-z]*\\.(m64n\\d+k16)", ptx.split("st.global.v4")[0])
@@ -504,3 +511,25 @@ def test_mixed_launch_plan_counts_its_items():
     assert flags["MIXED"] is True
     *_, args_causal, _, flags_causal, _ = G.launch_plan(cfg, q, q, q, O, L, True, 132)
     assert args_causal[15] == 0                          # the causal mask keeps one item size
+
+
+def test_row_sum_moves_the_row_sums_onto_the_tensor_cores(compiled):
+    # each P V (m64n64k16 in the PTX) has its P ones beside it (m64n8k16), and the adds of the row sums leave every
+    # copy of the softmax (2 consumers x the first tile and the loop's: 4 x 66 with 128 keys, 6 x 66 for 3 consumers);
+    # the S_j wait leaves two groups in flight, not one; the ones tile costs its 2 KB and one barrier at the start, no
+    # shuffle or shared-memory access in the key loop (the row's total is read once, after the last product)
+    base, rs = compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_rs_1024"]
+    for r in (rs, compiled["ws3_split_ua_rs"]):
+        assert r["wgmma"]["8"] == r["wgmma"]["64"] > 0, r
+    assert base["wgmma"]["8"] == 0 and base["wgmma"]["64"] == rs["wgmma"]["64"]
+    assert base["add_f32"] - rs["add_f32"] == 4 * 66, (base, rs)
+    assert compiled["ws3_split_ua_rs"]["add_f32"] <= 6 * 8, compiled["ws3_split_ua_rs"]
+    assert base["wait_1"] > 0 and rs["wait_1"] == 0
+    assert rs["shared"] - base["shared"] == G.ROW_SUM_COLS * 128 * 2
+    assert rs["shfl"] < base["shfl"] and rs["ld_shared"] == base["ld_shared"]
+    assert (rs["bar_sync"], rs["marks"], rs["ex2"]) == (base["bar_sync"] + 1, base["marks"], base["ex2"])
+    assert G.GluonConfig(128, 128, 4, 3, consumers=2, row_sum=True).label == "ws2x64x128/3s/preg/rs"
+    with pytest.raises(ValueError, match="row_sum takes P from registers"):
+        G.GluonConfig(128, 128, 4, 3, p_smem=True, consumers=2, row_sum=True)
+    with pytest.raises(ValueError, match="need the warp-specialized form"):
+        G.GluonConfig(128, 128, 8, 3, row_sum=True)

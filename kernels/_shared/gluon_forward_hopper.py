@@ -210,6 +210,9 @@ HEAD_DIMS = (64, 128)
 # no pin_ex2) are its epilogue's, each still separated from the next item's by the unmarked bar.sync before the Q
 # buffer's release (mbarrier.arrive on q_empty), which the kernel keeps.
 UNSYNCED_MARK = "fa2-unsynced-v1"
+# row_sum's ones tile: the narrowest wgmma (n = 8); every one of its columns of P (ones) is the row sum
+ROW_SUM_COLS = 8
+_ONES_ROWS = gl.constexpr(ROW_SUM_COLS) if HAVE_GLUON else None   # the kernel's copy (the ones tile is K-major)
 # _exp2_poly's cubic for 2^f on [-0.5, 0.5], highest power first: float32 values of a minimax fit of the relative
 # error (Lawson's reweighted least squares over 4001 Chebyshev points)
 POLY_EXP_COEFFS = (0.05522262, 0.24261527, 0.6932516, 0.9999276)
@@ -296,6 +299,8 @@ class GluonConfig:
     mixed: bool = False          # persistent, 3 consumers, non-causal: whole rounds of 192-row items, then the rest of
                                  # each head in 128-row items whose third consumer only passes the pipeline on
                                  # (mix_plan)
+    row_sum: bool = False        # warp-specialized, P in registers: each tile's row sums of P by the tensor cores, a
+                                 # product of P with a ones tile (BLOCK_N x 8) issued beside P V, not by adds (_attend)
 
     def __post_init__(self):
         if self.consumers:
@@ -309,10 +314,10 @@ class GluonConfig:
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
-                or self.p_buffers != 2:
+                or self.row_sum or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
-                             f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed and one "
-                             f"P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
+                             f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum "
+                             f"and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -322,6 +327,9 @@ class GluonConfig:
             raise ValueError(f"p_buffers is 1 or 2: {self}")
         if self.mixed and (self.consumers != 3 or not self.persistent or self.split_tail or self.item_overlap):
             raise ValueError(f"mixed is a persistent 3-consumer schedule without split_tail or item_overlap: {self}")
+        if self.row_sum and (self.p_smem or self.pin_ex2):
+            raise ValueError(f"row_sum takes P from registers and keeps no running sum in the loop: not with P in "
+                             f"shared memory or pin_ex2 (whose store is of that sum): {self}")
         if self.poly_exp not in (0, 4, 8):
             raise ValueError(f"poly_exp is 0 (none), 4 (a quarter of the exponentials) or 8 (an eighth): {self}")
 
@@ -337,7 +345,7 @@ class GluonConfig:
                    f"{'/io' if self.item_overlap else ''}{'/pf' if self.tma_prefetch else ''}" \
                    f"{'/ts' if self.tma_store else ''}{'/vb' if self.v_barrier else ''}{'/tm' if self.tree_max else ''}" \
                    f"{'/ua' if self.unsynced_arrive else ''}{f'/px{self.poly_exp}' if self.poly_exp else ''}" \
-                   f"{'/mix' if self.mixed else ''}"
+                   f"{'/mix' if self.mixed else ''}{'/rs' if self.row_sum else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -363,6 +371,7 @@ class GluonConfig:
             b += 64 * 4 if self.tma_store else 0   # a row vector's conversion (64 floats), which the conversion's scratch
                                                    # held (offline sm_90 compile: 272 bytes more with tma_store)
             b += self.block_m * 4 if self.pin_ex2 else 0   # _pin's row sums
+            b += ROW_SUM_COLS * self.block_n * elem if self.row_sum else 0   # row_sum's ones tile
         turns = self.consumers   # ping-pong's mbarriers: one per consumer, allocated with or without it
         q_bars = 2 * self.q_buffers if self.consumers else 1                         # Q ready (and empty)
         barriers = (3 if self.v_barrier else 2) * self.slots + q_bars + turns
@@ -522,6 +531,10 @@ EXPERIMENT_CONFIGS = (
     # call 5 (42412d5): at N = 2048 97.3% (4 slots) and 97.8% (3) of cuDNN, graph replay 100.0% and 100.3%, against the
     # split ws3's 93.3% (94.7%) and the persistent ws2's 99.1% (101.1%) in the same rounds: a third of the split's loss
     # is left, and ws2 still leads (at 1024 80-81% against 100%, at 4096 96-97% against the split's 108.5%). Not kept.
+    # session 22: the consumers' instruction issue sets the pace (poly_exp), and of the ~590 instructions per key tile
+    # and thread in the offline sm_90 SASS of the persistent ws2, 68 are the FADDs and 4 the shuffles of the row sums.
+    # The tensor cores can take them: P times a tile of ones (n = 8, 1/8 of P V's work) beside each P V (row_sum).
+    *with_option(unsynced_arrive=True, row_sum=True),
 )
 
 
@@ -989,7 +1002,7 @@ if HAVE_GLUON:
         its query tile is in (Q buffer it % Q_BUFFERS) and key tile g's slot is ready, at turn g + it (every
         item's S_0 is one turn more than its key tiles' products). Returns the product's token and the query
         tile."""
-        shared, turn, modes = mem
+        shared, turn, modes = mem[0], mem[1], mem[2]   # mem[3]: row_sum's ones tile
         q_smem, k_smem, ready, q_bar = shared[0], shared[1], shared[7], shared[5]
         Q_BUFFERS: gl.constexpr = q_bar.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // Q_BUFFERS
@@ -1024,12 +1037,13 @@ if HAVE_GLUON:
         turns t .. t + n_tiles; every slot read is released. Returns the unnormalised O, l and m (log2 units).
         Each group of products issued (S_0; then S_j with P_(j-1) V_(j-1); then the last P V) is one turn,
         taken after the previous consumer's."""
-        shared, turn, modes = mem
+        shared, turn, modes = mem[0], mem[1], mem[2]   # mem[3]: row_sum's ones tile
         q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared[:9]
         PINGPONG: gl.constexpr = modes.shape[1] > 1        # the switches: see flash_fwd_gluon_ws's modes
         ARRIVE: gl.constexpr = modes.shape[2]               # 1 elected, 2 per thread, 4 elected without bar.sync
         TREE: gl.constexpr = modes.shape[4] > 1
         POLY: gl.constexpr = 2 * modes.shape[5] if modes.shape[5] > 1 else 1   # _exp2_mixed's: 1, 4 or 8
+        ROW_SUM: gl.constexpr = modes.shape[7] > 1
         SLOTS: gl.constexpr = k_smem.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // q_bar.shape[0]
         P_BUFFERS: gl.constexpr = p_smem.shape[0] // CONSUMERS   # shared P buffers per consumer (0: registers)
@@ -1045,12 +1059,22 @@ if HAVE_GLUON:
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
         acc = gl.zeros([ROWS, D], gl.float32, o_layout)
+        # ROW_SUM: l accumulates on the tensor cores as acc_l = P ones (mem[3]: a BLOCK_N x 8 tile of ones, K-major),
+        # issued after each P V and rescaled with O; otherwise l_i sums each tile's P by adds (64 per tile and thread
+        # for 128 keys, with their shuffles)
+        if ROW_SUM:
+            l_layout: gl.constexpr = _wgmma_layout(4, _ONES_ROWS)
+            pl_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=l_layout, k_width=2)
+            ones = mem[3].permute((1, 0))
+            acc_l = gl.zeros([ROWS, _ONES_ROWS], gl.float32, l_layout)
+        IN_FLIGHT: gl.constexpr = 2 if ROW_SUM else 1   # the groups issued behind S_j: P V (and P ones)
 
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
         p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout,
                                       BLOCK_N, TREE, POLY)
-        l_i = gl.sum(p, axis=1)
+        if not ROW_SUM:
+            l_i = gl.sum(p, axis=1)
         p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         for j in range(1, n_tiles):
             slot = (g + j) % SLOTS
@@ -1062,17 +1086,25 @@ if HAVE_GLUON:
             _take_turn(turn, t + j, PINGPONG)
             s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            if ROW_SUM:
+                acc_l = warpgroup_mma(gl.convert_layout(p_op, pl_layout), ones, acc_l, is_async=True)
             _pass_turn(turn, PINGPONG, ARRIVE)
-            s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+            s_ij = warpgroup_mma_wait(num_outstanding=IN_FLIGHT, deps=(s_tok,))
             p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
                                           qk_scale, s_layout, BLOCK_N, TREE, POLY)
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            _pin(l_i, l_smem, wg)
+            if not ROW_SUM:
+                l_i = l_i * alpha + gl.sum(p, axis=1)
+                _pin(l_i, l_smem, wg)
             if P_BUFFERS == 2:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
                 p_next = _p_operand(p, p_smem, p_base + j % 2, p_layout, P_SMEM)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            if ROW_SUM:
+                acc, acc_l = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_l))
+            else:
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
             _arrive(empty.index(prev), ARRIVE)           # K_(j-1), V_(j-1) no longer read here
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            if ROW_SUM:
+                acc_l = acc_l * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, l_layout)), 1)
             if P_BUFFERS == 2:
                 p_op = p_next
             else:   # P_j's registers, or its one buffer, written once P_(j-1) V_(j-1) is done
@@ -1081,8 +1113,14 @@ if HAVE_GLUON:
         _wait_v(shared, g + n_tiles - 1)
         _take_turn(turn, t + n_tiles, PINGPONG)
         acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        _pass_turn(turn, PINGPONG, ARRIVE)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        if ROW_SUM:
+            acc_l = warpgroup_mma(gl.convert_layout(p_op, pl_layout), ones, acc_l, is_async=True)
+            _pass_turn(turn, PINGPONG, ARRIVE)
+            acc, acc_l = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_l))
+            l_i = gl.convert_layout(gl.max(acc_l, axis=1), row_s)   # every column holds the row sum
+        else:
+            _pass_turn(turn, PINGPONG, ARRIVE)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         _arrive(empty.index(last), ARRIVE)
         return acc, l_i, m_i
 
@@ -1091,7 +1129,7 @@ if HAVE_GLUON:
         """A consumer with no rows in a work item (mixed's smaller items) keeps the pipeline's counts: for each of
         the item's key tiles it waits for the slot (so that its release cannot count towards the slot's previous
         use) and releases it, and it takes and passes each of the item's n_tiles + 1 ping-pong turns."""
-        shared, turn, modes = mem
+        shared, turn, modes = mem[0], mem[1], mem[2]   # mem[3]: row_sum's ones tile
         k_smem, ready, empty = shared[1], shared[7], shared[8]
         SLOTS: gl.constexpr = k_smem.shape[0]
         PINGPONG: gl.constexpr = modes.shape[1] > 1
@@ -1111,7 +1149,7 @@ if HAVE_GLUON:
         normalised O (fp32) and log2-sum-exp into the workspace. The Q buffer is released once the
         item's products are done. out: O, L, the workspace's two pointers and, with tma_store, O's
         descriptor and the consumers' staging buffers."""
-        shared, _, modes = mem
+        shared, modes = mem[0], mem[2]
         q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared[:9]
         O_ptr, L_ptr, Op_ptr, Lp_ptr = out[0], out[1], out[2], out[3]
         TMA_STORE: gl.constexpr = len(out) > 4
@@ -1199,7 +1237,7 @@ if HAVE_GLUON:
         P_BUFFERS: gl.constexpr, PINGPONG: gl.constexpr, PIN_EX2: gl.constexpr, Q_BUFFERS: gl.constexpr,
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
-        UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr,
+        UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1230,7 +1268,7 @@ if HAVE_GLUON:
             mbarrier.init(empty.index(s), count=CONSUMERS * ARRIVALS)
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
-        # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4) and MIXED reach the workers as the shape of
+        # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED and ROW_SUM reach the workers as the shape of
         # a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
@@ -1240,8 +1278,8 @@ if HAVE_GLUON:
                                                     2 if THREAD_ARRIVE else (4 if UNSYNCED_ARRIVE else 1),
                                                     2 if ITEM_OVERLAP else 1,
                                                     2 if TREE_MAX else 1, POLY_EXP // 2 if POLY_EXP else 1,
-                                                    2 if MIXED else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=[6, 5, 4, 3, 2, 1, 0]))
+                                                    2 if MIXED else 1, 2 if ROW_SUM else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[7, 6, 5, 4, 3, 2, 1, 0]))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -1263,15 +1301,24 @@ if HAVE_GLUON:
         else:
             out = (O_ptr, L_ptr, Op_ptr, Lp_ptr)
         sizes = (qk_scale, stride_o_row, stride_l_head)
+        if ROW_SUM:   # row_sum's ones tile, K-major (the B operand of P ones, as K is of Q K^T), shared by the consumers
+            ones_rows: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+            ones = gl.allocate_shared_memory(dtype, [_ONES_ROWS, BLOCK_N],
+                                             gl.NVMMASharedLayout.get_default_for([_ONES_ROWS, BLOCK_N], dtype),
+                                             gl.full([_ONES_ROWS, BLOCK_N], 1.0, dtype, ones_rows))
+            fence_async_shared()
+            tools = (modes, ones)
+        else:
+            tools = (modes,)
         if CONSUMERS == 2:
-            gl.warp_specialize([(_ws_consumer, ((shared, (turn0, turn1), modes), out, 0, work, sizes)),
-                                (_ws_consumer, ((shared, (turn1, turn0), modes), out, 1, work, sizes)),
+            gl.warp_specialize([(_ws_consumer, ((shared, (turn0, turn1)) + tools, out, 0, work, sizes)),
+                                (_ws_consumer, ((shared, (turn1, turn0)) + tools, out, 1, work, sizes)),
                                 (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, LOADER_REGS])
         else:
             turn2 = _barrier(ARRIVALS)
-            gl.warp_specialize([(_ws_consumer, ((shared, (turn0, turn1), modes), out, 0, work, sizes)),
-                                (_ws_consumer, ((shared, (turn1, turn2), modes), out, 1, work, sizes)),
-                                (_ws_consumer, ((shared, (turn2, turn0), modes), out, 2, work, sizes)),
+            gl.warp_specialize([(_ws_consumer, ((shared, (turn0, turn1)) + tools, out, 0, work, sizes)),
+                                (_ws_consumer, ((shared, (turn1, turn2)) + tools, out, 1, work, sizes)),
+                                (_ws_consumer, ((shared, (turn2, turn0)) + tools, out, 2, work, sizes)),
                                 (_ws_loader, loader_args)], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
 
 
@@ -1421,7 +1468,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive,
                  ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None,
                  V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive,
-                 POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed)
+                 POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
@@ -1525,18 +1572,19 @@ class GluonLaunch(KeptL):
 # H200 by graph replay against cuDNN in the same rounds, non-causal: 128-row tiles at N <= 2048 (101-109%),
 # 192-row tiles with the split tail at N = 4096 (107-108%). For a process, FA2_V7_THREAD_ARRIVE=1 or 0 sets their
 # thread_arrive, FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap, FA2_V7_TMA_PREFETCH, FA2_V7_TMA_STORE,
-# FA2_V7_V_BARRIER and FA2_V7_TREE_MAX those options, and FA2_V7_UNSYNCED_ARRIVE=0 turns unsynced_arrive off (rows
-# record any of them: switches).
+# FA2_V7_V_BARRIER, FA2_V7_TREE_MAX and FA2_V7_ROW_SUM those options, and FA2_V7_UNSYNCED_ARRIVE=0 turns
+# unsynced_arrive off (rows record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
 TMA_STORE = switch_on("TMA_STORE")
 V_BARRIER = switch_on("V_BARRIER")
 TREE_MAX = switch_on("TREE_MAX")
+ROW_SUM = switch_on("ROW_SUM")
 UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE", default=True)   # on since session 20 (call 4); thread_arrive excludes it
 V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
                               tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
-                              unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE) for c in V7_BASE)
+                              row_sum=ROW_SUM, unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE) for c in V7_BASE)
 
 
 def fitting(candidates, D: int, device: int = 0) -> list:
