@@ -535,6 +535,14 @@ EXPERIMENT_CONFIGS = (
     # and thread in the offline sm_90 SASS of the persistent ws2, 68 are the FADDs and 4 the shuffles of the row sums.
     # The tensor cores can take them: P times a tile of ones (n = 8, 1/8 of P V's work) beside each P V (row_sum).
     *with_option(unsynced_arrive=True, row_sum=True),
+    # call 1 (ba125be): slower wherever a candidate is used (do_bench, one round; graph replay in brackets): the persistent
+    # ws2 at N = 1024/2048/4096 96.5/98.7/101.4% (103.2/101.9/102.0) of cuDNN -> 95.8/95.2/96.5% (99.9/98.1/98.5); the split
+    # ws3 at 4096 105.2 -> 108.2% (109.4 -> 109.5), within the spread. v7's kernel alone at 2048 (experiment coldstart with
+    # FA2_V7_ROW_SUM=1 and without) 82.0/82.3/80.6 us after a spin / the flush / in graph replay against 78.8/79.0/77.6: the
+    # eight m64n8k16 per tile cost the tensor pipe, which P V shares, more than the 66 adds cost the consumers.
+    # Key tiles of 64 (half the softmax per turn, twice the turns; more slots in the same shared memory):
+    GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True),
+    GluonConfig(128, 64, 4, 6, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True),
 )
 
 
