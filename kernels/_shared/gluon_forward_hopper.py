@@ -166,6 +166,24 @@ Session 21 (ncu's source page beside the counters, `invoke profile --source`; re
   closer, not ahead.
 Nothing kept: V7_CANDIDATES are session 20's. Harness (15 runs at 2eb9943, d321cd1 and 7372fb3, v7's docstring):
 level with cuDNN at N = 512 (either mask) and at 1024 and 2048 non-causal, ahead elsewhere.
+Session 22 (experiment gluon, one round at N = 512-4096, each option against the default in the same round; kernel alone
+by experiment coldstart; ncu at N = 2048):
+- row_sum (call 1, ba125be): poly_exp showed that the consumers' instruction issue sets the pace, and in the offline SASS
+  68 of the ~355 instructions a thread runs per unmasked key tile are the FADDs of the row sums (4 more the shuffles).
+  P times a ones tile (K-major, 8 columns, the narrowest wgmma) issued beside each P V leaves the row sums to the tensor
+  cores, rescaled with O (_attend; offline: add.f32 -264 in the persistent ws2, 16 m64n8k16 per consumer, no spill in
+  the key loop). Slower: the persistent ws2 at N = 1024/2048/4096 96.5/98.7/101.4% of cuDNN by do_bench -> 95.8/95.2/96.5%
+  (graph replay 103.2/101.9/102.0 -> 99.9/98.1/98.5); the split ws3 at 4096 105.2 -> 108.2% (graph 109.4 -> 109.5), within
+  the spread; v7's kernel alone at 2048 78.8/79.0/77.6 us after a spin / the flush / in graph replay without it, 82.0/82.3/
+  80.6 with it. Nsight Compute at 2048 (call 3, 9e40820, the row with FA2_V7_ROW_SUM=1): 84.2 us against session 21's
+  80.7 (cuDNN 79.0-79.6), 13% fewer instructions executed (25.2 M against 29.0 M; cuDNN 35.1 M) but stalls per issued
+  instruction up where the consumers wait on their products: gmma 0.06 -> 0.44, wait 1.39 -> 1.89, long scoreboard
+  0.78 -> 1.06; the tensor pipe does 6% more work (36.5 T ops against 34.4 T). A product group more per tile costs
+  the consumer more than the adds it saves.
+- key tiles of 64 (call 2, 332342c; ws2x64x64/4s and /6s, persistent, ping-pong, unsynced_arrive): half the softmax per
+  turn and twice the turns. 88.3/88.1% of cuDNN at N = 1024 and 82.3/83.0% at 2048 against 100.6% and 98.8% for the
+  128-key default in the same round.
+Neither is on in V7_CANDIDATES (FA2_V7_ROW_SUM=1 switches row_sum on for v7's candidates).
 """
 
 from __future__ import annotations

@@ -13,7 +13,13 @@ pause before each run; the median of 15 runs, min-max):
   replay stayed at 8.7 us, cuDNN's at 9.7-10.0. With the pause no process was slow (v7 18-27 us a call) and N = 512
   came to 100% (97-106) and 99% (94-102). Experiment dobench, 12 fresh processes: v7 94.6-107.6% of cuDNN by
   do_bench, median 97.8%.)
-Three levers tried on the Gluon path that session were slower or unchanged (poly_exp, early_p, mixed: the Gluon
+Session 22 added a fourth 5-run protocol of the same kernels (332342c, 5 s pause): non-causal 99/99/99/109% (95-100,
+96-99, 99-100, 108-110), causal 99/117/114/106% (93-104, 116-124, 112-115, 104-107). Over all 20 runs: non-causal
+98.4 (47-106) / 98.9 (96-103) / 99.3 (98-100) / 109.7% (108-112), causal 98.7 (69-104) / 119.0 (116-125) / 113.3
+(112-115) / 106.2% (103-108): the same four shapes level. Two more levers on the Gluon path were slower (the Gluon module's docstring): the row sums of P on the
+tensor cores (row_sum, 13% fewer instructions but 84.2 us against 80.7 under ncu at 2048) and key tiles of 64
+(82-88% of cuDNN).
+Three levers tried on the Gluon path in session 21 were slower or unchanged (poly_exp, early_p, mixed: the Gluon
 module's docstring); its ncu source pages say why 1024 and 2048 stay level: with 2 consumers the products and the
 exponentials take turns (tensor pipe 47.5%, MUFU 49.1% of cycles at 2048, cuDNN alike), with 3 (N = 4096) they
 overlap (57.8% and 59.7%; cuDNN 51.2% and 52.8%), and 192-row tiles do not fit 1024 or 2048 rows per head evenly
