@@ -60,11 +60,26 @@ def driver_version() -> str:
 SWITCH_PREFIX = "FA2_V7_"   # environment variables that change what a version runs (FA2_V7_GLUON, FA2_V7_RACE_TL)
 
 
-def switch_on(name: str, default: bool = False) -> bool:
+# The kernel switches that are on when unset (v7's Gluon path and its race against the tl path; the Gluon key loop's
+# arrivals without Triton's bar.sync, on since session 20); every other switch is off when unset.
+SWITCHES_ON_BY_DEFAULT = frozenset({"GLUON", "RACE_TL", "UNSYNCED_ARRIVE"})
+
+
+def switch_on(name: str) -> bool:
     """Whether the kernel switch SWITCH_PREFIX + name is on for this process: set, any value but "0" turns it
-    on; unset, `default`. What kernel_switches records is what these read."""
+    on; unset, its default (SWITCHES_ON_BY_DEFAULT). What kernel_switches records is what these read."""
     value = os.environ.get(SWITCH_PREFIX + name)
-    return default if value is None else value != "0"
+    return name in SWITCHES_ON_BY_DEFAULT if value is None else value != "0"
+
+
+def default_kernels(switches) -> bool:
+    """Whether a row's `switches` (kernel_switches' "NAME=value ..."; empty or missing: none set) leave every kernel
+    switch as it is when unset: rows of the default kernels, which the report's profile tables show."""
+    for item in (switches if isinstance(switches, str) else "").split():
+        name, _, value = item.partition("=")
+        if name.startswith(SWITCH_PREFIX) and (value != "0") != (name[len(SWITCH_PREFIX):] in SWITCHES_ON_BY_DEFAULT):
+            return False
+    return True
 
 
 def kernel_switches() -> str:

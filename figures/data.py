@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from fa2lab import gpu, results, shapes, versions
+from fa2lab.provenance import default_kernels
 
 REFERENCE = "reference"            # results/reference/: the article's numbers, transcribed
 ADA = "rtx4070super"               # results/reference/<ADA>/
@@ -305,13 +306,32 @@ def gluon_best(df: pd.DataFrame) -> pd.DataFrame:
 def ncu(gpu_slug: str, results_root=None, folder_name: str = "ncu") -> list[tuple[pd.DataFrame, Path]]:
     """Every Nsight Compute summary in results/<gpu>/ncu/ (<tag>.csv, written by profiling/run_profile.py
     --tool ncu; the raw exports beside them, <tag>.raw.csv, are not summaries), in name order; ncu_bwd/
-    for the backward's (--mode bwd)."""
+    for the backward's (--mode bwd). Only the default kernels' rows: those of runs made with an FA2_V7_* switch
+    away from its default (fa2lab.provenance.default_kernels) stay in the files and out of the tables."""
     folder = root(results_root) / gpu_slug / folder_name
     paths = sorted(p for p in folder.glob("*.csv") if not p.name.endswith(".raw.csv")) if folder.is_dir() else []
     if not paths:
         raise ResultsError(f"results file {folder / '<tag>.csv'} does not exist (no Nsight Compute summary; "
                            "run invoke profile --tool ncu first)")
-    return [(load(p, NCU_COLUMNS), p) for p in paths]
+    out = []
+    for p in paths:
+        df = load(p, NCU_COLUMNS)
+        if "switches" in df.columns:
+            df = df[df["switches"].map(default_kernels)]
+        if len(df):
+            out.append((df, p))
+    return out
+
+
+def switched_runs(summary: Path) -> set[str]:
+    """The run ids (as run_profile.py writes them into file names: no colons) of the runs in one ncu summary that
+    were made with a kernel switch away from its default; empty where the file or its columns are missing."""
+    if not summary.exists():
+        return set()
+    df = pd.read_csv(summary, usecols=lambda c: c in ("run_id", "switches"))
+    if not {"run_id", "switches"} <= set(df.columns):
+        return set()
+    return {str(r).replace(":", "") for r, s in zip(df["run_id"], df["switches"]) if not default_kernels(s)}
 
 
 def device_facts(gpu_slug: str, results_root=None) -> tuple[dict, Path | None]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from figures import report
+from figures import data, report
 from test_figures import GPU, _bench_rows, _hostpath_rows, _sweep_rows, _write
 
 REPO = Path(__file__).resolve().parent.parent
@@ -1039,6 +1039,19 @@ def test_source_page_parser_and_section_share_the_samples_by_reason_and_opcode(t
     assert "| flash_fwd_gluon_ws | 3 | 0.0 | 20 | barrier 55%, wait 35%, selected 10% | NOP 55%, MUFU.EX2 30%, BRA 15% |" \
         in text
     assert "| cudnn_kernel | 1 | 0.0 | 5 | selected 80%, wait 20% | FADD.FTZ 100% | softmax arithmetic 100% |" in text
+    # a later page of a run made with a kernel switch away from its default (its summary's row says so) is not the
+    # default kernels' page: the table keeps the earlier one, and data.ncu leaves that run's rows out
+    (folder / "v7_hopper_N2048_noncausal_2026-11-30T080000+0000.csv").write_text(SOURCE_PAGE.replace("NOP", "FADD"))
+    summary = pd.DataFrame({"kernel": ["v7_hopper N=2048 causal=0/k"] * 3, "N": 2048, "causal": 0, "predicted_flops": 1.0,
+                            "run_id": ["2026-11-30T07:00:00+00:00", "2026-11-30T08:00:00+00:00",
+                                       "2026-11-30T09:00:00+00:00"],
+                            "switches": [None, "FA2_V7_ROW_SUM=1", "FA2_V7_TREE_MAX=0"]})
+    summary.to_csv(folder.parent / "v7_hopper_N2048_noncausal.csv", index=False)
+    text = report.section_ncu_source(GPU, tmp_path)
+    assert "T070000" in text and "T080000" not in text
+    (df, path), = data.ncu(GPU, tmp_path)
+    assert list(df.run_id) == ["2026-11-30T07:00:00+00:00", "2026-11-30T09:00:00+00:00"]
+    assert data.switched_runs(path) == {"2026-11-30T080000+0000"}
     bad = folder / "not_a_page.csv"
     bad.write_text('"ID","Kernel"\n"0","x"\n')
     with pytest.raises(ValueError, match="not an ncu source-page CSV"):

@@ -266,12 +266,22 @@ def test_kernel_switches_read_and_recorded_alike(monkeypatch):
 
     for k in [k for k in os.environ if k.startswith("FA2_V7_")]:
         monkeypatch.delenv(k)
-    assert switch_on("TMA_STORE") is False and switch_on("GLUON", default=True) is True
+    assert switch_on("TMA_STORE") is False and switch_on("GLUON") is True and switch_on("UNSYNCED_ARRIVE") is True
     assert kernel_switches() == ""
     monkeypatch.setenv("FA2_V7_TMA_STORE", "1")
     monkeypatch.setenv("FA2_V7_GLUON", "0")
-    assert switch_on("TMA_STORE") is True and switch_on("GLUON", default=True) is False
+    assert switch_on("TMA_STORE") is True and switch_on("GLUON") is False
     assert kernel_switches() == "FA2_V7_GLUON=0 FA2_V7_TMA_STORE=1"
+
+
+def test_default_kernels_tells_rows_of_switched_kernels():
+    """The report's profile tables keep rows whose switches leave every kernel switch at its default."""
+    from fa2lab.provenance import default_kernels
+
+    for switches in ("", None, float("nan"), "FA2_V7_TREE_MAX=0", "FA2_V7_UNSYNCED_ARRIVE=1 FA2_V7_GLUON=1"):
+        assert default_kernels(switches), switches
+    for switches in ("FA2_V7_ROW_SUM=1", "FA2_V7_UNSYNCED_ARRIVE=0", "FA2_V7_TREE_MAX=0 FA2_V7_GLUON=0"):
+        assert not default_kernels(switches), switches
 
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")

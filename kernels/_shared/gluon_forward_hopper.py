@@ -1607,7 +1607,7 @@ TMA_STORE = switch_on("TMA_STORE")
 V_BARRIER = switch_on("V_BARRIER")
 TREE_MAX = switch_on("TREE_MAX")
 ROW_SUM = switch_on("ROW_SUM")
-UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE", default=True)   # on since session 20 (call 4); thread_arrive excludes it
+UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE")   # on by default since session 20 (call 4); thread_arrive excludes it
 V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
                               tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
                               row_sum=ROW_SUM, unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE) for c in V7_BASE)

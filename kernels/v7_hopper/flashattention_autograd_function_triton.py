@@ -738,11 +738,11 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     FORCE_PATH = None                # None (the rules above), "tma", "v6" or "gluon"
     # The Gluon path for non-causal inputs (kernels/_shared/gluon_forward_hopper.py, V7_CANDIDATES), on
     # where it applies; FA2_V7_GLUON=0 turns it off for a process (the tl path's numbers before it).
-    GLUON = switch_on("GLUON", default=True)
+    GLUON = switch_on("GLUON")
     # Where the Gluon path applies, also autotune the tl path and keep whichever launch is faster
     # (_faster_of): at B=16 H=4 N=777 the tl path won, 1.03x v6 where the Gluon path alone made 0.96x
     # (experiment other-shapes, commits 025f35e and e91ce84). FA2_V7_RACE_TL=0 turns it off for a process.
-    RACE_TL = switch_on("RACE_TL", default=True)
+    RACE_TL = switch_on("RACE_TL")
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
