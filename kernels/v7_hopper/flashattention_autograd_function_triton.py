@@ -13,10 +13,12 @@ pause before each run; the median of 15 runs, min-max):
   replay stayed at 8.7 us, cuDNN's at 9.7-10.0. With the pause no process was slow (v7 18-27 us a call) and N = 512
   came to 100% (97-106) and 99% (94-102). Experiment dobench, 12 fresh processes: v7 94.6-107.6% of cuDNN by
   do_bench, median 97.8%.)
-Session 22 added a fourth 5-run protocol of the same kernels (332342c, 5 s pause): non-causal 99/99/99/109% (95-100,
-96-99, 99-100, 108-110), causal 99/117/114/106% (93-104, 116-124, 112-115, 104-107). Over all 20 runs: non-causal
-98.4 (47-106) / 98.9 (96-103) / 99.3 (98-100) / 109.7% (108-112), causal 98.7 (69-104) / 119.0 (116-125) / 113.3
-(112-115) / 106.2% (103-108): the same four shapes level. Two more levers on the Gluon path were slower (the Gluon module's docstring): the row sums of P on the
+Session 22 added two more 5-run protocols of the same kernels, both with a 5 s pause: 332342c, non-causal 99/99/99/109%
+(95-100, 96-99, 99-100, 108-110), causal 99/117/114/106% (93-104, 116-124, 112-115, 104-107); 5f5b5ad (the session's
+last kernel change: the switches' defaults read from one place), non-causal 96/100/99/110% (95-104, 98-101, 98-100,
+109-114), causal 102/118/113/108% (94-103, 118-122, 112-114, 103-109). Over all 25 runs: non-causal 98.3 (47-106) /
+99.0 (96-103) / 99.4 (98-100) / 109.8% (108-114), causal 98.8 (69-104) / 118.8 (116-125) / 113.2 (112-115) / 107.1%
+(103-109): the same four shapes level. Two more levers on the Gluon path were slower (the Gluon module's docstring): the row sums of P on the
 tensor cores (row_sum, 13% fewer instructions but 84.2 us against 80.7 under ncu at 2048) and key tiles of 64
 (82-88% of cuDNN).
 Three levers tried on the Gluon path in session 21 were slower or unchanged (poly_exp, early_p, mixed: the Gluon
@@ -48,7 +50,8 @@ epilogue, a prefetch of the TMA descriptors, O written by a TMA store, V on barr
 by halves (slower: 78.1 -> 80.9 us at 2048), and on the persistent grid no ping-pong, or the pin of the exponentials
 under the P V product. Causal inputs raced between the two paths (538f1fa) took the tl path at every shape, so they
 stay on it (gluon_applies). The test file passes natively (42 of 42 at ad1d90a and 28cf1ec, at c2d6761 with
-FA2_V7_UNSYNCED_ARRIVE=1, the kernels 451b289 runs by default, and at d321cd1 and a9f2ff6). On shapes neither version was tuned on it is as fast as
+FA2_V7_UNSYNCED_ARRIVE=1, the kernels 451b289 runs by default, and at d321cd1, a9f2ff6, 332342c and 5f5b5ad). On shapes
+neither version was tuned on it is as fast as
 v6 or faster on 10 of 10 at 451b289 (experiments/other_shapes.csv: 1.02-1.25x; 3b7b459: 1.01-1.27x).
 Before the Gluon path (commit e0fa889, tl path only): 0.311 ms at N = 4096 non-causal, 96%, and 94-96%
 from N = 1024 up. On shapes neither version was tuned on, with the race, it is as fast as v6 or faster
