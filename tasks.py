@@ -290,8 +290,8 @@ def report(c, out="RESULTS.md"):
         raise Exit("report failed", code=1)
 
 
-@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid, bwd-modes, gluon, coldstart or "
-                    "dobench",
+@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid, bwd-modes, gluon, coldstart, "
+                    "dobench or items",
             "N": "comma-separated sequence lengths",
             "rounds": "interleaved timing rounds",
             "causal": "0, 1 or 2 (both); default: the experiment's own",
@@ -304,7 +304,8 @@ def experiment(c, name, N="", rounds=5, causal="", only=""):
     gluon (the Gluon forward's configurations, checked against float64 and timed beside v7 and SDPA),
     coldstart (what do_bench's cache flush costs v7 and SDPA: cold inputs or cold kernel code),
     dobench (do_bench's spread at small N over fresh processes: the flush's GPU time, host times,
-    v7 and SDPA timed in alternating order).
+    v7 and SDPA timed in alternating order), items (what a round of work items costs v7's persistent Gluon
+    kernel and SDPA beside its key tiles: the same work in 1 to 8 rounds of items per SM).
 
     Rows go to results/<gpu>/experiments/<name>.csv."""
     _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")

@@ -10,6 +10,7 @@
     python experiments/run.py gluon          # the Gluon forward's configurations against v7's tl path and SDPA
     python experiments/run.py coldstart      # what do_bench's flush costs each kernel: cold data or cold code
     python experiments/run.py dobench        # do_bench's spread at small N over fresh processes, v7 and SDPA in turn
+    python experiments/run.py items          # what a work item costs beside its key tiles: equal work, 1 to 8 items per SM
 
 Each appends rows with provenance to results/<gpu>/experiments/<name>.csv (grid and bwd-modes after
 every shape, so an interrupted run keeps what it measured). GPU only.
@@ -630,6 +631,64 @@ def dobench(args, save):
                       if row["variant"] == n) + " us" for n in calls) + " (* timed first in its round)", flush=True)
 
 
+# items: (heads, N) with the harness's work (heads * N^2 = 32 * 2048^2) in 128-row items: 1, 2, 4 and 8 rounds of items
+# per SM on 132 SMs, each round 64 key tiles of 128 in all
+ITEM_SHAPES = ((2, 8192), (8, 4096), (32, 2048), (128, 1024))
+ITEM_CONFIG = "ws2x64x128/3s/preg/pp/persist/ua"   # v7's Gluon candidate at N = 1024 and 2048
+
+
+def items(args, save):
+    """What a work item costs beside its key tiles (issue 6: v7 level with cuDNN at N = 1024 and 2048 non-causal).
+    The shapes of ITEM_SHAPES hold the same work, spread over 1, 2, 4 or 8 rounds of 128-row items per SM (at 132 SMs)
+    of 64, 32, 16 or 8 key tiles: the kernel's time against the rounds, for v7's persistent Gluon kernel (ITEM_CONFIG,
+    pinned) and SDPA, is a line whose slope is what each round of items costs beyond its products and softmax. Kernel
+    durations from torch.profiler after a spin and in graph replay (experiments' _kernel_ms), the medians of --rounds
+    rounds of --reps calls."""
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    from fa2lab.gpu import facts
+    from fa2lab.versions import load_shared
+
+    G = load_shared("gluon_forward_hopper")
+    cfg, = G.configs_named([ITEM_CONFIG])
+    sms = facts(torch.cuda.current_device()).sm_count
+    spin = int(30 * facts(torch.cuda.current_device()).sm_clock_mhz)   # about 30 us of SM cycles
+    D = shapes.HEAD_DIM
+    fits = {}
+    for heads, N in ITEM_SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(heads, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        q4, k4, v4 = (t.view(1, heads, N, D) for t in (q, k, v))
+        launch = G.forward(q, k, v, False, cfg)[2]
+        calls = {ITEM_CONFIG: lambda: launch(q, k, v), "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4)}
+        tiles = heads * math.ceil(N / cfg.block_m)
+        rows = []
+        for name, fn in calls.items():
+            per = {p: [] for p in ("spin", "graph")}
+            for _ in range(args.rounds):
+                for p, ms in _kernel_ms(fn, {"spin": lambda: torch.cuda._sleep(spin)}, args.reps).items():
+                    per[p].append(ms)
+            for p, ts in per.items():
+                med, lo, hi = _spread(ts)
+                rows.append({"variant": name, "heads": heads, "N": N, "D": D, "causal": 0, "items": tiles,
+                             "rounds_per_sm": math.ceil(tiles / sms), "key_tiles_per_item": math.ceil(N / cfg.block_n),
+                             "protocol": p, "ms": med, "ms_min": lo, "ms_max": hi, "rounds": args.rounds,
+                             "reps": args.reps, "timer": "kernel"})
+                fits.setdefault((name, p), []).append((math.ceil(tiles / sms), med * 1e3))
+        print(f"heads={heads} N={N} ({tiles} items, {math.ceil(tiles / sms)} per SM): " + ", ".join(
+            f"{r['variant']} {r['protocol']} {r['ms'] * 1e3:.1f} us" for r in rows), flush=True)
+        save("items", rows)
+    for (name, p), pts in fits.items():   # least squares: us = a + b * rounds
+        n = len(pts)
+        mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
+        sxx = sum((x - mx) ** 2 for x, _ in pts)
+        b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else float("nan")
+        print(f"{name} ({p}): {b:.2f} us per round of items, {my - b * mx:.1f} us at none")
+
+
 def _kernel_ms(fn, prepares: dict, reps: int) -> dict:
     """Per call of fn, the sum over the kernels it launches of their median GPU duration (torch.profiler's
     CUDA activity), after each of `prepares` and under CUDA-graph replay ("graph", back to back); a
@@ -663,14 +722,14 @@ def _kernel_ms(fn, prepares: dict, reps: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=("pcast", "launch-order", "timing", "other-shapes", "exp2-poly", "grid", "bwd-modes",
-                                     "gluon", "coldstart", "dobench"))
+                                     "gluon", "coldstart", "dobench", "items"))
     ap.add_argument("--N", dest="Ns", type=int, nargs="*", default=None, help="sequence lengths")
     ap.add_argument("--causal", type=int, choices=(0, 1, 2), default=None, help="0, 1, or 2 for both")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--seeds", type=int, default=3, help="pcast: inputs for the error")
     ap.add_argument("--configs", type=int, default=3,
                     help="launch-order, exp2-poly: how many of v6's / v7's candidates")
-    ap.add_argument("--reps", type=int, default=50, help="coldstart: calls per protocol and round")
+    ap.add_argument("--reps", type=int, default=50, help="coldstart, items: calls per protocol and round")
     ap.add_argument("--only", nargs="*", default=None, help="gluon: configuration labels to run (default: all)")
     ap.add_argument("--procs", type=int, default=6, help="dobench: fresh processes")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)   # dobench: one of its processes
@@ -679,7 +738,7 @@ def main(argv=None) -> int:
     defaults = {"pcast": ([4096], 0), "launch-order": ([2048, 4096], 1), "timing": ([512, 1024], 2),
                 "other-shapes": ([0], 2), "exp2-poly": ([2048, 4096], 2), "grid": ([1024, 2048, 4096], 2),
                 "bwd-modes": (list(shapes.SEQ_LENS), 2), "gluon": ([1024, 2048, 4096], 2),
-                "coldstart": (list(shapes.SEQ_LENS), 0), "dobench": ([512], 0)}[args.name]
+                "coldstart": (list(shapes.SEQ_LENS), 0), "dobench": ([512], 0), "items": ([0], 0)}[args.name]
     args.Ns = args.Ns or defaults[0]
     args.causal = defaults[1] if args.causal is None else args.causal
     args.N = args.Ns[0]
@@ -700,7 +759,7 @@ def main(argv=None) -> int:
 
     {"pcast": pcast, "launch-order": launch_order, "timing": timing, "other-shapes": other_shapes,
      "exp2-poly": exp2_poly, "grid": grid, "bwd-modes": bwd_modes, "gluon": gluon,
-     "coldstart": coldstart, "dobench": dobench}[args.name](args, save)
+     "coldstart": coldstart, "dobench": dobench, "items": items}[args.name](args, save)
     return 0
 
 
