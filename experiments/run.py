@@ -641,9 +641,9 @@ def items(args, save):
     """What a work item costs beside its key tiles (issue 6: v7 level with cuDNN at N = 1024 and 2048 non-causal).
     The shapes of ITEM_SHAPES hold the same work, spread over 1, 2, 4 or 8 rounds of 128-row items per SM (at 132 SMs)
     of 64, 32, 16 or 8 key tiles: the kernel's time against the rounds, for v7's persistent Gluon kernel (ITEM_CONFIG,
-    pinned) and SDPA, is a line whose slope is what each round of items costs beyond its products and softmax. Kernel
-    durations from torch.profiler after a spin and in graph replay (experiments' _kernel_ms), the medians of --rounds
-    rounds of --reps calls."""
+    pinned, or the 128-row configurations --only names) and SDPA, is a line whose slope is what each round of items
+    costs beyond its products and softmax. Kernel durations from torch.profiler after a spin and in graph replay
+    (experiments' _kernel_ms), the medians of --rounds rounds of --reps calls."""
     import math
 
     import torch
@@ -653,7 +653,7 @@ def items(args, save):
     from fa2lab.versions import load_shared
 
     G = load_shared("gluon_forward_hopper")
-    cfg, = G.configs_named([ITEM_CONFIG])
+    configs = G.configs_named(args.only or [ITEM_CONFIG])
     sms = facts(torch.cuda.current_device()).sm_count
     spin = int(30 * facts(torch.cuda.current_device()).sm_clock_mhz)   # about 30 us of SM cycles
     D = shapes.HEAD_DIM
@@ -662,9 +662,12 @@ def items(args, save):
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(heads, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
         q4, k4, v4 = (t.view(1, heads, N, D) for t in (q, k, v))
-        launch = G.forward(q, k, v, False, cfg)[2]
-        calls = {ITEM_CONFIG: lambda: launch(q, k, v), "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4)}
-        tiles = heads * math.ceil(N / cfg.block_m)
+        calls = {}
+        for cfg in configs:
+            launch = G.forward(q, k, v, False, cfg)[2]
+            calls[cfg.label] = lambda launch=launch: launch(q, k, v)
+        calls["sdpa"] = lambda: F.scaled_dot_product_attention(q4, k4, v4)
+        tiles = heads * math.ceil(N / 128)
         rows = []
         for name, fn in calls.items():
             per = {p: [] for p in ("spin", "graph")}
@@ -674,7 +677,7 @@ def items(args, save):
             for p, ts in per.items():
                 med, lo, hi = _spread(ts)
                 rows.append({"variant": name, "heads": heads, "N": N, "D": D, "causal": 0, "items": tiles,
-                             "rounds_per_sm": math.ceil(tiles / sms), "key_tiles_per_item": math.ceil(N / cfg.block_n),
+                             "rounds_per_sm": math.ceil(tiles / sms), "key_tiles_per_item": math.ceil(N / 128),
                              "protocol": p, "ms": med, "ms_min": lo, "ms_max": hi, "rounds": args.rounds,
                              "reps": args.reps, "timer": "kernel"})
                 fits.setdefault((name, p), []).append((math.ceil(tiles / sms), med * 1e3))
@@ -730,7 +733,8 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", type=int, default=3,
                     help="launch-order, exp2-poly: how many of v6's / v7's candidates")
     ap.add_argument("--reps", type=int, default=50, help="coldstart, items: calls per protocol and round")
-    ap.add_argument("--only", nargs="*", default=None, help="gluon: configuration labels to run (default: all)")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="gluon, items: configuration labels to run (default: all; items: ITEM_CONFIG)")
     ap.add_argument("--procs", type=int, default=6, help="dobench: fresh processes")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)   # dobench: one of its processes
     ap.add_argument("--sampler", action="store_true", help=argparse.SUPPRESS)  # dobench: rounds inside ClockSampler

@@ -207,6 +207,8 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_ua_rs_1024", persist(unsynced_arrive=True, row_sum=True), False),
                            ("ws3_split_ua_rs", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, split_tail=True,
                                                              persistent=True, unsynced_arrive=True, row_sum=True), False),
+                           ("ws_persist_ua_st_1024", persist(unsynced_arrive=True, stream=True), False),
+                           ("ws_persist_ua_st", persist(unsynced_arrive=True, stream=True), False),
                            ("ws3_mix", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, persistent=True,
                                                      unsynced_arrive=True, mixed=True), False)]:
     c = G.compile_offline(cfg, N=1024 if label.endswith("_1024") else 1000, is_causal=causal)
@@ -533,3 +535,25 @@ def test_row_sum_moves_the_row_sums_onto_the_tensor_cores(compiled):
         G.GluonConfig(128, 128, 4, 3, p_smem=True, consumers=2, row_sum=True)
     with pytest.raises(ValueError, match="need the warp-specialized form"):
         G.GluonConfig(128, 128, 8, 3, row_sum=True)
+
+
+def test_stream_runs_one_key_loop_across_the_work_items(compiled):
+    # the same products per tile and consumer (S_x with P_(x-1) V_(x-1), one wait_group 1 per consumer), the same shared
+    # memory and marked arrivals; the epilogue (its O stores) now also inside the key loop, under a branch taken where a
+    # key tile starts an item, so its code appears twice per consumer (in the loop and after it)
+    for base, st in ((compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_st_1024"]),):
+        assert st["cubin"] > 0 and st["warp_specialize"] >= 1
+        assert st["wait_1"] == base["wait_1"] and st["wgmma"] == base["wgmma"], (st, base)
+        assert (st["shared"], st["marks"], st["issue_syncs"]) == (base["shared"], base["marks"], 0)
+        assert st["st_v4"] == 2 * base["st_v4"], (st, base)
+    assert compiled["ws_persist_ua_st"]["cubin"] > 0   # N = 1000: a ragged last key tile, masked in every item
+    cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True, persistent=True, stream=True)
+    assert cfg.label == "ws2x64x128/3s/preg/pp/persist/st"
+    for bad in (dict(persistent=False), dict(split_tail=True), dict(item_overlap=True), dict(row_sum=True),
+                dict(p_smem=True), dict(tma_store=True), dict(v_barrier=True)):
+        with pytest.raises(ValueError, match="stream is a persistent grid of whole tiles"):
+            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
+                                    stream=True), **bad})
+    q = torch.empty(8, 1024, 64, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match="non-causal only"):
+        G.launch_plan(cfg, q, q, q, torch.empty_like(q), torch.empty(8, 1024, device="meta"), True, sms=132)

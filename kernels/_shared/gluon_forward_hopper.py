@@ -319,6 +319,8 @@ class GluonConfig:
                                  # (mix_plan)
     row_sum: bool = False        # warp-specialized, P in registers: each tile's row sums of P by the tensor cores, a
                                  # product of P with a ones tile (BLOCK_N x 8) issued beside P V, not by adds (_attend)
+    stream: bool = False         # persistent, non-causal: each consumer's key loop runs on across its work items, the
+                                 # next item's first scores and softmax under this item's last P V (_stream_loop)
 
     def __post_init__(self):
         if self.consumers:
@@ -332,10 +334,10 @@ class GluonConfig:
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
-                or self.row_sum or self.p_buffers != 2:
+                or self.row_sum or self.stream or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
-                             f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum "
-                             f"and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
+                             f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum, "
+                             f"stream and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -348,6 +350,11 @@ class GluonConfig:
         if self.row_sum and (self.p_smem or self.pin_ex2):
             raise ValueError(f"row_sum takes P from registers and keeps no running sum in the loop: not with P in "
                              f"shared memory or pin_ex2 (whose store is of that sum): {self}")
+        if self.stream and (not self.persistent or self.p_smem or self.pin_ex2 or self.split_tail or self.mixed
+                            or self.item_overlap or self.tma_store or self.row_sum or self.v_barrier):
+            raise ValueError(f"stream is a persistent grid of whole tiles with P in registers and the plain epilogue: "
+                             f"not with P in shared memory, pin_ex2, split_tail, mixed, item_overlap, tma_store, "
+                             f"row_sum or v_barrier: {self}")
         if self.poly_exp not in (0, 4, 8):
             raise ValueError(f"poly_exp is 0 (none), 4 (a quarter of the exponentials) or 8 (an eighth): {self}")
 
@@ -363,7 +370,8 @@ class GluonConfig:
                    f"{'/io' if self.item_overlap else ''}{'/pf' if self.tma_prefetch else ''}" \
                    f"{'/ts' if self.tma_store else ''}{'/vb' if self.v_barrier else ''}{'/tm' if self.tree_max else ''}" \
                    f"{'/ua' if self.unsynced_arrive else ''}{f'/px{self.poly_exp}' if self.poly_exp else ''}" \
-                   f"{'/mix' if self.mixed else ''}{'/rs' if self.row_sum else ''}"
+                   f"{'/mix' if self.mixed else ''}{'/rs' if self.row_sum else ''}" \
+                   f"{'/st' if self.stream else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -561,6 +569,12 @@ EXPERIMENT_CONFIGS = (
     # Key tiles of 64 (half the softmax per turn, twice the turns; more slots in the same shared memory):
     GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True),
     GluonConfig(128, 64, 4, 6, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True),
+    # call 2 (332342c): slower (88.3/88.1% of cuDNN at N = 1024, 82.3/83.0% at 2048, against 100.6 and 98.8%). Call 5
+    # (080f364, experiment items): the same work in 1, 2, 4 or 8 rounds of items per SM costs the persistent ws2 1.30 us
+    # more per round, SDPA 1.12, with the key tiles' own time equal (73.8 and 73.9 us): each item's first softmax has
+    # no product under it and its last P V no softmax beside it. One key loop across the items (stream):
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                stream=True),
 )
 
 
@@ -1170,6 +1184,115 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _ws_consumer(mem, out, wg, work, sizes):
+        """Consumer wg's partition: one key loop across all of its program's work items (stream, _stream_loop) or a
+        key loop per item (_item_loop)."""
+        if mem[2].shape[8] > 1:
+            _stream_loop(mem, out, wg, work, sizes)
+        else:
+            _item_loop(mem, out, wg, work, sizes)
+
+    @gluon.jit
+    def _stream_store(acc, l_i, m_i, out, idx, work, sizes, wg, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                      DIRECT: gl.constexpr):
+        """stream's epilogue of this program's idx-th work item (item program_id + idx * programs): consumer wg's rows
+        of O and L."""
+        ROWS: gl.constexpr = acc.shape[0]
+        row_s: gl.constexpr = l_i.type.layout
+        row_o: gl.constexpr = gl.SliceLayout(1, _wgmma_layout(4, acc.shape[1]))
+        q_start, head, _, _, _, _, _, _ = _work_item(gl.program_id(0) + idx * gl.num_programs(0), work, BLOCK_M,
+                                                     BLOCK_N)
+        row0 = q_start + wg * ROWS
+        q_pos = row0 + gl.arange(0, ROWS, layout=row_s)
+        _store_rows(acc, l_i, m_i, out[0], out[1], row0, q_pos, head, work[0], sizes[1], sizes[2], row_o, 4, DIRECT)
+
+    @gluon.jit
+    def _stream_loop(mem, out, wg, work, sizes):
+        """stream (persistent, non-causal): consumer wg's rows of all of its program's work items as one key loop over
+        items x key tiles. Each key tile x issues S_x = Q K_x^T (the next item's queries once x starts an item) with
+        P_(x-1) V_(x-1), as _attend does within an item; where x starts an item its softmax starts from m = -inf, so
+        its alpha is 0 and O and l restart by the same rescale that carries them on elsewhere, and the previous item's
+        O and L leave after that item's last P V, which ran under this softmax. An item costs _item_loop a softmax with
+        no product under it and a product with no softmax beside it (experiment items: 1.3 us per round of items, SDPA
+        1.1); here only its epilogue. Slots, phases and ping-pong turns run on as in _item_loop, which the loader
+        serves unchanged, but there is one turn per key tile and one more in all (S_0, then S_x with P_(x-1) V_(x-1),
+        then the last P V)."""
+        shared, turn, modes = mem[0], mem[1], mem[2]
+        q_smem, k_smem, v_smem, q_bar, q_empty, ready, empty = (shared[0], shared[1], shared[2], shared[5], shared[6],
+                                                                 shared[7], shared[8])
+        PINGPONG: gl.constexpr = modes.shape[1] > 1
+        ARRIVE: gl.constexpr = modes.shape[2]
+        TREE: gl.constexpr = modes.shape[4] > 1
+        POLY: gl.constexpr = 2 * modes.shape[5] if modes.shape[5] > 1 else 1
+        DIRECT: gl.constexpr = modes.shape[0] > 1
+        Q_BUFFERS: gl.constexpr = q_bar.shape[0]
+        CONSUMERS: gl.constexpr = q_smem.shape[0] // Q_BUFFERS
+        SLOTS: gl.constexpr = k_smem.shape[0]
+        ROWS: gl.constexpr = q_smem.shape[1]
+        D: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
+        o_layout: gl.constexpr = _wgmma_layout(4, D)
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        qk_scale = sizes[0]
+        N_KEYS = work[1]
+        KT = gl.cdiv(N_KEYS, BLOCK_N)                  # key tiles per item (non-causal: every item's)
+        full_stop = (N_KEYS // BLOCK_N) * BLOCK_N      # the tiles from here on are masked (a ragged last tile)
+        n_items = gl.cdiv(work[5] - gl.program_id(0), gl.num_programs(0))
+        total = n_items * KT
+        q_any = gl.zeros([ROWS], gl.int32, row_s)      # non-causal: the mask only tests k < N_KEYS
+        zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+        acc = gl.zeros([ROWS, D], gl.float32, o_layout)
+
+        s_tok, q_tile = _first_scores(mem, wg, 0, 0)
+        s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
+        p, alpha, m_i = _softmax_tile(s_ij, m_i, 0, full_stop, q_any, N_KEYS, N_KEYS, qk_scale, s_layout, BLOCK_N,
+                                      TREE, POLY)
+        l_i = gl.sum(p, axis=1)
+        p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+        for x in range(1, total):
+            j = x % KT
+            it = x // KT
+            slot = x % SLOTS
+            prev = (x - 1) % SLOTS
+            if j == 0:   # a new item: the last one's queries are done with, this one's must be in
+                mbarrier.arrive(q_empty.index((it - 1) % Q_BUFFERS), count=1)
+                mbarrier.wait(q_bar.index(it % Q_BUFFERS), (it // Q_BUFFERS) & 1)
+            q_tile = q_smem.index((it % Q_BUFFERS) * CONSUMERS + wg)
+            mbarrier.wait(ready.index(slot), (x // SLOTS) & 1)
+            if ARRIVE == 4:
+                _mark_unsynced()
+            _take_turn(turn, x, PINGPONG)
+            s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            _pass_turn(turn, PINGPONG, ARRIVE)
+            s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+            m_from = gl.where(j == 0, gl.full([ROWS], float("-inf"), gl.float32, row_s), m_i)
+            p, alpha, m_new = _softmax_tile(s_ij, m_from, j * BLOCK_N, full_stop, q_any, N_KEYS, N_KEYS, qk_scale,
+                                            s_layout, BLOCK_N, TREE, POLY)
+            l_done = l_i
+            m_done = m_i
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            _arrive(empty.index(prev), ARRIVE)
+            if j == 0:   # the previous item's O is complete
+                _stream_store(acc, l_done, m_done, out, it - 1, work, sizes, wg, ROWS * CONSUMERS, BLOCK_N, DIRECT)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)   # alpha = 0 where x starts an item
+            p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+        last = (total - 1) % SLOTS
+        _take_turn(turn, total, PINGPONG)
+        acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+        _pass_turn(turn, PINGPONG, ARRIVE)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        _arrive(empty.index(last), ARRIVE)
+        mbarrier.arrive(q_empty.index((n_items - 1) % Q_BUFFERS), count=1)
+        _stream_store(acc, l_i, m_i, out, n_items - 1, work, sizes, wg, ROWS * CONSUMERS, BLOCK_N, DIRECT)
+
+    @gluon.jit
+    def _item_loop(mem, out, wg, work, sizes):
         """Consumer wg: for each of this program's work items, rows [q_start + 64 wg, q_start + 64 (wg + 1))
         of its query tile (_attend), then its epilogue: O and L, or for a split of a tail tile its
         normalised O (fp32) and log2-sum-exp into the workspace. The Q buffer is released once the
@@ -1264,6 +1387,7 @@ if HAVE_GLUON:
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
         UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
+        STREAM: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1294,7 +1418,7 @@ if HAVE_GLUON:
             mbarrier.init(empty.index(s), count=CONSUMERS * ARRIVALS)
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
-        # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED and ROW_SUM reach the workers as the shape of
+        # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM and STREAM reach the workers as the shape of
         # a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
@@ -1304,8 +1428,8 @@ if HAVE_GLUON:
                                                     2 if THREAD_ARRIVE else (4 if UNSYNCED_ARRIVE else 1),
                                                     2 if ITEM_OVERLAP else 1,
                                                     2 if TREE_MAX else 1, POLY_EXP // 2 if POLY_EXP else 1,
-                                                    2 if MIXED else 1, 2 if ROW_SUM else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=[7, 6, 5, 4, 3, 2, 1, 0]))
+                                                    2 if MIXED else 1, 2 if ROW_SUM else 1, 2 if STREAM else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[8, 7, 6, 5, 4, 3, 2, 1, 0]))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -1482,6 +1606,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
     tail is None or the split tail's (workspace O parts, L parts, whole tiles, splits) for the combine."""
     BH, N_q, D = Q.shape
     N_k = K.shape[1]
+    if cfg.stream and is_causal:
+        raise ValueError(f"stream runs every work item over all the keys: non-causal only ({cfg.label})")
     args = (*descriptors(Q, K, V, cfg), O, L, O.stride(1), L.stride(0), N_q, N_k, LOG2E / math.sqrt(D))
     flags = dict(CAUSAL=bool(is_causal), SLOTS=cfg.slots)
     tiles = math.ceil(N_q / cfg.block_m)
@@ -1494,7 +1620,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive,
                  ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None,
                  V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive,
-                 POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum)
+                 POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
@@ -1598,7 +1724,8 @@ class GluonLaunch(KeptL):
 # H200 by graph replay against cuDNN in the same rounds, non-causal: 128-row tiles at N <= 2048 (101-109%),
 # 192-row tiles with the split tail at N = 4096 (107-108%). For a process, FA2_V7_THREAD_ARRIVE=1 or 0 sets their
 # thread_arrive, FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap, FA2_V7_TMA_PREFETCH, FA2_V7_TMA_STORE,
-# FA2_V7_V_BARRIER, FA2_V7_TREE_MAX and FA2_V7_ROW_SUM those options, and FA2_V7_UNSYNCED_ARRIVE=0 turns
+# FA2_V7_V_BARRIER, FA2_V7_TREE_MAX and FA2_V7_ROW_SUM those options, FA2_V7_STREAM=1 the persistent 128-row
+# candidate's stream, and FA2_V7_UNSYNCED_ARRIVE=0 turns
 # unsynced_arrive off (rows record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
@@ -1607,10 +1734,12 @@ TMA_STORE = switch_on("TMA_STORE")
 V_BARRIER = switch_on("V_BARRIER")
 TREE_MAX = switch_on("TREE_MAX")
 ROW_SUM = switch_on("ROW_SUM")
+STREAM = switch_on("STREAM")
 UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE")   # on by default since session 20 (call 4); thread_arrive excludes it
 V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
                               tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
-                              row_sum=ROW_SUM, unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE) for c in V7_BASE)
+                              row_sum=ROW_SUM, stream=STREAM and c.persistent and not c.split_tail,
+                              unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE) for c in V7_BASE)
 
 
 def fitting(candidates, D: int, device: int = 0) -> list:
@@ -1635,6 +1764,7 @@ def best_launch(Q, K, V, is_causal: bool, candidates=V7_CANDIDATES, repeats: int
     made 109%, commit 18ea471). Returns (O, L, the winner's GluonLaunch, {label: ms per call})."""
     timed = {}
     for cfg in fitting(candidates, Q.shape[2], Q.device.index):
+        cfg = replace(cfg, stream=cfg.stream and not is_causal)   # stream is non-causal only
         launch = forward(Q, K, V, is_causal, cfg)[2]
         timed[cfg.label] = (queued_ms(lambda launch=launch: launch(Q, K, V), repeats), launch)
     if not timed:
