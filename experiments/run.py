@@ -432,7 +432,7 @@ def gluon(args, save):
         worst_o = worst_l = 0.0
         checked = 0    # shapes run: a D whose shared memory this configuration cannot fit is skipped
         try:
-            for causal in (False, True):
+            for causal in (False,) if cfg.stream else (False, True):   # stream is non-causal only
                 for bh, nq, nk, d in GLUON_CHECK_SHAPES:
                     if not cfg.fits(d, facts().smem_per_block):
                         continue

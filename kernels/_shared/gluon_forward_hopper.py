@@ -1252,14 +1252,18 @@ if HAVE_GLUON:
                                       TREE, POLY)
         l_i = gl.sum(p, axis=1)
         p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+        j = 0    # x's key tile in its item and that item's index, counted on (x // KT and x % KT with a runtime KT
+        it = 0   # cost about 50 instructions per key tile: 86.2 us against 73.7 at no item, experiment items, 2da5fb7)
         for x in range(1, total):
-            j = x % KT
-            it = x // KT
-            slot = x % SLOTS
-            prev = (x - 1) % SLOTS
-            if j == 0:   # a new item: the last one's queries are done with, this one's must be in
+            j += 1
+            new_item = j == KT
+            if new_item:   # the last item's queries are done with, this one's must be in
+                j = 0
+                it += 1
                 mbarrier.arrive(q_empty.index((it - 1) % Q_BUFFERS), count=1)
                 mbarrier.wait(q_bar.index(it % Q_BUFFERS), (it // Q_BUFFERS) & 1)
+            slot = x % SLOTS
+            prev = (x - 1) % SLOTS
             q_tile = q_smem.index((it % Q_BUFFERS) * CONSUMERS + wg)
             mbarrier.wait(ready.index(slot), (x // SLOTS) & 1)
             if ARRIVE == 4:
@@ -1269,7 +1273,7 @@ if HAVE_GLUON:
             acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
             _pass_turn(turn, PINGPONG, ARRIVE)
             s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-            m_from = gl.where(j == 0, gl.full([ROWS], float("-inf"), gl.float32, row_s), m_i)
+            m_from = gl.where(new_item, gl.full([ROWS], float("-inf"), gl.float32, row_s), m_i)
             p, alpha, m_new = _softmax_tile(s_ij, m_from, j * BLOCK_N, full_stop, q_any, N_KEYS, N_KEYS, qk_scale,
                                             s_layout, BLOCK_N, TREE, POLY)
             l_done = l_i
@@ -1278,7 +1282,7 @@ if HAVE_GLUON:
             m_i = m_new
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
             _arrive(empty.index(prev), ARRIVE)
-            if j == 0:   # the previous item's O is complete
+            if new_item:   # the previous item's O is complete
                 _stream_store(acc, l_done, m_done, out, it - 1, work, sizes, wg, ROWS * CONSUMERS, BLOCK_N, DIRECT)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)   # alpha = 0 where x starts an item
             p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
