@@ -557,3 +557,10 @@ def test_stream_runs_one_key_loop_across_the_work_items(compiled):
     q = torch.empty(8, 1024, 64, dtype=torch.bfloat16, device="meta")
     with pytest.raises(ValueError, match="non-causal only"):
         G.launch_plan(cfg, q, q, q, torch.empty_like(q), torch.empty(8, 1024, device="meta"), True, sms=132)
+
+
+def test_stream_is_switched_on_for_the_persistent_128_row_candidate_and_off_under_the_causal_mask():
+    code = ("from fa2lab.versions import load_shared; G = load_shared('gluon_forward_hopper'); "
+            "print([c.stream for c in G.V7_CANDIDATES], [c.stream for c in G.for_mask(G.V7_CANDIDATES, True)])")
+    assert probe(code, FA2_V7_STREAM="1") == "[True, False, False] [False, False, False]"
+    assert probe(code) == "[False, False, False] [False, False, False]"

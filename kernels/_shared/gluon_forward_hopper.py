@@ -1761,14 +1761,19 @@ def configs_named(labels) -> list:
     return [known[w] for w in labels]
 
 
+def for_mask(candidates, is_causal: bool) -> list:
+    """The candidates as they run on inputs with or without the causal mask: stream is non-causal only, so a causal
+    input runs a stream candidate's item-by-item form."""
+    return [replace(c, stream=c.stream and not is_causal) for c in candidates]
+
+
 def best_launch(Q, K, V, is_causal: bool, candidates=V7_CANDIDATES, repeats: int = 20):
     """The fastest of `candidates` that fit on these inputs: each launched once (compiling), then timed by
     fa2lab.timing.queued_ms over `repeats` lean repeats (GPU time with the host queued ahead: at N = 512
     timing host-paced repeats picked the slower candidate, 87% of cuDNN by graph replay where the other
     made 109%, commit 18ea471). Returns (O, L, the winner's GluonLaunch, {label: ms per call})."""
     timed = {}
-    for cfg in fitting(candidates, Q.shape[2], Q.device.index):
-        cfg = replace(cfg, stream=cfg.stream and not is_causal)   # stream is non-causal only
+    for cfg in fitting(for_mask(candidates, is_causal), Q.shape[2], Q.device.index):
         launch = forward(Q, K, V, is_causal, cfg)[2]
         timed[cfg.label] = (queued_ms(lambda launch=launch: launch(Q, K, V), repeats), launch)
     if not timed:
