@@ -684,12 +684,11 @@ def items(args, save):
         print(f"heads={heads} N={N} ({tiles} items, {math.ceil(tiles / sms)} per SM): " + ", ".join(
             f"{r['variant']} {r['protocol']} {r['ms'] * 1e3:.1f} us" for r in rows), flush=True)
         save("items", rows)
+    import numpy as np
+
     for (name, p), pts in fits.items():   # least squares: us = a + b * rounds
-        n = len(pts)
-        mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
-        sxx = sum((x - mx) ** 2 for x, _ in pts)
-        b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else float("nan")
-        print(f"{name} ({p}): {b:.2f} us per round of items, {my - b * mx:.1f} us at none")
+        b, a = np.polyfit(*zip(*pts), 1)
+        print(f"{name} ({p}): {b:.2f} us per round of items, {a:.1f} us at none")
 
 
 def _kernel_ms(fn, prepares: dict, reps: int) -> dict:

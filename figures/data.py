@@ -93,7 +93,8 @@ def shape_rows(df: pd.DataFrame, path: Path, N: int | None, causal: bool) -> pd.
 
 
 def bench(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, list[Path]]:
-    """Every version's bench rows from its latest protocol run, in registry order.
+    """Every version's bench rows from its latest protocol run of the default kernels (default_rows), in registry
+    order.
 
     Versions without a file are left out (and named on stderr); none at all is a ResultsError
     naming the folder. A file with several protocols keeps the latest (see latest_protocol)."""
@@ -104,13 +105,19 @@ def bench(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, list[Path]]:
         if not path.exists():
             missing.append(path)
             continue
-        frames.append(latest_protocol(load(path, BENCH_COLUMNS)))
+        frames.append(latest_protocol(default_rows(load(path, BENCH_COLUMNS))))
         paths.append(path)
     if not frames:
         raise ResultsError(f"results file {missing[0]} does not exist (nor any other version's in {folder})")
     for path in missing:
         print(f"note: {path} does not exist; that version is left out", file=sys.stderr)
     return pd.concat(frames, ignore_index=True), paths
+
+
+def default_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of runs made with every FA2_V7_* kernel switch at its default (fa2lab.provenance.default_kernels): a
+    run with an option switched on stays in its file and out of the tables of the default kernels."""
+    return df[df["switches"].map(default_kernels)] if "switches" in df.columns else df
 
 
 def latest_protocol(df: pd.DataFrame) -> pd.DataFrame:
@@ -131,7 +138,7 @@ def hostpath(gpu_slug: str, version: str, results_root=None) -> tuple[pd.DataFra
     earlier results/<gpu>/hostpath/<version>.csv."""
     bench = root(results_root) / gpu_slug / "bench" / f"{version}.csv"
     if bench.exists():
-        df = load(bench, BENCH_COLUMNS)
+        df = default_rows(load(bench, BENCH_COLUMNS))
         if all(c in df.columns for c in HOSTPATH_COLUMNS):
             timed = df.dropna(subset=["graph_ms", "host_us", "sdpa_graph_ms", "sdpa_host_us"])
             if len(timed):
@@ -306,7 +313,7 @@ def gluon_best(df: pd.DataFrame) -> pd.DataFrame:
 def ncu(gpu_slug: str, results_root=None, folder_name: str = "ncu") -> list[tuple[pd.DataFrame, Path]]:
     """Every Nsight Compute summary in results/<gpu>/ncu/ (<tag>.csv, written by profiling/run_profile.py
     --tool ncu; the raw exports beside them, <tag>.raw.csv, are not summaries), in name order; ncu_bwd/
-    for the backward's (--mode bwd). Only the default kernels' rows: those of runs made with an FA2_V7_* switch
+    for the backward's (--mode bwd). Only the default kernels' rows (default_rows): those of runs made with a switch
     away from its default (fa2lab.provenance.default_kernels) stay in the files and out of the tables."""
     folder = root(results_root) / gpu_slug / folder_name
     paths = sorted(p for p in folder.glob("*.csv") if not p.name.endswith(".raw.csv")) if folder.is_dir() else []
@@ -315,9 +322,7 @@ def ncu(gpu_slug: str, results_root=None, folder_name: str = "ncu") -> list[tupl
                            "run invoke profile --tool ncu first)")
     out = []
     for p in paths:
-        df = load(p, NCU_COLUMNS)
-        if "switches" in df.columns:
-            df = df[df["switches"].map(default_kernels)]
+        df = default_rows(load(p, NCU_COLUMNS))
         if len(df):
             out.append((df, p))
     return out

@@ -848,7 +848,8 @@ EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke e
                    "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes",
                    "exp2_poly": "invoke experiment exp2-poly", "grid": "invoke experiment grid",
                    "bwd_modes": "invoke experiment bwd-modes", "gluon": "invoke experiment gluon",
-                   "coldstart": "invoke experiment coldstart", "dobench": "invoke experiment dobench"}
+                   "coldstart": "invoke experiment coldstart", "dobench": "invoke experiment dobench",
+                   "items": "invoke experiment items"}
 EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks")   # not numbers
 
 
@@ -925,7 +926,7 @@ def section_experiments(gpu, root) -> str:
                            "% of SDPA (do_bench)", "% of SDPA (graph)", "SM MHz median"], rows)]
     return "\n".join(text + ["", section_exp2_poly(gpu, root), "", section_grid(gpu, root), "",
                              section_gluon(gpu, root), "", section_coldstart(gpu, root), "",
-                             section_dobench(gpu, root)])
+                             section_dobench(gpu, root), "", section_items(gpu, root)])
 
 
 def section_exp2_poly(gpu, root) -> str:
@@ -1130,6 +1131,36 @@ def section_dobench(gpu, root) -> str:
         + summary + f" Source: `{rel(path)}`.", "",
         md_table(["commit", "process", "N", "causal", "sampler", "flush µs", "v7 host µs", "SDPA host µs",
                   "v7 do_bench µs", "SDPA do_bench µs", "% of SDPA"], rows)])
+
+
+ITEMS_COLUMNS = ("variant", "heads", "N", "rounds_per_sm", "protocol", "ms")
+
+
+def section_items(gpu, root) -> str:
+    """What a round of work items costs beside its key tiles (experiments/run.py items): per run, variant and protocol
+    the kernel's time at each shape (the same work in 1, 2, 4 or 8 rounds of 128-row items per SM) and the least-squares
+    line through them: µs per round of items, and at none (the key tiles alone)."""
+    path = data.root(root) / gpu / "experiments" / "items.csv"
+    df = optional(path, ITEMS_COLUMNS)
+    if df is None:
+        return experiment_not_run("What a work item costs", "items", path)
+    df = numeric(df, path, ("heads", "N", "rounds_per_sm", "ms"))
+    shapes_ = list(dict.fromkeys(zip(df.heads.astype(int), df.N.astype(int), df.rounds_per_sm.astype(int))))
+    rows = []
+    for (commit, variant, protocol), g in df.groupby(["git_commit", "variant", "protocol"], sort=False):
+        us = {(int(h), int(n)): t * 1e3 for h, n, t in zip(g.heads, g.N, g.ms)}
+        slope, at_none = np.polyfit(g.rounds_per_sm.astype(float), g.ms.astype(float) * 1e3, 1) if len(g) > 1 \
+            else (float("nan"), float("nan"))
+        rows.append([str(commit)[:7], variant, protocol] + [fmt(us.get((h, n), float("nan")), ".1f")
+                                                            for h, n, _ in shapes_]
+                    + [fmt(slope, ".2f"), fmt(at_none, ".1f")])
+    return "\n".join([
+        "What a work item costs beside its key tiles (`invoke experiment items`): the same work (heads × N² = 32 × "
+        "2048²) in 1, 2, 4 and 8 rounds of 128-row items per SM, each round 64 key tiles of 128 in all; the kernel's "
+        "GPU time (torch.profiler, after a spin or in graph replay, µs) and the least-squares line through them: µs "
+        f"per round of items, and at none (the key tiles' own time). Source: `{rel(path)}`.", "",
+        md_table(["commit", "variant", "protocol", *(f"{h}×{n} ({r}/SM)" for h, n, r in shapes_),
+                  "µs per round", "µs at none"], rows)])
 
 
 def section_ncu_source(gpu, root) -> str:

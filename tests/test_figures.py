@@ -388,6 +388,23 @@ def test_only_the_latest_protocol_is_drawn(results_root):
     assert len(bench) == len(versions.NAMES) * 3 * 8 and bench["ms"].max() < 1
 
 
+def test_a_later_protocol_made_with_a_kernel_switch_on_is_not_the_default_kernels(tmp_path):
+    """Harness rows of a run with an FA2_V7_* option switched on (a measured experiment) stay in the file; the tables
+    of the default kernels keep the latest protocol without one (a switch set to its default counts as without)."""
+    path = tmp_path / GPU / "bench" / "v7_hopper.csv"
+    rows = _bench_rows(7, "v7_hopper")
+    later = [{**r, "run_id": r["run_id"].replace("abcdef", "fedcba"), "date": "2026-11-30T00:00:00+00:00",
+              "switches": "FA2_V7_STREAM=1", "ms": 1000.0} for r in rows]
+    default = [{**r, "run_id": r["run_id"].replace("abcdef", "aaaaaa"), "date": "2026-11-30T01:00:00+00:00",
+                "switches": "FA2_V7_UNSYNCED_ARRIVE=1", "ms": 2 * r["ms"]} for r in rows]
+    _write(path, rows + later)
+    bench, _ = data.bench(GPU, tmp_path)
+    assert set(bench.run_id.str[:22]) == {"20261129T000000-abcdef"}
+    _write(path, rows + later + default)
+    bench, _ = data.bench(GPU, tmp_path)
+    assert set(bench.run_id.str[:22]) == {"20261129T000000-aaaaaa"} and bench["ms"].max() < 1
+
+
 def test_ada_and_ours_tables(results_root):
     ada = ada_vs_hopper.ada_table(results_root).set_index(["version", "N", "causal"])
     # the article: v5 1.954 ms and SDPA 2.010 ms at N = 4096 non-causal; peak 72.2 TFLOP/s

@@ -1056,3 +1056,17 @@ def test_source_page_parser_and_section_share_the_samples_by_reason_and_opcode(t
     bad.write_text('"ID","Kernel"\n"0","x"\n')
     with pytest.raises(ValueError, match="not an ncu source-page CSV"):
         read_source(bad)
+
+
+def test_items_section_fits_a_line_through_the_rounds_of_items(tmp_path):
+    path = tmp_path / GPU / "experiments" / "items.csv"
+    assert report.section_items(GPU, tmp_path).startswith(f"What a work item costs: {report.NOT_YET}")
+    rows = [{"variant": v, "heads": h, "N": n, "causal": 0, "rounds_per_sm": r, "protocol": "graph",
+             "ms": (base + per * r) / 1e3, **PROV, "git_commit": "fffffff"}
+            for v, base, per in (("ws2", 73.0, 1.25), ("sdpa", 72.5, 1.0))
+            for h, n, r in ((2, 8192, 1), (8, 4096, 2), (32, 2048, 4), (128, 1024, 8))]
+    append_rows(path, rows)
+    text = report.section_items(GPU, tmp_path)
+    assert "| commit | variant | protocol | 2×8192 (1/SM) | 8×4096 (2/SM) | 32×2048 (4/SM) | 128×1024 (8/SM) |" in text
+    assert "| fffffff | ws2 | graph | 74.2 | 75.5 | 78.0 | 83.0 | 1.25 | 73.0 |" in text
+    assert "| fffffff | sdpa | graph | 73.5 | 74.5 | 76.5 | 80.5 | 1.00 | 72.5 |" in text

@@ -183,7 +183,24 @@ by experiment coldstart; ncu at N = 2048):
 - key tiles of 64 (call 2, 332342c; ws2x64x64/4s and /6s, persistent, ping-pong, unsynced_arrive): half the softmax per
   turn and twice the turns. 88.3/88.1% of cuDNN at N = 1024 and 82.3/83.0% at 2048 against 100.6% and 98.8% for the
   128-key default in the same round.
-Neither is on in V7_CANDIDATES (FA2_V7_ROW_SUM=1 switches row_sum on for v7's candidates).
+- experiment items (call 5, 080f364; again in calls 6 and 7): the harness's work (heads x N^2 = 32 x 2048^2) as 1, 2, 4
+  or 8 rounds of 128-row items per SM, each round 64 key tiles in all. A least-squares line through the kernel's time
+  against the rounds: the persistent ws2 costs 1.18-1.30 us per round of items (graph 1.14-1.22) and SDPA 1.02-1.12
+  (0.95-1.01), with the key tiles' own time equal (73.7-73.8 us at none, SDPA 73.6-73.9). At N = 2048 (4 rounds) that
+  difference is v7's whole gap to cuDNN's kernel; what the key loop does per tile is level with it.
+- stream (calls 6-7, 2da5fb7 and 7b3f931): one key loop across a program's work items (_stream_loop), so that the next
+  item's S_0 is issued with this item's last P V and its softmax runs before this item's epilogue. Per round of items
+  0.77 us at 2da5fb7 and 0.66 us at 7b3f931 (against 1.18-1.23 in the same runs, SDPA 1.02-1.10): the boundary costs
+  less than cuDNN's. But the key tiles cost more: 86.2 us at none at 2da5fb7, where a runtime x // KT and x % KT cost
+  about 50 uniform instructions per tile, and still 80.8 us at 7b3f931 with the counters carried (73.7 without
+  stream): the loop's common path has 436 instructions against the item loop's 412 in the offline SASS (the query
+  tile's descriptor and the counters recomputed per tile; UIADD3 16 -> 26, USHF 3 -> 8). experiment gluon at 7b3f931:
+  94.9/94.9/95.7% of cuDNN at N = 1024/2048/4096 against 100.9/99.8/101.8%. Not kept (FA2_V7_STREAM=1 switches it on
+  for the persistent 128-row candidate). What it points at: the item boundary is worth about 0.5 us per round, if the
+  key loop itself stays the item loop's (an inner loop per item with its query tile fixed, and only the boundary's
+  block, S_0 beside the last P V, outside it): not built this session.
+Neither row_sum, key tiles of 64 nor stream is on in V7_CANDIDATES (FA2_V7_ROW_SUM=1 and FA2_V7_STREAM=1 switch the
+first and the last on for v7's candidates).
 """
 
 from __future__ import annotations

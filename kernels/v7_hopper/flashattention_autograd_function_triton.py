@@ -20,7 +20,10 @@ last kernel change: the switches' defaults read from one place), non-causal 96/1
 99.0 (96-103) / 99.4 (98-100) / 109.8% (108-114), causal 98.8 (69-104) / 118.8 (116-125) / 113.2 (112-115) / 107.1%
 (103-109): the same four shapes level. Two more levers on the Gluon path were slower (the Gluon module's docstring): the row sums of P on the
 tensor cores (row_sum, 13% fewer instructions but 84.2 us against 80.7 under ncu at 2048) and key tiles of 64
-(82-88% of cuDNN).
+(82-88% of cuDNN). experiment items located the rest of the gap at 1024 and 2048: per round of work items the
+persistent kernel costs 1.2-1.3 us beside its key tiles and cuDNN's 1.0-1.1, the key tiles themselves the same. One
+key loop across the items (stream) brought that to 0.66 us but made every key tile dearer (94.9/94.9% of cuDNN at
+1024/2048): not kept; the Gluon module's docstring says what it points at.
 Three levers tried on the Gluon path in session 21 were slower or unchanged (poly_exp, early_p, mixed: the Gluon
 module's docstring); its ncu source pages say why 1024 and 2048 stay level: with 2 consumers the products and the
 exponentials take turns (tensor pipe 47.5%, MUFU 49.1% of cycles at 2048, cuDNN alike), with 3 (N = 4096) they
