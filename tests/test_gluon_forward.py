@@ -537,15 +537,17 @@ def test_row_sum_moves_the_row_sums_onto_the_tensor_cores(compiled):
         G.GluonConfig(128, 128, 8, 3, row_sum=True)
 
 
-def test_stream_runs_one_key_loop_across_the_work_items(compiled):
-    # the same products per tile and consumer (S_x with P_(x-1) V_(x-1), one wait_group 1 per consumer), the same shared
-    # memory and marked arrivals; the epilogue (its O stores) now also inside the key loop, under a branch taken where a
-    # key tile starts an item, so its code appears twice per consumer (in the loop and after it)
-    for base, st in ((compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_st_1024"]),):
-        assert st["cubin"] > 0 and st["warp_specialize"] >= 1
-        assert st["wait_1"] == base["wait_1"] and st["wgmma"] == base["wgmma"], (st, base)
-        assert (st["shared"], st["marks"], st["issue_syncs"]) == (base["shared"], base["marks"], 0)
-        assert st["st_v4"] == 2 * base["st_v4"], (st, base)
+def test_stream_issues_the_next_items_first_scores_with_the_last_p_v(compiled):
+    # per consumer _attend is inlined twice (the items before the last, whose last P V goes with the next item's S_0,
+    # and the last item), each with the item loop's products and marked arrivals; three waits leaving one group in
+    # flight (the two key loops' and the next S_0's); the epilogue twice; the same shared memory, no bar.sync in the
+    # issue of a key tile
+    base, st = compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_st_1024"]
+    assert st["cubin"] > 0 and st["warp_specialize"] >= 1
+    assert st["wgmma"] == {n: 2 * c for n, c in base["wgmma"].items()}, (st, base)
+    assert st["wait_1"] == 3 * base["wait_1"] and st["marks"] == 2 * base["marks"], (st, base)
+    assert st["st_v4"] == 2 * base["st_v4"], (st, base)
+    assert (st["shared"], st["issue_syncs"]) == (base["shared"], 0)
     assert compiled["ws_persist_ua_st"]["cubin"] > 0   # N = 1000: a ragged last key tile, masked in every item
     cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True, persistent=True, stream=True)
     assert cfg.label == "ws2x64x128/3s/preg/pp/persist/st"

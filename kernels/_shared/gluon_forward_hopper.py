@@ -197,8 +197,14 @@ by experiment coldstart; ncu at N = 2048):
   tile's descriptor and the counters recomputed per tile; UIADD3 16 -> 26, USHF 3 -> 8). experiment gluon at 7b3f931:
   94.9/94.9/95.7% of cuDNN at N = 1024/2048/4096 against 100.9/99.8/101.8%. Not kept (FA2_V7_STREAM=1 switches it on
   for the persistent 128-row candidate). What it points at: the item boundary is worth about 0.5 us per round, if the
-  key loop itself stays the item loop's (an inner loop per item with its query tile fixed, and only the boundary's
-  block, S_0 beside the last P V, outside it): not built this session.
+  key loop itself stays the item loop's. So stream was rebuilt that way after call 7 (_stream_loop): each item's key
+  tiles by _attend's own loop, its query tile fixed, and only the boundary, the next item's S_0 beside this item's
+  last P V and that S_0's softmax, after it (_attend with q_next; the next item resumes from P_0, l and m). Offline
+  sm_90 SASS: the common path of each of its key loops is 411-412 instructions, the item loop's 412; no spill; the
+  code is 6440 instructions against 4168 (_attend inlined twice per consumer: the items before the last, and the
+  last). NOT YET TIMED: the session's device time was spent. The default candidates' SASS is unchanged by the
+  rebuild (the ws2 candidates byte for byte; the split ws3 the same 6528 instructions, 6 lines of uniform slot
+  arithmetic in another order).
 Neither row_sum, key tiles of 64 nor stream is on in V7_CANDIDATES (FA2_V7_ROW_SUM=1 and FA2_V7_STREAM=1 switch the
 first and the last on for v7's candidates).
 """
@@ -336,8 +342,8 @@ class GluonConfig:
                                  # (mix_plan)
     row_sum: bool = False        # warp-specialized, P in registers: each tile's row sums of P by the tensor cores, a
                                  # product of P with a ones tile (BLOCK_N x 8) issued beside P V, not by adds (_attend)
-    stream: bool = False         # persistent, non-causal: each consumer's key loop runs on across its work items, the
-                                 # next item's first scores and softmax under this item's last P V (_stream_loop)
+    stream: bool = False         # persistent, non-causal: the next work item's first scores issued with this item's
+                                 # last P V and their softmax run before its epilogue (_stream_loop)
 
     def __post_init__(self):
         if self.consumers:
@@ -589,7 +595,8 @@ EXPERIMENT_CONFIGS = (
     # call 2 (332342c): slower (88.3/88.1% of cuDNN at N = 1024, 82.3/83.0% at 2048, against 100.6 and 98.8%). Call 5
     # (080f364, experiment items): the same work in 1, 2, 4 or 8 rounds of items per SM costs the persistent ws2 1.30 us
     # more per round, SDPA 1.12, with the key tiles' own time equal (73.8 and 73.9 us): each item's first softmax has
-    # no product under it and its last P V no softmax beside it. One key loop across the items (stream):
+    # no product under it and its last P V no softmax beside it. The next item's S_0 beside this one's last P V (stream;
+    # calls 6-7 timed a first form, one loop over all of a program's key tiles: slower, see the module's docstring):
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
                 stream=True),
 )
@@ -1088,12 +1095,31 @@ if HAVE_GLUON:
             mbarrier.wait(shared[9].index(k % SLOTS), (k // SLOTS) & 1)
 
     @gluon.jit
-    def _attend(s_tok, q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale):
-        """Consumer wg's rows of one work item, from its first scores S_0 (s_tok, issued by _first_scores): its
-        n_tiles key tiles from slot index g on (slots and phases run on over the items) and, with ping-pong,
-        turns t .. t + n_tiles; every slot read is released. Returns the unnormalised O, l and m (log2 units).
-        Each group of products issued (S_0; then S_j with P_(j-1) V_(j-1); then the last P V) is one turn,
-        taken after the previous consumer's."""
+    def _issue_tile(mem, q_tile, p_op, acc, zero_s, k, slot, prev, t):
+        """Key tile k's group of products at ping-pong turn t, not waited for: once its slot is ready (and with
+        v_barrier tile k - 1's V), S_k = Q K_k^T and P_(k-1) V_(k-1) (into acc; slot and prev: tiles k's and k - 1's
+        slots). Returns S_k's token and acc's. The caller passes the turn on (row_sum issues its P ones first)."""
+        shared, turn, modes = mem[0], mem[1], mem[2]
+        k_smem, v_smem, ready = shared[1], shared[2], shared[7]
+        mbarrier.wait(ready.index(slot), (k // k_smem.shape[0]) & 1)
+        if modes.shape[2] == 4:   # unsynced_arrive: each warp waits for the slot by itself
+            _mark_unsynced()
+        _wait_v(shared, k - 1)
+        _take_turn(turn, t, modes.shape[1] > 1)
+        s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        return s_tok, acc
+
+    @gluon.jit
+    def _attend(start, q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale,
+                q_next=None, RESUME: gl.constexpr = False):
+        """Consumer wg's rows of one work item, from its first scores S_0 (start: their token, issued by _first_scores;
+        RESUME: (P_0, l, m), S_0's softmax run at the previous item's end): its n_tiles key tiles from slot
+        index g on (slots and phases run on over the items) and, with ping-pong, turns t .. t + n_tiles; every slot
+        read is released. Returns the unnormalised O, l and m (log2 units). Each group of products issued (S_0; then
+        S_j with P_(j-1) V_(j-1); then the last P V) is one turn, taken after the previous consumer's. q_next (stream,
+        non-causal: the next item's query tile, already in): the last P V goes with the next item's S_0, whose softmax
+        runs before this item's O is returned, followed by the next item's (P_0, l, m)."""
         shared, turn, modes = mem[0], mem[1], mem[2]   # mem[3]: row_sum's ones tile
         q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared[:9]
         PINGPONG: gl.constexpr = modes.shape[1] > 1        # the switches: see flash_fwd_gluon_ws's modes
@@ -1126,23 +1152,21 @@ if HAVE_GLUON:
             acc_l = gl.zeros([ROWS, _ONES_ROWS], gl.float32, l_layout)
         IN_FLIGHT: gl.constexpr = 2 if ROW_SUM else 1   # the groups issued behind S_j: P V (and P ones)
 
-        s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-        m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
-        p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout,
-                                      BLOCK_N, TREE, POLY)
-        if not ROW_SUM:
-            l_i = gl.sum(p, axis=1)
-        p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
+        if RESUME:
+            p, l_i, m_i = start
+            p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
+        else:
+            s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(start,))
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
+            p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
+                                          s_layout, BLOCK_N, TREE, POLY)
+            if not ROW_SUM:
+                l_i = gl.sum(p, axis=1)
+            p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         for j in range(1, n_tiles):
             slot = (g + j) % SLOTS
             prev = (g + j - 1) % SLOTS
-            mbarrier.wait(ready.index(slot), ((g + j) // SLOTS) & 1)
-            if ARRIVE == 4:   # each warp waits for the slot by itself
-                _mark_unsynced()
-            _wait_v(shared, g + j - 1)
-            _take_turn(turn, t + j, PINGPONG)
-            s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            s_tok, acc = _issue_tile(mem, q_tile, p_op, acc, zero_s, g + j, slot, prev, t + j)
             if ROW_SUM:
                 acc_l = warpgroup_mma(gl.convert_layout(p_op, pl_layout), ones, acc_l, is_async=True)
             _pass_turn(turn, PINGPONG, ARRIVE)
@@ -1167,19 +1191,33 @@ if HAVE_GLUON:
             else:   # P_j's registers, or its one buffer, written once P_(j-1) V_(j-1) is done
                 p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         last = (g + n_tiles - 1) % SLOTS
-        _wait_v(shared, g + n_tiles - 1)
-        _take_turn(turn, t + n_tiles, PINGPONG)
-        acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        if ROW_SUM:
-            acc_l = warpgroup_mma(gl.convert_layout(p_op, pl_layout), ones, acc_l, is_async=True)
+        if q_next is not None:   # stream: the next item's S_0 with this item's last P V, and its softmax
+            s_tok, acc = _issue_tile(mem, q_next, p_op, acc, zero_s, g + n_tiles, (g + n_tiles) % SLOTS, last,
+                                     t + n_tiles)
             _pass_turn(turn, PINGPONG, ARRIVE)
-            acc, acc_l = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_l))
-            l_i = gl.convert_layout(gl.max(acc_l, axis=1), row_s)   # every column holds the row sum
-        else:
-            _pass_turn(turn, PINGPONG, ARRIVE)
+            s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+            p, alpha, m_next = _softmax_tile(s_ij, gl.full([ROWS], float("-inf"), gl.float32, row_s), k_base,
+                                             mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout, BLOCK_N, TREE,
+                                             POLY)
+            l_next = gl.sum(p, axis=1)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        _arrive(empty.index(last), ARRIVE)
-        return acc, l_i, m_i
+            _arrive(empty.index(last), ARRIVE)
+            result = (acc, l_i, m_i, p, l_next, m_next)
+        else:   # (one return statement: Triton 3.6 checks every return of a function against the others)
+            _wait_v(shared, g + n_tiles - 1)
+            _take_turn(turn, t + n_tiles, PINGPONG)
+            acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+            if ROW_SUM:
+                acc_l = warpgroup_mma(gl.convert_layout(p_op, pl_layout), ones, acc_l, is_async=True)
+                _pass_turn(turn, PINGPONG, ARRIVE)
+                acc, acc_l = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_l))
+                l_i = gl.convert_layout(gl.max(acc_l, axis=1), row_s)   # every column holds the row sum
+            else:
+                _pass_turn(turn, PINGPONG, ARRIVE)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            _arrive(empty.index(last), ARRIVE)
+            result = (acc, l_i, m_i)
+        return result
 
     @gluon.jit
     def _pass_item(mem, g, t, n_tiles):
@@ -1224,93 +1262,50 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _stream_loop(mem, out, wg, work, sizes):
-        """stream (persistent, non-causal): consumer wg's rows of all of its program's work items as one key loop over
-        items x key tiles. Each key tile x issues S_x = Q K_x^T (the next item's queries once x starts an item) with
-        P_(x-1) V_(x-1), as _attend does within an item; where x starts an item its softmax starts from m = -inf, so
-        its alpha is 0 and O and l restart by the same rescale that carries them on elsewhere, and the previous item's
-        O and L leave after that item's last P V, which ran under this softmax. An item costs _item_loop a softmax with
-        no product under it and a product with no softmax beside it (experiment items: 1.3 us per round of items, SDPA
-        1.1); here only its epilogue. Slots, phases and ping-pong turns run on as in _item_loop, which the loader
-        serves unchanged, but there is one turn per key tile and one more in all (S_0, then S_x with P_(x-1) V_(x-1),
-        then the last P V)."""
-        shared, turn, modes = mem[0], mem[1], mem[2]
-        q_smem, k_smem, v_smem, q_bar, q_empty, ready, empty = (shared[0], shared[1], shared[2], shared[5], shared[6],
-                                                                 shared[7], shared[8])
-        PINGPONG: gl.constexpr = modes.shape[1] > 1
-        ARRIVE: gl.constexpr = modes.shape[2]
+        """stream (persistent, non-causal): consumer wg's rows of its program's work items, each item's key tiles by
+        _attend's loop (its query tile fixed), but the last P V of one item issued with the next item's S_0 and that
+        S_0's softmax run before the item's O leaves (_attend with q_next), so that the next item resumes from it.
+        Against _item_loop an item saves a softmax with no product under it and a product with no softmax beside it.
+        Slots and phases run on as in _item_loop, which the loader serves unchanged; the turns are one per key tile and
+        one more in all (S_0; S_x with P_(x-1) V_(x-1); the last P V), so item it's first is it * KT.
+        The form measured at 2da5fb7 and 7b3f931 ran all of a program's key tiles in one loop, the epilogue behind a
+        branch in it, and recomputed the query tile's descriptor per tile (the Gluon module's docstring, session 22)."""
+        shared, modes = mem[0], mem[2]
+        q_smem, k_smem, q_bar, q_empty = shared[0], shared[1], shared[5], shared[6]
         TREE: gl.constexpr = modes.shape[4] > 1
         POLY: gl.constexpr = 2 * modes.shape[5] if modes.shape[5] > 1 else 1
-        DIRECT: gl.constexpr = modes.shape[0] > 1
         Q_BUFFERS: gl.constexpr = q_bar.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // Q_BUFFERS
-        SLOTS: gl.constexpr = k_smem.shape[0]
         ROWS: gl.constexpr = q_smem.shape[1]
-        D: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
         s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
-        o_layout: gl.constexpr = _wgmma_layout(4, D)
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
         qk_scale = sizes[0]
         N_KEYS = work[1]
         KT = gl.cdiv(N_KEYS, BLOCK_N)                  # key tiles per item (non-causal: every item's)
         full_stop = (N_KEYS // BLOCK_N) * BLOCK_N      # the tiles from here on are masked (a ragged last tile)
         n_items = gl.cdiv(work[5] - gl.program_id(0), gl.num_programs(0))
-        total = n_items * KT
-        q_any = gl.zeros([ROWS], gl.int32, row_s)      # non-causal: the mask only tests k < N_KEYS
-        zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-        acc = gl.zeros([ROWS, D], gl.float32, o_layout)
-
+        q_any = gl.zeros([ROWS], gl.int32, gl.SliceLayout(1, s_layout))   # non-causal: the mask tests k < N_KEYS only
+        DIRECT: gl.constexpr = modes.shape[0] > 1
         s_tok, q_tile = _first_scores(mem, wg, 0, 0)
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-        m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
-        p, alpha, m_i = _softmax_tile(s_ij, m_i, 0, full_stop, q_any, N_KEYS, N_KEYS, qk_scale, s_layout, BLOCK_N,
-                                      TREE, POLY)
+        p, alpha, m_i = _softmax_tile(s_ij, gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout)),
+                                      0, full_stop, q_any, N_KEYS, N_KEYS, qk_scale, s_layout, BLOCK_N, TREE, POLY)
         l_i = gl.sum(p, axis=1)
-        p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
-        j = 0    # x's key tile in its item and that item's index, counted on (x // KT and x % KT with a runtime KT
-        it = 0   # cost about 50 instructions per key tile: 86.2 us against 73.7 at no item, experiment items, 2da5fb7)
-        for x in range(1, total):
-            j += 1
-            new_item = j == KT
-            if new_item:   # the last item's queries are done with, this one's must be in
-                j = 0
-                it += 1
-                mbarrier.arrive(q_empty.index((it - 1) % Q_BUFFERS), count=1)
-                mbarrier.wait(q_bar.index(it % Q_BUFFERS), (it // Q_BUFFERS) & 1)
-            slot = x % SLOTS
-            prev = (x - 1) % SLOTS
+        for it in range(n_items - 1):
             q_tile = q_smem.index((it % Q_BUFFERS) * CONSUMERS + wg)
-            mbarrier.wait(ready.index(slot), (x // SLOTS) & 1)
-            if ARRIVE == 4:
-                _mark_unsynced()
-            _take_turn(turn, x, PINGPONG)
-            s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-            _pass_turn(turn, PINGPONG, ARRIVE)
-            s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-            m_from = gl.where(new_item, gl.full([ROWS], float("-inf"), gl.float32, row_s), m_i)
-            p, alpha, m_new = _softmax_tile(s_ij, m_from, j * BLOCK_N, full_stop, q_any, N_KEYS, N_KEYS, qk_scale,
-                                            s_layout, BLOCK_N, TREE, POLY)
-            l_done = l_i
-            m_done = m_i
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            m_i = m_new
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            _arrive(empty.index(prev), ARRIVE)
-            if new_item:   # the previous item's O is complete
-                _stream_store(acc, l_done, m_done, out, it - 1, work, sizes, wg, ROWS * CONSUMERS, BLOCK_N, DIRECT)
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)   # alpha = 0 where x starts an item
-            p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
-        last = (total - 1) % SLOTS
-        _take_turn(turn, total, PINGPONG)
-        acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        _pass_turn(turn, PINGPONG, ARRIVE)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        _arrive(empty.index(last), ARRIVE)
-        mbarrier.arrive(q_empty.index((n_items - 1) % Q_BUFFERS), count=1)
-        _stream_store(acc, l_i, m_i, out, n_items - 1, work, sizes, wg, ROWS * CONSUMERS, BLOCK_N, DIRECT)
+            nxt = it + 1
+            mbarrier.wait(q_bar.index(nxt % Q_BUFFERS), (nxt // Q_BUFFERS) & 1)
+            q_next = q_smem.index((nxt % Q_BUFFERS) * CONSUMERS + wg)
+            acc, l_done, m_done, p, l_i, m_i = _attend((p, l_i, m_i), q_tile, mem, wg, it * KT, it * KT, KT, 0,
+                                                          full_stop, N_KEYS, q_any, N_KEYS, qk_scale, q_next, True)
+            mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
+            _stream_store(acc, l_done, m_done, out, it, work, sizes, wg, ROWS * CONSUMERS, BLOCK_N, DIRECT)
+        it = n_items - 1
+        q_tile = q_smem.index((it % Q_BUFFERS) * CONSUMERS + wg)
+        acc, l_i, m_i = _attend((p, l_i, m_i), q_tile, mem, wg, it * KT, it * KT, KT, 0, full_stop, N_KEYS, q_any,
+                                N_KEYS, qk_scale, None, True)
+        mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
+        _stream_store(acc, l_i, m_i, out, it, work, sizes, wg, ROWS * CONSUMERS, BLOCK_N, DIRECT)
 
     @gluon.jit
     def _item_loop(mem, out, wg, work, sizes):

@@ -23,7 +23,8 @@ tensor cores (row_sum, 13% fewer instructions but 84.2 us against 80.7 under ncu
 (82-88% of cuDNN). experiment items located the rest of the gap at 1024 and 2048: per round of work items the
 persistent kernel costs 1.2-1.3 us beside its key tiles and cuDNN's 1.0-1.1, the key tiles themselves the same. One
 key loop across the items (stream) brought that to 0.66 us but made every key tile dearer (94.9/94.9% of cuDNN at
-1024/2048): not kept; the Gluon module's docstring says what it points at.
+1024/2048): not kept. stream has since been rebuilt with the item loop kept and only the boundary changed (offline
+SASS: the key loop's common path as the item loop's); that form is not yet timed (the Gluon module's docstring).
 Three levers tried on the Gluon path in session 21 were slower or unchanged (poly_exp, early_p, mixed: the Gluon
 module's docstring); its ncu source pages say why 1024 and 2048 stay level: with 2 consumers the products and the
 exponentials take turns (tensor pipe 47.5%, MUFU 49.1% of cycles at 2048, cuDNN alike), with 3 (N = 4096) they
