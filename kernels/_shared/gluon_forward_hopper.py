@@ -1061,24 +1061,31 @@ if HAVE_GLUON:
             l_smem.index(wg).store(l_i)
 
     @gluon.jit
+    def _query_tile(mem, wg, it):
+        """Consumer wg's rows of the query tile of this program's it-th work item (Q buffer it % Q_BUFFERS), once
+        they are in."""
+        q_smem, q_bar = mem[0][0], mem[0][5]
+        Q_BUFFERS: gl.constexpr = q_bar.shape[0]
+        b = it % Q_BUFFERS
+        q_tile = q_smem.index(b * (q_smem.shape[0] // Q_BUFFERS) + wg)
+        mbarrier.wait(q_bar.index(b), (it // Q_BUFFERS) & 1)
+        return q_tile
+
+    @gluon.jit
     def _first_scores(mem, wg, it, g):
         """S_0 = Q K_0^T of this program's it-th work item issued (not waited for), consumer wg's rows: once
         its query tile is in (Q buffer it % Q_BUFFERS) and key tile g's slot is ready, at turn g + it (every
         item's S_0 is one turn more than its key tiles' products). Returns the product's token and the query
         tile."""
         shared, turn, modes = mem[0], mem[1], mem[2]   # mem[3]: row_sum's ones tile
-        q_smem, k_smem, ready, q_bar = shared[0], shared[1], shared[7], shared[5]
-        Q_BUFFERS: gl.constexpr = q_bar.shape[0]
-        CONSUMERS: gl.constexpr = q_smem.shape[0] // Q_BUFFERS
+        q_smem, k_smem, ready = shared[0], shared[1], shared[7]
         SLOTS: gl.constexpr = k_smem.shape[0]
         ROWS: gl.constexpr = q_smem.shape[1]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
         PINGPONG: gl.constexpr = modes.shape[1] > 1
         ARRIVE: gl.constexpr = modes.shape[2]
         s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
-        b = it % Q_BUFFERS
-        q_tile = q_smem.index(b * CONSUMERS + wg)
-        mbarrier.wait(q_bar.index(b), (it // Q_BUFFERS) & 1)
+        q_tile = _query_tile(mem, wg, it)
         mbarrier.wait(ready.index(g % SLOTS), (g // SLOTS) & 1)
         _take_turn(turn, g + it, PINGPONG)
         s_tok = warpgroup_mma(q_tile, k_smem.index(g % SLOTS).permute((1, 0)),
@@ -1112,14 +1119,15 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _attend(start, q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale,
-                q_next=None, RESUME: gl.constexpr = False):
+                next_item=None, RESUME: gl.constexpr = False):
         """Consumer wg's rows of one work item, from its first scores S_0 (start: their token, issued by _first_scores;
         RESUME: (P_0, l, m), S_0's softmax run at the previous item's end): its n_tiles key tiles from slot
         index g on (slots and phases run on over the items) and, with ping-pong, turns t .. t + n_tiles; every slot
         read is released. Returns the unnormalised O, l and m (log2 units). Each group of products issued (S_0; then
-        S_j with P_(j-1) V_(j-1); then the last P V) is one turn, taken after the previous consumer's. q_next (stream,
-        non-causal: the next item's query tile, already in): the last P V goes with the next item's S_0, whose softmax
-        runs before this item's O is returned, followed by the next item's (P_0, l, m)."""
+        S_j with P_(j-1) V_(j-1); then the last P V) is one turn, taken after the previous consumer's. next_item (stream,
+        non-causal: the program's index of the next work item): once this item's key tiles are issued and the next
+        item's queries are in, the last P V goes with the next item's S_0, whose softmax runs before this item's O is
+        returned, followed by the next item's (P_0, l, m)."""
         shared, turn, modes = mem[0], mem[1], mem[2]   # mem[3]: row_sum's ones tile
         q_smem, k_smem, v_smem, p_smem, l_smem, q_bar, q_empty, ready, empty = shared[:9]
         PINGPONG: gl.constexpr = modes.shape[1] > 1        # the switches: see flash_fwd_gluon_ws's modes
@@ -1191,8 +1199,8 @@ if HAVE_GLUON:
             else:   # P_j's registers, or its one buffer, written once P_(j-1) V_(j-1) is done
                 p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         last = (g + n_tiles - 1) % SLOTS
-        if q_next is not None:   # stream: the next item's S_0 with this item's last P V, and its softmax
-            s_tok, acc = _issue_tile(mem, q_next, p_op, acc, zero_s, g + n_tiles, (g + n_tiles) % SLOTS, last,
+        if next_item is not None:   # stream: the next item's S_0 with this item's last P V, and its softmax
+            s_tok, acc = _issue_tile(mem, _query_tile(mem, wg, next_item), p_op, acc, zero_s, g + n_tiles, (g + n_tiles) % SLOTS, last,
                                      t + n_tiles)
             _pass_turn(turn, PINGPONG, ARRIVE)
             s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
@@ -1239,8 +1247,8 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _ws_consumer(mem, out, wg, work, sizes):
-        """Consumer wg's partition: one key loop across all of its program's work items (stream, _stream_loop) or a
-        key loop per item (_item_loop)."""
+        """Consumer wg's partition: its program's work items one after another (_item_loop) or, with stream, each next
+        item's first scores issued beside this item's last P V (_stream_loop)."""
         if mem[2].shape[8] > 1:
             _stream_loop(mem, out, wg, work, sizes)
         else:
@@ -1291,13 +1299,10 @@ if HAVE_GLUON:
         p, alpha, m_i = _softmax_tile(s_ij, gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout)),
                                       0, full_stop, q_any, N_KEYS, N_KEYS, qk_scale, s_layout, BLOCK_N, TREE, POLY)
         l_i = gl.sum(p, axis=1)
-        for it in range(n_items - 1):
+        for it in range(n_items - 1):   # (item it's queries were waited for at item it - 1's end, or by _first_scores)
             q_tile = q_smem.index((it % Q_BUFFERS) * CONSUMERS + wg)
-            nxt = it + 1
-            mbarrier.wait(q_bar.index(nxt % Q_BUFFERS), (nxt // Q_BUFFERS) & 1)
-            q_next = q_smem.index((nxt % Q_BUFFERS) * CONSUMERS + wg)
             acc, l_done, m_done, p, l_i, m_i = _attend((p, l_i, m_i), q_tile, mem, wg, it * KT, it * KT, KT, 0,
-                                                          full_stop, N_KEYS, q_any, N_KEYS, qk_scale, q_next, True)
+                                                       full_stop, N_KEYS, q_any, N_KEYS, qk_scale, it + 1, True)
             mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
             _stream_store(acc, l_done, m_done, out, it, work, sizes, wg, ROWS * CONSUMERS, BLOCK_N, DIRECT)
         it = n_items - 1
