@@ -199,8 +199,8 @@ by experiment coldstart; ncu at N = 2048):
   for the persistent 128-row candidate). What it points at: the item boundary is worth about 0.5 us per round, if the
   key loop itself stays the item loop's. So stream was rebuilt that way after call 7 (_stream_loop): each item's key
   tiles by _attend's own loop, its query tile fixed, and only the boundary, the next item's S_0 beside this item's
-  last P V and that S_0's softmax, after it (_attend with q_next; the next item resumes from P_0, l and m). Offline
-  sm_90 SASS: the common path of each of its key loops is 411-412 instructions, the item loop's 412; no spill; the
+  last P V and that S_0's softmax, after it (_attend with next_item, which waits for the next queries only there: the
+  loader loads them after issuing this item's key tiles; the next item resumes from P_0, l and m). Offline sm_90 SASS: the common path of each of its key loops is 411-412 instructions, the item loop's 412; no spill; the
   code is 6440 instructions against 4168 (_attend inlined twice per consumer: the items before the last, and the
   last). NOT YET TIMED: the session's device time was spent. The default candidates' SASS is unchanged by the
   rebuild (the ws2 candidates byte for byte; the split ws3 the same 6528 instructions, 6 lines of uniform slot
@@ -1272,7 +1272,7 @@ if HAVE_GLUON:
     def _stream_loop(mem, out, wg, work, sizes):
         """stream (persistent, non-causal): consumer wg's rows of its program's work items, each item's key tiles by
         _attend's loop (its query tile fixed), but the last P V of one item issued with the next item's S_0 and that
-        S_0's softmax run before the item's O leaves (_attend with q_next), so that the next item resumes from it.
+        S_0's softmax run before the item's O leaves (_attend with next_item), so that the next item resumes from it.
         Against _item_loop an item saves a softmax with no product under it and a product with no softmax beside it.
         Slots and phases run on as in _item_loop, which the loader serves unchanged; the turns are one per key tile and
         one more in all (S_0; S_x with P_(x-1) V_(x-1); the last P V), so item it's first is it * KT.
