@@ -202,9 +202,10 @@ by experiment coldstart; ncu at N = 2048):
   last P V and that S_0's softmax, after it (_attend with next_item, which waits for the next queries only there: the
   loader loads them after issuing this item's key tiles; the next item resumes from P_0, l and m). Offline sm_90 SASS: the common path of each of its key loops is 411-412 instructions, the item loop's 412; no spill; the
   code is 6440 instructions against 4168 (_attend inlined twice per consumer: the items before the last, and the
-  last). NOT YET TIMED: the session's device time was spent. The default candidates' SASS is unchanged by the
-  rebuild (the ws2 candidates byte for byte; the split ws3 the same 6528 instructions, 6 lines of uniform slot
-  arithmetic in another order).
+  last). NOT YET TIMED: the session's device time was spent. The default candidates' SASS at the harness's shapes
+  (non-causal, N a multiple of 128) is byte for byte what it was at 866b74e, and so what tests-v7 passed at 5f5b5ad; at
+  ragged or causal shapes it has the same instruction count with a few integer instructions chosen or placed
+  differently (offline sm_90 SASS at N = 1000 and causal 1024).
 Neither row_sum, key tiles of 64 nor stream is on in V7_CANDIDATES (FA2_V7_ROW_SUM=1 and FA2_V7_STREAM=1 switch the
 first and the last on for v7's candidates).
 """
@@ -1102,17 +1103,18 @@ if HAVE_GLUON:
             mbarrier.wait(shared[9].index(k % SLOTS), (k // SLOTS) & 1)
 
     @gluon.jit
-    def _issue_tile(mem, q_tile, p_op, acc, zero_s, k, slot, prev, t):
-        """Key tile k's group of products at ping-pong turn t, not waited for: once its slot is ready (and with
-        v_barrier tile k - 1's V), S_k = Q K_k^T and P_(k-1) V_(k-1) (into acc; slot and prev: tiles k's and k - 1's
-        slots). Returns S_k's token and acc's. The caller passes the turn on (row_sum issues its P ones first)."""
+    def _issue_tile(mem, q_tile, p_op, acc, zero_s, g, j, slot, prev, t):
+        """Key tile k = g + j's group of products at ping-pong turn t + j, not waited for: once its slot is ready (and
+        with v_barrier tile k - 1's V), S_k = Q K_k^T and P_(k-1) V_(k-1) (into acc; slot and prev: tiles k's and
+        k - 1's slots). Returns S_k's token and acc's. The caller passes the turn on (row_sum issues its P ones
+        first)."""
         shared, turn, modes = mem[0], mem[1], mem[2]
         k_smem, v_smem, ready = shared[1], shared[2], shared[7]
-        mbarrier.wait(ready.index(slot), (k // k_smem.shape[0]) & 1)
+        mbarrier.wait(ready.index(slot), ((g + j) // k_smem.shape[0]) & 1)
         if modes.shape[2] == 4:   # unsynced_arrive: each warp waits for the slot by itself
             _mark_unsynced()
-        _wait_v(shared, k - 1)
-        _take_turn(turn, t, modes.shape[1] > 1)
+        _wait_v(shared, g + j - 1)
+        _take_turn(turn, t + j, modes.shape[1] > 1)
         s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
         return s_tok, acc
@@ -1174,7 +1176,7 @@ if HAVE_GLUON:
         for j in range(1, n_tiles):
             slot = (g + j) % SLOTS
             prev = (g + j - 1) % SLOTS
-            s_tok, acc = _issue_tile(mem, q_tile, p_op, acc, zero_s, g + j, slot, prev, t + j)
+            s_tok, acc = _issue_tile(mem, q_tile, p_op, acc, zero_s, g, j, slot, prev, t)
             if ROW_SUM:
                 acc_l = warpgroup_mma(gl.convert_layout(p_op, pl_layout), ones, acc_l, is_async=True)
             _pass_turn(turn, PINGPONG, ARRIVE)
@@ -1200,8 +1202,8 @@ if HAVE_GLUON:
                 p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         last = (g + n_tiles - 1) % SLOTS
         if next_item is not None:   # stream: the next item's S_0 with this item's last P V, and its softmax
-            s_tok, acc = _issue_tile(mem, _query_tile(mem, wg, next_item), p_op, acc, zero_s, g + n_tiles, (g + n_tiles) % SLOTS, last,
-                                     t + n_tiles)
+            s_tok, acc = _issue_tile(mem, _query_tile(mem, wg, next_item), p_op, acc, zero_s, g, n_tiles,
+                                     (g + n_tiles) % SLOTS, last, t)
             _pass_turn(turn, PINGPONG, ARRIVE)
             s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
             p, alpha, m_next = _softmax_tile(s_ij, gl.full([ROWS], float("-inf"), gl.float32, row_s), k_base,
