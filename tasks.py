@@ -295,7 +295,8 @@ def report(c, out="RESULTS.md"):
             "N": "comma-separated sequence lengths",
             "rounds": "interleaved timing rounds",
             "causal": "0, 1 or 2 (both); default: the experiment's own",
-            "only": "gluon: comma-separated configuration labels (default: every one of EXPERIMENT_CONFIGS)"})
+            "only": "gluon, items: comma-separated configuration labels (gluon's default: every one of "
+                    "EXPERIMENT_CONFIGS; items': the persistent 128-row candidate)"})
 def experiment(c, name, N="", rounds=5, causal="", only=""):
     """Experiments beyond the harness: pcast (where P is rounded), launch-order (v6), timing (small N),
     other-shapes (v7 against v6 and SDPA where neither was tuned), exp2-poly (v7 with part of the
