@@ -493,6 +493,16 @@ COLDSTART_PROTOCOLS = {
 }
 
 
+def _spin_cycles() -> int:
+    """About 30 us of SM cycles at this GPU's clock (fa2lab.gpu.facts): torch.cuda._sleep's argument for a spin that
+    keeps the GPU busy while the host queues the next call."""
+    import torch
+
+    from fa2lab.gpu import facts
+
+    return int(30 * facts(torch.cuda.current_device()).sm_clock_mhz)
+
+
 def coldstart(args, save):
     """Why a kernel loses more than another to do_bench's flush (issue 6: v7 non-causal at N = 1024 and
     2048 is ahead of cuDNN by graph replay and behind it by do_bench). Each call is timed alone between
@@ -504,7 +514,6 @@ def coldstart(args, save):
     import torch
     import torch.nn.functional as F
 
-    from fa2lab.gpu import facts
     from fa2lab.timing import flush_buffer, prepared_times
     from fa2lab.versions import load
 
@@ -525,7 +534,7 @@ def coldstart(args, save):
                         "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)}
 
             calls, others = calls_on(q, k, v), calls_on(q2, k2, v2)
-            spin = int(30 * facts(torch.cuda.current_device()).sm_clock_mhz)   # about 30 us of SM cycles
+            spin = _spin_cycles()
 
             def prepare(name, protocol):
                 def run():
@@ -646,6 +655,7 @@ def items(args, save):
     (experiments' _kernel_ms), the medians of --rounds rounds of --reps calls."""
     import math
 
+    import numpy as np
     import torch
     import torch.nn.functional as F
 
@@ -655,7 +665,7 @@ def items(args, save):
     G = load_shared("gluon_forward_hopper")
     configs = G.configs_named(args.only or [ITEM_CONFIG])
     sms = facts(torch.cuda.current_device()).sm_count
-    spin = int(30 * facts(torch.cuda.current_device()).sm_clock_mhz)   # about 30 us of SM cycles
+    spin = _spin_cycles()
     D = shapes.HEAD_DIM
     fits = {}
     for heads, N in ITEM_SHAPES:
@@ -667,7 +677,9 @@ def items(args, save):
             launch = G.forward(q, k, v, False, cfg)[2]
             calls[cfg.label] = lambda launch=launch: launch(q, k, v)
         calls["sdpa"] = lambda: F.scaled_dot_product_attention(q4, k4, v4)
-        tiles = heads * math.ceil(N / 128)
+        key_tiles = math.ceil(N / 128)   # per item, as each item has 128 rows
+        tiles = heads * key_tiles
+        rounds = math.ceil(tiles / sms)
         rows = []
         for name, fn in calls.items():
             per = {p: [] for p in ("spin", "graph")}
@@ -677,15 +689,13 @@ def items(args, save):
             for p, ts in per.items():
                 med, lo, hi = _spread(ts)
                 rows.append({"variant": name, "heads": heads, "N": N, "D": D, "causal": 0, "items": tiles,
-                             "rounds_per_sm": math.ceil(tiles / sms), "key_tiles_per_item": math.ceil(N / 128),
+                             "rounds_per_sm": rounds, "key_tiles_per_item": key_tiles,
                              "protocol": p, "ms": med, "ms_min": lo, "ms_max": hi, "rounds": args.rounds,
                              "reps": args.reps, "timer": "kernel"})
-                fits.setdefault((name, p), []).append((math.ceil(tiles / sms), med * 1e3))
-        print(f"heads={heads} N={N} ({tiles} items, {math.ceil(tiles / sms)} per SM): " + ", ".join(
+                fits.setdefault((name, p), []).append((rounds, med * 1e3))
+        print(f"heads={heads} N={N} ({tiles} items, {rounds} per SM): " + ", ".join(
             f"{r['variant']} {r['protocol']} {r['ms'] * 1e3:.1f} us" for r in rows), flush=True)
         save("items", rows)
-    import numpy as np
-
     for (name, p), pts in fits.items():   # least squares: us = a + b * rounds
         b, a = np.polyfit(*zip(*pts), 1)
         print(f"{name} ({p}): {b:.2f} us per round of items, {a:.1f} us at none")

@@ -1165,12 +1165,16 @@ def section_items(gpu, root) -> str:
 
 def section_ncu_source(gpu, root) -> str:
     """Where the warps wait, instruction by instruction (run_profile.py --source): for the latest source page of each
-    profile of the default kernels (not of a run with a kernel switch away from its default), per kernel, the sampled warp states by stall reason, by opcode and by phase."""
+    profile of the default kernels (not of a run with a kernel switch away from its default), per kernel, the sampled
+    warp states by stall reason, by opcode and by phase."""
     folder = data.root(root) / gpu / "ncu" / "source"
     latest: dict[str, Path] = {}
+    switched: dict[str, set[str]] = {}   # per tag, its summary's runs made with a switch away from its default
     for path in sorted(folder.glob("*.csv")):   # <tag>_<run id>.csv: the run id sorts by time
         tag, run = path.stem.rsplit("_", 1)
-        if run not in data.switched_runs(folder.parent / f"{tag}.csv"):   # the default kernels' pages only
+        if tag not in switched:
+            switched[tag] = data.switched_runs(folder.parent / f"{tag}.csv")
+        if run not in switched[tag]:   # the default kernels' pages only
             latest[tag] = path
     if not latest:
         return ("Where the warps wait, by instruction: " + NOT_YET

@@ -200,8 +200,9 @@ by experiment coldstart; ncu at N = 2048):
   key loop itself stays the item loop's. So stream was rebuilt that way after call 7 (_stream_loop): each item's key
   tiles by _attend's own loop, its query tile fixed, and only the boundary, the next item's S_0 beside this item's
   last P V and that S_0's softmax, after it (_attend with next_item, which waits for the next queries only there: the
-  loader loads them after issuing this item's key tiles; the next item resumes from P_0, l and m). Offline sm_90 SASS: the common path of each of its key loops is 411-412 instructions, the item loop's 412; no spill; the
-  code is 6440 instructions against 4168 (_attend inlined twice per consumer: the items before the last, and the
+  loader loads them after issuing this item's key tiles; the next item resumes from P_0, l and m). Offline sm_90
+  SASS: the common path of each of its key loops is 411-412 instructions, the item loop's 412; no spill; the code is
+  6440 instructions against 4168 (_attend inlined twice per consumer: the items before the last, and the
   last). NOT YET TIMED: the session's device time was spent. The default candidates' SASS at the harness's shapes
   (non-causal, N a multiple of 128) is byte for byte what it was at 866b74e, and so what tests-v7 passed at 5f5b5ad; at
   ragged or causal shapes it has the same instruction count with a few integer instructions chosen or placed
@@ -1263,7 +1264,7 @@ if HAVE_GLUON:
         of O and L."""
         ROWS: gl.constexpr = acc.shape[0]
         row_s: gl.constexpr = l_i.type.layout
-        row_o: gl.constexpr = gl.SliceLayout(1, _wgmma_layout(4, acc.shape[1]))
+        row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
         q_start, head, _, _, _, _, _, _ = _work_item(gl.program_id(0) + idx * gl.num_programs(0), work, BLOCK_M,
                                                      BLOCK_N)
         row0 = q_start + wg * ROWS
@@ -1296,9 +1297,9 @@ if HAVE_GLUON:
         n_items = gl.cdiv(work[5] - gl.program_id(0), gl.num_programs(0))
         q_any = gl.zeros([ROWS], gl.int32, gl.SliceLayout(1, s_layout))   # non-causal: the mask tests k < N_KEYS only
         DIRECT: gl.constexpr = modes.shape[0] > 1
-        s_tok, q_tile = _first_scores(mem, wg, 0, 0)
+        s_tok, _ = _first_scores(mem, wg, 0, 0)
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-        p, alpha, m_i = _softmax_tile(s_ij, gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout)),
+        p, _, m_i = _softmax_tile(s_ij, gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout)),
                                       0, full_stop, q_any, N_KEYS, N_KEYS, qk_scale, s_layout, BLOCK_N, TREE, POLY)
         l_i = gl.sum(p, axis=1)
         for it in range(n_items - 1):   # (item it's queries were waited for at item it - 1's end, or by _first_scores)

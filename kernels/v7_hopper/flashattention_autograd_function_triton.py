@@ -14,16 +14,16 @@ pause before each run; the median of 15 runs, min-max):
   came to 100% (97-106) and 99% (94-102). Experiment dobench, 12 fresh processes: v7 94.6-107.6% of cuDNN by
   do_bench, median 97.8%.)
 Session 22 added two more 5-run protocols of the same kernels, both with a 5 s pause: 332342c, non-causal 99/99/99/109%
-(95-100, 96-99, 99-100, 108-110), causal 99/117/114/106% (93-104, 116-124, 112-115, 104-107); 5f5b5ad (the session's
-last kernel change: the switches' defaults read from one place), non-causal 96/100/99/110% (95-104, 98-101, 98-100,
-109-114), causal 102/118/113/108% (94-103, 118-122, 112-114, 103-109). Over all 25 runs: non-causal 98.3 (47-106) /
-99.0 (96-103) / 99.4 (98-100) / 109.8% (108-114), causal 98.8 (69-104) / 118.8 (116-125) / 113.2 (112-115) / 107.1%
-(103-109): the same four shapes level. Two more levers on the Gluon path were slower (the Gluon module's docstring): the row sums of P on the
-tensor cores (row_sum, 13% fewer instructions but 84.2 us against 80.7 under ncu at 2048) and key tiles of 64
-(82-88% of cuDNN). experiment items located the rest of the gap at 1024 and 2048: per round of work items the
-persistent kernel costs 1.2-1.3 us beside its key tiles and cuDNN's 1.0-1.1, the key tiles themselves the same. One
-key loop across the items (stream) brought that to 0.66 us but made every key tile dearer (94.9/94.9% of cuDNN at
-1024/2048): not kept. stream has since been rebuilt with the item loop kept and only the boundary changed (offline
+(95-100, 96-99, 99-100, 108-110), causal 99/117/114/106% (93-104, 116-124, 112-115, 104-107); 5f5b5ad (the default
+kernels' SASS at these shapes is the same at the session's last commit), non-causal 96/100/99/110% (95-104, 98-101,
+98-100, 109-114), causal 102/118/113/108% (94-103, 118-122, 112-114, 103-109). Over all 25 runs: non-causal 98.3
+(47-106) / 99.0 (96-103) / 99.4 (98-100) / 109.8% (108-114), causal 98.8 (69-104) / 118.8 (116-125) / 113.2 (112-115) /
+107.1% (103-109): the same four shapes level. Two more levers on the Gluon path were slower (the Gluon module's
+docstring): the row sums of P on the tensor cores (row_sum, 13% fewer instructions but 84.2 us against 80.7 under ncu at
+2048) and key tiles of 64 (82-88% of cuDNN). experiment items located the rest of the gap at 1024 and 2048: per round of
+work items the persistent kernel costs 1.2-1.3 us beside its key tiles and cuDNN's 1.0-1.1, the key tiles themselves the
+same. One key loop across the items (stream) brought that to 0.66 us but made every key tile dearer (94.9/94.9% of cuDNN
+at 1024/2048): not kept. stream has since been rebuilt with the item loop kept and only the boundary changed (offline
 SASS: the key loop's common path as the item loop's); that form is not yet timed (the Gluon module's docstring).
 Three levers tried on the Gluon path in session 21 were slower or unchanged (poly_exp, early_p, mixed: the Gluon
 module's docstring); its ncu source pages say why 1024 and 2048 stay level: with 2 consumers the products and the
@@ -40,8 +40,9 @@ cut the fourth), the median and the runs' min-max:
   (* one run at 52%: 24.5 us by do_bench against 13.0-13.5 in the others, its graph replay unchanged at 8.8 us)
 Without it, session 19's four 5-run protocols (baacd40, 538f1fa: 4 runs, ad1d90a twice; 19 runs) had 99.3/98.5/99.2/
 109.4% non-causal and 98.4/118.8/113.2/107.0% causal, and session 20's one more (28cf1ec) 100.0/98.3/99.7/109.3% and
-98.2/119.4/112.7/107.7%. The harness's graph-replay column puts v7 ahead at all 8 shapes in every protocol of these kernels (session 19:
-medians 111/103/103/109% and 115/139/116/106%; with unsynced_arrive 112/102/103/108% and 115/139/116/107%): SDPA's replayed call costs about 1 us more than its kernel. Issue 6's goal
+98.2/119.4/112.7/107.7%. The harness's graph-replay column puts v7 ahead at all 8 shapes in every protocol of
+these kernels (session 19: medians 111/103/103/109% and 115/139/116/106%; with unsynced_arrive 112/102/103/108% and
+115/139/116/107%): SDPA's replayed call costs about 1 us more than its kernel. Issue 6's goal
 (at least cuDNN at every harness shape, both masks) is met by do_bench beyond the spread at 4 of the 8 shapes
 (non-causal 4096, causal from 1024 up); at N = 512 with either mask and at non-causal 1024 and 2048 v7 and cuDNN are
 level: medians within 1% of 100% and runs on both sides. The kernels alone (torch.profiler's GPU durations, experiment
