@@ -419,8 +419,12 @@ def gluon(args, save):
 
     G = load_shared("gluon_forward_hopper")
     FA = load("v7_hopper").FlashAttentionTriton
-    B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
+    B, H, D = shapes.BATCH, shapes.HEADS, args.D
     configs = G.configs_named(args.only) if args.only else list(G.EXPERIMENT_CONFIGS)
+    unfit = [c.label for c in configs if not c.fits(D, facts().smem_per_block)]
+    if unfit:
+        print(f"not timed at D = {D} (shared memory): {', '.join(unfit)}")
+        configs = [c for c in configs if c.label not in unfit]
 
     def errors(cfg, q, k, v, causal):
         O, L, _ = G.forward(q, k, v, causal, cfg)
@@ -456,7 +460,7 @@ def gluon(args, save):
 
     for causal in _masks(args):
         for N in args.Ns:
-            q, k, v = _inputs(N)
+            q, k, v = _inputs(N, D=D)
             q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
             ref = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal).view(B * H, N, D)
             calls = {"v7_tl": lambda: forced(FA, "tma", lambda: FA.apply(q, k, v, causal)),
@@ -474,13 +478,13 @@ def gluon(args, save):
             timed = _interleaved(calls, args.rounds)
             graph = {name: bench_graph_ms(fn) for name, fn in calls.items()}
             flop, sdpa = shapes.flops(B, H, N, D, causal), timed["sdpa"][0]
-            save("gluon", [{"variant": n, "N": N, "causal": int(causal), "ms": t[0], "ms_min": t[1], "ms_max": t[2],
+            save("gluon", [{"variant": n, "N": N, "D": D, "causal": int(causal), "ms": t[0], "ms_min": t[1], "ms_max": t[2],
                             "graph_ms": graph[n], "tflops": shapes.tflops(flop, t[0]),
                             "pct_of_sdpa": 100.0 * sdpa / t[0],
                             "graph_pct_of_sdpa": 100.0 * graph["sdpa"] / graph[n],
                             "rel_err_vs_sdpa": errs[n], "rounds": args.rounds, "lean": lean.get(n, 1)}
                            for n, t in timed.items()])
-            print(f"N={N} causal={int(causal)}: " + ", ".join(
+            print(f"N={N} D={D} causal={int(causal)}: " + ", ".join(
                 f"{n} {t[0]:.3f} ms ({100.0 * sdpa / t[0]:.1f}%; graph {100.0 * graph['sdpa'] / graph[n]:.1f}%)"
                 for n, t in timed.items()), flush=True)
 
@@ -737,6 +741,9 @@ def main(argv=None) -> int:
                                      "gluon", "coldstart", "dobench", "items"))
     ap.add_argument("--N", dest="Ns", type=int, nargs="*", default=None, help="sequence lengths")
     ap.add_argument("--causal", type=int, choices=(0, 1, 2), default=None, help="0, 1, or 2 for both")
+    ap.add_argument("--D", type=int, choices=(64, 128), default=shapes.HEAD_DIM,
+                    help="gluon: head dimension (default the harness's; configurations whose shared memory does not "
+                         "fit it are listed and skipped)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--seeds", type=int, default=3, help="pcast: inputs for the error")
     ap.add_argument("--configs", type=int, default=3,

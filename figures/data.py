@@ -283,11 +283,14 @@ GLUON_NOT_CONFIGS = (*GLUON_SAME_RUN, "v7_gluon")   # rows that are not one of t
 GLUON_V7_TL_WAS_DEFAULT = ("aafdf46",)
 
 
-def gluon(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, Path]:
-    """results/<gpu>/experiments/gluon.csv (experiments/run.py gluon), the latest row per (run, variant,
-    shape), with `run_start` (the run's first date) to order the runs by."""
+def gluon(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM) -> tuple[pd.DataFrame, Path]:
+    """results/<gpu>/experiments/gluon.csv (experiments/run.py gluon), the rows at head dimension D (rows
+    without the column came before its --D: the harness's), the latest row per (run, variant, shape), with
+    `run_start` (the run's first date) to order the runs by; an empty frame where no run timed D."""
     path = root(results_root) / gpu_slug / "experiments" / "gluon.csv"
     df = load(path, GLUON_COLUMNS)
+    dims = pd.to_numeric(df["D"], errors="coerce").fillna(shapes.HEAD_DIM) if "D" in df.columns else shapes.HEAD_DIM
+    df = df[dims == D]
     df = df[~((df["variant"] == "v7_tl") & df["git_commit"].astype(str).isin(GLUON_V7_TL_WAS_DEFAULT))]
     df = df.sort_values("date", kind="stable").drop_duplicates(["git_commit", "variant", "N", "causal"], keep="last")
     return df.assign(run_start=df.groupby("git_commit")["date"].transform("min")), path

@@ -44,7 +44,8 @@
 #   pcast | launch-order | timing | other-shapes | exp2-poly | grid | bwd-modes | coldstart | dobench   experiments/run.py
 #   items             experiment items (ITEMS_ONLY: configuration labels, default the persistent 128-row candidate;
 #                     ITEMS_ROUNDS, default 3)
-#   gluon-v7          experiment gluon over v7's Gluon candidates (GLUON_ONLY: other labels; GLUON_NS; GLUON_CAUSAL 0/1/2)
+#   gluon-v7          experiment gluon over v7's Gluon candidates (GLUON_ONLY: other labels; GLUON_NS; GLUON_CAUSAL 0/1/2;
+#                     GLUON_D: head dimension, 64 or 128)
 #   ceilings          the matmul peak table and the copy bandwidth
 #   nonsquare         the full non-square causal check (${NONSQUARE_KERNELS:-all}, NONSQUARE_JOBS versions at once)
 #
@@ -106,7 +107,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
     pcast|launch-order|timing|other-shapes|exp2-poly|grid|bwd-modes|coldstart|dobench) echo "python3 experiments/run.py $s" ;;
     items) echo "python3 experiments/run.py items --rounds ${ITEMS_ROUNDS:-3} --reps 30${ITEMS_ONLY:+ --only $ITEMS_ONLY}" ;;
-    gluon-v7) echo "python3 experiments/run.py gluon --N ${GLUON_NS:-512 1024 2048 4096} --causal ${GLUON_CAUSAL:-0} --only ${GLUON_ONLY:-ws2x64x128/3s/preg/pp/persist/ua ws2x64x128/3s/preg/pp/ua ws3x64x128/4s/preg/pp/split/persist/ua}" ;;
+    gluon-v7) echo "python3 experiments/run.py gluon --N ${GLUON_NS:-512 1024 2048 4096} --causal ${GLUON_CAUSAL:-0} --D ${GLUON_D:-64} --only ${GLUON_ONLY:-ws2x64x128/3s/preg/pp/persist/ua ws2x64x128/3s/preg/pp/ua ws3x64x128/4s/preg/pp/split/persist/ua}" ;;
     ceilings) echo "python3 profiling/matmul_peak.py" ;;
     nonsquare) echo "python3 harness/check_nonsquare.py --kernel ${NONSQUARE_KERNELS:-all} --save --jobs ${NONSQUARE_JOBS:-6}" ;;
     *) return 1 ;;

@@ -601,6 +601,15 @@ EXPERIMENT_CONFIGS = (
     # calls 6-7 timed a first form, one loop over all of a program's key tiles: slower, see the module's docstring):
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
                 stream=True),
+    # session 23, head dimension 128: none of V7_CANDIDATES fits a block's shared memory there (3 K/V slots of 128 x 128
+    # take 192 KB), so v7 runs its tl path at 75-77% of cuDNN (experiment other-shapes). What fits at D = 128: 2 slots
+    # of 128 keys (persistent: 224 KB with Q double-buffered) or 3 of 64; without ping-pong for want of registers
+    # (offline sm_90 SASS at D = 128: ping-pong 5 STL / 10 LDL, without it none; 64-key tiles none):
+    GluonConfig(128, 128, 4, 2, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True),
+    GluonConfig(128, 128, 4, 2, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True),
+    GluonConfig(128, 128, 4, 2, p_smem=False, consumers=2, persistent=True, unsynced_arrive=True),
+    GluonConfig(128, 64, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True),
+    GluonConfig(128, 64, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True),
 )
 
 
