@@ -613,8 +613,8 @@ EXPERIMENT_CONFIGS = (
     # call 3 (30ce6d5, D = 128, do_bench, 5 rounds): 64-key tiles on the persistent grid lead at every N, 86.8/87.6/89.2%
     # of cuDNN at N = 1024/2048/4096 against v7's tl path's 81.2/77.9/77.7%; 128-key tiles 75-86%. More slots for
     # them, O stored from the registers (ds) to free the epilogue's 32 KB, and three consumers (160 registers: no spill
-    # with 64-key tiles in the offline SASS, 193 STL with 128-key ones), persistent only with ds (Q double-buffered):
-    GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True),
+    # with 64-key tiles in the offline SASS, 193 STL with 128-key ones), persistent only with ds (Q double-buffered);
+    # with session 22's ws2x64x64/4s above:
     GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, direct_store=True,
                 unsynced_arrive=True),
     GluonConfig(192, 64, 4, 3, p_smem=False, consumers=3, pingpong=True, unsynced_arrive=True),
