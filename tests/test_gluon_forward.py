@@ -566,3 +566,47 @@ def test_stream_is_switched_on_for_the_persistent_128_row_candidate_and_off_unde
             "print([c.stream for c in G.V7_CANDIDATES], [c.stream for c in G.for_mask(G.V7_CANDIDATES, True)])")
     assert probe(code, FA2_V7_STREAM="1") == "[True, False, False] [False, False, False]"
     assert probe(code) == "[False, False, False] [False, False, False]"
+
+
+def test_head_dimension_128_has_candidates_of_its_own():
+    """At D = 128 none of v7's 128-key candidates fits a Hopper block's 227 KB (three K/V slots of 128 x 128 are 192 KB),
+    so v7 takes candidates of its own there (64-key tiles, experiment gluon --D 128): each fits, each is a measured
+    configuration."""
+    smem = 232448   # an H100/H200 block's opt-in maximum
+    assert G.candidates_for(64) == G.V7_CANDIDATES and G.candidates_for(128) == G.V7_CANDIDATES_WIDE
+    assert not any(c.fits(128, smem) for c in G.V7_CANDIDATES)
+    assert G.V7_CANDIDATES_WIDE and all(c.fits(128, smem) for c in G.V7_CANDIDATES_WIDE)
+    assert {c.label for c in G.V7_CANDIDATES_WIDE} <= {c.label for c in G.EXPERIMENT_CONFIGS}
+
+
+WIDE_COMPILE = """
+import json, subprocess, sys, tempfile
+sys.path.insert(0, {repo!r})
+from fa2lab.compile_offline import tool_path
+from fa2lab.versions import load_shared
+G = load_shared("gluon_forward_hopper")
+out = {{}}
+for cfg in G.V7_CANDIDATES_WIDE:
+    c = G.compile_offline(cfg, N=2048, D=128)
+    sass = None
+    if tool_path("nvdisasm"):
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(c.asm["cubin"]); f.flush()
+            sass = subprocess.run([tool_path("nvdisasm"), "-c", f.name], capture_output=True, text=True).stdout
+    out[cfg.label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(128),
+                       "local_stores": None if sass is None else sass.count("STL")}}
+print(json.dumps(out))
+"""
+
+
+def test_head_dimension_128_candidates_compile_within_the_estimate_and_without_spills():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, "-c", WIDE_COMPILE.format(repo=str(REPO))], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert set(out) == {c.label for c in G.V7_CANDIDATES_WIDE}
+    for label, r in out.items():
+        # fits() may only err on the safe side: at D = 128 Triton's epilogue scratch is smaller than the estimate's
+        assert r["shared"] <= r["estimate"] <= 232448, (label, r)
+        assert r["local_stores"] in (None, 0), (label, r)   # None: no nvdisasm to read the SASS

@@ -285,6 +285,21 @@ def test_default_kernels_tells_rows_of_switched_kernels():
 
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")
+@pytest.mark.parametrize("B,n", [(2, 1000), (32, 1000)])
+def test_gluon_path_at_head_dimension_128_runs_its_own_candidates(B, n, monkeypatch):
+    """At D = 128 the Gluon path applies (candidates_for(128): 64-key tiles) and matches float64, O and L."""
+    Q, K, V = inputs(B, n, n, 128, seed=n + B)
+    assert v7.gluon_applies(Q, K, V, False, 0, None) is None
+    monkeypatch.setattr(FA, "FORCE_PATH", "gluon")
+    Q.requires_grad_(True)
+    O = FA.apply(Q, K, V, False)
+    assert v7.LAST_PATH == "gluon" and v7.last_config() in {c.label for c in v7.GLUON.candidates_for(128)}
+    ref_O, ref_L = attention(Q.detach().cpu(), K.cpu(), V.cpu(), False)
+    assert relative_error(O.detach().cpu(), ref_O) < TOL[torch.bfloat16]
+    assert torch.allclose(saved_lse(O).cpu(), ref_L.float(), atol=1e-2)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_race_runs_the_path_that_won_and_matches_float64(causal, monkeypatch):
     monkeypatch.setattr(FA, "RACE_TL", True)
@@ -312,7 +327,7 @@ def test_gluon_path_matches_float64_and_repeats_itself(B, n_q, n_k, causal, monk
     assert relative_error(O.cpu(), ref_O) < TOL[torch.bfloat16]
     O2 = FA.apply(Q, K, V, causal)
     assert v7.LAST_PATH == "gluon" and torch.equal(O, O2)
-    assert v7.last_config() in {c.label for c in v7.GLUON.for_mask(v7.GLUON.V7_CANDIDATES, causal)}
+    assert v7.last_config() in {c.label for c in v7.GLUON.for_mask(v7.GLUON.candidates_for(64), causal)}
     Q.requires_grad_(True)
     O3 = FA.apply(Q, K, V, causal)           # autograd's path keeps L: the saved logsumexp
     assert torch.allclose(saved_lse(O3).cpu(), ref_L.float(), atol=1e-2)

@@ -441,6 +441,13 @@ V7_BASE = (
     # 192-row tiles with the split tail (N = 4096)
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True),
 )
+# At head dimension 128 none of those fits a block's shared memory; session 23's calls 3-4 (experiment gluon --D 128,
+# 621449f) found 64-key tiles best: the persistent 128-row program at N = 1024/2048 (86.6-87.6% of cuDNN, 88.3%; v7's
+# tl path 81 and 78%), 192-row tiles with the split tail at 4096 (95.5%; tl path 73.5%).
+V7_BASE_WIDE = (
+    GluonConfig(128, 64, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
+    GluonConfig(192, 64, 4, 3, p_smem=False, consumers=3, pingpong=True, split_tail=True),
+)
 
 
 def with_option(**option) -> tuple:
@@ -1782,10 +1789,23 @@ TREE_MAX = switch_on("TREE_MAX")
 ROW_SUM = switch_on("ROW_SUM")
 STREAM = switch_on("STREAM")
 UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE")   # on by default since session 20 (call 4); thread_arrive excludes it
-V7_CANDIDATES = tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
-                              tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
-                              row_sum=ROW_SUM, stream=STREAM and c.persistent and not c.split_tail,
-                              unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE) for c in V7_BASE)
+
+
+def _switched(base) -> tuple:
+    """The base configurations with this process's switches set (above)."""
+    return tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
+                         tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
+                         row_sum=ROW_SUM, stream=STREAM and c.persistent and not c.split_tail,
+                         unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE) for c in base)
+
+
+V7_CANDIDATES = _switched(V7_BASE)             # head dimension 64
+V7_CANDIDATES_WIDE = _switched(V7_BASE_WIDE)   # head dimension 128
+
+
+def candidates_for(D: int) -> tuple:
+    """v7's candidates at head dimension D (HEAD_DIMS)."""
+    return V7_CANDIDATES_WIDE if D > 64 else V7_CANDIDATES
 
 
 def fitting(candidates, D: int, device: int = 0) -> list:
@@ -1809,12 +1829,14 @@ def for_mask(candidates, is_causal: bool) -> list:
     return [replace(c, stream=c.stream and not is_causal) for c in candidates]
 
 
-def best_launch(Q, K, V, is_causal: bool, candidates=V7_CANDIDATES, repeats: int = 20):
-    """The fastest of `candidates` that fit on these inputs: each launched once (compiling), then timed by
+def best_launch(Q, K, V, is_causal: bool, candidates=None, repeats: int = 20):
+    """The fastest of `candidates` (default: candidates_for the head dimension) that fit on these inputs: each
+    launched once (compiling), then timed by
     fa2lab.timing.queued_ms over `repeats` lean repeats (GPU time with the host queued ahead: at N = 512
     timing host-paced repeats picked the slower candidate, 87% of cuDNN by graph replay where the other
     made 109%, commit 18ea471). Returns (O, L, the winner's GluonLaunch, {label: ms per call})."""
     timed = {}
+    candidates = candidates_for(Q.shape[2]) if candidates is None else candidates
     for cfg in fitting(for_mask(candidates, is_causal), Q.shape[2], Q.device.index):
         launch = forward(Q, K, V, is_causal, cfg)[2]
         timed[cfg.label] = (queued_ms(lambda launch=launch: launch(Q, K, V), repeats), launch)

@@ -696,7 +696,7 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     if interpreting():
         return "the interpreter cannot run Gluon"
     why = GLUON.applies(Q, K, V, window)
-    if why is None and not GLUON.fitting(GLUON.V7_CANDIDATES, Q.shape[2], Q.device.index):
+    if why is None and not GLUON.fitting(GLUON.candidates_for(Q.shape[2]), Q.shape[2], Q.device.index):
         why = f"no candidate fits the shared memory at head dimension {Q.shape[2]}"
     return why
 
