@@ -289,6 +289,7 @@ def test_default_kernels_tells_rows_of_switched_kernels():
 def test_gluon_path_at_head_dimension_128_runs_its_own_candidates(B, n, monkeypatch):
     """At D = 128 the Gluon path applies (candidates_for(128): 64-key tiles) and matches float64, O and L."""
     Q, K, V = inputs(B, n, n, 128, seed=n + B)
+    monkeypatch.setattr(FA, "GLUON", True)   # on by default; this file's fixture turns it off
     assert v7.gluon_applies(Q, K, V, False, 0, None) is None
     monkeypatch.setattr(FA, "FORCE_PATH", "gluon")
     Q.requires_grad_(True)
