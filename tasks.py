@@ -296,8 +296,9 @@ def report(c, out="RESULTS.md"):
             "rounds": "interleaved timing rounds",
             "causal": "0, 1 or 2 (both); default: the experiment's own",
             "only": "gluon, items: comma-separated configuration labels (gluon's default: every one of "
-                    "EXPERIMENT_CONFIGS; items': the persistent 128-row candidate)"})
-def experiment(c, name, N="", rounds=5, causal="", only=""):
+                    "EXPERIMENT_CONFIGS; items': the persistent 128-row candidate)",
+            "D": "gluon: head dimension, 64 (default, the harness's) or 128"})
+def experiment(c, name, N="", rounds=5, causal="", only="", D=""):
     """Experiments beyond the harness: pcast (where P is rounded), launch-order (v6), timing (small N),
     other-shapes (v7 against v6 and SDPA where neither was tuned), exp2-poly (v7 with part of the
     softmax's exp2 on the FMA pipe instead of the MUFU), grid (v7's persistent grid against one program
@@ -314,6 +315,7 @@ def experiment(c, name, N="", rounds=5, causal="", only=""):
     cmd += ["--N", *N.split(",")] if N else []
     cmd += ["--causal", str(causal)] if str(causal) != "" else []
     cmd += ["--only", *only.split(",")] if only else []
+    cmd += ["--D", str(D)] if str(D) != "" else []
     if _run(cmd) != 0:
         raise Exit(f"experiment {name} failed", code=1)
 

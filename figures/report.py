@@ -1000,10 +1000,17 @@ def section_gluon(gpu, root) -> str:
     except data.MissingResults:
         return experiment_not_run("The Gluon forward", "gluon", data.root(root) / gpu / "experiments" / "gluon.csv")
 
-    def cell(commit, variant, N, causal):
-        r = df[(df.git_commit == commit) & (df.variant == variant) & (df.N == N) & (df.causal == causal)].iloc[0]
+    def cell(commit, variant, N, causal, frame=df):
+        r = frame[(frame.git_commit == commit) & (frame.variant == variant) & (frame.N == N)
+                  & (frame.causal == causal)].iloc[0]
         return (f"{span(r.ms, r.ms_min, r.ms_max, '.3f')}, graph {fmt(r.graph_ms, '.3f')} "
                 f"({fmt(r.graph_pct_of_sdpa, '.1f', '%')})")
+
+    def every_config(frame, commit, N):
+        """The run's rows at N, non-causal: its configurations by graph time, then the references."""
+        g = frame[(frame.git_commit == commit) & (frame.N == N) & (frame.causal == 0)]
+        ours = g[~g.variant.isin(data.GLUON_NOT_CONFIGS)].sort_values("graph_ms").variant
+        return [*ours, *[v for v in data.GLUON_NOT_CONFIGS if v in set(g.variant)]]
 
     rows, headline = [], []
     for b in data.gluon_best(df).itertuples():
@@ -1013,10 +1020,16 @@ def section_gluon(gpu, root) -> str:
                      cell(b.git_commit, b.best, b.N, b.causal), cell(b.git_commit, "v7_tl", b.N, b.causal),
                      f"{fmt(sdpa.ms, '.3f')}, graph {fmt(sdpa.graph_ms, '.3f')}"])
         if b.N == 4096 and not b.causal:
-            g = df[(df.git_commit == b.git_commit) & (df.N == b.N) & (df.causal == 0)]
-            ours = g[~g.variant.isin(data.GLUON_NOT_CONFIGS)].sort_values("graph_ms").variant
-            refs = [v for v in data.GLUON_NOT_CONFIGS if v in set(g.variant)]
-            headline += [[b.git_commit, v, cell(b.git_commit, v, b.N, 0)] for v in [*ours, *refs]]
+            headline += [[b.git_commit, v, cell(b.git_commit, v, b.N, 0)] for v in every_config(df, b.git_commit, b.N)]
+    wide_df, _ = data.gluon(gpu, root, D=128)
+    wide = []
+    for (_, commit, N), _g in wide_df[wide_df.causal == 0].groupby(["run_start", "git_commit", "N"], sort=True):
+        wide += [[commit, N, v, cell(commit, v, N, 0, wide_df)] for v in every_config(wide_df, commit, N)]
+    wide_text = [] if not wide else [
+        "", "Head dimension 128 (the harness's B and H), non-causal: every configuration each run timed, by graph "
+        "replay, with v7's tl path, v7's own path (v7_gluon: from candidates_for(128) since commit d0f82f9; before it "
+        "no Gluon candidate fitted there and v7 ran its tl path) and SDPA from the same rounds.", "",
+        md_table(["run", "N", "configuration", "do_bench ms, graph ms (% of SDPA)"], wide)]
     return "\n".join([
         "The Gluon forward (`kernels/_shared/gluon_forward_hopper.py`; v7's non-causal path by default since "
         "commit aafdf46, whose harness rows are in the main table): per run and "
@@ -1040,7 +1053,7 @@ def section_gluon(gpu, root) -> str:
         "ua = the key loop's mbarrier arrives and slot wait without the bar.sync Triton puts before them, px4/px8 = a "
         "quarter/an eighth of the exponentials by a cubic on the FMA pipe instead of the MUFU, mix = whole rounds of "
         "192-row items, then each head's rest in 128-row items (the third consumer idle).", "",
-        md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline)])
+        md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline), *wide_text])
 
 
 COLDSTART_COLUMNS = ("variant", "N", "causal", "protocol", "ms")

@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from fa2lab import shapes, versions
-from figures import ada_vs_hopper, compile_cost, data, make_all, roofline, tile_heatmap, timeline, versions_bench
+from figures import (ada_vs_hopper, compile_cost, data, make_all, report, roofline, tile_heatmap, timeline,
+                     versions_bench)
 
 REPO = Path(__file__).resolve().parent.parent
 GPU = "test-gpu"
@@ -247,13 +248,17 @@ GLUON += [("000", "2026-11-30T03:00:00+00:00", v, 4096, 0, ms) for v, ms in (("v
 # a run whose "v7_tl" was v7's default (Gluon) path: that row is dropped, so the run has no tl reference
 GLUON += [("aafdf46", "2026-11-30T04:00:00+00:00", v, 4096, 0, ms) for v, ms in (("v7_tl", 0.9), ("sdpa", 1.0),
                                                                                  ("cfgE", 0.9))]
+# a run at head dimension 128 (experiment gluon --D 128): the only rows with a D column
+GLUON_WIDE = "ccc"
+GLUON += [(GLUON_WIDE, "2026-11-30T05:00:00+00:00", v, 2048, 0, ms) for v, ms in (("v7_tl", 1.3), ("sdpa", 1.0),
+                                                                                  ("cfgW", 1.1), ("v7_gluon", 1.15))]
 
 
 def write_gluon(root: Path) -> Path:
     return _write(root / GPU / "experiments" / "gluon.csv", [
         {"git_commit": run, "date": date, "variant": v, "N": N, "causal": c, "ms": ms, "ms_min": ms, "ms_max": ms,
          "graph_ms": ms, "graph_pct_of_sdpa": 100.0 / ms, "pct_of_sdpa": 100.0 / ms, "rel_err_vs_sdpa": 0.0,
-         **{k: v for k, v in PROV.items() if k != "date"}}
+         **({"D": 128} if run == GLUON_WIDE else {}), **{k: v for k, v in PROV.items() if k != "date"}}
         for run, date, v, N, c, ms in GLUON])
 
 
@@ -268,6 +273,19 @@ def test_gluon_best_per_run_and_shape(results_root):
     assert got[("bbb", 4096, 0)] == ("cfgC", 1) and len(got) == 5
     r = best[(best.git_commit == "bbb")].iloc[0]
     assert r.best_pct == pytest.approx(100 / 0.95) and r.v7_pct == pytest.approx(100 / 1.04)
+
+
+def test_gluon_reads_one_head_dimension_and_the_report_gives_128_its_own_table(results_root):
+    assert GLUON_WIDE not in set(data.gluon(GPU, results_root)[0].git_commit)   # rows without D are the harness's 64
+    wide, _ = data.gluon(GPU, results_root, D=128)
+    assert set(wide.git_commit) == {GLUON_WIDE} and len(wide) == 4
+    text = report.section_gluon(GPU, results_root)
+    main, _, rest = text.partition("Head dimension 128")
+    assert GLUON_WIDE not in main and rest
+    lines = [ln for ln in rest.splitlines() if ln.startswith(f"| {GLUON_WIDE} |")]
+    # its configuration by graph time, then the references in GLUON_NOT_CONFIGS' order
+    assert [ln.split(" | ")[2] for ln in lines] == ["cfgW", "v7_tl", "sdpa", "v7_gluon"]
+    assert "(100.0%)" in lines[2] and "(90.9%)" in lines[0]
 
 
 def _assert_png(path: Path):

@@ -203,12 +203,22 @@ by experiment coldstart; ncu at N = 2048):
   loader loads them after issuing this item's key tiles; the next item resumes from P_0, l and m). Offline sm_90
   SASS: the common path of each of its key loops is 411-412 instructions, the item loop's 412; no spill; the code is
   6440 instructions against 4168 (_attend inlined twice per consumer: the items before the last, and the
-  last). NOT YET TIMED: the session's device time was spent. The default candidates' SASS at the harness's shapes
-  (non-causal, N a multiple of 128) is byte for byte what it was at 866b74e, and so what tests-v7 passed at 5f5b5ad; at
-  ragged or causal shapes it has the same instruction count with a few integer instructions chosen or placed
-  differently (offline sm_90 SASS at N = 1000 and causal 1024).
+  last). Timed in session 23 (below): no faster. The default candidates' SASS at the harness's shapes (non-causal, N a
+  multiple of 128) is byte for byte what it was at 866b74e; tests-v7 passed natively at f8938ac (session 23, call 2).
 Neither row_sum, key tiles of 64 nor stream is on in V7_CANDIDATES (FA2_V7_ROW_SUM=1 and FA2_V7_STREAM=1 switch the
 first and the last on for v7's candidates).
+Session 23:
+- stream as rebuilt (call 1, 8394d06; experiment gluon, one round): 93.7/98.6/100.2% of cuDNN at N = 1024/2048/4096
+  against the default's 98.0/99.1/100.4% in the same rounds. experiment items: 1.11 us per round of items and 75.5 us
+  at none, the default 1.13 and 74.5, SDPA 1.08 and 74.1: in this run the default's cost per round was within 0.05 us
+  of cuDNN's, and the boundary stream overlaps saves about nothing. Not kept.
+- head dimension 128 (calls 3-6, 30ce6d5 to d4c3d43; experiment gluon --D 128, the harness's B and H, non-causal): none
+  of V7_CANDIDATES fits a block's 227 KB there, so v7 ran its tl path (75-77% of cuDNN in experiment other-shapes).
+  Of eleven configurations that fit, 64-key tiles lead: the persistent ws2 at N = 1024 and 2048 (86.6-88.6% and
+  87.6-89.0%), 192-row tiles with the split tail at 4096 (95.2-95.5%); 128-key tiles with 2 slots 72-86%, three
+  consumers on a persistent grid (with ds, to fit) 65-94%. These two are v7's candidates at D = 128
+  (V7_CANDIDATES_WIDE, candidates_for): v7's own path at N = 1024/2048/4096 87.2/88.4/95.4% of cuDNN (tl path
+  81.9/78.5/74.2%), and in experiment other-shapes 1.21x and 1.32x v6 at (2, 16, 2048) and (4, 8, 4096).
 """
 
 from __future__ import annotations

@@ -166,6 +166,11 @@ commit aafdf46). Calling Triton's C launcher directly with each TMA descriptor e
 FlashAttentionTriton.GLUON = False, or FA2_V7_GLUON=0 for a process, turns it off. Where it applies the
 tl path is autotuned too and the faster of the two launches kept (FlashAttentionTriton.RACE_TL, on by
 default; FA2_V7_RACE_TL=0 turns it off): neither path wins everywhere (B=16 H=4 N=777 above).
+At head dimension 128 none of those candidates fits a block's shared memory, and until session 23 v7 ran
+its tl path there at 74-82% of cuDNN non-causal. It now has candidates of its own for D = 128 (the Gluon
+module's candidates_for: 64-key tiles, the persistent 128-row program and 192-row tiles with the split tail,
+the best of eleven that fit; experiment gluon --D 128): 87.2/88.4/95.4% of cuDNN at N = 1024/2048/4096
+in the same rounds as the tl path's 81.9/78.5/74.2% (commit d4c3d43).
 
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
@@ -175,8 +180,8 @@ natural log, the optional causal sliding window, the Triton backward of kernels/
 
 Which path runs (LAST_PATH, or last_path(), says which one the last call took):
 - "gluon": non-causal, not interpreting, FlashAttentionTriton.GLUON on (the default), the Gluon module's
-  rules (bf16 or fp16 on Hopper, no sliding window) and a candidate that fits the shared memory at this
-  head dimension (D = 64 on the H200): the fastest of its candidates, timed once per input signature,
+  rules (bf16 or fp16 on Hopper, no sliding window, D = 64 or 128) and a candidate that fits the shared memory
+  at this head dimension: the fastest of its candidates, timed once per input signature,
   unless the tl path's launch (below), raced against it on the same inputs, is faster (RACE_TL).
 - "tma": bf16 or fp16 on a Hopper GPU (compute capability 9.x), every base pointer and every
   non-unit stride a multiple of 16 bytes (TMA's rule). Also under Triton's interpreter, which
