@@ -356,6 +356,7 @@ class GluonConfig:
                                  # product of P with a ones tile (BLOCK_N x 8) issued beside P V, not by adds (_attend)
     stream: bool = False         # persistent, non-causal: the next work item's first scores issued with this item's
                                  # last P V and their softmax run before its epilogue (_stream_loop)
+    even_registers: bool = False  # 2 consumers: 240 registers each (consumer_registers), not 248 and 232
 
     def __post_init__(self):
         if self.consumers:
@@ -390,6 +391,8 @@ class GluonConfig:
             raise ValueError(f"stream is a persistent grid of whole tiles with P in registers and the plain epilogue: "
                              f"not with P in shared memory, pin_ex2, split_tail, mixed, item_overlap, tma_store, "
                              f"row_sum or v_barrier: {self}")
+        if self.even_registers and self.consumers != 2:
+            raise ValueError(f"even_registers splits two consumers' registers evenly: 2 consumers only: {self}")
         if self.poly_exp not in (0, 4, 8):
             raise ValueError(f"poly_exp is 0 (none), 4 (a quarter of the exponentials) or 8 (an eighth): {self}")
 
@@ -406,7 +409,7 @@ class GluonConfig:
                    f"{'/ts' if self.tma_store else ''}{'/vb' if self.v_barrier else ''}{'/tm' if self.tree_max else ''}" \
                    f"{'/ua' if self.unsynced_arrive else ''}{f'/px{self.poly_exp}' if self.poly_exp else ''}" \
                    f"{'/mix' if self.mixed else ''}{'/rs' if self.row_sum else ''}" \
-                   f"{'/st' if self.stream else ''}"
+                   f"{'/st' if self.stream else ''}{'/er' if self.even_registers else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -418,8 +421,9 @@ class GluonConfig:
     @property
     def consumer_registers(self) -> int:
         """setmaxnreg for the worker consumers: what 2 or 3 consumers and a 24-register loader leave
-        of 64 K registers (2: 232, 3: 160)."""
-        return {2: 232, 3: 160}.get(self.consumers, 0)
+        of 64 K registers (2: 232, 3: 160). With 2, Triton 3.6 gives the default partition (consumer 0) what the
+        worker's count leaves of 480 (the PTX's setmaxnreg: 248 beside 232); even_registers asks 240 for both."""
+        return {2: 240 if self.even_registers else 232, 3: 160}.get(self.consumers, 0)
 
     def smem_bytes(self, D: int, elem: int = 2) -> int:
         """Shared memory the kernel allocates: Q, the K/V slots, P's buffers, the mbarriers, and in the
@@ -640,6 +644,15 @@ EXPERIMENT_CONFIGS = (
                 unsynced_arrive=True),
     GluonConfig(192, 64, 4, 3, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
                 direct_store=True, unsynced_arrive=True),
+    # call 4 (621449f): 64-key tiles stay ahead at N = 1024 and 2048 (86.6-88.3%), 192-row tiles with the split tail at
+    # 4096 (95.5%); 4 slots or ds no better. The 128-key ping-pong form's spills (5 STL, 10 LDL) are the worker
+    # consumer's: with 232 registers it gets 232 and the default partition 248 (PTX setmaxnreg); asking 240 gives both
+    # 240 and the offline SASS has no spill (FlashAttention-3's 128 x 128 tiles at D = 128 use 240 per consumer):
+    GluonConfig(128, 128, 4, 2, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                even_registers=True),
+    GluonConfig(128, 128, 4, 2, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, even_registers=True),
+    GluonConfig(128, 64, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                even_registers=True),
 )
 
 
