@@ -219,6 +219,11 @@ Session 23:
   consumers on a persistent grid (with ds, to fit) 65-94%. These two are v7's candidates at D = 128
   (V7_CANDIDATES_WIDE, candidates_for): v7's own path at N = 1024/2048/4096 87.2/88.4/95.4% of cuDNN (tl path
   81.9/78.5/74.2%), and in experiment other-shapes 1.21x and 1.32x v6 at (2, 16, 2048) and (4, 8, 4096).
+- even_registers (call 7, 322afd5): with 2 consumers Triton 3.6 gives the default partition what the worker's
+  setmaxnreg leaves of 480 registers, so 232 for the worker meant 248 and 232; at D = 128 the 128-key ping-pong form
+  spilled in the worker (5 STL, 10 LDL). 240 for both (/er) removes the spill, but that form stays behind the 64-key
+  tiles (76.2/77.1/86.5% of cuDNN at N = 1024/2048/4096 against 87.1/88.8/89.7%), and /er on the 64-key form gains
+  nothing (84.3/87.7/88.8%). Not kept.
 """
 
 from __future__ import annotations
@@ -653,6 +658,9 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 4, 2, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, even_registers=True),
     GluonConfig(128, 64, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
                 even_registers=True),
+    # call 7 (322afd5, D = 128, do_bench, 5 rounds): no faster. The 128-key forms without spills 76.2/77.1/86.5% of cuDNN
+    # at N = 1024/2048/4096 (persistent; graph replay 93.9/83.1/86.6%), 70.7/74.2/86.3% (one program per tile); the
+    # 64-key persistent form with /er 84.3/87.7/88.8% against 87.1/88.8/89.7% without, in the same rounds.
 )
 
 
