@@ -610,3 +610,12 @@ def test_head_dimension_128_candidates_compile_within_the_estimate_and_without_s
         # fits() may only err on the safe side: at D = 128 Triton's epilogue scratch is smaller than the estimate's
         assert r["shared"] <= r["estimate"] <= 232448, (label, r)
         assert r["local_stores"] in (None, 0), (label, r)   # None: no nvdisasm to read the SASS
+
+
+def test_even_registers_gives_two_consumers_240_each_and_only_two():
+    two = G.GluonConfig(128, 128, 4, 2, consumers=2, pingpong=True, persistent=True)
+    assert two.consumer_registers == 232   # the worker's; Triton gives the default partition 480 minus it
+    even = G.GluonConfig(128, 128, 4, 2, consumers=2, pingpong=True, persistent=True, even_registers=True)
+    assert even.consumer_registers == 240 and even.label.endswith("/er")
+    with pytest.raises(ValueError, match="2 consumers only"):
+        G.GluonConfig(192, 64, 4, 3, consumers=3, even_registers=True)
