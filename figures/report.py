@@ -1280,7 +1280,7 @@ def section_other_shapes(gpu, root) -> str:
     return "\n".join([
         title,
         "ms: the median of the interleaved rounds' do_bench medians (min–max), bf16; v7 ÷ v6: v6's ms over v7's "
-        "(above 1: v7 faster); % of SDPA: SDPA's ms over v7's, same process; path: the one v7 took (tma or v6's); "
+        "(above 1: v7 faster); % of SDPA: SDPA's ms over v7's, same process; path: the one v7 took (gluon, tma or v6's); "
         "error: the largest absolute difference from SDPA's output. The latest row per shape. Source: "
         f"`{rel(path)}`.", "",
         md_table(["B", "H", "N", "D", "causal", "v6 ms", "v7 ms", "SDPA ms", "v7 ÷ v6", "v7 % of SDPA", "v7's path",
