@@ -55,9 +55,10 @@ epilogue, a prefetch of the TMA descriptors, O written by a TMA store, V on barr
 by halves (slower: 78.1 -> 80.9 us at 2048), and on the persistent grid no ping-pong, or the pin of the exponentials
 under the P V product. Causal inputs raced between the two paths (538f1fa) took the tl path at every shape, so they
 stay on it (gluon_applies). The test file passes natively (42 of 42 at ad1d90a and 28cf1ec, at c2d6761 with
-FA2_V7_UNSYNCED_ARRIVE=1, the kernels 451b289 runs by default, and at d321cd1, a9f2ff6, 332342c and 5f5b5ad). On shapes
-neither version was tuned on it is as fast as
-v6 or faster on 10 of 10 at 451b289 (experiments/other_shapes.csv: 1.02-1.25x; 3b7b459: 1.01-1.27x).
+FA2_V7_UNSYNCED_ARRIVE=1, the kernels 451b289 runs by default, and at d321cd1, a9f2ff6, 332342c, 5f5b5ad, f8938ac and,
+with the D = 128 candidates, d0f82f9). On shapes neither version was tuned on it is as fast as
+v6 or faster on 10 of 10 at 451b289 (experiments/other_shapes.csv: 1.02-1.25x; 3b7b459: 1.01-1.27x; d0f82f9, with
+the Gluon path at D = 128: 1.01-1.32x).
 Before the Gluon path (commit e0fa889, tl path only): 0.311 ms at N = 4096 non-causal, 96%, and 94-96%
 from N = 1024 up. On shapes neither version was tuned on, with the race, it is as fast as v6 or faster
 on 10 of 10 (experiments/other_shapes.csv, commits e91ce84 and f90d6a6: 1.01-1.27x); B=16 H=4 N=777
