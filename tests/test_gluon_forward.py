@@ -247,13 +247,19 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def compiled():
+def _offline(script: str) -> dict:
+    """The JSON that a compile script (COMPILE, WIDE_COMPILE) prints last, run in a subprocess without
+    TRITON_INTERPRET."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    p = subprocess.run([sys.executable, "-c", COMPILE.format(repo=str(REPO))], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", script.format(repo=str(REPO))], capture_output=True, text=True,
                        env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return _offline(COMPILE)
 
 
 def test_offline_compiles_for_sm90(compiled):
@@ -580,19 +586,15 @@ def test_head_dimension_128_has_candidates_of_its_own():
 
 
 WIDE_COMPILE = """
-import json, subprocess, sys, tempfile
+import json, sys
 sys.path.insert(0, {repo!r})
-from fa2lab.compile_offline import tool_path
 from fa2lab.versions import load_shared
+from profiling.inspect_kernel import disassemble
 G = load_shared("gluon_forward_hopper")
 out = {{}}
 for cfg in G.V7_CANDIDATES_WIDE:
     c = G.compile_offline(cfg, N=2048, D=128)
-    sass = None
-    if tool_path("nvdisasm"):
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(c.asm["cubin"]); f.flush()
-            sass = subprocess.run([tool_path("nvdisasm"), "-c", f.name], capture_output=True, text=True).stdout
+    sass = disassemble(c.asm["cubin"])[0]
     out[cfg.label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(128),
                        "local_stores": None if sass is None else sass.count("STL")}}
 print(json.dumps(out))
@@ -600,16 +602,12 @@ print(json.dumps(out))
 
 
 def test_head_dimension_128_candidates_compile_within_the_estimate_and_without_spills():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    p = subprocess.run([sys.executable, "-c", WIDE_COMPILE.format(repo=str(REPO))], capture_output=True, text=True,
-                       env=env, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = _offline(WIDE_COMPILE)
     assert set(out) == {c.label for c in G.V7_CANDIDATES_WIDE}
     for label, r in out.items():
         # fits() may only err on the safe side: at D = 128 Triton's epilogue scratch is smaller than the estimate's
         assert r["shared"] <= r["estimate"] <= 232448, (label, r)
-        assert r["local_stores"] in (None, 0), (label, r)   # None: no nvdisasm to read the SASS
+        assert r["local_stores"] in (None, 0), (label, r)   # None: no nvdisasm or cuobjdump to read the SASS
 
 
 def test_even_registers_gives_two_consumers_240_each_and_only_two():
