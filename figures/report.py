@@ -1006,9 +1006,8 @@ def section_gluon(gpu, root) -> str:
         return (f"{span(r.ms, r.ms_min, r.ms_max, '.3f')}, graph {fmt(r.graph_ms, '.3f')} "
                 f"({fmt(r.graph_pct_of_sdpa, '.1f', '%')})")
 
-    def every_config(frame, commit, N):
-        """The run's rows at N, non-causal: its configurations by graph time, then the references."""
-        g = frame[(frame.git_commit == commit) & (frame.N == N) & (frame.causal == 0)]
+    def every_config(g):
+        """The variants of one run's rows at one shape: its configurations by graph time, then the references."""
         ours = g[~g.variant.isin(data.GLUON_NOT_CONFIGS)].sort_values("graph_ms").variant
         return [*ours, *[v for v in data.GLUON_NOT_CONFIGS if v in set(g.variant)]]
 
@@ -1020,11 +1019,12 @@ def section_gluon(gpu, root) -> str:
                      cell(b.git_commit, b.best, b.N, b.causal), cell(b.git_commit, "v7_tl", b.N, b.causal),
                      f"{fmt(sdpa.ms, '.3f')}, graph {fmt(sdpa.graph_ms, '.3f')}"])
         if b.N == 4096 and not b.causal:
-            headline += [[b.git_commit, v, cell(b.git_commit, v, b.N, 0)] for v in every_config(df, b.git_commit, b.N)]
+            g = df[(df.git_commit == b.git_commit) & (df.N == b.N) & (df.causal == 0)]
+            headline += [[b.git_commit, v, cell(b.git_commit, v, b.N, 0)] for v in every_config(g)]
     wide_df, _ = data.gluon(gpu, root, D=128)
     wide = []
-    for (_, commit, N), _g in wide_df[wide_df.causal == 0].groupby(["run_start", "git_commit", "N"], sort=True):
-        wide += [[commit, N, v, cell(commit, v, N, 0, wide_df)] for v in every_config(wide_df, commit, N)]
+    for (_, commit, N), g in wide_df[wide_df.causal == 0].groupby(["run_start", "git_commit", "N"], sort=True):
+        wide += [[commit, N, v, cell(commit, v, N, 0, wide_df)] for v in every_config(g)]
     wide_text = [] if not wide else [
         "", "Head dimension 128 (the harness's B and H), non-causal: every configuration each run timed, by graph "
         "replay, with v7's tl path, v7's own path (v7_gluon: from candidates_for(128) since commit d0f82f9; before it "
