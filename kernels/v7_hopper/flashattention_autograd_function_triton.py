@@ -23,8 +23,11 @@ docstring): the row sums of P on the tensor cores (row_sum, 13% fewer instructio
 2048) and key tiles of 64 (82-88% of cuDNN). experiment items located the rest of the gap at 1024 and 2048: per round of
 work items the persistent kernel costs 1.2-1.3 us beside its key tiles and cuDNN's 1.0-1.1, the key tiles themselves the
 same. One key loop across the items (stream) brought that to 0.66 us but made every key tile dearer (94.9/94.9% of cuDNN
-at 1024/2048): not kept. stream has since been rebuilt with the item loop kept and only the boundary changed (offline
-SASS: the key loop's common path as the item loop's); that form is not yet timed (the Gluon module's docstring).
+at 1024/2048): not kept. Rebuilt with the item loop kept and only the boundary changed, and timed in session 23: 93.7/
+98.6/100.2% of cuDNN at N = 1024/2048/4096 against the default's 98.0/99.1/100.4% (the Gluon module's docstring): not
+kept either. Session 23's 5-run protocol (f8938ac, 5 s pause): non-causal 100/101/99/110%, causal 98/121/113/108%; over
+all 30 runs of sessions 21-23: non-causal 98.7 (47-106) / 99.0 (96-103) / 99.3 (98-100) / 109.7% (108-114), causal
+98.7 (69-106) / 119.2 (116-125) / 113.3 (112-115) / 107.1% (103-109): still the same four shapes level.
 Three levers tried on the Gluon path in session 21 were slower or unchanged (poly_exp, early_p, mixed: the Gluon
 module's docstring); its ncu source pages say why 1024 and 2048 stay level: with 2 consumers the products and the
 exponentials take turns (tensor pipe 47.5%, MUFU 49.1% of cycles at 2048, cuDNN alike), with 3 (N = 4096) they
