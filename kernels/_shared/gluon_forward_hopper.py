@@ -362,6 +362,8 @@ class GluonConfig:
     stream: bool = False         # persistent, non-causal: the next work item's first scores issued with this item's
                                  # last P V and their softmax run before its epilogue (_stream_loop)
     even_registers: bool = False  # 2 consumers: 240 registers each (consumer_registers), not 248 and 232
+    lookahead: bool = False      # warp-specialized, P in registers: S_(j+1) = Q K_(j+1)^T issued beside P_(j-1) V_(j-1)
+                                 # before tile j's softmax, so that no consumer waits for its own scores (_attend_ahead)
 
     def __post_init__(self):
         if self.consumers:
@@ -375,10 +377,10 @@ class GluonConfig:
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
-                or self.row_sum or self.stream or self.p_buffers != 2:
+                or self.row_sum or self.stream or self.lookahead or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
                              f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum, "
-                             f"stream and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
+                             f"stream, lookahead and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -396,6 +398,10 @@ class GluonConfig:
             raise ValueError(f"stream is a persistent grid of whole tiles with P in registers and the plain epilogue: "
                              f"not with P in shared memory, pin_ex2, split_tail, mixed, item_overlap, tma_store, "
                              f"row_sum or v_barrier: {self}")
+        if self.lookahead and (self.p_smem or self.pin_ex2 or self.row_sum or self.stream or self.item_overlap
+                               or self.mixed or self.v_barrier):
+            raise ValueError(f"lookahead keeps two score tiles in registers and counts its own turns: P in registers, "
+                             f"not with pin_ex2, row_sum, stream, item_overlap, mixed or v_barrier: {self}")
         if self.even_registers and self.consumers != 2:
             raise ValueError(f"even_registers splits two consumers' registers evenly: 2 consumers only: {self}")
         if self.poly_exp not in (0, 4, 8):
@@ -414,7 +420,8 @@ class GluonConfig:
                    f"{'/ts' if self.tma_store else ''}{'/vb' if self.v_barrier else ''}{'/tm' if self.tree_max else ''}" \
                    f"{'/ua' if self.unsynced_arrive else ''}{f'/px{self.poly_exp}' if self.poly_exp else ''}" \
                    f"{'/mix' if self.mixed else ''}{'/rs' if self.row_sum else ''}" \
-                   f"{'/st' if self.stream else ''}{'/er' if self.even_registers else ''}"
+                   f"{'/st' if self.stream else ''}{'/er' if self.even_registers else ''}" \
+                   f"{'/la' if self.lookahead else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -661,6 +668,25 @@ EXPERIMENT_CONFIGS = (
     # call 7 (322afd5, D = 128, do_bench, 5 rounds): no faster. The 128-key forms without spills 76.2/77.1/86.5% of cuDNN
     # at N = 1024/2048/4096 (persistent; graph replay 93.9/83.1/86.6%), 70.7/74.2/86.3% (one program per tile); the
     # 64-key persistent form with /er 84.3/87.7/88.8% against 87.1/88.8/89.7% without, in the same rounds.
+    # session 24: in the offline SASS of every candidate each consumer waits for its S_j right after issuing it, and (ptxas's
+    # placement) for P_(j-1) V_(j-1) before the tile's first exp2, so its exponentials never run beside a product of its own:
+    # only the other consumer's products can fill that time, and v7's ncu at N = 2048 had the tensor pipe and the MUFU
+    # busy 47.5% and 49% of the cycles, by turns. With a head dimension of 64 O takes 32 registers per thread, so a second
+    # score tile fits: S_(j+1) issued behind P_(j-1) V_(j-1) before tile j's softmax (lookahead, _attend_ahead). Offline
+    # sm_90 SASS (persistent, 4 slots): the exponentials run with S_(j+1) in flight (waits D2, D1, then 66 MUFU.EX2 per
+    # tile), no spill in the key loop (spills per work item outside it: 65 STL with 240 registers per consumer).
+    GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                lookahead=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                lookahead=True),
+    GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                even_registers=True, lookahead=True),
+    GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, lookahead=True),
+    # and at head dimension 128 the 64-key form (a score tile there is 32 registers):
+    GluonConfig(128, 64, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                lookahead=True),
+    GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                lookahead=True),
 )
 
 
@@ -1134,11 +1160,11 @@ if HAVE_GLUON:
         return q_tile
 
     @gluon.jit
-    def _first_scores(mem, wg, it, g):
+    def _first_scores(mem, wg, it, g, t):
         """S_0 = Q K_0^T of this program's it-th work item issued (not waited for), consumer wg's rows: once
-        its query tile is in (Q buffer it % Q_BUFFERS) and key tile g's slot is ready, at turn g + it (every
-        item's S_0 is one turn more than its key tiles' products). Returns the product's token and the query
-        tile."""
+        its query tile is in (Q buffer it % Q_BUFFERS) and key tile g's slot is ready, at ping-pong turn t (the
+        program's turns so far: each item's S_0 is one turn more than its key tiles' products, and lookahead's S_1
+        one more). Returns the product's token and the query tile."""
         shared, turn, modes = mem[0], mem[1], mem[2]   # mem[3]: row_sum's ones tile
         q_smem, k_smem, ready = shared[0], shared[1], shared[7]
         SLOTS: gl.constexpr = k_smem.shape[0]
@@ -1149,7 +1175,7 @@ if HAVE_GLUON:
         s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
         q_tile = _query_tile(mem, wg, it)
         mbarrier.wait(ready.index(g % SLOTS), (g // SLOTS) & 1)
-        _take_turn(turn, g + it, PINGPONG)
+        _take_turn(turn, t, PINGPONG)
         s_tok = warpgroup_mma(q_tile, k_smem.index(g % SLOTS).permute((1, 0)),
                               gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
         _pass_turn(turn, PINGPONG, ARRIVE)
@@ -1291,6 +1317,123 @@ if HAVE_GLUON:
         return result
 
     @gluon.jit
+    def _issue_scores(mem, q_tile, zero_s, k, t):
+        """S_k = Q K_k^T alone at ping-pong turn t, not waited for (lookahead's S_1): once key tile k's slot is ready.
+        Returns its token."""
+        shared, turn, modes = mem[0], mem[1], mem[2]
+        k_smem, ready = shared[1], shared[7]
+        SLOTS: gl.constexpr = k_smem.shape[0]
+        mbarrier.wait(ready.index(k % SLOTS), (k // SLOTS) & 1)
+        if modes.shape[2] == 4:
+            _mark_unsynced()
+        _take_turn(turn, t, modes.shape[1] > 1)
+        s_tok = warpgroup_mma(q_tile, k_smem.index(k % SLOTS).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        _pass_turn(turn, modes.shape[1] > 1, modes.shape[2])
+        return s_tok
+
+    @gluon.jit
+    def _ahead_step(s_cur, p_op, acc, m_i, l_i, q_tile, mem, g, t, j, k_base, mask_from, q_pos, N_KEYS, causal_off,
+                    qk_scale, AHEAD: gl.constexpr):
+        """lookahead's key tile j, its scores S_j in flight (s_cur): P_(j-1) V_(j-1) issued and, with AHEAD, S_(j+1)
+        behind it (turn t + 1 + j), then tile j's softmax while they run; wgmma groups complete in order, so S_j is
+        done once at most AHEAD + 1 groups are left. Returns (S_(j+1) in flight, without AHEAD S_j's values, unused;
+        P_j as the A operand; O rescaled by tile j's alpha; m; l)."""
+        shared, turn, modes = mem[0], mem[1], mem[2]
+        k_smem, v_smem, p_smem, ready, empty = shared[1], shared[2], shared[3], shared[7], shared[8]
+        PINGPONG: gl.constexpr = modes.shape[1] > 1
+        ARRIVE: gl.constexpr = modes.shape[2]
+        TREE: gl.constexpr = modes.shape[4] > 1
+        POLY: gl.constexpr = 2 * modes.shape[5] if modes.shape[5] > 1 else 1
+        SLOTS: gl.constexpr = k_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        ROWS: gl.constexpr = q_tile.shape[0]
+        D: gl.constexpr = q_tile.shape[1]
+        s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
+        o_layout: gl.constexpr = _wgmma_layout(4, D)
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        prev = (g + j - 1) % SLOTS
+        if AHEAD:
+            k = g + j + 1
+            mbarrier.wait(ready.index(k % SLOTS), (k // SLOTS) & 1)
+            if ARRIVE == 4:
+                _mark_unsynced()
+        _take_turn(turn, t + 1 + j, PINGPONG)
+        acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        if AHEAD:
+            s_new = warpgroup_mma(q_tile, k_smem.index(k % SLOTS).permute((1, 0)),
+                                  gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False,
+                                  is_async=True)
+        _pass_turn(turn, PINGPONG, ARRIVE)
+        s_ij = warpgroup_mma_wait(num_outstanding=2 if AHEAD else 1, deps=(s_cur,))
+        p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
+                                      s_layout, BLOCK_N, TREE, POLY)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        acc = warpgroup_mma_wait(num_outstanding=1 if AHEAD else 0, deps=(acc,))
+        _arrive(empty.index(prev), ARRIVE)           # K_(j-1), V_(j-1) no longer read here
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        if not AHEAD:   # (the last tile: no next scores; its own stand in, unused)
+            s_new = s_ij
+        return s_new, _p_operand(p, p_smem, 0, p_layout, False), acc, m_i, l_i
+
+    @gluon.jit
+    def _ahead_end(s_last, p_op, acc, m_i, l_i, q_tile, mem, g, t, n_tiles, k_base, mask_from, q_pos, N_KEYS,
+                   causal_off, qk_scale):
+        """lookahead's last key tile (its scores s_last in flight) and the last P V (turn t + n_tiles + 1). Returns O
+        (unnormalised), l and m."""
+        shared, turn, modes = mem[0], mem[1], mem[2]
+        v_smem, empty = shared[2], shared[8]
+        _, p_op, acc, m_i, l_i = _ahead_step(s_last, p_op, acc, m_i, l_i, q_tile, mem, g, t, n_tiles - 1, k_base,
+                                             mask_from, q_pos, N_KEYS, causal_off, qk_scale, False)
+        last = (g + n_tiles - 1) % v_smem.shape[0]
+        _take_turn(turn, t + n_tiles + 1, modes.shape[1] > 1)
+        acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+        _pass_turn(turn, modes.shape[1] > 1, modes.shape[2])
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        _arrive(empty.index(last), modes.shape[2])
+        return acc, l_i, m_i
+
+    @gluon.jit
+    def _attend_ahead(start, q_tile, mem, g, t, n_tiles, k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale):
+        """lookahead: _attend's work item (n_tiles >= 2, P in registers) with the scores one key tile further ahead.
+        _attend issues S_j with P_(j-1) V_(j-1) and waits for S_j at once, so each turn's Q K^T runs with nothing of
+        this consumer's beside it. Here S_1 follows S_0 (turn t + 1); each later turn issues P_(j-1) V_(j-1) and then
+        S_(j+1), and tile j's softmax, whose scores were issued a turn before, runs while both products do. The
+        price: two score tiles live at once (64 more registers per thread with 128 keys) and a slot more in use (key
+        tile j + 1 while j - 1 is read). The loop takes two tiles per pass so that the two score tiles keep their
+        registers: carried from one pass to the next, an in-flight tile would be copied at the loop's end, a read of
+        a running wgmma's accumulator that makes ptxas serialise every wgmma (C7514, Triton 3.6's ptxas).
+        Turns t .. t + n_tiles + 1: one more than _attend's. Returns the unnormalised O, l and m (log2 units)."""
+        shared, modes = mem[0], mem[2]
+        ROWS: gl.constexpr = q_tile.shape[0]
+        D: gl.constexpr = q_tile.shape[1]
+        BLOCK_N: gl.constexpr = shared[1].shape[1]
+        s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
+        o_layout: gl.constexpr = _wgmma_layout(4, D)
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        acc = gl.zeros([ROWS, D], gl.float32, o_layout)
+        s_a = _issue_scores(mem, q_tile, gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), g + 1, t + 1)
+        s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(start,))
+        p, alpha, m_i = _softmax_tile(s_ij, gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout)),
+                                      k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, s_layout, BLOCK_N,
+                                      modes.shape[4] > 1, 2 * modes.shape[5] if modes.shape[5] > 1 else 1)
+        l_i = gl.sum(p, axis=1)
+        p_op = _p_operand(p, shared[3], 0, p_layout, False)
+        for i in range((n_tiles - 2) // 2):   # tiles 1 + 2i (scores in s_a) and 2 + 2i (in s_b)
+            s_b, p_op, acc, m_i, l_i = _ahead_step(s_a, p_op, acc, m_i, l_i, q_tile, mem, g, t, 1 + 2 * i, k_base,
+                                                   mask_from, q_pos, N_KEYS, causal_off, qk_scale, True)
+            s_a, p_op, acc, m_i, l_i = _ahead_step(s_b, p_op, acc, m_i, l_i, q_tile, mem, g, t, 2 + 2 * i, k_base,
+                                                   mask_from, q_pos, N_KEYS, causal_off, qk_scale, True)
+        if n_tiles % 2 == 1:   # tile n_tiles - 2 (in s_a), then the last (in s_b)
+            s_b, p_op, acc, m_i, l_i = _ahead_step(s_a, p_op, acc, m_i, l_i, q_tile, mem, g, t, n_tiles - 2, k_base,
+                                                   mask_from, q_pos, N_KEYS, causal_off, qk_scale, True)
+            result = _ahead_end(s_b, p_op, acc, m_i, l_i, q_tile, mem, g, t, n_tiles, k_base, mask_from, q_pos,
+                                N_KEYS, causal_off, qk_scale)
+        else:                  # the last tile's scores are in s_a
+            result = _ahead_end(s_a, p_op, acc, m_i, l_i, q_tile, mem, g, t, n_tiles, k_base, mask_from, q_pos,
+                                N_KEYS, causal_off, qk_scale)
+        return result
+
+    @gluon.jit
     def _pass_item(mem, g, t, n_tiles):
         """A consumer with no rows in a work item (mixed's smaller items) keeps the pipeline's counts: for each of
         the item's key tiles it waits for the slot (so that its release cannot count towards the slot's previous
@@ -1357,7 +1500,7 @@ if HAVE_GLUON:
         n_items = gl.cdiv(work[5] - gl.program_id(0), gl.num_programs(0))
         q_any = gl.zeros([ROWS], gl.int32, gl.SliceLayout(1, s_layout))   # non-causal: the mask tests k < N_KEYS only
         DIRECT: gl.constexpr = modes.shape[0] > 1
-        s_tok, _ = _first_scores(mem, wg, 0, 0)
+        s_tok, _ = _first_scores(mem, wg, 0, 0, 0)
         s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         p, _, m_i = _softmax_tile(s_ij, gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout)),
                                       0, full_stop, q_any, N_KEYS, N_KEYS, qk_scale, s_layout, BLOCK_N, TREE, POLY)
@@ -1401,10 +1544,12 @@ if HAVE_GLUON:
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
         ITEM_OVERLAP: gl.constexpr = modes.shape[3] > 1
         MIXED: gl.constexpr = modes.shape[6] > 1
+        LOOKAHEAD: gl.constexpr = modes.shape[9] > 1
         g = 0
         it = 0
+        t = 0   # ping-pong turns so far: n_tiles + 1 per item (lookahead's items of 2 or more key tiles: n_tiles + 2)
         if ITEM_OVERLAP:   # the first item's S_0; each later one's is issued under the previous item's epilogue
-            s_next, q_next = _first_scores(mem, wg, 0, 0)
+            s_next, q_next = _first_scores(mem, wg, 0, 0, 0)
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
             q_start, head, n_tiles, mask_from, causal_off, k_base, part, item_rows = _work_item(
                 item, work, ROWS * CONSUMERS, BLOCK_N, MIXED)
@@ -1415,22 +1560,35 @@ if HAVE_GLUON:
             else:
                 idle = False
             if idle:   # a mixed schedule's smaller item: no rows here, the pipeline passed on
-                _pass_item(mem, g, g + it, n_tiles)
+                _pass_item(mem, g, t, n_tiles)
                 mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
                 g += n_tiles
                 it += 1
+                t += n_tiles + 1
             else:
                 if ITEM_OVERLAP:
                     s_tok, q_tile = s_next, q_next
                 else:
-                    s_tok, q_tile = _first_scores(mem, wg, it, g)
-                acc, l_i, m_i = _attend(s_tok, q_tile, mem, wg, g, g + it, n_tiles, k_base, mask_from, causal_off,
-                                        q_pos, N_KEYS, qk_scale)
+                    s_tok, q_tile = _first_scores(mem, wg, it, g, t)
+                if LOOKAHEAD:
+                    if n_tiles > 1:
+                        acc, l_i, m_i = _attend_ahead(s_tok, q_tile, mem, g, t, n_tiles, k_base, mask_from, causal_off,
+                                                      q_pos, N_KEYS, qk_scale)
+                        turns = n_tiles + 2
+                    else:
+                        acc, l_i, m_i = _attend(s_tok, q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off,
+                                                q_pos, N_KEYS, qk_scale)
+                        turns = n_tiles + 1
+                else:
+                    acc, l_i, m_i = _attend(s_tok, q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off,
+                                            q_pos, N_KEYS, qk_scale)
+                    turns = n_tiles + 1
                 mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
                 g += n_tiles
                 it += 1
+                t += turns
                 if ITEM_OVERLAP:   # the next item's S_0 (after the last item, the loader's spare tiles') runs under
-                    s_next, q_next = _first_scores(mem, wg, it, g)   # this epilogue
+                    s_next, q_next = _first_scores(mem, wg, it, g, t)   # this epilogue
                 if part >= 0:
                     rows = part * (ROWS * CONSUMERS) + wg * ROWS + gl.arange(0, ROWS, layout=row_o)
                     cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
@@ -1471,7 +1629,7 @@ if HAVE_GLUON:
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
         UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
-        STREAM: gl.constexpr,
+        STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1502,8 +1660,8 @@ if HAVE_GLUON:
             mbarrier.init(empty.index(s), count=CONSUMERS * ARRIVALS)
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
-        # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM and STREAM reach the workers as the shape of
-        # a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
+        # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM and LOOKAHEAD reach
+        # the workers as the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
         if PINGPONG:
@@ -1512,8 +1670,9 @@ if HAVE_GLUON:
                                                     2 if THREAD_ARRIVE else (4 if UNSYNCED_ARRIVE else 1),
                                                     2 if ITEM_OVERLAP else 1,
                                                     2 if TREE_MAX else 1, POLY_EXP // 2 if POLY_EXP else 1,
-                                                    2 if MIXED else 1, 2 if ROW_SUM else 1, 2 if STREAM else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=[8, 7, 6, 5, 4, 3, 2, 1, 0]))
+                                                    2 if MIXED else 1, 2 if ROW_SUM else 1, 2 if STREAM else 1,
+                                                    2 if LOOKAHEAD else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[9, 8, 7, 6, 5, 4, 3, 2, 1, 0]))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -1704,7 +1863,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  DIRECT_STORE=cfg.direct_store, THREAD_ARRIVE=cfg.thread_arrive,
                  ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None,
                  V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive,
-                 POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream)
+                 POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream,
+                 LOOKAHEAD=cfg.lookahead)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
