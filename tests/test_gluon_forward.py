@@ -596,7 +596,10 @@ for cfg in G.V7_CANDIDATES_WIDE:
     c = G.compile_offline(cfg, N=2048, D=128)
     sass = disassemble(c.asm["cubin"])[0]
     out[cfg.label] = {{"shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(128),
-                       "local_stores": None if sass is None else sass.count("STL")}}
+                       "local_stores": None if sass is None else sass.count("STL"),
+                       "products": None if sass is None else sass.count("HGMMA"),
+                       "waits": None if sass is None else sass.count("WARPGROUP.DEPBAR"),
+                       "two_in_flight": None if sass is None else "WARPGROUP.DEPBAR.LE gsb0, 0x2" in sass}}
 print(json.dumps(out))
 """
 
@@ -608,6 +611,34 @@ def test_head_dimension_128_candidates_compile_within_the_estimate_and_without_s
         # fits() may only err on the safe side: at D = 128 Triton's epilogue scratch is smaller than the estimate's
         assert r["shared"] <= r["estimate"] <= 232448, (label, r)
         assert r["local_stores"] in (None, 0), (label, r)   # None: no nvdisasm or cuobjdump to read the SASS
+        if r["products"] is not None:
+            # ptxas did not serialise the wgmma (C7514 puts a wait after every one)
+            assert r["waits"] < r["products"] / 2, (label, r)
+            # lookahead's key loop waits for S_j with P_(j-1) V_(j-1) and S_(j+1) still in flight; nothing else does
+            assert r["two_in_flight"] == label.endswith("/la"), (label, r)
+    assert any(label.endswith("/la") for label in out)
+
+
+def test_lookahead_is_a_warp_specialized_option_with_p_in_registers():
+    cfg = G.GluonConfig(128, 64, 4, 4, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                        lookahead=True)
+    assert cfg.label == "ws2x64x64/4s/preg/pp/persist/ua/la"
+    with pytest.raises(ValueError, match="need the warp-specialized form"):
+        G.GluonConfig(128, 64, 8, 3, lookahead=True)
+    for clash in (dict(p_smem=True), dict(row_sum=True), dict(item_overlap=True), dict(v_barrier=True),
+                  dict(stream=True)):
+        with pytest.raises(ValueError, match="lookahead"):
+            G.GluonConfig(**{**dict(block_m=128, block_n=64, num_warps=4, slots=4, consumers=2, persistent=True,
+                                    lookahead=True), **clash})
+
+
+def test_lookahead_is_on_for_the_head_dimension_128_candidate_unless_switched_off():
+    code = ("from fa2lab.versions import load_shared; G = load_shared('gluon_forward_hopper'); "
+            "print([c.lookahead for c in G.V7_CANDIDATES_WIDE], [c.lookahead for c in G.V7_CANDIDATES])")
+    assert probe(code) == "[True, False] [False, False, False]"
+    assert probe(code, FA2_V7_LOOKAHEAD="0") == "[False, False] [False, False, False]"
+    # an option lookahead excludes, switched on for the candidates, switches it off rather than failing
+    assert probe(code, FA2_V7_ROW_SUM="1") == "[False, False] [False, False, False]"
 
 
 def test_even_registers_gives_two_consumers_240_each_and_only_two():

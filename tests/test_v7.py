@@ -267,6 +267,7 @@ def test_kernel_switches_read_and_recorded_alike(monkeypatch):
     for k in [k for k in os.environ if k.startswith("FA2_V7_")]:
         monkeypatch.delenv(k)
     assert switch_on("TMA_STORE") is False and switch_on("GLUON") is True and switch_on("UNSYNCED_ARRIVE") is True
+    assert switch_on("LOOKAHEAD") is True
     assert kernel_switches() == ""
     monkeypatch.setenv("FA2_V7_TMA_STORE", "1")
     monkeypatch.setenv("FA2_V7_GLUON", "0")

@@ -469,9 +469,11 @@ V7_BASE = (
 )
 # At head dimension 128 none of those fits a block's shared memory; session 23's calls 3-4 (experiment gluon --D 128,
 # 621449f) found 64-key tiles best: the persistent 128-row program at N = 1024/2048 (86.6-87.6% of cuDNN, 88.3%; v7's
-# tl path 81 and 78%), 192-row tiles with the split tail at 4096 (95.5%; tl path 73.5%).
+# tl path 81 and 78%), 192-row tiles with the split tail at 4096 (95.5%; tl path 73.5%). Session 24 (calls 1-2, ef5c871):
+# the 128-row one with lookahead and 4 slots, 89.4/94.5/95.1% at N = 1024/2048/4096 where 3 slots without it made
+# 84.8/89.1/90.0% and 4 without it 86.9/88.7/90.4% in the same rounds.
 V7_BASE_WIDE = (
-    GluonConfig(128, 64, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
+    GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, lookahead=True),
     GluonConfig(192, 64, 4, 3, p_smem=False, consumers=3, pingpong=True, split_tail=True),
 )
 
@@ -1969,8 +1971,8 @@ class GluonLaunch(KeptL):
 # 192-row tiles with the split tail at N = 4096 (107-108%). For a process, FA2_V7_THREAD_ARRIVE=1 or 0 sets their
 # thread_arrive, FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap, FA2_V7_TMA_PREFETCH, FA2_V7_TMA_STORE,
 # FA2_V7_V_BARRIER, FA2_V7_TREE_MAX and FA2_V7_ROW_SUM those options, FA2_V7_STREAM=1 the persistent 128-row
-# candidate's stream, and FA2_V7_UNSYNCED_ARRIVE=0 turns
-# unsynced_arrive off (rows record any of them: switches).
+# candidate's stream, FA2_V7_UNSYNCED_ARRIVE=0 turns unsynced_arrive off and FA2_V7_LOOKAHEAD=0 the D = 128 candidate's
+# lookahead (rows record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
@@ -1980,6 +1982,7 @@ TREE_MAX = switch_on("TREE_MAX")
 ROW_SUM = switch_on("ROW_SUM")
 STREAM = switch_on("STREAM")
 UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE")   # on by default since session 20 (call 4); thread_arrive excludes it
+LOOKAHEAD = switch_on("LOOKAHEAD")               # on by default since session 24, where a base candidate asks for it
 
 
 def _switched(base) -> tuple:
@@ -1987,7 +1990,9 @@ def _switched(base) -> tuple:
     return tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
                          tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
                          row_sum=ROW_SUM, stream=STREAM and c.persistent and not c.split_tail,
-                         unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE) for c in base)
+                         unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE,
+                         lookahead=c.lookahead and LOOKAHEAD and not (ITEM_OVERLAP or V_BARRIER or ROW_SUM or STREAM))
+            for c in base)
 
 
 V7_CANDIDATES = _switched(V7_BASE)             # head dimension 64
