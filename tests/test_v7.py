@@ -204,6 +204,9 @@ def test_gluon_path_takes_causal_inputs_only_forced_and_names_why_not(monkeypatc
     for race in (False, True):
         monkeypatch.setattr(FA, "RACE_TL", race)
         assert "causal mask" in v7.gluon_applies(Q, K, V, True, 0, None)
+    # at D = 128 the mask is no reason (the race against the tl path decides): what stops it here is the CPU
+    wide = (torch.zeros(2, 128, 128, dtype=torch.bfloat16) for _ in range(3))
+    assert "causal" not in (v7.gluon_applies(*wide, True, 0, None) or "")
     monkeypatch.setattr(v7, "interpreting", lambda: True)
     assert "interpreter" in v7.gluon_applies(Q, K, V, True, 0, "gluon")          # forced: the mask is no reason
     assert "interpreter" in v7.gluon_applies(Q, K, V, False, 0, None)
@@ -286,17 +289,19 @@ def test_default_kernels_tells_rows_of_switched_kernels():
 
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("B,n", [(2, 1000), (32, 1000)])
-def test_gluon_path_at_head_dimension_128_runs_its_own_candidates(B, n, monkeypatch):
-    """At D = 128 the Gluon path applies (candidates_for(128): 64-key tiles) and matches float64, O and L."""
+def test_gluon_path_at_head_dimension_128_runs_its_own_candidates(B, n, causal, monkeypatch):
+    """At D = 128 the Gluon path applies, with or without the causal mask (candidates_for(128): 64-key tiles,
+    one with lookahead), and matches float64, O and L."""
     Q, K, V = inputs(B, n, n, 128, seed=n + B)
     monkeypatch.setattr(FA, "GLUON", True)   # on by default; this file's fixture turns it off
-    assert v7.gluon_applies(Q, K, V, False, 0, None) is None
+    assert v7.gluon_applies(Q, K, V, causal, 0, None) is None
     monkeypatch.setattr(FA, "FORCE_PATH", "gluon")
     Q.requires_grad_(True)
-    O = FA.apply(Q, K, V, False)
+    O = FA.apply(Q, K, V, causal)
     assert v7.LAST_PATH == "gluon" and v7.last_config() in {c.label for c in v7.GLUON.candidates_for(128)}
-    ref_O, ref_L = attention(Q.detach().cpu(), K.cpu(), V.cpu(), False)
+    ref_O, ref_L = attention(Q.detach().cpu(), K.cpu(), V.cpu(), causal)
     assert relative_error(O.detach().cpu(), ref_O) < TOL[torch.bfloat16]
     assert torch.allclose(saved_lse(O).cpu(), ref_L.float(), atol=1e-2)
 

@@ -183,9 +183,9 @@ first), -inf masks with O = 0 and L = -inf for rows that see no key, L saved (B,
 natural log, the optional causal sliding window, the Triton backward of kernels/_shared.
 
 Which path runs (LAST_PATH, or last_path(), says which one the last call took):
-- "gluon": non-causal, not interpreting, FlashAttentionTriton.GLUON on (the default), the Gluon module's
-  rules (bf16 or fp16 on Hopper, no sliding window, D = 64 or 128) and a candidate that fits the shared memory
-  at this head dimension: the fastest of its candidates, timed once per input signature,
+- "gluon": non-causal (or causal at D = 128), not interpreting, FlashAttentionTriton.GLUON on (the default),
+  the Gluon module's rules (bf16 or fp16 on Hopper, no sliding window, D = 64 or 128) and a candidate that fits
+  the shared memory at this head dimension: the fastest of its candidates, timed once per input signature,
   unless the tl path's launch (below), raced against it on the same inputs, is faster (RACE_TL).
 - "tma": bf16 or fp16 on a Hopper GPU (compute capability 9.x), every base pointer and every
   non-unit stride a multiple of 16 bytes (TMA's rule). Also under Triton's interpreter, which
@@ -694,13 +694,15 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     not interpreting (Gluon is not interpreted), the Gluon module's own rules (gluon_forward_hopper.applies),
     and one of its candidates fits the GPU's shared memory at this head dimension (D = 64 on the H200).
 
-    Causal inputs stay on the tl path: raced against it (commit 538f1fa, RACE_TL's rule extended to causal
-    inputs) the tl path won at every causal harness shape in 4 harness runs and at every causal shape of
+    Causal inputs at D = 64 stay on the tl path: raced against it (commit 538f1fa, RACE_TL's rule extended to
+    causal inputs) the tl path won at every causal harness shape in 4 harness runs and at every causal shape of
     experiment other-shapes, while the first call of each signature compiled and timed three Gluon kernels
-    more (experiment gluon, causal: the tl path ahead from N = 1024, level at 512)."""
+    more (experiment gluon, causal: the tl path ahead from N = 1024, level at 512). At D = 128 they take the
+    Gluon path, raced against the tl path (RACE_TL): its lookahead candidate made 96.1/101.3/101.1% of cuDNN at
+    N = 1024/2048/4096 where the tl path made 119.2/103.3/90.1% (experiment gluon --D 128 --causal 1, 831f436)."""
     if force not in (None, "gluon") or (force is None and not FlashAttentionTriton.GLUON):
         return "not asked for"
-    if is_causal and force is None:
+    if is_causal and force is None and Q.shape[-1] < 128:
         return "causal mask (the tl path is as fast or faster there: experiment gluon; FORCE_PATH='gluon' runs it)"
     if interpreting():
         return "the interpreter cannot run Gluon"
