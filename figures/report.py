@@ -1022,14 +1022,18 @@ def section_gluon(gpu, root) -> str:
             g = df[(df.git_commit == b.git_commit) & (df.N == b.N) & (df.causal == 0)]
             headline += [[b.git_commit, v, cell(b.git_commit, v, b.N, 0)] for v in every_config(g)]
     wide_df, _ = data.gluon(gpu, root, D=128)
-    wide = []
-    for (_, commit, N), g in wide_df[wide_df.causal == 0].groupby(["run_start", "git_commit", "N"], sort=True):
-        wide += [[commit, N, v, cell(commit, v, N, 0, wide_df)] for v in every_config(g)]
-    wide_text = [] if not wide else [
-        "", "Head dimension 128 (the harness's B and H), non-causal: every configuration each run timed, by graph "
-        "replay, with v7's tl path, v7's own path (v7_gluon: from candidates_for(128) since commit d0f82f9; before it "
-        "no Gluon candidate fitted there and v7 ran its tl path) and SDPA from the same rounds.", "",
-        md_table(["run", "N", "configuration", "do_bench ms, graph ms (% of SDPA)"], wide)]
+    wide_text = []
+    for causal, what in ((0, "non-causal"), (1, "causal")):
+        wide = []
+        for (_, commit, N), g in wide_df[wide_df.causal == causal].groupby(["run_start", "git_commit", "N"],
+                                                                           sort=True):
+            wide += [[commit, N, v, cell(commit, v, N, causal, wide_df)] for v in every_config(g)]
+        wide_text += [] if not wide else [
+            "", f"Head dimension 128 (the harness's B and H), {what}: every configuration each run timed, by graph "
+            "replay, with v7's tl path, the Gluon path (v7_gluon: from candidates_for(128) since commit d0f82f9, "
+            "before which no Gluon candidate fitted there; causal inputs take it, raced against the tl path, since "
+            "session 24) and SDPA from the same rounds.", "",
+            md_table(["run", "N", "configuration", "do_bench ms, graph ms (% of SDPA)"], wide)]
     return "\n".join([
         "The Gluon forward (`kernels/_shared/gluon_forward_hopper.py`; v7's non-causal path by default since "
         "commit aafdf46, whose harness rows are in the main table): per run and "
@@ -1052,7 +1056,10 @@ def section_gluon(gpu, root) -> str:
         "slot's V on a barrier of its own (Q Kᵀ waits for K alone), tm = each tile's row maxima folded by halves, "
         "ua = the key loop's mbarrier arrives and slot wait without the bar.sync Triton puts before them, px4/px8 = a "
         "quarter/an eighth of the exponentials by a cubic on the FMA pipe instead of the MUFU, mix = whole rounds of "
-        "192-row items, then each head's rest in 128-row items (the third consumer idle).", "",
+        "192-row items, then each head's rest in 128-row items (the third consumer idle), rs = the row sums of P by "
+        "the tensor cores, st = the next work item's first scores issued beside this item's last P V, er = 240 "
+        "registers for each of two consumers, la = the next key tile's scores issued before each softmax "
+        "(lookahead).", "",
         md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline), *wide_text])
 
 

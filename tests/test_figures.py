@@ -252,6 +252,8 @@ GLUON += [("aafdf46", "2026-11-30T04:00:00+00:00", v, 4096, 0, ms) for v, ms in 
 GLUON_WIDE = "ccc"
 GLUON += [(GLUON_WIDE, "2026-11-30T05:00:00+00:00", v, 2048, 0, ms) for v, ms in (("v7_tl", 1.3), ("sdpa", 1.0),
                                                                                   ("cfgW", 1.1), ("v7_gluon", 1.15))]
+GLUON += [(GLUON_WIDE, "2026-11-30T05:00:01+00:00", v, 2048, 1, ms) for v, ms in (("v7_tl", 0.8), ("sdpa", 1.0),
+                                                                                  ("cfgW", 0.9))]
 
 
 def write_gluon(root: Path) -> Path:
@@ -278,14 +280,18 @@ def test_gluon_best_per_run_and_shape(results_root):
 def test_gluon_reads_one_head_dimension_and_the_report_gives_128_its_own_table(results_root):
     assert GLUON_WIDE not in set(data.gluon(GPU, results_root)[0].git_commit)   # rows without D are the harness's 64
     wide, _ = data.gluon(GPU, results_root, D=128)
-    assert set(wide.git_commit) == {GLUON_WIDE} and len(wide) == 4
+    assert set(wide.git_commit) == {GLUON_WIDE} and len(wide) == 7
     text = report.section_gluon(GPU, results_root)
     main, _, rest = text.partition("Head dimension 128")
     assert GLUON_WIDE not in main and rest
-    lines = [ln for ln in rest.splitlines() if ln.startswith(f"| {GLUON_WIDE} |")]
+    plain, _, masked = rest.partition("Head dimension 128 (the harness's B and H), causal")
+    lines = [ln for ln in plain.splitlines() if ln.startswith(f"| {GLUON_WIDE} |")]
     # its configuration by graph time, then the references in GLUON_NOT_CONFIGS' order
     assert [ln.split(" | ")[2] for ln in lines] == ["cfgW", "v7_tl", "sdpa", "v7_gluon"]
     assert "(100.0%)" in lines[2] and "(90.9%)" in lines[0]
+    # the causal rows have a table of their own, after the non-causal one
+    lines = [ln for ln in masked.splitlines() if ln.startswith(f"| {GLUON_WIDE} |")]
+    assert [ln.split(" | ")[2] for ln in lines] == ["cfgW", "v7_tl", "sdpa"] and "(111.1%)" in lines[0]
 
 
 def _assert_png(path: Path):

@@ -224,6 +224,27 @@ Session 23:
   spilled in the worker (5 STL, 10 LDL). 240 for both (/er) removes the spill, but that form stays behind the 64-key
   tiles (76.2/77.1/86.5% of cuDNN at N = 1024/2048/4096 against 87.1/88.8/89.7%), and /er on the 64-key form gains
   nothing (84.3/87.7/88.8%). Not kept.
+Session 24:
+- ex2 on packed halves (offline only): ex2.approx.ftz.bf16x2 and ex2.approx.f16x2 exist in PTX for sm_90, but Triton
+  3.6's ptxas turns each into two MUFU.EX2.BF16 (.F16) and a PRMT, so a pair of exponentials still costs two MUFU
+  issues: nothing for the MUFU to gain, not timed.
+- lookahead (/la, calls 1-2, ef5c871; _attend_ahead): in every candidate's offline SASS a consumer waits for S_j
+  right after issuing it and (ptxas's placement) for P_(j-1) V_(j-1) before the tile's first exp2, so none of its
+  exponentials runs beside a product of its own. With S_(j+1) issued behind P_(j-1) V_(j-1) before tile j's softmax,
+  the SASS waits D2, then D1, then runs the 66 exp2s with S_(j+1) in flight. Carrying the in-flight score tile round
+  the key loop made ptxas serialise every wgmma (C7514: a copy at the loop's end reads a running accumulator), so the
+  loop takes two tiles per pass. At D = 64 (128-key tiles, persistent, 4 slots; 65-68 spill stores per work item
+  outside the key loop, none in it) slower at every length: 75.7/84.1/91.8/95.9% of cuDNN at N = 512/1024/2048/4096
+  against the default's 102.2/98.4/99.5/100.4%, with 3 slots 64.8-74.1% (the loader has one tile less ahead). At
+  D = 128, where a 64-key score tile is 32 registers and the offline SASS has no spill, the persistent 64-key form
+  with 4 slots made 89.4/94.5/95.1% against 86.9/88.7/90.4% without lookahead (4 slots) and 84.8/89.1/90.0% (3
+  slots, v7's candidate until then) in the same rounds (call 2). It is v7's D = 128 candidate since (V7_BASE_WIDE;
+  FA2_V7_LOOKAHEAD=0 turns it off): experiment gluon --D 128 at 831f436 (call 4) had v7 at 88.7/92.7/96.1% of cuDNN
+  non-causal (session 23: 87.2/88.4/95.4%), experiment other-shapes at 0812277 (call 3) (2, 16, 2048, 128) at 0.128
+  ms (90.6% of cuDNN, 1.29x v6; was 0.134) and (4, 8, 4096, 128) at 0.484 ms (93.2%, 1.30x v6).
+- causal at D = 128 (call 4): forced onto this path, the lookahead candidate made 96.1/101.3/101.1% of cuDNN at N =
+  1024/2048/4096 where v7's tl path made 119.2/103.3/90.1%; v7 now races the two for causal D = 128 inputs (its
+  gluon_applies).
 """
 
 from __future__ import annotations

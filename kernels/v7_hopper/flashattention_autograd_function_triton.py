@@ -28,6 +28,13 @@ at 1024/2048): not kept. Rebuilt with the item loop kept and only the boundary c
 kept either. Session 23's 5-run protocol (f8938ac, 5 s pause): non-causal 100/101/99/110%, causal 98/121/113/108%; over
 all 30 runs of sessions 21-23: non-causal 98.7 (47-106) / 99.0 (96-103) / 99.3 (98-100) / 109.7% (108-114), causal
 98.7 (69-106) / 119.2 (116-125) / 113.3 (112-115) / 107.1% (103-109): still the same four shapes level.
+Session 24's 5-run protocol (831f436, 5 s pause; the D = 64 candidates unchanged, their item loop now counting its
+turns): non-causal 101/98/99/108%, causal 99/120/113/108%; over all 35 runs of sessions 21-24: non-causal 98.8 (47-106)
+/ 99.0 (96-103) / 99.3 (98-100) / 109.5% (108-114), causal 98.8 (69-106) / 119.2 (116-125) / 113.2 (112-115) / 107.1%
+(102-109). The session's lever for those shapes, the next tile's scores issued before each softmax (lookahead), was
+slower at D = 64 (75.7-95.9% of cuDNN) and faster at D = 128 (the Gluon module's docstring), where it is now v7's
+candidate: 88.7/92.7/96.1% of cuDNN non-causal at N = 1024/2048/4096 (831f436), and causal D = 128 inputs are raced
+between it and the tl path (forced, the Gluon path made 96.1/101.3/101.1% where the tl path made 119.2/103.3/90.1%).
 Three levers tried on the Gluon path in session 21 were slower or unchanged (poly_exp, early_p, mixed: the Gluon
 module's docstring); its ncu source pages say why 1024 and 2048 stay level: with 2 consumers the products and the
 exponentials take turns (tensor pipe 47.5%, MUFU 49.1% of cycles at 2048, cuDNN alike), with 3 (N = 4096) they
@@ -174,7 +181,8 @@ At head dimension 128 none of those candidates fits a block's shared memory, and
 its tl path there at 74-82% of cuDNN non-causal. It now has candidates of its own for D = 128 (the Gluon
 module's candidates_for: 64-key tiles, the persistent 128-row program and 192-row tiles with the split tail,
 the best of eleven that fit; experiment gluon --D 128): 87.2/88.4/95.4% of cuDNN at N = 1024/2048/4096
-in the same rounds as the tl path's 81.9/78.5/74.2% (commit d4c3d43).
+in the same rounds as the tl path's 81.9/78.5/74.2% (commit d4c3d43); with lookahead on the 128-row one (session 24)
+88.7/92.7/96.1% (831f436). Causal D = 128 inputs are raced between that path and the tl path (gluon_applies).
 
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
