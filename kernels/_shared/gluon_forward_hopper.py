@@ -1369,11 +1369,10 @@ if HAVE_GLUON:
         POLY: gl.constexpr = 2 * modes.shape[5] if modes.shape[5] > 1 else 1
         SLOTS: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
-        ROWS: gl.constexpr = q_tile.shape[0]
-        D: gl.constexpr = q_tile.shape[1]
+        ROWS: gl.constexpr = acc.shape[0]
         s_layout: gl.constexpr = _wgmma_layout(4, BLOCK_N)
-        o_layout: gl.constexpr = _wgmma_layout(4, D)
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        o_layout: gl.constexpr = acc.type.layout      # P V's accumulator and A operand as the caller made them
+        p_layout: gl.constexpr = p_op.type.layout
         prev = (g + j - 1) % SLOTS
         if AHEAD:
             k = g + j + 1
