@@ -234,16 +234,17 @@ def inspect(c, kernel="v1_tiles", config="", causal=False, D=64, dtype="bf16", a
             "gluon": "comma-separated Gluon forward configurations to profile beside them (experiment gluon's labels)",
             "source": "ncu: also export every SASS instruction's executions and sampled stalls "
                       "(results/<gpu>/ncu/source/)",
-            "dry_run": "print the commands only"})
+            "dry_run": "print the commands only",
+            "D": "head dimension (default 64, the harness's; another adds _D<D> to the results' file name)"})
 def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", mode="fwd", gluon="", source=False,
-            dry_run=False):
+            dry_run=False, D=64):
     """Profile versions next to SDPA at the harness shape (Nsight Compute, nsys or torch.profiler).
 
     ncu runs the full section set with clocks left alone and a fresh Triton cache, and its numbers
     are exported to results/<gpu>/ncu/*.csv; nsys and torch give a timeline."""
     if not dry_run:
         _need_gpu("invoke profile", "`invoke profile --dry-run` prints the commands; `invoke inspect` works offline")
-    cmd = [sys.executable, "profiling/run_profile.py", "--tool", tool, "--kernel", kernel, "--N", str(N)]
+    cmd = [sys.executable, "profiling/run_profile.py", "--tool", tool, "--kernel", kernel, "--N", str(N), "--D", str(D)]
     cmd += (["--causal"] if causal else []) + (["--config", config] if config else [])
     cmd += (["--mode", mode] if mode != "fwd" else []) + (["--gluon", gluon] if gluon else [])
     cmd += (["--source"] if source else []) + (["--dry-run"] if dry_run else [])

@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from .gpu import interpreting
+from .shapes import HEAD_DIMS
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
+SUPPORTED_HEAD_DIMS = HEAD_DIMS
 
 
 def validate_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> None:

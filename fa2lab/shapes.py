@@ -9,6 +9,7 @@ from typing import Iterator
 BATCH = 4
 HEADS = 8
 HEAD_DIM = 64
+HEAD_DIMS = (16, 32, 64, 128)   # the head dimensions every version takes (fa2lab.checks refuses others)
 DTYPE_NAME = "bfloat16"
 SEQ_LENS = (512, 1024, 2048, 4096)
 MASKS = (False, True)

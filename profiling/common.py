@@ -25,6 +25,8 @@ from fa2lab.launch import pin_config
 def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--N", type=int, default=4096, help="sequence length (queries = keys)")
     ap.add_argument("--causal", type=int, choices=(0, 1), default=0)
+    ap.add_argument("--D", type=int, choices=shapes.HEAD_DIMS, default=shapes.HEAD_DIM,
+                    help=f"head dimension (default {shapes.HEAD_DIM}, the harness's)")
     ap.add_argument("--iters", type=int, default=3, help="calls of each kernel inside the captured region")
     ap.add_argument("--sdpa", type=int, choices=(0, 1), default=1, help="also run SDPA on the same inputs")
     ap.add_argument("--config", default="", help="Q_TILE,K_TILE,WARPS,STAGES: run exactly this configuration "
@@ -103,12 +105,13 @@ def gluon_configs(labels: str) -> list:
         raise SystemExit(f"--gluon: {e}") from None
 
 
-def build_calls(modules: dict, N: int, causal: bool, sdpa: bool, gluon: str = "") -> list[Call]:
+def build_calls(modules: dict, N: int, causal: bool, sdpa: bool, gluon: str = "",
+                D: int = shapes.HEAD_DIM) -> list[Call]:
     """The calls of one iteration: each version's FlashAttentionTriton.apply, each --gluon configuration,
-    then SDPA, on shared inputs."""
+    then SDPA, on shared inputs of head dimension D."""
     import torch.nn.functional as F
 
-    (q, k, v), (q4, k4, v4) = make_inputs(N)
+    (q, k, v), (q4, k4, v4) = make_inputs(N, D)
     calls = [Call(range_name(name, N, causal), lambda m=m: m.FlashAttentionTriton.apply(q, k, v, causal))
              for name, m in modules.items()]
     if gluon:
@@ -123,7 +126,7 @@ def build_calls(modules: dict, N: int, causal: bool, sdpa: bool, gluon: str = ""
     return calls
 
 
-def build_backward_calls(modules: dict, N: int, causal: bool, sdpa: bool) -> list[Call]:
+def build_backward_calls(modules: dict, N: int, causal: bool, sdpa: bool, D: int = shapes.HEAD_DIM) -> list[Call]:
     """The backward's calls (--mode bwd): for each version with the Triton backward, its recorded
     launches (one per dQ mode, each kernel in its own NVTX range, so the ncu export names them), then
     autograd.grad through SDPA's default and FLASH_ATTENTION backends on a kept graph."""
@@ -134,7 +137,7 @@ def build_backward_calls(modules: dict, N: int, causal: bool, sdpa: bool) -> lis
     from fa2lab.versions import load_shared
 
     fb = load_shared("flash_backward_triton")
-    (q, k, v), (q4, k4, v4) = make_inputs(N)
+    (q, k, v), (q4, k4, v4) = make_inputs(N, D)
     dO = torch.randn_like(q)
     calls = []
     for name, m in modules.items():
@@ -241,12 +244,13 @@ def plan(script: str, names: list[str], args, log: list[str]) -> str:
         ranges = [range_name(n, args.N, causal) for n in names + gluon + (["sdpa"] if args.sdpa else [])]
     which = f"--kernel {names[0]}" if script == "profile_driver.py" else f"--kernels {','.join(names)}"
     cmd = f"python profiling/{script} {which} --N {args.N} --causal {args.causal}"
+    cmd += f" --D {args.D}" if args.D != shapes.HEAD_DIM else ""
     cmd += f" --config {args.config}" if args.config else ""
     cmd += " --mode bwd" if getattr(args, "mode", "fwd") == "bwd" else ""
     cmd += f" --gluon {args.gluon}" if args.gluon else ""
     tag = names[0] if len(names) == 1 else "compare"
     lines = [
-        f"{script}: B={shapes.BATCH} H={shapes.HEADS} N={args.N} D={shapes.HEAD_DIM} bf16, causal={args.causal}",
+        f"{script}: B={shapes.BATCH} H={shapes.HEADS} N={args.N} D={args.D} bf16, causal={args.causal}",
         *[f"  {line}" for line in log],
         f"  warm-up: compile/autotune each call once, then ~{args.warmup_s:g} s of GPU work, outside the capture",
         f"  capture: cudaProfilerStart; {args.iters} x [{', '.join(ranges)}] as NVTX ranges; cudaProfilerStop",
@@ -277,9 +281,9 @@ def run(script: str, names: list[str], args) -> int:
         if args.gluon:
             print("--gluon profiles the Gluon forward: forward mode only")
             return 2
-        calls = build_backward_calls(modules, args.N, bool(args.causal), bool(args.sdpa))
+        calls = build_backward_calls(modules, args.N, bool(args.causal), bool(args.sdpa), args.D)
     else:
-        calls = build_calls(modules, args.N, bool(args.causal), bool(args.sdpa), args.gluon)
+        calls = build_calls(modules, args.N, bool(args.causal), bool(args.sdpa), args.gluon, args.D)
     rounds = warm_up(calls, args.warmup_s)
     print(f"warm-up: {rounds} rounds after the first (compiling) one", flush=True)
     capture(calls, args.iters)

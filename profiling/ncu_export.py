@@ -153,22 +153,23 @@ def backward_share(version: str) -> float:
     return shapes.BWD_FLOP_FACTOR if version.endswith("-bwd") else 1.0
 
 
-def summarise_raw(path, N: int, causal: bool, config: str = "", predicted_flops: float | None = None) -> list[dict]:
-    """One row per kernel. predicted_flops defaults to the attention harness shape's count at N; the
+def summarise_raw(path, N: int, causal: bool, config: str = "", predicted_flops: float | None = None,
+                  D: int = shapes.HEAD_DIM) -> list[dict]:
+    """One row per kernel. predicted_flops defaults to the attention harness shape's count at N (head dimension D); the
     matmul peak table passes 2·S³. With `--print-nvtx-rename kernel` each kernel is named by the NVTX
     range it ran in ("v4_exp2 N=4096 causal=0", "matmul bf16->fp32 S=8192"): its first word after any
     'matmul' is the version (or the matmul variant)."""
     header, units, kernels = read_raw(path)
     picked = [c for c in header if any(re.search(p, c) for p in PATTERNS)]
     if predicted_flops is None:
-        predicted_flops = shapes.flops(shapes.BATCH, shapes.HEADS, N, shapes.HEAD_DIM, causal)
+        predicted_flops = shapes.flops(shapes.BATCH, shapes.HEADS, N, D, causal)
     out = []
     for k in kernels:
         name = k["Kernel Name"]
         words = name.split(" ")
         version = (words[1] if words[0] == "matmul" and len(words) > 2 else words[0]) if (" N=" in name or " S=" in name) else ""
         row = {"kernel": name[:120], "version": version, "ncu_id": k.get("ID", ""), "N": N, "causal": int(causal),
-               "config": config, "predicted_flops": predicted_flops * backward_share(version)}
+               "config": config, "D": D, "predicted_flops": predicted_flops * backward_share(version)}
         for c in picked:
             row[f"{c} [{units.get(c, '')}]".replace(" []", "")] = _num(k[c]) if _num(k[c]) is not None else k[c]
         stalls = {c: _num(k[c]) for c in picked if "issue_stalled" in c and _num(k[c]) is not None}
@@ -178,7 +179,7 @@ def summarise_raw(path, N: int, causal: bool, config: str = "", predicted_flops:
         if config and "l1tex__m_xbar2l1tex_read_bytes.sum" in picked:
             q_tile = int(config.split(",")[0])
             programs = shapes.BATCH * shapes.HEADS * math.ceil(N / q_tile)
-            per_program = (2 * N * shapes.HEAD_DIM + q_tile * shapes.HEAD_DIM) * 2   # K, V and the Q tile, bf16
+            per_program = (2 * N * D + q_tile * D) * 2   # K, V and the Q tile, bf16
             row["predicted_l2_to_sm_bytes"] = programs * per_program
         out.append(row)
     return out
@@ -202,7 +203,8 @@ def resummarise(summary_csv: str | Path) -> int:
     for raw, group in old.groupby("raw_export", sort=False):
         first = group.iloc[0]
         fresh = summarise_raw(REPO / raw, N=int(first["N"]), causal=bool(int(first["causal"])),
-                              config=str(first.get("config", "")))
+                              config=str(first.get("config", "")),
+                              D=int(first["D"]) if pd.notna(first.get("D")) else shapes.HEAD_DIM)
         by_id = {str(r["ncu_id"]): r for r in fresh}
         for _, r in group.iterrows():
             if str(r["ncu_id"]) not in by_id:
@@ -214,7 +216,7 @@ def resummarise(summary_csv: str | Path) -> int:
     return len(rows)
 
 
-_SUMMARY_KEYS = ("kernel", "version", "ncu_id", "N", "causal", "config")
+_SUMMARY_KEYS = ("kernel", "version", "ncu_id", "N", "causal", "config", "D")
 
 
 def main(argv=None) -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fa2lab import versions  # noqa: E402
+from fa2lab import shapes, versions  # noqa: E402
 
 REPO = versions.REPO
 MATMUL_SIZE = 8192   # M = N = K of the Round 2 matmul peak table
@@ -46,6 +46,7 @@ def driver_command(names: list[str], args, extra: list[str]) -> list[str]:
     which = ["--kernels", ",".join(names)] if len(names) > 1 else ["--kernel", names[0]]
     cmd = [sys.executable, str(REPO / "profiling" / script), *which, "--N", str(args.N),
            "--causal", str(int(args.causal))]
+    cmd += ["--D", str(args.D)] if getattr(args, "D", shapes.HEAD_DIM) != shapes.HEAD_DIM else []
     cmd += ["--mode", args.mode] if getattr(args, "mode", "fwd") != "fwd" else []
     cmd += ["--gluon", args.gluon] if getattr(args, "gluon", "") else []
     return cmd + (["--config", args.config] if args.config else []) + extra
@@ -58,6 +59,8 @@ def main(argv=None) -> int:
                     help="a version, a comma-separated list, 'all', or 'matmul' (the Round 2 matmul peak table, ncu)")
     ap.add_argument("--N", type=int, default=4096)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--D", type=int, choices=shapes.HEAD_DIMS, default=shapes.HEAD_DIM,
+                    help=f"head dimension (default {shapes.HEAD_DIM}, the harness's; another adds _D<D> to the tag)")
     ap.add_argument("--config", default="", help="Q,K,WARPS,STAGES for every version profiled")
     ap.add_argument("--mode", choices=("fwd", "bwd"), default="fwd",
                     help="bwd: the Triton backward's kernels in both dQ modes beside SDPA's backward (issue 7)")
@@ -81,7 +84,8 @@ def main(argv=None) -> int:
             names = [n for n in names if n != "v2_autotune"]
         tag = (names[0] if len(names) == 1 else "all") + ("_bwd" if args.mode == "bwd" else "") \
             + ("_gluon" if args.gluon else "") \
-            + f"_N{args.N}_{'causal' if args.causal else 'noncausal'}"
+            + f"_N{args.N}_{'causal' if args.causal else 'noncausal'}" \
+            + (f"_D{args.D}" if args.D != shapes.HEAD_DIM else "")
     if not args.dry_run:
         import torch
 
@@ -131,7 +135,7 @@ def main(argv=None) -> int:
         raw_path = out / "raw" / f"{tag}_{run_id.replace(':', '')}.csv"
         raw_path.parent.mkdir(parents=True, exist_ok=True)
         raw_path.write_text(raw.stdout)
-        rows = summarise_raw(raw_path, N=args.N, causal=args.causal, config=args.config,
+        rows = summarise_raw(raw_path, N=args.N, causal=args.causal, config=args.config, D=args.D,
                              predicted_flops=2 * MATMUL_SIZE**3 if matmul else None)
         rows = [{**r, "run_id": run_id, "raw_export": str(raw_path.relative_to(REPO)), "date": run_id,
                  **environment()} for r in rows]

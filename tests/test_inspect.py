@@ -263,6 +263,19 @@ def test_driver_refuses_without_a_gpu():
     assert p.returncode == 2 and "no CUDA GPU visible" in p.stdout
 
 
+def test_profile_at_another_head_dimension_dry_run():
+    """--D 128 reaches the driver (its inputs and plan) and the results' file name; the harness's 64 changes neither."""
+    wide = _driver("run_profile.py", "--tool", "ncu", "--kernel", "v7_hopper", "--N", "2048", "--D", "128", "--dry-run")
+    plain = _driver("run_profile.py", "--tool", "ncu", "--kernel", "v7_hopper", "--N", "2048", "--dry-run")
+    assert wide.returncode == 0 and plain.returncode == 0, wide.stderr + plain.stderr
+    assert "v7_hopper_N2048_noncausal_D128.ncu-rep" in wide.stdout and "--D 128" in wide.stdout
+    assert "v7_hopper_N2048_noncausal.ncu-rep" in plain.stdout and "--D" not in plain.stdout
+    p = _driver("profile_driver.py", "--kernel", "v7_hopper", "--N", "2048", "--D", "128", "--dry-run")
+    assert p.returncode == 0 and "N=2048 D=128 bf16" in p.stdout and "--D 128" in p.stdout, p.stdout + p.stderr
+    bad = _driver("run_profile.py", "--tool", "ncu", "--kernel", "v7_hopper", "--D", "48", "--dry-run")
+    assert bad.returncode != 0 and "invalid choice: 48" in bad.stderr
+
+
 def test_run_profile_source_dry_run():
     """--source adds the source-page export (per-instruction SASS counters) after the raw one; without it there is
     none."""

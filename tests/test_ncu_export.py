@@ -27,6 +27,16 @@ def test_summary_picks_the_article_numbers_and_predictions(tmp_path):
     assert not any("unrelated" in k for k in ours)
 
 
+def test_summary_predictions_follow_the_head_dimension(tmp_path):
+    """--D 128 (invoke profile --D): the rows say which head dimension ran, and the predictions count it."""
+    path = tmp_path / "r.raw.csv"
+    path.write_text(RAW)
+    wide = summarise_raw(path, N=4096, causal=False, config="64,128,4,2", D=128)[0]
+    assert wide["D"] == 128 and wide["predicted_flops"] == 4 * 32 * 4096**2 * 128
+    assert wide["predicted_l2_to_sm_bytes"] == 32 * 64 * (2 * 4096 * 128 + 64 * 128) * 2
+    assert summarise_raw(path, N=4096, causal=False)[0]["D"] == 64
+
+
 def test_malformed_export_names_the_file(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")
@@ -88,6 +98,11 @@ def test_resummarise_rederives_metrics_from_the_raw_export_and_keeps_each_rows_p
     assert df["launch__registers_per_thread [register/thread]"].tolist() == [255, 255]
     assert df["gpu"].tolist() == ["NVIDIA H200"] * 2 and df["run_id"].tolist() == ["run-1"] * 2
     assert df["gpu__time_duration.sum [usecond]"].tolist() == [2060.5, 2130.0]
+    wide = tmp_path / "v7_hopper_N4096_noncausal_D128.csv"   # a --D 128 summary keeps its head dimension
+    pd.DataFrame([{**r, "run_id": "run-2", "raw_export": str(raw)} for r in summarise_raw(raw, N=4096, causal=False,
+                                                                                           D=128)]).to_csv(wide)
+    assert resummarise(wide) == 2
+    assert pd.read_csv(wide)["predicted_flops"].tolist() == [4 * 32 * 4096**2 * 128] * 2
     raw.write_text(RAW.split('"1","1","sdpa')[0])   # the raw export lost a kernel: an error, not a silent drop
     with pytest.raises(ValueError, match="kernel 1 is not in"):
         resummarise(summary)
