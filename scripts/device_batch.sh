@@ -35,7 +35,7 @@
 #   pick-v0 | pick-v4 | pick-v7      write the sm_XX entries of the versions that sweep feeds
 #   profile           ncu, every version (v2 aside) and SDPA, N = 4096, both masks
 #   profile-v7-nc     ncu of v7 (its default non-causal path) beside SDPA at N = ${PROFILE_NS:-1024 2048 4096}, non-causal
-#                     (PROFILE_SOURCE=1: also the per-instruction source page, run_profile.py --source)
+#                     (PROFILE_SOURCE=1: also the per-instruction source page, run_profile.py --source; PROFILE_D: another head dimension)
 #   profile-matmul    ncu over the matmul peak table's variants (tensor-pipe counter vs roofline)
 #   profile-bwd       ncu over the Triton backward's kernels (both dQ modes) and SDPA's backward, N = 4096, both masks
 #   nsys | torch-trace           a timeline of every version at N = 4096 (nsys needs .debs carried)
@@ -97,7 +97,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     pick-bwd) echo "python3 sweeps/sweep_backward.py --pick" ;;
     pick-v0|pick-v4|pick-v7) echo "python3 sweeps/pick_configs.py --kernel $(body "$s")" ;;
     profile) echo "python3 profiling/run_profile.py --tool ncu --kernel all && python3 profiling/run_profile.py --tool ncu --kernel all --causal" ;;
-    profile-v7-nc) echo "for n in ${PROFILE_NS:-1024 2048 4096}; do python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --N \$n ${PROFILE_SOURCE:+--source} || exit 1; done" ;;
+    profile-v7-nc) echo "for n in ${PROFILE_NS:-1024 2048 4096}; do python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --N \$n ${PROFILE_SOURCE:+--source} ${PROFILE_D:+--D $PROFILE_D} || exit 1; done" ;;
     profile-matmul) echo "python3 profiling/run_profile.py --tool ncu --kernel matmul" ;;
     profile-bwd) echo "python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --mode bwd && python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --mode bwd --causal" ;;
     nsys) echo "python3 profiling/run_profile.py --tool nsys --kernel all" ;;
