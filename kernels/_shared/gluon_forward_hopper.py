@@ -710,6 +710,12 @@ EXPERIMENT_CONFIGS = (
                 lookahead=True),
     GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
                 lookahead=True),
+    # calls 1-2 (ef5c871): slower at D = 64 (75.7-95.9% of cuDNN against 98.4-102.2%), faster at D = 128 (the 4-slot
+    # 64-key form 89.4/94.5/95.1% against 86.9/88.7/90.4% without lookahead), v7's D = 128 candidate since. At D = 128
+    # and N = 4096 its 1024 work items are 7.76 rounds on 132 SMs; the same form with the split tail (offline sm_90: no
+    # spill, no serialised wgmma, 213 KB of shared memory) is compiled but not yet timed:
+    GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                split_tail=True, lookahead=True),
 )
 
 
