@@ -499,6 +499,12 @@ V7_BASE_WIDE = (
 )
 
 
+def _lookahead(block_n: int, slots: int, **option) -> GluonConfig:
+    """Session 24's lookahead forms: 128-row tiles, 2 consumers with ping-pong and unsynced_arrive, P in registers."""
+    return GluonConfig(128, block_n, 4, slots, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True,
+                       lookahead=True, **option)
+
+
 def with_option(**option) -> tuple:
     """v7's candidates (V7_BASE) with one option set: an option's round in EXPERIMENT_CONFIGS."""
     return tuple(replace(c, **option) for c in V7_BASE)
@@ -698,24 +704,18 @@ EXPERIMENT_CONFIGS = (
     # score tile fits: S_(j+1) issued behind P_(j-1) V_(j-1) before tile j's softmax (lookahead, _attend_ahead). Offline
     # sm_90 SASS (persistent, 4 slots): the exponentials run with S_(j+1) in flight (waits D2, D1, then 66 MUFU.EX2 per
     # tile), no spill in the key loop (spills per work item outside it: 65 STL with 240 registers per consumer).
-    GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
-                lookahead=True),
-    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
-                lookahead=True),
-    GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
-                even_registers=True, lookahead=True),
-    GluonConfig(128, 128, 4, 4, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, lookahead=True),
+    _lookahead(128, 4, persistent=True),
+    _lookahead(128, 3, persistent=True),
+    _lookahead(128, 4, persistent=True, even_registers=True),
+    _lookahead(128, 4),
     # and at head dimension 128 the 64-key form (a score tile there is 32 registers):
-    GluonConfig(128, 64, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
-                lookahead=True),
-    GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
-                lookahead=True),
+    _lookahead(64, 3, persistent=True),
+    _lookahead(64, 4, persistent=True),
     # calls 1-2 (ef5c871): slower at D = 64 (75.7-95.9% of cuDNN against 98.4-102.2%), faster at D = 128 (the 4-slot
     # 64-key form 89.4/94.5/95.1% against 86.9/88.7/90.4% without lookahead), v7's D = 128 candidate since. At D = 128
     # and N = 4096 its 1024 work items are 7.76 rounds on 132 SMs; the same form with the split tail (offline sm_90: no
     # spill, no serialised wgmma, 213 KB of shared memory) is compiled but not yet timed:
-    GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
-                split_tail=True, lookahead=True),
+    _lookahead(64, 4, persistent=True, split_tail=True),
 )
 
 
