@@ -32,12 +32,12 @@ from fa2lab.budget import Config  # noqa: E402
 V6 = "v6_longest_first"
 
 
-def _inputs(N, seed=0, D=shapes.HEAD_DIM):
+def _inputs(N, seed=0, D=shapes.HEAD_DIM, heads=shapes.BATCH * shapes.HEADS):
+    """Q, K, V: (heads, N, D) bf16 from one seeded generator (heads: the harness's B * H unless given)."""
     import torch
 
     g = torch.Generator(device="cuda").manual_seed(seed)
-    B = shapes.BATCH * shapes.HEADS
-    return [torch.randn(B, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3)]
+    return [torch.randn(heads, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3)]
 
 
 def _masks(args) -> tuple[bool, ...]:
@@ -673,8 +673,7 @@ def items(args, save):
     D = shapes.HEAD_DIM
     fits = {}
     for heads, N in ITEM_SHAPES:
-        g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(heads, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        q, k, v = _inputs(N, D=D, heads=heads)
         q4, k4, v4 = (t.view(1, heads, N, D) for t in (q, k, v))
         calls = {}
         for cfg in configs:
