@@ -1598,14 +1598,15 @@ if HAVE_GLUON:
                     s_tok, q_tile = s_next, q_next
                 else:
                     s_tok, q_tile = _first_scores(mem, wg, it, g, t)
-                if LOOKAHEAD:   # (a runtime flag; without lookahead a constant, and the branch below is compiled out)
-                    ahead = n_tiles > 1
-                else:
-                    ahead = False
-                if ahead:
-                    acc, l_i, m_i = _attend_ahead(s_tok, q_tile, mem, g, t, n_tiles, k_base, mask_from, causal_off,
-                                                  q_pos, N_KEYS, qk_scale)
-                    turns = n_tiles + 2
+                if LOOKAHEAD:
+                    if n_tiles > 1:
+                        acc, l_i, m_i = _attend_ahead(s_tok, q_tile, mem, g, t, n_tiles, k_base, mask_from, causal_off,
+                                                      q_pos, N_KEYS, qk_scale)
+                        turns = n_tiles + 2
+                    else:
+                        acc, l_i, m_i = _attend(s_tok, q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off,
+                                                q_pos, N_KEYS, qk_scale)
+                        turns = n_tiles + 1
                 else:
                     acc, l_i, m_i = _attend(s_tok, q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off,
                                             q_pos, N_KEYS, qk_scale)
