@@ -1598,6 +1598,8 @@ if HAVE_GLUON:
                     s_tok, q_tile = s_next, q_next
                 else:
                     s_tok, q_tile = _first_scores(mem, wg, it, g, t)
+                # (_attend has two call sites: a flag set under `if LOOKAHEAD` becomes a runtime value in Triton 3.6, which
+                # would carry _attend_ahead into every other kernel's PTX)
                 if LOOKAHEAD:
                     if n_tiles > 1:
                         acc, l_i, m_i = _attend_ahead(s_tok, q_tile, mem, g, t, n_tiles, k_base, mask_from, causal_off,
