@@ -710,7 +710,7 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     N = 1024/2048/4096 where the tl path made 119.2/103.3/90.1% (experiment gluon --D 128 --causal 1, 831f436)."""
     if force not in (None, "gluon") or (force is None and not FlashAttentionTriton.GLUON):
         return "not asked for"
-    if is_causal and force is None and Q.shape[-1] < 128:
+    if is_causal and force is None and Q.shape[2] < 128:
         return "causal mask (the tl path is as fast or faster there: experiment gluon; FORCE_PATH='gluon' runs it)"
     if interpreting():
         return "the interpreter cannot run Gluon"
