@@ -648,3 +648,80 @@ def test_even_registers_gives_two_consumers_240_each_and_only_two():
     assert even.consumer_registers == 240 and even.label.endswith("/er")
     with pytest.raises(ValueError, match="2 consumers only"):
         G.GluonConfig(192, 64, 4, 3, consumers=3, even_registers=True)
+
+
+def test_tie_marked_arrives_predicates_the_next_elected_arrive_on_both_marked_row_sums():
+    mark = G.TIE_MARK
+    ptx = "\n".join([
+        "\t@%p1 mbarrier.arrive.shared::cta.b64 _, [%r1];",        # before any mark: left alone
+        "\t// begin inline asm",
+        "\tmov.b32 %r20, %r155;",
+        f"\tmov.b32 %r21, %r156; // {mark}",
+        "\t// end inline asm",
+        "\tbar.sync \t0, 128;",
+        "\t@%p190 mbarrier.arrive.shared::cta.b64 _, [%r1241];",  # the first arrive after the mark: tied
+        "\t@%p190 mbarrier.arrive.shared::cta.b64 _, [%r1242];",  # the next one: left alone
+    ])
+    out, tied = G.tie_marked_arrives(ptx)
+    assert tied == 1
+    lines = out.splitlines()
+    assert lines[0] == ptx.splitlines()[0] and lines[-1] == ptx.splitlines()[-1]
+    tied_line = lines[6]
+    assert "setp.geu.and.f32 %fa2tie, %r155, 0f00000000, %p190;" in tied_line
+    assert "setp.geu.and.f32 %fa2tie, %r156, 0f00000000, %fa2tie;" in tied_line
+    assert "@%fa2tie mbarrier.arrive.shared::cta.b64 _, [%r1241];" in tied_line
+    assert tied_line.strip().startswith("{") and tied_line.strip().endswith("}")
+    assert G.tie_marked_arrives(ptx.replace(mark, "other")) == (ptx.replace(mark, "other"), 0)
+
+
+def test_exp_turn_replaces_ping_pong_and_excludes_what_takes_no_turns():
+    cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, unsynced_arrive=True, exp_turn=True)
+    assert cfg.label == "ws2x64x128/3s/preg/persist/ua/et"
+    with pytest.raises(ValueError, match="need the warp-specialized form"):
+        G.GluonConfig(128, 128, 8, 3, exp_turn=True)
+    for clash in (dict(pingpong=True), dict(lookahead=True), dict(stream=True), dict(row_sum=True),
+                  dict(block_m=192, consumers=3, mixed=True)):
+        with pytest.raises(ValueError, match="exp_turn"):
+            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
+                                    exp_turn=True), **clash})
+
+
+EXP_TURN_COMPILE = """
+import json, re, sys
+sys.path.insert(0, {repo!r})
+from fa2lab.versions import load_shared
+from profiling.inspect_kernel import disassemble
+G = load_shared("gluon_forward_hopper")
+out = {{}}
+for label, cfg in [("ws2", G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, unsynced_arrive=True,
+                                          exp_turn=True)),
+                   ("ws3", G.GluonConfig(192, 128, 4, 4, consumers=3, persistent=True, split_tail=True,
+                                          unsynced_arrive=True, exp_turn=True))]:
+    c = G.compile_offline(cfg, N=2048)
+    sass = disassemble(c.asm["cubin"])[0]
+    ptx = c.asm["ptx"]
+    spans = None
+    if sass is not None:   # MUFU.EX2 between each wait and the next arrive of the SASS, in address order
+        spans, count = [], None
+        for line in sass.splitlines():
+            if "SYNCS.PHASECHK" in line:
+                count = 0
+            elif "MUFU.EX2" in line and count is not None:
+                count += 1
+            elif "SYNCS.ARRIVE" in line and count is not None:
+                spans.append(count)
+                count = None
+    out[label] = {{"marks": ptx.count(G.TIE_MARK), "tied": ptx.count("@%fa2tie mbarrier.arrive"),
+                   "spans": spans}}
+print(json.dumps(out))
+"""
+
+
+def test_exp_turn_arrives_after_every_exponential_of_its_tile():
+    out = _offline(EXP_TURN_COMPILE)
+    for label, r in out.items():
+        assert r["marks"] > 0 and r["tied"] == r["marks"], (label, r)   # every marked pass of a turn is tied
+        if r["spans"] is not None:
+            # a key tile's 64 exponentials and its 2 alphas lie between a wait (the turn's) and the tied arrive;
+            # untied, ptxas put the arrive after the tile's first dozen
+            assert max(r["spans"]) == 66, (label, r)

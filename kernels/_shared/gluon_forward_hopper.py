@@ -300,6 +300,15 @@ _MARK_ASM = gl.constexpr(f"mov.b32 $0, $1; // {UNSYNCED_MARK}") if HAVE_GLUON el
 _SKIPPABLE = re.compile(r"\s*(//.*|\{|\.reg .*|\.loc .*|waitLoop:|\$L__\w+:"
                         r"|(add|sub|mul|mad|shl|shr|and|or|xor|mov|selp)(\.\w+)+\s+%\w+,[^;]*;)?\s*$")   # no memory
 _PARTITION_SYNC = re.compile(r"\s*bar\.sync\s+\d+,\s*128;\s*$")
+# exp_turn's pass of the turn: ptxas moves register-only work across an mbarrier arrive, and in the offline sm_90 SASS
+# the arrive after a tile's row sums went up among its first dozen exp2s, so the next consumer's exponentials started
+# beside most of this one's. _tie_next_arrive marks the row sums (TIE_MARK, in two register moves ptxas drops) and
+# tie_marked_arrives makes the next mbarrier arrive's predicate read them (l >= 0 or unordered: always true), a
+# dependency ptxas keeps: the arrive comes after every exp2 of the tile.
+TIE_MARK = "fa2-tie-v2"
+_TIE_ASM = gl.constexpr(f"mov.b32 $0, $2;\n\tmov.b32 $1, $3; // {TIE_MARK}") if HAVE_GLUON else None
+_TIE_SOURCE = re.compile(r"\s*mov\.b32\s+%\w+,\s*(%\w+);\s*(//\s*" + TIE_MARK + ")?")
+_ELECTED_ARRIVE = re.compile(r"^(\s*)@(%p\d+)\s+(mbarrier\.arrive[^;]*;)\s*$")
 
 
 def drop_marked_syncs(ptx: str) -> tuple[str, int]:
@@ -320,9 +329,28 @@ def drop_marked_syncs(ptx: str) -> tuple[str, int]:
     return "\n".join(line for i, line in enumerate(lines) if i not in drop), len(drop)
 
 
+def tie_marked_arrives(ptx: str) -> tuple[str, int]:
+    """The PTX with the first predicated mbarrier arrive after each TIE_MARK predicated also on the two marked registers
+    (a thread's two rows; setp.geu: l >= 0 or NaN, true for any row sum), and how many arrives were tied."""
+    lines = ptx.split("\n")
+    sources, tied = None, 0
+    for i, line in enumerate(lines):
+        m = _TIE_SOURCE.match(line)
+        if m and m.group(2):   # the mark's second move; the first, on the line before, moves the other row's sum
+            sources = (_TIE_SOURCE.match(lines[i - 1]).group(1), m.group(1))
+            continue
+        a = _ELECTED_ARRIVE.match(line) if sources else None
+        if a:
+            indent, pred, arrive = a.groups()
+            lines[i] = (f"{indent}{{ .reg .pred %fa2tie; setp.geu.and.f32 %fa2tie, {sources[0]}, 0f00000000, {pred}; "
+                        f"setp.geu.and.f32 %fa2tie, {sources[1]}, 0f00000000, %fa2tie; @%fa2tie {arrive} }}")
+            sources, tied = None, tied + 1
+    return "\n".join(lines), tied
+
+
 def _with_unsynced_stage(previous):
     """A stages hook that runs `previous` (any hook already installed) and wraps the PTX stage in drop_marked_syncs
-    for kernels that carry the mark (every other kernel's PTX is left as it is)."""
+    and tie_marked_arrives for kernels that carry their marks (every other kernel's PTX is left as it is)."""
     def hook(backend, stages, options, language, capability):
         if previous is not None:
             previous(backend, stages, options, language, capability)
@@ -332,7 +360,8 @@ def _with_unsynced_stage(previous):
 
         def ptx(src, metadata):
             text = make_ptx(src, metadata)
-            return drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
+            text = drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
+            return tie_marked_arrives(text)[0] if TIE_MARK in text else text
         stages["ptx"] = ptx
     hook.fa2_unsynced = True
     return hook
@@ -385,6 +414,9 @@ class GluonConfig:
     even_registers: bool = False  # 2 consumers: 240 registers each (consumer_registers), not 248 and 232
     lookahead: bool = False      # warp-specialized, P in registers: S_(j+1) = Q K_(j+1)^T issued beside P_(j-1) V_(j-1)
                                  # before tile j's softmax, so that no consumer waits for its own scores (_attend_ahead)
+    exp_turn: bool = False       # warp-specialized, instead of ping-pong: the consumers take turns at their exponentials,
+                                 # from after a tile's row maxima to after its row sums (ping-pong's ring of mbarriers),
+                                 # so one consumer's exp2s have the MUFU while another's products run (cuDNN's order)
 
     def __post_init__(self):
         if self.consumers:
@@ -398,10 +430,10 @@ class GluonConfig:
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
-                or self.row_sum or self.stream or self.lookahead or self.p_buffers != 2:
+                or self.row_sum or self.stream or self.lookahead or self.exp_turn or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
                              f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum, "
-                             f"stream, lookahead and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
+                             f"stream, lookahead, exp_turn and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -423,6 +455,11 @@ class GluonConfig:
                                or self.mixed or self.v_barrier):
             raise ValueError(f"lookahead keeps two score tiles in registers and counts its own turns: P in registers, "
                              f"not with pin_ex2, row_sum, stream, item_overlap, mixed or v_barrier: {self}")
+        if self.exp_turn and (self.pingpong or self.lookahead or self.stream or self.mixed or self.pin_ex2
+                              or self.row_sum):
+            raise ValueError(f"exp_turn is a ring of turns at every key tile's exponentials in place of ping-pong's turns "
+                             f"at the products: not with ping-pong, lookahead, stream, mixed (whose idle consumers take "
+                             f"no turns), pin_ex2 or row_sum (whose row sums are not ready when the turn passes): {self}")
         if self.even_registers and self.consumers != 2:
             raise ValueError(f"even_registers splits two consumers' registers evenly: 2 consumers only: {self}")
         if self.poly_exp not in (0, 4, 8):
@@ -442,7 +479,7 @@ class GluonConfig:
                    f"{'/ua' if self.unsynced_arrive else ''}{f'/px{self.poly_exp}' if self.poly_exp else ''}" \
                    f"{'/mix' if self.mixed else ''}{'/rs' if self.row_sum else ''}" \
                    f"{'/st' if self.stream else ''}{'/er' if self.even_registers else ''}" \
-                   f"{'/la' if self.lookahead else ''}"
+                   f"{'/la' if self.lookahead else ''}{'/et' if self.exp_turn else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -503,6 +540,12 @@ def _lookahead(block_n: int, slots: int, **option) -> GluonConfig:
     """Session 24's lookahead forms: 128-row tiles, 2 consumers with ping-pong and unsynced_arrive, P in registers."""
     return GluonConfig(128, block_n, 4, slots, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True,
                        lookahead=True, **option)
+
+
+def _exp_turn(block_n: int, slots: int, **option) -> GluonConfig:
+    """Session 25's exp_turn forms: 128-row tiles, 2 consumers taking turns at their exponentials, unsynced_arrive, P in
+    registers."""
+    return GluonConfig(128, block_n, 4, slots, p_smem=False, consumers=2, unsynced_arrive=True, exp_turn=True, **option)
 
 
 def with_option(**option) -> tuple:
@@ -716,6 +759,18 @@ EXPERIMENT_CONFIGS = (
     # and N = 4096 its 1024 work items are 7.76 rounds on 132 SMs; the same form with the split tail (offline sm_90: no
     # spill, no serialised wgmma, 213 KB of shared memory) is compiled but not yet timed:
     _lookahead(64, 4, persistent=True, split_tail=True),
+    # session 25: Nsight Compute's source page of cuDNN's kernel at N = 2048 (ncu/source/, session 21's run) has one
+    # named barrier wait per key tile after the row maxima and before the first exp2, and its arrive among the last
+    # exp2s: its consumers take turns at the exponentials, so the MUFU of each SM sub-partition serves one consumer's
+    # warp at a time while the other's products run. v7's ping-pong turns order the issue of the products instead,
+    # and both consumers' exponentials can meet on the MUFU. exp_turn moves the ring of turns to the exponentials
+    # (offline sm_90 SASS: the turn's wait before the tile's first MUFU.EX2, its arrive after the 66th):
+    _exp_turn(128, 3, persistent=True),
+    _exp_turn(128, 3),
+    _exp_turn(128, 4, persistent=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, split_tail=True, persistent=True, unsynced_arrive=True,
+                exp_turn=True),
+    _exp_turn(64, 4, persistent=True),   # head dimension 128
 )
 
 
@@ -812,17 +867,20 @@ if HAVE_GLUON:
     @gluon.jit
     def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
                       s_layout: gl.constexpr, BLOCK_N: gl.constexpr, TREE: gl.constexpr = False,
-                      POLY: gl.constexpr = 1):
+                      POLY: gl.constexpr = 1, turn=None):
         """Tile j's share of the online softmax: its new row maxima (log2 units of the scaled
         scores), P (fp32, against those maxima) and alpha, the factor for what came before.
         Key k is visible to query q when k < N_KEYS and k <= q + causal_off (0 under the causal
         mask, N_KEYS without): a runtime value, since a warp-specialized partition receives its
-        arguments as values, constexprs included."""
+        arguments as values, constexprs included. turn (exp_turn): (this consumer's turn barrier, the turn's index),
+        waited for once the row maxima are known, before the exponentials."""
         if k_start >= mask_from:   # a causal diagonal or a ragged last tile
             k_pos = gl.expand_dims(k_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)
             keep = (k_pos < N_KEYS) & (k_pos <= gl.expand_dims(q_pos + causal_off, 1))
             s = gl.where(keep, s, float("-inf"))
         m_new = gl.maximum(m_i, _row_max(s, TREE) * qk_scale)
+        if turn is not None:
+            mbarrier.wait(turn[0], turn[1] & 1)
         p = _exp2_mixed(s * qk_scale - gl.expand_dims(m_new, 1), POLY)
         alpha = gl.exp2(m_i - m_new)
         return p, alpha, m_new
@@ -1125,6 +1183,12 @@ if HAVE_GLUON:
         gl.inline_asm_elementwise(_MARK_ASM, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
+    def _tie_next_arrive(x):
+        """exp_turn: mark x (a row vector of a consumer's wgmma tile, two values per thread) for tie_marked_arrives,
+        which makes the next mbarrier arrive wait for it."""
+        gl.inline_asm_elementwise(_TIE_ASM, "=r,=r,r,r", [x], dtype=gl.float32, is_pure=False, pack=2)
+
+    @gluon.jit
     def _arrive(bar, ARRIVE: gl.constexpr):
         """One consumer's arrival on `bar`. Triton 3.6 lowers mbarrier.arrive to one elected thread and its
         shared-memory barrier analysis treats that arrive as reading and writing all of shared memory, so a
@@ -1261,9 +1325,14 @@ if HAVE_GLUON:
         TREE: gl.constexpr = modes.shape[4] > 1
         POLY: gl.constexpr = 2 * modes.shape[5] if modes.shape[5] > 1 else 1   # _exp2_mixed's: 1, 4 or 8
         ROW_SUM: gl.constexpr = modes.shape[7] > 1
+        EXP_TURN: gl.constexpr = modes.shape[10] > 1
         SLOTS: gl.constexpr = k_smem.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // q_bar.shape[0]
         P_BUFFERS: gl.constexpr = p_smem.shape[0] // CONSUMERS   # shared P buffers per consumer (0: registers)
+        if EXP_TURN:   # tile 0's turn at the exponentials (tile j's: t + j)
+            my_turn = (turn[0].index(0), t)
+        else:
+            my_turn = None
         P_SMEM: gl.constexpr = P_BUFFERS > 0
         p_base = P_BUFFERS * wg
         ROWS: gl.constexpr = q_tile.shape[0]
@@ -1293,9 +1362,12 @@ if HAVE_GLUON:
             s_ij = warpgroup_mma_wait(num_outstanding=0, deps=(start,))
             m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
             p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
-                                          s_layout, BLOCK_N, TREE, POLY)
+                                          s_layout, BLOCK_N, TREE, POLY, my_turn)
             if not ROW_SUM:
                 l_i = gl.sum(p, axis=1)
+            if EXP_TURN:   # the next consumer's turn, once every exp2 of this tile is issued (the row sums read them)
+                _tie_next_arrive(l_i)
+                _arrive(turn[1].index(0), ARRIVE)
             p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         for j in range(1, n_tiles):
             slot = (g + j) % SLOTS
@@ -1305,11 +1377,16 @@ if HAVE_GLUON:
                 acc_l = warpgroup_mma(gl.convert_layout(p_op, pl_layout), ones, acc_l, is_async=True)
             _pass_turn(turn, PINGPONG, ARRIVE)
             s_ij = warpgroup_mma_wait(num_outstanding=IN_FLIGHT, deps=(s_tok,))
+            if EXP_TURN:
+                my_turn = (turn[0].index(0), t + j)
             p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
-                                          qk_scale, s_layout, BLOCK_N, TREE, POLY)
+                                          qk_scale, s_layout, BLOCK_N, TREE, POLY, my_turn)
             if not ROW_SUM:
                 l_i = l_i * alpha + gl.sum(p, axis=1)
                 _pin(l_i, l_smem, wg)
+            if EXP_TURN:   # the next consumer's turn, once every exp2 of this tile is issued (the row sums read them)
+                _tie_next_arrive(l_i)
+                _arrive(turn[1].index(0), ARRIVE)
             if P_BUFFERS == 2:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
                 p_next = _p_operand(p, p_smem, p_base + j % 2, p_layout, P_SMEM)
             if ROW_SUM:
@@ -1579,9 +1656,11 @@ if HAVE_GLUON:
         ITEM_OVERLAP: gl.constexpr = modes.shape[3] > 1
         MIXED: gl.constexpr = modes.shape[6] > 1
         LOOKAHEAD: gl.constexpr = modes.shape[9] > 1
+        EXP_TURN: gl.constexpr = modes.shape[10] > 1
         g = 0
         it = 0
-        t = 0   # ping-pong turns so far: n_tiles + 1 per item (lookahead's items of 2 or more key tiles: n_tiles + 2)
+        t = 0   # ping-pong turns so far: n_tiles + 1 per item (lookahead's items of 2 or more key tiles: n_tiles + 2;
+                # exp_turn's: n_tiles)
         if ITEM_OVERLAP:   # the first item's S_0; each later one's is issued under the previous item's epilogue
             s_next, q_next = _first_scores(mem, wg, 0, 0, 0)
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
@@ -1619,6 +1698,8 @@ if HAVE_GLUON:
                     acc, l_i, m_i = _attend(s_tok, q_tile, mem, wg, g, t, n_tiles, k_base, mask_from, causal_off,
                                             q_pos, N_KEYS, qk_scale)
                     turns = n_tiles + 1
+                    if EXP_TURN:   # one turn per key tile, at its exponentials
+                        turns = n_tiles
                 mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
                 g += n_tiles
                 it += 1
@@ -1665,7 +1746,7 @@ if HAVE_GLUON:
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
         UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
-        STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr,
+        STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr, EXP_TURN: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1696,19 +1777,19 @@ if HAVE_GLUON:
             mbarrier.init(empty.index(s), count=CONSUMERS * ARRIVALS)
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
-        # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM and LOOKAHEAD reach
-        # the workers as the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
+        # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM, LOOKAHEAD and
+        # EXP_TURN reach the workers as the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
-        if PINGPONG:
+        if PINGPONG or EXP_TURN:
             mbarrier.arrive(turn0.index(0), count=ARRIVALS)
         modes = gl.allocate_shared_memory(gl.int8, [2 if DIRECT_STORE else 1, 2 if PINGPONG else 1,
                                                     2 if THREAD_ARRIVE else (4 if UNSYNCED_ARRIVE else 1),
                                                     2 if ITEM_OVERLAP else 1,
                                                     2 if TREE_MAX else 1, POLY_EXP // 2 if POLY_EXP else 1,
                                                     2 if MIXED else 1, 2 if ROW_SUM else 1, 2 if STREAM else 1,
-                                                    2 if LOOKAHEAD else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=[9, 8, 7, 6, 5, 4, 3, 2, 1, 0]))
+                                                    2 if LOOKAHEAD else 1, 2 if EXP_TURN else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -1900,7 +1981,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None,
                  V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive,
                  POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream,
-                 LOOKAHEAD=cfg.lookahead)
+                 LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
