@@ -667,6 +667,9 @@ def test_tie_marked_arrives_predicates_the_next_elected_arrive_on_both_marked_ro
     lines = out.splitlines()
     assert lines[0] == ptx.splitlines()[0] and lines[-1] == ptx.splitlines()[-1]
     tied_line = lines[6]
+    one, tied_one = G.tie_marked_arrives(ptx.replace(mark, mark + " one"))
+    assert tied_one == 1 and "%r155" not in one.splitlines()[6]   # "one": the second row's sum only
+    assert "setp.geu.and.f32 %fa2tie, %r156, 0f00000000, %p190; @%fa2tie" in one.splitlines()[6]
     assert "setp.geu.and.f32 %fa2tie, %r155, 0f00000000, %p190;" in tied_line
     assert "setp.geu.and.f32 %fa2tie, %r156, 0f00000000, %fa2tie;" in tied_line
     assert "@%fa2tie mbarrier.arrive.shared::cta.b64 _, [%r1241];" in tied_line
@@ -675,15 +678,18 @@ def test_tie_marked_arrives_predicates_the_next_elected_arrive_on_both_marked_ro
 
 
 def test_exp_turn_replaces_ping_pong_and_excludes_what_takes_no_turns():
-    cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, unsynced_arrive=True, exp_turn=True)
+    cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, unsynced_arrive=True, exp_turn=1)
     assert cfg.label == "ws2x64x128/3s/preg/persist/ua/et"
+    assert G.GluonConfig(128, 128, 4, 3, consumers=2, exp_turn=2).label == "ws2x64x128/3s/preg/et1"
+    with pytest.raises(ValueError, match="exp_turn is 0"):
+        G.GluonConfig(128, 128, 4, 3, consumers=2, exp_turn=3)
     with pytest.raises(ValueError, match="need the warp-specialized form"):
-        G.GluonConfig(128, 128, 8, 3, exp_turn=True)
+        G.GluonConfig(128, 128, 8, 3, exp_turn=1)
     for clash in (dict(pingpong=True), dict(lookahead=True), dict(stream=True), dict(row_sum=True),
                   dict(block_m=192, consumers=3, mixed=True)):
         with pytest.raises(ValueError, match="exp_turn"):
             G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
-                                    exp_turn=True), **clash})
+                                    exp_turn=1), **clash})
 
 
 EXP_TURN_COMPILE = """
@@ -694,9 +700,11 @@ from profiling.inspect_kernel import disassemble
 G = load_shared("gluon_forward_hopper")
 out = {{}}
 for label, cfg in [("ws2", G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, unsynced_arrive=True,
-                                          exp_turn=True)),
+                                          exp_turn=1)),
                    ("ws3", G.GluonConfig(192, 128, 4, 4, consumers=3, persistent=True, split_tail=True,
-                                          unsynced_arrive=True, exp_turn=True))]:
+                                          unsynced_arrive=True, exp_turn=1)),
+                   ("ws2_one", G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, unsynced_arrive=True,
+                                              exp_turn=2))]:
     c = G.compile_offline(cfg, N=2048)
     sass = disassemble(c.asm["cubin"])[0]
     ptx = c.asm["ptx"]
@@ -721,7 +729,7 @@ def test_exp_turn_arrives_after_every_exponential_of_its_tile():
     out = _offline(EXP_TURN_COMPILE)
     for label, r in out.items():
         assert r["marks"] > 0 and r["tied"] == r["marks"], (label, r)   # every marked pass of a turn is tied
-        if r["spans"] is not None:
+        if r["spans"] is not None and label != "ws2_one":
             # a key tile's 64 exponentials and its 2 alphas lie between a wait (the turn's) and the tied arrive;
-            # untied, ptxas put the arrive after the tile's first dozen
+            # untied, ptxas put the arrive after the tile's first dozen (tied to one row: where ptxas likes)
             assert max(r["spans"]) == 66, (label, r)

@@ -305,9 +305,10 @@ _PARTITION_SYNC = re.compile(r"\s*bar\.sync\s+\d+,\s*128;\s*$")
 # beside most of this one's. _tie_next_arrive marks the row sums (TIE_MARK, in two register moves ptxas drops) and
 # tie_marked_arrives makes the next mbarrier arrive's predicate read them (l >= 0 or unordered: always true), a
 # dependency ptxas keeps: the arrive comes after every exp2 of the tile.
-TIE_MARK = "fa2-tie-v2"
+TIE_MARK = "fa2-tie-v3"
 _TIE_ASM = gl.constexpr(f"mov.b32 $0, $2;\n\tmov.b32 $1, $3; // {TIE_MARK}") if HAVE_GLUON else None
-_TIE_SOURCE = re.compile(r"\s*mov\.b32\s+%\w+,\s*(%\w+);\s*(//\s*" + TIE_MARK + ")?")
+_TIE_ONE_ASM = gl.constexpr(f"mov.b32 $0, $2;\n\tmov.b32 $1, $3; // {TIE_MARK} one") if HAVE_GLUON else None
+_TIE_SOURCE = re.compile(r"\s*mov\.b32\s+%\w+,\s*(%\w+);\s*(//\s*" + TIE_MARK + "( one)?)?")
 _ELECTED_ARRIVE = re.compile(r"^(\s*)@(%p\d+)\s+(mbarrier\.arrive[^;]*;)\s*$")
 
 
@@ -331,19 +332,21 @@ def drop_marked_syncs(ptx: str) -> tuple[str, int]:
 
 def tie_marked_arrives(ptx: str) -> tuple[str, int]:
     """The PTX with the first predicated mbarrier arrive after each TIE_MARK predicated also on the two marked registers
-    (a thread's two rows; setp.geu: l >= 0 or NaN, true for any row sum), and how many arrives were tied."""
+    (a thread's two rows; setp.geu: l >= 0 or NaN, true for any row sum), or with the mark's "one" on the second
+    alone, and how many arrives were tied."""
     lines = ptx.split("\n")
     sources, tied = None, 0
     for i, line in enumerate(lines):
         m = _TIE_SOURCE.match(line)
         if m and m.group(2):   # the mark's second move; the first, on the line before, moves the other row's sum
-            sources = (_TIE_SOURCE.match(lines[i - 1]).group(1), m.group(1))
+            sources = (m.group(1),) if m.group(3) else (_TIE_SOURCE.match(lines[i - 1]).group(1), m.group(1))
             continue
         a = _ELECTED_ARRIVE.match(line) if sources else None
         if a:
             indent, pred, arrive = a.groups()
-            lines[i] = (f"{indent}{{ .reg .pred %fa2tie; setp.geu.and.f32 %fa2tie, {sources[0]}, 0f00000000, {pred}; "
-                        f"setp.geu.and.f32 %fa2tie, {sources[1]}, 0f00000000, %fa2tie; @%fa2tie {arrive} }}")
+            tests = "".join(f"setp.geu.and.f32 %fa2tie, {r}, 0f00000000, {p}; "
+                            for r, p in zip(sources, (pred, "%fa2tie")))
+            lines[i] = f"{indent}{{ .reg .pred %fa2tie; {tests}@%fa2tie {arrive} }}"
             sources, tied = None, tied + 1
     return "\n".join(lines), tied
 
@@ -414,9 +417,10 @@ class GluonConfig:
     even_registers: bool = False  # 2 consumers: 240 registers each (consumer_registers), not 248 and 232
     lookahead: bool = False      # warp-specialized, P in registers: S_(j+1) = Q K_(j+1)^T issued beside P_(j-1) V_(j-1)
                                  # before tile j's softmax, so that no consumer waits for its own scores (_attend_ahead)
-    exp_turn: bool = False       # warp-specialized, instead of ping-pong: the consumers take turns at their exponentials,
-                                 # from after a tile's row maxima to after its row sums (ping-pong's ring of mbarriers),
-                                 # so one consumer's exp2s have the MUFU while another's products run (cuDNN's order)
+    exp_turn: int = 0            # warp-specialized, instead of ping-pong: the consumers take turns at their exponentials,
+                                 # from after a tile's row maxima (ping-pong's ring of mbarriers), so one consumer's exp2s
+                                 # have the MUFU while another's products run (cuDNN's order). 1 (/et): the turn passed
+                                 # after both of a thread's row sums (tie_marked_arrives); 2 (/et1): after one of them
 
     def __post_init__(self):
         if self.consumers:
@@ -460,6 +464,8 @@ class GluonConfig:
             raise ValueError(f"exp_turn is a ring of turns at every key tile's exponentials in place of ping-pong's turns "
                              f"at the products: not with ping-pong, lookahead, stream, mixed (whose idle consumers take "
                              f"no turns), pin_ex2 or row_sum (whose row sums are not ready when the turn passes): {self}")
+        if self.exp_turn not in (0, 1, 2):
+            raise ValueError(f"exp_turn is 0 (off), 1 (the turn passed after both row sums) or 2 (after one): {self}")
         if self.even_registers and self.consumers != 2:
             raise ValueError(f"even_registers splits two consumers' registers evenly: 2 consumers only: {self}")
         if self.poly_exp not in (0, 4, 8):
@@ -479,7 +485,7 @@ class GluonConfig:
                    f"{'/ua' if self.unsynced_arrive else ''}{f'/px{self.poly_exp}' if self.poly_exp else ''}" \
                    f"{'/mix' if self.mixed else ''}{'/rs' if self.row_sum else ''}" \
                    f"{'/st' if self.stream else ''}{'/er' if self.even_registers else ''}" \
-                   f"{'/la' if self.lookahead else ''}{'/et' if self.exp_turn else ''}"
+                   f"{'/la' if self.lookahead else ''}{('', '/et', '/et1')[self.exp_turn]}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -545,7 +551,8 @@ def _lookahead(block_n: int, slots: int, **option) -> GluonConfig:
 def _exp_turn(block_n: int, slots: int, **option) -> GluonConfig:
     """Session 25's exp_turn forms: 128-row tiles, 2 consumers taking turns at their exponentials, unsynced_arrive, P in
     registers."""
-    return GluonConfig(128, block_n, 4, slots, p_smem=False, consumers=2, unsynced_arrive=True, exp_turn=True, **option)
+    option = {"exp_turn": 1, **option}
+    return GluonConfig(128, block_n, 4, slots, p_smem=False, consumers=2, unsynced_arrive=True, **option)
 
 
 def with_option(**option) -> tuple:
@@ -769,8 +776,18 @@ EXPERIMENT_CONFIGS = (
     _exp_turn(128, 3),
     _exp_turn(128, 4, persistent=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, split_tail=True, persistent=True, unsynced_arrive=True,
-                exp_turn=True),
+                exp_turn=1),
     _exp_turn(64, 4, persistent=True),   # head dimension 128
+    # call 1 (b435f60, one round): correct, and slower by do_bench: 97.6/97.1/101.8% of cuDNN at N = 1024/2048/4096
+    # against ping-pong's 99.5/99.2/102.0% (graph replay level: 101.4/101.1/100.5 against 101.6/101.2/98.6), the
+    # 192-row split form 101.7% at 4096 against 109.2%. In the offline SASS the tied arrive comes 20 instructions and
+    # two shuffle rounds after the tile's last MUFU.EX2, the row sums' tail, which the next consumer waits for (untied,
+    # ptxas put it after the 10th of 66). Tied to one of a thread's two rows (/et1) it comes before the last 6, where
+    # cuDNN's is:
+    _exp_turn(128, 3, persistent=True, exp_turn=2),
+    _exp_turn(128, 4, persistent=True, exp_turn=2),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, split_tail=True, persistent=True, unsynced_arrive=True,
+                exp_turn=2),
 )
 
 
@@ -1183,10 +1200,13 @@ if HAVE_GLUON:
         gl.inline_asm_elementwise(_MARK_ASM, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _tie_next_arrive(x):
+    def _tie_next_arrive(x, ONE: gl.constexpr):
         """exp_turn: mark x (a row vector of a consumer's wgmma tile, two values per thread) for tie_marked_arrives,
-        which makes the next mbarrier arrive wait for it."""
-        gl.inline_asm_elementwise(_TIE_ASM, "=r,=r,r,r", [x], dtype=gl.float32, is_pure=False, pack=2)
+        which makes the next mbarrier arrive wait for both of a thread's values (ONE: for its second)."""
+        if ONE:
+            gl.inline_asm_elementwise(_TIE_ONE_ASM, "=r,=r,r,r", [x], dtype=gl.float32, is_pure=False, pack=2)
+        else:
+            gl.inline_asm_elementwise(_TIE_ASM, "=r,=r,r,r", [x], dtype=gl.float32, is_pure=False, pack=2)
 
     @gluon.jit
     def _arrive(bar, ARRIVE: gl.constexpr):
@@ -1326,6 +1346,7 @@ if HAVE_GLUON:
         POLY: gl.constexpr = 2 * modes.shape[5] if modes.shape[5] > 1 else 1   # _exp2_mixed's: 1, 4 or 8
         ROW_SUM: gl.constexpr = modes.shape[7] > 1
         EXP_TURN: gl.constexpr = modes.shape[10] > 1
+        TIE_ONE: gl.constexpr = modes.shape[10] == 4         # exp_turn 2: the pass waits for one row sum, not both
         SLOTS: gl.constexpr = k_smem.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // q_bar.shape[0]
         P_BUFFERS: gl.constexpr = p_smem.shape[0] // CONSUMERS   # shared P buffers per consumer (0: registers)
@@ -1365,8 +1386,8 @@ if HAVE_GLUON:
                                           s_layout, BLOCK_N, TREE, POLY, my_turn)
             if not ROW_SUM:
                 l_i = gl.sum(p, axis=1)
-            if EXP_TURN:   # the next consumer's turn, once every exp2 of this tile is issued (the row sums read them)
-                _tie_next_arrive(l_i)
+            if EXP_TURN:   # the next consumer's turn (tied: once every exp2 of this tile is issued; the row sums read them)
+                _tie_next_arrive(l_i, TIE_ONE)
                 _arrive(turn[1].index(0), ARRIVE)
             p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         for j in range(1, n_tiles):
@@ -1384,8 +1405,8 @@ if HAVE_GLUON:
             if not ROW_SUM:
                 l_i = l_i * alpha + gl.sum(p, axis=1)
                 _pin(l_i, l_smem, wg)
-            if EXP_TURN:   # the next consumer's turn, once every exp2 of this tile is issued (the row sums read them)
-                _tie_next_arrive(l_i)
+            if EXP_TURN:   # the next consumer's turn (tied: once every exp2 of this tile is issued; the row sums read them)
+                _tie_next_arrive(l_i, TIE_ONE)
                 _arrive(turn[1].index(0), ARRIVE)
             if P_BUFFERS == 2:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
                 p_next = _p_operand(p, p_smem, p_base + j % 2, p_layout, P_SMEM)
@@ -1778,7 +1799,8 @@ if HAVE_GLUON:
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
         # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM, LOOKAHEAD and
-        # EXP_TURN reach the workers as the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
+        # EXP_TURN (as 1, 2 or 4) reach the workers as the shape of a never-used buffer, modes, since a worker's constexpr
+        # arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
         if PINGPONG or EXP_TURN:
@@ -1788,7 +1810,7 @@ if HAVE_GLUON:
                                                     2 if ITEM_OVERLAP else 1,
                                                     2 if TREE_MAX else 1, POLY_EXP // 2 if POLY_EXP else 1,
                                                     2 if MIXED else 1, 2 if ROW_SUM else 1, 2 if STREAM else 1,
-                                                    2 if LOOKAHEAD else 1, 2 if EXP_TURN else 1],
+                                                    2 if LOOKAHEAD else 1, 4 if EXP_TURN == 2 else (2 if EXP_TURN else 1)],
                                           gl.SwizzledSharedLayout(1, 1, 1, order=[10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
