@@ -647,7 +647,7 @@ def dobench(args, save):
 # items: (heads, N) with the harness's work (heads * N^2 = 32 * 2048^2) in 128-row items: 1, 2, 4 and 8 rounds of items
 # per SM on 132 SMs, each round 64 key tiles of 128 in all
 ITEM_SHAPES = ((2, 8192), (8, 4096), (32, 2048), (128, 1024))
-ITEM_CONFIG = "ws2x64x128/3s/preg/pp/persist/ua"   # v7's Gluon candidate at N = 1024 and 2048
+ITEM_CONFIG = "ws2x64x128/3s/preg/persist/ua/et1"   # v7's Gluon candidate at N = 1024 and 2048 (session 25)
 
 
 def items(args, save):

@@ -733,3 +733,14 @@ def test_exp_turn_arrives_after_every_exponential_of_its_tile():
             # a key tile's 64 exponentials and its 2 alphas lie between a wait (the turn's) and the tied arrive;
             # untied, ptxas put the arrive after the tile's first dozen (tied to one row: where ptxas likes)
             assert max(r["spans"]) == 66, (label, r)
+
+
+def test_exp_turn_is_on_for_the_persistent_candidate_unless_switched_off():
+    code = ("from fa2lab.versions import load_shared; G = load_shared('gluon_forward_hopper'); "
+            "print([(c.exp_turn, c.pingpong) for c in G.V7_CANDIDATES])")
+    assert probe(code) == "[(2, False), (0, True), (0, True)]"
+    assert probe(code, FA2_V7_EXP_TURN="0") == "[(0, True), (0, True), (0, True)]"
+    # an option exp_turn excludes, switched on for the candidates, gives ping-pong's turns back rather than failing
+    assert probe(code, FA2_V7_ROW_SUM="1") == "[(0, True), (0, True), (0, True)]"
+    # the rounds of sessions 15-24 keep varying ping-pong's candidates
+    assert all(c.pingpong for c in G.with_option(tree_max=True))

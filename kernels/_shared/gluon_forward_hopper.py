@@ -522,8 +522,9 @@ class GluonConfig:
         return self.smem_bytes(D) <= smem_per_block
 
 
-# v7's candidates (V7_CANDIDATES, below, sets the env switches on them): 128-row tiles on a persistent grid,
-V7_BASE = (
+# v7's candidates until session 25 (V7_CANDIDATES, below, sets the env switches on V7_BASE; with_option's rounds vary
+# these): 128-row tiles on a persistent grid,
+V7_BASE_PINGPONG = (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True),
     # one program per tile: where the tiles fit in one wave (N = 512: 128 tiles on 132 SMs) the persistent
     # loop only costs, 112% of cuDNN by graph replay against 108% (experiment gluon, commits 5e41ce4, e9eed4c)
@@ -531,6 +532,9 @@ V7_BASE = (
     # 192-row tiles with the split tail (N = 4096)
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True),
 )
+# since session 25 the persistent one's consumers take turns at their exponentials instead (exp_turn 2, call 2 below;
+# FA2_V7_EXP_TURN=0: ping-pong's turns)
+V7_BASE = (replace(V7_BASE_PINGPONG[0], pingpong=False, exp_turn=2), *V7_BASE_PINGPONG[1:])
 # At head dimension 128 none of those fits a block's shared memory; session 23's calls 3-4 (experiment gluon --D 128,
 # 621449f) found 64-key tiles best: the persistent 128-row program at N = 1024/2048 (86.6-87.6% of cuDNN, 88.3%; v7's
 # tl path 81 and 78%), 192-row tiles with the split tail at 4096 (95.5%; tl path 73.5%). Session 24 (calls 1-2, ef5c871):
@@ -549,15 +553,16 @@ def _lookahead(block_n: int, slots: int, **option) -> GluonConfig:
 
 
 def _exp_turn(block_n: int, slots: int, **option) -> GluonConfig:
-    """Session 25's exp_turn forms: 128-row tiles, 2 consumers taking turns at their exponentials, unsynced_arrive, P in
-    registers."""
+    """Session 25's exp_turn forms: 128-row tiles, 2 consumers taking turns at their exponentials (tied to both row sums
+    unless exp_turn=2 is passed), unsynced_arrive, P in registers."""
     option = {"exp_turn": 1, **option}
     return GluonConfig(128, block_n, 4, slots, p_smem=False, consumers=2, unsynced_arrive=True, **option)
 
 
 def with_option(**option) -> tuple:
-    """v7's candidates (V7_BASE) with one option set: an option's round in EXPERIMENT_CONFIGS."""
-    return tuple(replace(c, **option) for c in V7_BASE)
+    """v7's candidates of sessions 15-24 (V7_BASE_PINGPONG) with one option set: an option's round in
+    EXPERIMENT_CONFIGS."""
+    return tuple(replace(c, **option) for c in V7_BASE_PINGPONG)
 
 
 # What `invoke experiment gluon` measures. Call 1 (3fcda8b, logs/s14_call1_gluon_3fcda8b.log) timed
@@ -788,6 +793,11 @@ EXPERIMENT_CONFIGS = (
     _exp_turn(128, 4, persistent=True, exp_turn=2),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, split_tail=True, persistent=True, unsynced_arrive=True,
                 exp_turn=2),
+    # call 2 (7bee9bc): the persistent 128-row form with /et1 made 98.6/100.5/102.9% of cuDNN at N = 1024/2048/4096
+    # against ping-pong's 98.0/98.5/100.8% in the same rounds (graph replay 104.9/104.7/105.0 against 101.1/102.4/102.7),
+    # 4 slots 99.3/100.8/102.4; the 192-row split form slower (104.0% at 4096 against 106.3). The persistent 128-row
+    # candidate takes /et1 since; the one-program-per-tile form with it (N = 512's candidate) was not yet timed:
+    _exp_turn(128, 3, exp_turn=2),
 )
 
 
@@ -2108,8 +2118,8 @@ class GluonLaunch(KeptL):
 # 192-row tiles with the split tail at N = 4096 (107-108%). For a process, FA2_V7_THREAD_ARRIVE=1 or 0 sets their
 # thread_arrive, FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap, FA2_V7_TMA_PREFETCH, FA2_V7_TMA_STORE,
 # FA2_V7_V_BARRIER, FA2_V7_TREE_MAX and FA2_V7_ROW_SUM those options, FA2_V7_STREAM=1 the persistent 128-row
-# candidate's stream, FA2_V7_UNSYNCED_ARRIVE=0 turns unsynced_arrive off and FA2_V7_LOOKAHEAD=0 the D = 128 candidate's
-# lookahead (rows record any of them: switches).
+# candidate's stream, FA2_V7_UNSYNCED_ARRIVE=0 turns unsynced_arrive off, FA2_V7_LOOKAHEAD=0 the D = 128 candidate's
+# lookahead and FA2_V7_EXP_TURN=0 the persistent D = 64 candidate's exp_turn (rows record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
@@ -2120,11 +2130,17 @@ ROW_SUM = switch_on("ROW_SUM")
 STREAM = switch_on("STREAM")
 UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE")   # on by default since session 20 (call 4); thread_arrive excludes it
 LOOKAHEAD = switch_on("LOOKAHEAD")               # on by default since session 24, where a base candidate asks for it
+EXP_TURN = switch_on("EXP_TURN")                 # on by default since session 25, where a base candidate asks for it
 
 
 def _switched(base) -> tuple:
-    """The base configurations with this process's switches set (above)."""
-    return tuple(replace(c, thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
+    """The base configurations with this process's switches set (above). exp_turn, where a base candidate has it, gives
+    way to ping-pong's turns when switched off or when an option that excludes it is switched on."""
+    def turns(c):
+        stream = STREAM and c.persistent and not c.split_tail
+        et = c.exp_turn if EXP_TURN and not (ROW_SUM or stream) else 0
+        return dict(exp_turn=et, pingpong=c.pingpong or bool(c.exp_turn and not et))
+    return tuple(replace(c, **turns(c), thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
                          tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
                          row_sum=ROW_SUM, stream=STREAM and c.persistent and not c.split_tail,
                          unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE,
