@@ -3,6 +3,7 @@ derived quantities every figure shares. Nothing here measures; every number come
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -215,6 +216,31 @@ def spread(df: pd.DataFrame, value, by=("N", "causal")) -> pd.DataFrame:
     values = df[value] if isinstance(value, str) else value
     g = values.groupby([df[b] for b in by])
     return pd.DataFrame({"median": g.median(), "min": g.min(), "max": g.max()}).reset_index()
+
+
+def _binomial_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
+
+
+def median_interval(values, level: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median of the population the values were drawn from: the order
+    statistics x_(j) and x_(n-j+1) with P(Binomial(n, 1/2) < j) <= (1 - level) / 2. With too few values for the
+    level (n < 6 at 95%) it is (nan, nan)."""
+    x = sorted(float(v) for v in values)
+    n = len(x)
+    j = max((i for i in range(n) if _binomial_cdf(i, n) <= (1 - level) / 2), default=None)
+    return (x[j], x[n - 1 - j]) if j is not None else (math.nan, math.nan)
+
+
+def sign_test(values, reference: float) -> tuple[int, int, float]:
+    """How many values lie below and above `reference`, and the two-sided sign test's p-value for a median equal to
+    it (values equal to it are left out)."""
+    below = sum(float(v) < reference for v in values)
+    above = sum(float(v) > reference for v in values)
+    n = below + above
+    p = min(1.0, 2 * _binomial_cdf(min(below, above), n)) if n else 1.0
+    return below, above, p
 
 
 # ---- Nsight Compute exports, compile cost, torch.profiler traces (figures 5, 6, 7) ----

@@ -1295,6 +1295,53 @@ def section_other_shapes(gpu, root) -> str:
         "", verdict])
 
 
+GOAL_LEVEL = 0.95   # the interval of section_goal's medians
+
+
+def goal_rows(gpu, root) -> tuple[pd.DataFrame | None, Path]:
+    """v7's harness rows (default kernels, every protocol) at its latest commit: the runs that speak for the kernel
+    as it is now."""
+    path = data.root(root) / gpu / "bench" / f"{V7}.csv"
+    if not path.exists():
+        return None, path
+    df = data.default_rows(data.load(path, data.BENCH_COLUMNS))
+    if "git_commit" in df.columns and len(df):
+        df = df[df.git_commit.astype(str) == str(df.git_commit.iloc[-1])]
+    return df, path
+
+
+def section_goal(gpu, root) -> str:
+    title = "### v7 against SDPA's default backend at every harness shape (issue 6's goal)"
+    df, path = goal_rows(gpu, root)
+    if df is None or not len(df):
+        return not_yet(title, "invoke bench --kernel v7_hopper --runs 5", path)
+    rows, verdicts = [], {}
+    for (causal, N), g in df.groupby(["causal", "N"]):
+        pct = g.pct_of_sdpa.astype(float)
+        lo, hi = data.median_interval(pct, GOAL_LEVEL)
+        below, above, p = data.sign_test(pct, 100.0)
+        verdict = "ahead" if lo > 100 else "behind" if hi < 100 else "level" if lo == lo else "too few runs"
+        verdicts[(N, causal)] = verdict
+        rows.append([N, "yes" if causal else "no", len(pct), span(pct.median(), pct.min(), pct.max(), ".1f", "%"),
+                     f"{lo:.1f}–{hi:.1f}%", f"{below} / {above}", f"{p:.3f}", verdict])
+    ahead = [k for k, v in verdicts.items() if v == "ahead"]
+    behind = [k for k, v in verdicts.items() if v == "behind"]
+    commit = str(df.git_commit.iloc[-1]) if "git_commit" in df.columns else "?"
+    return "\n".join([
+        title,
+        f"Each run's own ratio SDPA ms ÷ v7 ms (same process, do_bench with its flush), over the {df.run_id.nunique()} "
+        f"runs of v7 at its latest commit ({commit}): the median (min–max), a {100 * GOAL_LEVEL:.0f}% interval for "
+        "the median (order statistics, no assumption on the distribution), the runs below / above 100%, and the sign "
+        "test's two-sided p for a median of 100%. Ahead: the interval lies above 100%; behind: below; level: it holds "
+        f"100%. Source: `{rel(path)}`.", "",
+        md_table(["N", "causal", "runs", "% of SDPA", f"{100 * GOAL_LEVEL:.0f}% interval", "below / above 100%",
+                  "p", "verdict"], rows), "",
+        f"Ahead at {len(ahead)} of {len(verdicts)} shapes"
+        + (f"; behind at {', '.join(f'N = {n} {data.mask_name(c)}' for n, c in behind)}" if behind else "")
+        + ". The goal (at least as fast at every shape, either mask) is "
+        + ("met." if len(ahead) == len(verdicts) else "not met beyond the noise.")])
+
+
 # ---------------------------------------------------------------- the backward (issue 7)
 
 BWD_COLUMNS = ("version", "run_id", "N", "causal", "fwd_bwd_ms", "bwd_ms", "sdpa_fwd_bwd_ms", "sdpa_bwd_ms",
@@ -2017,6 +2064,7 @@ def build(root=None) -> str:
                   section_ncu(gpu, root, root), "", section_ncu_source(gpu, root), "",
                   section_matmul_ncu(gpu, root), "",
                   section_experiments(gpu, root), "",
+                  section_goal(gpu, root), "",
                   section_other_shapes(gpu, root), "",
                   section_backward(gpu, root), "",
                   section_bwd_modes(gpu, root), "",

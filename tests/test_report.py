@@ -1070,3 +1070,37 @@ def test_items_section_fits_a_line_through_the_rounds_of_items(tmp_path):
     assert "| commit | variant | protocol | 2×8192 (1/SM) | 8×4096 (2/SM) | 32×2048 (4/SM) | 128×1024 (8/SM) |" in text
     assert "| fffffff | ws2 | graph | 74.2 | 75.5 | 78.0 | 83.0 | 1.25 | 73.0 |" in text
     assert "| fffffff | sdpa | graph | 73.5 | 74.5 | 76.5 | 80.5 | 1.00 | 72.5 |" in text
+
+
+def test_median_interval_and_sign_test_by_hand():
+    # n = 18: P(Binomial(18, 1/2) <= 4) = 0.0154 <= 0.025 < P(<= 5) = 0.048, so the 5th and 14th of the sorted values
+    assert data.median_interval(range(1, 19)) == (5.0, 14.0)
+    assert data.median_interval(reversed(range(1, 19))) == (5.0, 14.0)
+    lo, hi = data.median_interval([1, 2, 3, 4, 5])            # 5 values cannot give a 95% interval
+    assert lo != lo and hi != hi
+    assert data.sign_test([99, 101, 102], 100) == (1, 2, 1.0)
+    assert data.sign_test([101] * 10, 100) == (0, 10, 2 / 1024)
+    assert data.sign_test([100, 100, 99], 100) == (1, 0, 1.0)   # ties are left out
+
+
+def test_goal_section_calls_each_shape_ahead_level_or_behind_from_the_latest_commits_runs(tmp_path):
+    from fa2lab.results import append_rows
+
+    assert report.section_goal(GPU, tmp_path).startswith(
+        f"### v7 against SDPA's default backend at every harness shape (issue 6's goal)\n{report.NOT_YET}")
+    path = tmp_path / GPU / "bench" / "v7_hopper.csv"
+
+    def rows(commit, pcts, N, causal=0):
+        return [{"version": "v7_hopper", "run_id": f"p/{commit}{i}", "N": N, "causal": causal, "ms": 1.0,
+                 "tflops": 1.0, "sdpa_ms": p / 100, "pct_of_sdpa": p, **PROV, "git_commit": commit}
+                for i, p in enumerate(pcts)]
+    append_rows(path, rows("aaaaaaa", [90] * 8, 1024))           # an older commit's runs: left out
+    append_rows(path, rows("bbbbbbb", [101, 102, 103, 101, 102, 103, 104, 101], 4096)
+                + rows("bbbbbbb", [98, 99, 98, 99, 97, 99, 98, 99], 1024)
+                + rows("bbbbbbb", [98, 102, 99, 101, 100.5, 99.5, 101, 99], 512))
+    text = report.section_goal(GPU, tmp_path)
+    assert "(bbbbbbb)" in text and "over the 8 runs" in text
+    assert "| 4096 | no | 8 | 102.0% (101.0–104.0%) | 101.0–104.0% | 0 / 8 | 0.008 | ahead |" in text
+    assert "| 1024 | no | 8 | 98.5% (97.0–99.0%) | 97.0–99.0% | 8 / 0 | 0.008 | behind |" in text
+    assert "| 512 | no | 8 | " in text and text.split("| 512 | no | 8 | ")[1].split("\n")[0].endswith("| level |")
+    assert "Ahead at 1 of 3 shapes; behind at N = 1024 non-causal" in text and "not met beyond the noise" in text

@@ -245,6 +245,32 @@ Session 24:
 - causal at D = 128 (call 4): forced onto this path, the lookahead candidate made 96.1/101.3/101.1% of cuDNN at N =
   1024/2048/4096 where v7's tl path made 119.2/103.3/90.1%; v7 now races the two for causal D = 128 inputs (its
   gluon_applies).
+Session 25:
+- exp_turn (calls 1-3, b435f60 to 36f55d8): Nsight Compute's source page of cuDNN's kernel at N = 2048 (session 21's
+  run) shows where its consumers sync: each key tile waits for a score tile (wgmma wait 0), folds the row maxima, then
+  waits at a named barrier, runs its 64 exp2s interleaved with O's rescale, the scaling and the row sums, arrives on
+  the other consumer's barrier before its last two exp2s, and issues P V. Its turns are held around the exponentials,
+  so each SM sub-partition's MUFU serves one consumer's warp at a time while the other's products run; v7's ping-pong
+  turns order the issue of the products and leave both consumers' exponentials free to meet on the MUFU (its mio
+  throttle 0.31 cycles per issued instruction against cuDNN's 0.04). exp_turn moves the ring of turns (the same
+  mbarriers) to the exponentials: waited for after the row maxima (_softmax_tile), passed after the tile's exp2s. ptxas
+  moves register-only work across an mbarrier arrive, and untied it put the pass after the 10th of a tile's 66 exp2s;
+  tied in the PTX to both row sums (tie_marked_arrives) it comes after the 66th but also after the sums' tail (20
+  instructions and two shuffle rounds): slower, 97.6/97.1/101.8% of cuDNN at N = 1024/2048/4096 against ping-pong's
+  99.5/99.2/102.0% (call 1, one 5-round experiment gluon). Tied to one of a thread's two row sums (/et1) it comes after
+  59-65 of the 66, where cuDNN's arrive is: 98.6/100.5/102.9% against 98.0/98.5/100.8% (call 2; graph replay
+  104.9/104.7/105.0 against 101.1/102.4/102.7), and again 101.3/99.9/103.1% against 100.5/98.9/99.9% (call 3, 36f55d8;
+  graph 105.6/105.2/105.5 against 102.2/99.9/100.7). The 192-row split form, whose third consumer lengthens the ring,
+  is slower with it (104.0% at 4096 against 106.3%, call 2), and the one-program-per-tile form with it was not faster
+  at N = 512 (99.2% against 103.8%, call 3). The persistent 128-row candidate takes /et1 since 36f55d8 (V7_BASE;
+  FA2_V7_EXP_TURN=0 gives its ping-pong back). ncu at N = 2048 (call 4, 36f55d8): 80.2 us against cuDNN's 79.8, mio
+  throttle 0.10 (cuDNN 0.04), the tensor pipe 48.7% of active cycles (48.7%). v7 in the harness: its docstring (ahead
+  of cuDNN at non-causal 2048 now, 0.6% behind at 1024, where experiment coldstart puts the difference in the cost of
+  do_bench's flush: v7's kernel pays 1.4 us for it, cuDNN's 0.9, most of it for code evicted from L2; this kernel's
+  binary has about four times cuDNN's instructions).
+- At D = 128 (call 2): the split-tail lookahead form (ws2x64x64/4s/preg/pp/split/persist/ua/la) made 94.9% of cuDNN at
+  N = 4096 against 95.8% without the split and 97.7% for the 192-row split form, v7's other D = 128 candidate; /et on
+  the 64-key form 92.7%. Nothing changed there.
 """
 
 from __future__ import annotations
@@ -796,8 +822,10 @@ EXPERIMENT_CONFIGS = (
     # call 2 (7bee9bc): the persistent 128-row form with /et1 made 98.6/100.5/102.9% of cuDNN at N = 1024/2048/4096
     # against ping-pong's 98.0/98.5/100.8% in the same rounds (graph replay 104.9/104.7/105.0 against 101.1/102.4/102.7),
     # 4 slots 99.3/100.8/102.4; the 192-row split form slower (104.0% at 4096 against 106.3). The persistent 128-row
-    # candidate takes /et1 since; the one-program-per-tile form with it (N = 512's candidate) was not yet timed:
+    # candidate takes /et1 since; the one-program-per-tile form with it (N = 512's candidate):
     _exp_turn(128, 3, exp_turn=2),
+    # call 3 (36f55d8): 99.2% of cuDNN at N = 512 against the ping-pong form's 103.8% (graph 112.3 against 111.6), and
+    # level with it beyond (92.6/92.2% against 92.1/91.1% at 1024/2048): N = 512's candidate keeps ping-pong.
 )
 
 

@@ -4,7 +4,20 @@ multiply the next; v6 itself wherever that path does not apply.
 
 Measured on the H200 (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), % of SDPA's default backend,
 cuDNN, in the same process, with the Gluon path described below on for non-causal inputs and the tl path raced
-against it. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
+against it. Session 25 (36f55d8; 18 runs in three protocols, 5 s pauses), with the persistent D = 64 Gluon candidate's
+consumers taking turns at their exponentials (exp_turn, after cuDNN's ncu source page; the Gluon module's docstring)
+instead of at the issue of their products: the median, min-max, and RESULTS.md's 95% interval for the median:
+  non-causal  N = 512  99.1% (64-108; 97.6-103.4), 1024  99.4% (97-103; 99.1-99.8), 2048 100.8% (99-102; 100.1-101.0),
+              4096 110.1% (108-113)
+  causal      N = 512  98.5% (91-103; 96.7-102.3), 1024 119.0% (114-122), 2048 113.1% (112-115), 4096 107.4% (104-109)
+Ahead beyond the noise at 5 of the 8 shapes (non-causal 2048 now among them: over sessions 21-24's 35 runs 33 were
+below 100%), level at N = 512 with either mask, and 0.6% behind at non-causal 1024 (graph replay: 105%, of which SDPA's
+replayed call costs about 1 us more than its kernel). experiment coldstart (36f55d8), the kernels alone: at 1024 v7
+0.1 us ahead of cuDNN after a spin and 0.2 in graph replay, 0.4 behind after do_bench's flush; at 2048 2.1 and 1.9 ahead,
+0.3 after the flush. The flush, which evicts the kernel's code from L2 as well as its inputs, costs v7 1.4-2.2 us and
+cuDNN 0.4-0.9 (with only code evicted: +2.4 against +1.4 us at 1024, +1.6 against +0.0 at 2048); the Gluon binary holds
+about four times cuDNN's instructions (4136 against 1064 on ncu's source pages at 36f55d8; its consumers' partitions are
+separate copies). Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
 pause before each run; the median of 15 runs, min-max):
   non-causal  N = 512   98.3% (47-106)*, 1024  98.8% (96-103), 2048  99.3% (98-100), 4096 110.2% (109-112)
   causal      N = 512   98.6% (69-103)*, 1024 119.2% (116-125), 2048 113.2% (112-115), 4096 107.1% (103-108)
