@@ -441,9 +441,8 @@ def test_unsynced_arrive_leaves_no_bar_sync_in_the_key_loop(compiled):
                                          ({"FA2_V7_THREAD_ARRIVE": "1"}, False, True)])
 def test_v7_candidates_drop_the_arrive_syncs_unless_switched_off(env, ua, ta):
     # on by default since session 20; thread_arrive, which arrives from every thread, excludes it
-    code = ("from fa2lab.versions import load_shared; G = load_shared('gluon_forward_hopper'); "
-            "print([(c.unsynced_arrive, c.thread_arrive) for c in G.V7_CANDIDATES])")
-    assert probe(code, **env) == str([(ua, ta)] * len(G.V7_BASE))
+    printed = "[(c.unsynced_arrive, c.thread_arrive) for c in G.V7_CANDIDATES]"
+    assert _candidates(printed, **env) == str([(ua, ta)] * len(G.V7_BASE))
 
 
 def test_poly_exp_moves_a_quarter_or_an_eighth_of_the_exponentials_off_the_mufu(compiled):
@@ -568,10 +567,9 @@ def test_stream_issues_the_next_items_first_scores_with_the_last_p_v(compiled):
 
 
 def test_stream_is_switched_on_for_the_persistent_128_row_candidate_and_off_under_the_causal_mask():
-    code = ("from fa2lab.versions import load_shared; G = load_shared('gluon_forward_hopper'); "
-            "print([c.stream for c in G.V7_CANDIDATES], [c.stream for c in G.for_mask(G.V7_CANDIDATES, True)])")
-    assert probe(code, FA2_V7_STREAM="1") == "[True, False, False] [False, False, False]"
-    assert probe(code) == "[False, False, False] [False, False, False]"
+    printed = "[c.stream for c in G.V7_CANDIDATES], [c.stream for c in G.for_mask(G.V7_CANDIDATES, True)]"
+    assert _candidates(printed, FA2_V7_STREAM="1") == "[True, False, False] [False, False, False]"
+    assert _candidates(printed) == "[False, False, False] [False, False, False]"
 
 
 def test_head_dimension_128_has_candidates_of_its_own():
@@ -632,13 +630,18 @@ def test_lookahead_is_a_warp_specialized_option_with_p_in_registers():
                                     lookahead=True), **clash})
 
 
+def _candidates(printed: str, **env) -> str:
+    """What a fresh process with the env switches `env` prints of the Gluon module's candidates (G: the module)."""
+    return probe("from fa2lab.versions import load_shared; G = load_shared('gluon_forward_hopper'); "
+                 f"print({printed})", **env)
+
+
 def test_lookahead_is_on_for_the_head_dimension_128_candidate_unless_switched_off():
-    code = ("from fa2lab.versions import load_shared; G = load_shared('gluon_forward_hopper'); "
-            "print([c.lookahead for c in G.V7_CANDIDATES_WIDE], [c.lookahead for c in G.V7_CANDIDATES])")
-    assert probe(code) == "[True, False] [False, False, False]"
-    assert probe(code, FA2_V7_LOOKAHEAD="0") == "[False, False] [False, False, False]"
+    printed = "[c.lookahead for c in G.V7_CANDIDATES_WIDE], [c.lookahead for c in G.V7_CANDIDATES]"
+    assert _candidates(printed) == "[True, False] [False, False, False]"
+    assert _candidates(printed, FA2_V7_LOOKAHEAD="0") == "[False, False] [False, False, False]"
     # an option lookahead excludes, switched on for the candidates, switches it off rather than failing
-    assert probe(code, FA2_V7_ROW_SUM="1") == "[False, False] [False, False, False]"
+    assert _candidates(printed, FA2_V7_ROW_SUM="1") == "[False, False] [False, False, False]"
 
 
 def test_even_registers_gives_two_consumers_240_each_and_only_two():
@@ -736,11 +739,10 @@ def test_exp_turn_arrives_after_every_exponential_of_its_tile():
 
 
 def test_exp_turn_is_on_for_the_persistent_candidate_unless_switched_off():
-    code = ("from fa2lab.versions import load_shared; G = load_shared('gluon_forward_hopper'); "
-            "print([(c.exp_turn, c.pingpong) for c in G.V7_CANDIDATES])")
-    assert probe(code) == "[(2, False), (0, True), (0, True)]"
-    assert probe(code, FA2_V7_EXP_TURN="0") == "[(0, True), (0, True), (0, True)]"
+    printed = "[(c.exp_turn, c.pingpong) for c in G.V7_CANDIDATES]"
+    assert _candidates(printed) == "[(2, False), (0, True), (0, True)]"
+    assert _candidates(printed, FA2_V7_EXP_TURN="0") == "[(0, True), (0, True), (0, True)]"
     # an option exp_turn excludes, switched on for the candidates, gives ping-pong's turns back rather than failing
-    assert probe(code, FA2_V7_ROW_SUM="1") == "[(0, True), (0, True), (0, True)]"
+    assert _candidates(printed, FA2_V7_ROW_SUM="1") == "[(0, True), (0, True), (0, True)]"
     # the rounds of sessions 15-24 keep varying ping-pong's candidates
     assert all(c.pingpong for c in G.with_option(tree_max=True))
