@@ -208,6 +208,7 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws3_split_ua_rs", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, split_tail=True,
                                                              persistent=True, unsynced_arrive=True, row_sum=True), False),
                            ("ws_persist_ua_st_1024", persist(unsynced_arrive=True, stream=True), False),
+                           ("ws_persist_ua_ff_1024", persist(unsynced_arrive=True, fold_first=True), False),
                            ("ws_persist_ua_st", persist(unsynced_arrive=True, stream=True), False),
                            ("ws3_mix", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, persistent=True,
                                                      unsynced_arrive=True, mixed=True), False)]:
@@ -746,3 +747,31 @@ def test_exp_turn_is_on_for_the_persistent_candidate_unless_switched_off():
     assert _candidates(printed, FA2_V7_ROW_SUM="1") == "[(0, True), (0, True), (0, True)]"
     # the rounds of sessions 15-24 keep varying ping-pong's candidates
     assert all(c.pingpong for c in G.with_option(tree_max=True))
+
+
+def test_fold_first_keeps_one_copy_of_the_softmax_per_consumer(compiled):
+    # each consumer's softmax was written out twice, for an item's first key tile and in the key loop; folded, the
+    # first tile runs in the loop: 64 exponentials less in each consumer's code, one Q K^T issue site less and, for
+    # tile 0's product of zeros, the same number of P V sites
+    base, ff = compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_1024".replace("_1024", "_ff_1024")]
+    assert base["ex2"] - ff["ex2"] == 2 * 64, (ff, base)   # a first-tile copy's 64 exp2s (its alpha went unused)
+    assert ff["wgmma"]["128"] < base["wgmma"]["128"] and ff["wgmma"]["64"] == base["wgmma"]["64"], (ff, base)
+    assert ff["cubin"] < base["cubin"] and ff["shared"] == base["shared"]
+    # the turn passed after S_0 (one arrive site per consumer) is the loop's own now
+    assert ff["arrives"] == base["arrives"] - 2 and ff["try_waits"] <= base["try_waits"], (ff, base)
+    cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, unsynced_arrive=True, exp_turn=2, fold_first=True)
+    assert cfg.label == "ws2x64x128/3s/preg/persist/ua/et1/ff"
+    with pytest.raises(ValueError, match="need the warp-specialized form"):
+        G.GluonConfig(128, 128, 8, 3, fold_first=True)
+    for clash in (dict(p_smem=True), dict(row_sum=True), dict(stream=True), dict(item_overlap=True),
+                  dict(lookahead=True), dict(v_barrier=True)):
+        with pytest.raises(ValueError, match="fold_first"):
+            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
+                                    fold_first=True), **clash})
+
+
+def test_fold_first_is_off_unless_switched_on_and_gives_way_to_lookahead():
+    printed = "[c.fold_first for c in G.V7_CANDIDATES], [c.fold_first for c in G.V7_CANDIDATES_WIDE]"
+    assert _candidates(printed) == "[False, False, False] [False, False]"
+    assert _candidates(printed, FA2_V7_FOLD_FIRST="1") == "[True, True, True] [False, True]"
+    assert _candidates(printed, FA2_V7_FOLD_FIRST="1", FA2_V7_ROW_SUM="1") == "[False, False, False] [False, False]"

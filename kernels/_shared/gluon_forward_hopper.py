@@ -268,6 +268,15 @@ Session 25:
   of cuDNN at non-causal 2048 now, 0.6% behind at 1024, where experiment coldstart puts the difference in the cost of
   do_bench's flush: v7's kernel pays 1.4 us for it, cuDNN's 0.9, most of it for code evicted from L2; this kernel's
   binary has about four times cuDNN's instructions).
+- fold_first (/ff, after call 5; offline only so far): experiment coldstart at 36f55d8 puts v7's gap at N = 1024 in
+  do_bench's flush, which costs v7's kernel 1.4 us and cuDNN's 0.9 (code alone evicted: +2.4 against +1.4 us). ncu's
+  source page at N = 2048 has v7 executing 2846 distinct instructions (45.5 KB of code to fetch after the flush) where
+  cuDNN executes 1023; 1470 of v7's run once per work item (cuDNN's 192), chief among them each consumer's second copy
+  of the softmax, for the item's first key tile. fold_first runs that tile in the key loop, its S_0 issued beside a
+  product of zeros (P_(-1) V_0, so every tile issues and waits alike): offline sm_90 SASS of the persistent /et1
+  candidate 2968 instructions against 4136, 132 MUFU.EX2 against 260, no spill, no serialised wgmma (the 192-row split
+  form 4616, and its 12 spill stores gone). The default candidates' SASS is unchanged; FA2_V7_FOLD_FIRST=1 switches it
+  on for them, and EXPERIMENT_CONFIGS holds three forms, for the next session's GPU time.
 - At D = 128 (call 2): the split-tail lookahead form (ws2x64x64/4s/preg/pp/split/persist/ua/la) made 94.9% of cuDNN at
   N = 4096 against 95.8% without the split and 97.7% for the 192-row split form, v7's other D = 128 candidate; /et on
   the 64-key form 92.7%. Nothing changed there.
@@ -447,6 +456,9 @@ class GluonConfig:
                                  # from after a tile's row maxima (ping-pong's ring of mbarriers), so one consumer's exp2s
                                  # have the MUFU while another's products run (cuDNN's order). 1 (/et): the turn passed
                                  # after both of a thread's row sums (tie_marked_arrives); 2 (/et1): after one of them
+    fold_first: bool = False     # warp-specialized: each work item's first key tile runs in the key loop (its S_0 issued
+                                 # there, beside a product of zeros) instead of before it, so a consumer's code holds one
+                                 # copy of the softmax, not two
 
     def __post_init__(self):
         if self.consumers:
@@ -460,10 +472,11 @@ class GluonConfig:
         elif self.pingpong or self.pin_ex2 or self.split_tail or self.persistent or self.direct_store \
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
-                or self.row_sum or self.stream or self.lookahead or self.exp_turn or self.p_buffers != 2:
+                or self.row_sum or self.stream or self.lookahead or self.exp_turn or self.fold_first \
+                or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
                              f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum, "
-                             f"stream, lookahead, exp_turn and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
+                             f"stream, lookahead, exp_turn, fold_first and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -490,6 +503,11 @@ class GluonConfig:
             raise ValueError(f"exp_turn is a ring of turns at every key tile's exponentials in place of ping-pong's turns "
                              f"at the products: not with ping-pong, lookahead, stream, mixed (whose idle consumers take "
                              f"no turns), pin_ex2 or row_sum (whose row sums are not ready when the turn passes): {self}")
+        if self.fold_first and (self.p_smem or self.pin_ex2 or self.row_sum or self.stream or self.item_overlap
+                                or self.lookahead or self.v_barrier or self.mixed):
+            raise ValueError(f"fold_first issues each item's S_0 in the key loop, P in registers: not with P in shared "
+                             f"memory, pin_ex2, row_sum, stream, item_overlap (which issue or need S_0 before it), "
+                             f"lookahead, v_barrier or mixed: {self}")
         if self.exp_turn not in (0, 1, 2):
             raise ValueError(f"exp_turn is 0 (off), 1 (the turn passed after both row sums) or 2 (after one): {self}")
         if self.even_registers and self.consumers != 2:
@@ -511,7 +529,8 @@ class GluonConfig:
                    f"{'/ua' if self.unsynced_arrive else ''}{f'/px{self.poly_exp}' if self.poly_exp else ''}" \
                    f"{'/mix' if self.mixed else ''}{'/rs' if self.row_sum else ''}" \
                    f"{'/st' if self.stream else ''}{'/er' if self.even_registers else ''}" \
-                   f"{'/la' if self.lookahead else ''}{('', '/et', '/et1')[self.exp_turn]}"
+                   f"{'/la' if self.lookahead else ''}{('', '/et', '/et1')[self.exp_turn]}" \
+                   f"{'/ff' if self.fold_first else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -826,6 +845,16 @@ EXPERIMENT_CONFIGS = (
     _exp_turn(128, 3, exp_turn=2),
     # call 3 (36f55d8): 99.2% of cuDNN at N = 512 against the ping-pong form's 103.8% (graph 112.3 against 111.6), and
     # level with it beyond (92.6/92.2% against 92.1/91.1% at 1024/2048): N = 512's candidate keeps ping-pong.
+    # After call 5: experiment coldstart put v7's remaining gap at N = 1024 in the cost of do_bench's flush, most of it
+    # for the kernel's code (evicted from L2 with the inputs): ncu's source page at N = 2048 (36f55d8) has v7 executing
+    # 2846 distinct instructions (45.5 KB of code) where cuDNN executes 1023 (16.4 KB), 1470 of v7's once per work item
+    # (cuDNN's: 192), chief among them a second copy of the softmax in each consumer, for each item's first key tile.
+    # fold_first runs that tile in the key loop (offline sm_90 SASS: 2968 instructions against 4136, 132 MUFU.EX2
+    # against 260, no spill, no serialised wgmma); not yet timed:
+    _exp_turn(128, 3, persistent=True, exp_turn=2, fold_first=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, fold_first=True),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
+                unsynced_arrive=True, fold_first=True),
 )
 
 
@@ -1385,6 +1414,7 @@ if HAVE_GLUON:
         ROW_SUM: gl.constexpr = modes.shape[7] > 1
         EXP_TURN: gl.constexpr = modes.shape[10] > 1
         TIE_ONE: gl.constexpr = modes.shape[10] == 4         # exp_turn 2: the pass waits for one row sum, not both
+        FOLD: gl.constexpr = modes.shape[11] > 1             # fold_first: start is None, S_0 is issued in the loop
         SLOTS: gl.constexpr = k_smem.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // q_bar.shape[0]
         P_BUFFERS: gl.constexpr = p_smem.shape[0] // CONSUMERS   # shared P buffers per consumer (0: registers)
@@ -1414,7 +1444,12 @@ if HAVE_GLUON:
             acc_l = gl.zeros([ROWS, _ONES_ROWS], gl.float32, l_layout)
         IN_FLIGHT: gl.constexpr = 2 if ROW_SUM else 1   # the groups issued behind S_j: P V (and P ones)
 
-        if RESUME:
+        if FOLD:   # tile 0 in the loop, from an empty O (alpha is 0 there: m starts at -inf), its S_0 issued beside a
+            # product of zeros (P_(-1) V_0: what keeps the loop's group of products and its wait the same for every tile)
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
+            l_i = gl.zeros([ROWS], gl.float32, row_s)
+            p_op = gl.zeros([ROWS, BLOCK_N], p_smem.dtype, p_layout)
+        elif RESUME:
             p, l_i, m_i = start
             p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         else:
@@ -1428,9 +1463,12 @@ if HAVE_GLUON:
                 _tie_next_arrive(l_i, TIE_ONE)
                 _arrive(turn[1].index(0), ARRIVE)
             p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
-        for j in range(1, n_tiles):
+        for j in range(0 if FOLD else 1, n_tiles):
             slot = (g + j) % SLOTS
-            prev = (g + j - 1) % SLOTS
+            if FOLD:   # tile 0's product of zeros reads its own slot
+                prev = (g + j - 1 + (j == 0).to(gl.int32)) % SLOTS
+            else:
+                prev = (g + j - 1) % SLOTS
             s_tok, acc = _issue_tile(mem, q_tile, p_op, acc, zero_s, g, j, slot, prev, t)
             if ROW_SUM:
                 acc_l = warpgroup_mma(gl.convert_layout(p_op, pl_layout), ones, acc_l, is_async=True)
@@ -1452,7 +1490,11 @@ if HAVE_GLUON:
                 acc, acc_l = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_l))
             else:
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            _arrive(empty.index(prev), ARRIVE)           # K_(j-1), V_(j-1) no longer read here
+            if FOLD:
+                if j > 0:   # (tile 0's slot is released after tile 1)
+                    _arrive(empty.index(prev), ARRIVE)
+            else:
+                _arrive(empty.index(prev), ARRIVE)       # K_(j-1), V_(j-1) no longer read here
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             if ROW_SUM:
                 acc_l = acc_l * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, l_layout)), 1)
@@ -1716,6 +1758,7 @@ if HAVE_GLUON:
         MIXED: gl.constexpr = modes.shape[6] > 1
         LOOKAHEAD: gl.constexpr = modes.shape[9] > 1
         EXP_TURN: gl.constexpr = modes.shape[10] > 1
+        FOLD: gl.constexpr = modes.shape[11] > 1
         g = 0
         it = 0
         t = 0   # ping-pong turns so far: n_tiles + 1 per item (lookahead's items of 2 or more key tiles: n_tiles + 2;
@@ -1740,6 +1783,8 @@ if HAVE_GLUON:
             else:
                 if ITEM_OVERLAP:
                     s_tok, q_tile = s_next, q_next
+                elif FOLD:   # S_0 is issued in _attend's key loop
+                    s_tok, q_tile = None, _query_tile(mem, wg, it)
                 else:
                     s_tok, q_tile = _first_scores(mem, wg, it, g, t)
                 # (_attend has two call sites: a flag set under `if LOOKAHEAD` becomes a runtime value in Triton 3.6, which
@@ -1805,7 +1850,7 @@ if HAVE_GLUON:
         DIRECT_STORE: gl.constexpr, THREAD_ARRIVE: gl.constexpr, ITEM_OVERLAP: gl.constexpr,
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
         UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
-        STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr, EXP_TURN: gl.constexpr,
+        STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr, EXP_TURN: gl.constexpr, FOLD_FIRST: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1836,9 +1881,9 @@ if HAVE_GLUON:
             mbarrier.init(empty.index(s), count=CONSUMERS * ARRIVALS)
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
-        # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM, LOOKAHEAD and
-        # EXP_TURN (as 1, 2 or 4) reach the workers as the shape of a never-used buffer, modes, since a worker's constexpr
-        # arguments arrive as values.
+        # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM, LOOKAHEAD,
+        # EXP_TURN (as 1, 2 or 4) and FOLD_FIRST reach the workers as the shape of a never-used buffer, modes, since a
+        # worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
         if PINGPONG or EXP_TURN:
@@ -1848,8 +1893,9 @@ if HAVE_GLUON:
                                                     2 if ITEM_OVERLAP else 1,
                                                     2 if TREE_MAX else 1, POLY_EXP // 2 if POLY_EXP else 1,
                                                     2 if MIXED else 1, 2 if ROW_SUM else 1, 2 if STREAM else 1,
-                                                    2 if LOOKAHEAD else 1, 4 if EXP_TURN == 2 else (2 if EXP_TURN else 1)],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=[10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]))
+                                                    2 if LOOKAHEAD else 1, 4 if EXP_TURN == 2 else (2 if EXP_TURN else 1),
+                                                    2 if FOLD_FIRST else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -2041,7 +2087,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None,
                  V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive,
                  POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream,
-                 LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn)
+                 LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn, FOLD_FIRST=cfg.fold_first)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
@@ -2147,7 +2193,8 @@ class GluonLaunch(KeptL):
 # thread_arrive, FA2_V7_ITEM_OVERLAP=1 or 0 the persistent ones' item_overlap, FA2_V7_TMA_PREFETCH, FA2_V7_TMA_STORE,
 # FA2_V7_V_BARRIER, FA2_V7_TREE_MAX and FA2_V7_ROW_SUM those options, FA2_V7_STREAM=1 the persistent 128-row
 # candidate's stream, FA2_V7_UNSYNCED_ARRIVE=0 turns unsynced_arrive off, FA2_V7_LOOKAHEAD=0 the D = 128 candidate's
-# lookahead and FA2_V7_EXP_TURN=0 the persistent D = 64 candidate's exp_turn (rows record any of them: switches).
+# lookahead and FA2_V7_EXP_TURN=0 the persistent D = 64 candidate's exp_turn; FA2_V7_FOLD_FIRST=1 runs each work item's
+# first key tile in the key loop (rows record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
@@ -2159,6 +2206,7 @@ STREAM = switch_on("STREAM")
 UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE")   # on by default since session 20 (call 4); thread_arrive excludes it
 LOOKAHEAD = switch_on("LOOKAHEAD")               # on by default since session 24, where a base candidate asks for it
 EXP_TURN = switch_on("EXP_TURN")                 # on by default since session 25, where a base candidate asks for it
+FOLD_FIRST = switch_on("FOLD_FIRST")
 
 
 def _switched(base) -> tuple:
@@ -2167,12 +2215,14 @@ def _switched(base) -> tuple:
     def turns(c):
         stream = STREAM and c.persistent and not c.split_tail
         et = c.exp_turn if EXP_TURN and not (ROW_SUM or stream) else 0
-        return dict(exp_turn=et, pingpong=c.pingpong or bool(c.exp_turn and not et))
+        lookahead = c.lookahead and LOOKAHEAD and not (ITEM_OVERLAP or V_BARRIER or ROW_SUM or STREAM)
+        fold = FOLD_FIRST and not (ITEM_OVERLAP or V_BARRIER or ROW_SUM or stream or lookahead)
+        return dict(exp_turn=et, pingpong=c.pingpong or bool(c.exp_turn and not et), lookahead=lookahead,
+                    fold_first=fold)
     return tuple(replace(c, **turns(c), thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
                          tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
                          row_sum=ROW_SUM, stream=STREAM and c.persistent and not c.split_tail,
-                         unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE,
-                         lookahead=c.lookahead and LOOKAHEAD and not (ITEM_OVERLAP or V_BARRIER or ROW_SUM or STREAM))
+                         unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE)
             for c in base)
 
 
