@@ -61,8 +61,8 @@ SWITCH_PREFIX = "FA2_V7_"   # environment variables that change what a version r
 
 
 # The kernel switches that are on when unset (v7's Gluon path and its race against the tl path; the Gluon key loop's
-# arrivals without Triton's bar.sync, on since session 20; the D = 128 candidate's lookahead, since session 24); every
-# other switch is off when unset.
+# arrivals without Triton's bar.sync, on since session 20; the D = 128 candidate's lookahead, since session 24; the
+# persistent D = 64 candidate's exp_turn, since session 25); every other switch is off when unset.
 SWITCHES_ON_BY_DEFAULT = frozenset({"GLUON", "RACE_TL", "UNSYNCED_ARRIVE", "LOOKAHEAD", "EXP_TURN"})
 
 

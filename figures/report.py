@@ -1320,7 +1320,8 @@ def section_goal(gpu, root) -> str:
         pct = g.pct_of_sdpa.astype(float)
         lo, hi = data.median_interval(pct, GOAL_LEVEL)
         below, above, p = data.sign_test(pct, 100.0)
-        verdict = "ahead" if lo > 100 else "behind" if hi < 100 else "level" if lo == lo else "too few runs"
+        verdict = ("too few runs" if math.isnan(lo) else "ahead" if lo > 100 else "behind" if hi < 100
+                   else "level")
         verdicts[(N, causal)] = verdict
         rows.append([N, "yes" if causal else "no", len(pct), span(pct.median(), pct.min(), pct.max(), ".1f", "%"),
                      f"{lo:.1f}–{hi:.1f}%", f"{below} / {above}", f"{p:.3f}", verdict])

@@ -337,7 +337,7 @@ _SKIPPABLE = re.compile(r"\s*(//.*|\{|\.reg .*|\.loc .*|waitLoop:|\$L__\w+:"
 _PARTITION_SYNC = re.compile(r"\s*bar\.sync\s+\d+,\s*128;\s*$")
 # exp_turn's pass of the turn: ptxas moves register-only work across an mbarrier arrive, and in the offline sm_90 SASS
 # the arrive after a tile's row sums went up among its first dozen exp2s, so the next consumer's exponentials started
-# beside most of this one's. _tie_next_arrive marks the row sums (TIE_MARK, in two register moves ptxas drops) and
+# beside most of this one's. _pass_exp_turn marks the row sums (TIE_MARK, in two register moves ptxas drops) and
 # tie_marked_arrives makes the next mbarrier arrive's predicate read them (l >= 0 or unordered: always true), a
 # dependency ptxas keeps: the arrive comes after every exp2 of the tile.
 TIE_MARK = "fa2-tie-v3"
@@ -1267,13 +1267,15 @@ if HAVE_GLUON:
         gl.inline_asm_elementwise(_MARK_ASM, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _tie_next_arrive(x, ONE: gl.constexpr):
-        """exp_turn: mark x (a row vector of a consumer's wgmma tile, two values per thread) for tie_marked_arrives,
-        which makes the next mbarrier arrive wait for both of a thread's values (ONE: for its second)."""
+    def _pass_exp_turn(l_i, turn, ONE: gl.constexpr, ARRIVE: gl.constexpr):
+        """exp_turn: the next consumer's turn at the exponentials, passed once this tile's exp2s are issued: l_i (the
+        row sums, two per thread) is marked for tie_marked_arrives, which makes the arrive wait for both of a thread's
+        sums (ONE: for its second)."""
         if ONE:
-            gl.inline_asm_elementwise(_TIE_ONE_ASM, "=r,=r,r,r", [x], dtype=gl.float32, is_pure=False, pack=2)
+            gl.inline_asm_elementwise(_TIE_ONE_ASM, "=r,=r,r,r", [l_i], dtype=gl.float32, is_pure=False, pack=2)
         else:
-            gl.inline_asm_elementwise(_TIE_ASM, "=r,=r,r,r", [x], dtype=gl.float32, is_pure=False, pack=2)
+            gl.inline_asm_elementwise(_TIE_ASM, "=r,=r,r,r", [l_i], dtype=gl.float32, is_pure=False, pack=2)
+        _arrive(turn[1].index(0), ARRIVE)
 
     @gluon.jit
     def _arrive(bar, ARRIVE: gl.constexpr):
@@ -1460,8 +1462,7 @@ if HAVE_GLUON:
             if not ROW_SUM:
                 l_i = gl.sum(p, axis=1)
             if EXP_TURN:   # the next consumer's turn (tied: once every exp2 of this tile is issued; the row sums read them)
-                _tie_next_arrive(l_i, TIE_ONE)
-                _arrive(turn[1].index(0), ARRIVE)
+                _pass_exp_turn(l_i, turn, TIE_ONE, ARRIVE)
             p_op = _p_operand(p, p_smem, p_base, p_layout, P_SMEM)
         for j in range(0 if FOLD else 1, n_tiles):
             slot = (g + j) % SLOTS
@@ -1482,8 +1483,7 @@ if HAVE_GLUON:
                 l_i = l_i * alpha + gl.sum(p, axis=1)
                 _pin(l_i, l_smem, wg)
             if EXP_TURN:   # the next consumer's turn (tied: once every exp2 of this tile is issued; the row sums read them)
-                _tie_next_arrive(l_i, TIE_ONE)
-                _arrive(turn[1].index(0), ARRIVE)
+                _pass_exp_turn(l_i, turn, TIE_ONE, ARRIVE)
             if P_BUFFERS == 2:   # the other buffer: written while P_(j-1) V_(j-1) reads this one
                 p_next = _p_operand(p, p_smem, p_base + j % 2, p_layout, P_SMEM)
             if ROW_SUM:
