@@ -343,6 +343,20 @@ _PARTITION_SYNC = re.compile(r"\s*bar\.sync\s+\d+,\s*128;\s*$")
 TIE_MARK = "fa2-tie-v3"
 _TIE_ASM = gl.constexpr(f"mov.b32 $0, $2;\n\tmov.b32 $1, $3; // {TIE_MARK}") if HAVE_GLUON else None
 _TIE_ONE_ASM = gl.constexpr(f"mov.b32 $0, $2;\n\tmov.b32 $1, $3; // {TIE_MARK} one") if HAVE_GLUON else None
+
+
+def _l2_asm(*params: int):
+    """PTX for l2_prefetch: lane 0 of the loader warp ($1 == 0) asks L2 for the block at row $2, column 0 of each
+    descriptor named (kernel parameters: Q's tensormap is param_0, K's param_5, V's param_10; see
+    _prefetch_descriptors), with cp.async.bulk.prefetch.tensor (PTX 8.0, sm_90), which Gluon 3.6 does not expose."""
+    asks = "".join(f"mov.b64 a, flash_fwd_gluon_ws_param_{i};\n\tcvta.param.u64 a, a;\n\t"
+                   f"@p cp.async.bulk.prefetch.tensor.2d.L2.global.tile [a, {{z, $2}}];\n\t" for i in params)
+    return gl.constexpr("{ .reg .pred p; .reg .b64 a; .reg .b32 z;\n\tsetp.eq.s32 p, $1, 0;\n\tmov.b32 $0, $1;\n\t"
+                        "mov.b32 z, 0;\n\t" + asks + "}")
+
+
+_L2_Q_ASM = _l2_asm(0) if HAVE_GLUON else None
+_L2_KV_ASM = _l2_asm(5, 10) if HAVE_GLUON else None
 _TIE_SOURCE = re.compile(r"\s*mov\.b32\s+%\w+,\s*(%\w+);\s*(//\s*" + TIE_MARK + "( one)?)?")
 _ELECTED_ARRIVE = re.compile(r"^(\s*)@(%p\d+)\s+(mbarrier\.arrive[^;]*;)\s*$")
 
@@ -459,6 +473,9 @@ class GluonConfig:
     fold_first: bool = False     # warp-specialized: each work item's first key tile runs in the key loop (its S_0 issued
                                  # there, beside a product of zeros) instead of before it, so a consumer's code holds one
                                  # copy of the softmax, not two
+    l2_prefetch: bool = False    # warp-specialized: once a work item's first SLOTS key tiles are issued, the loader asks
+                                 # L2 for the rest of them and for the next item's queries and first SLOTS key tiles
+                                 # (cp.async.bulk.prefetch.tensor), so that do_bench's cold inputs arrive ahead (_l2_ahead)
 
     def __post_init__(self):
         if self.consumers:
@@ -473,10 +490,10 @@ class GluonConfig:
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
                 or self.row_sum or self.stream or self.lookahead or self.exp_turn or self.fold_first \
-                or self.p_buffers != 2:
+                or self.l2_prefetch or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
                              f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum, "
-                             f"stream, lookahead, exp_turn, fold_first and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
+                             f"stream, lookahead, exp_turn, fold_first, l2_prefetch and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -530,7 +547,7 @@ class GluonConfig:
                    f"{'/mix' if self.mixed else ''}{'/rs' if self.row_sum else ''}" \
                    f"{'/st' if self.stream else ''}{'/er' if self.even_registers else ''}" \
                    f"{'/la' if self.lookahead else ''}{('', '/et', '/et1')[self.exp_turn]}" \
-                   f"{'/ff' if self.fold_first else ''}"
+                   f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -850,11 +867,22 @@ EXPERIMENT_CONFIGS = (
     # 2846 distinct instructions (45.5 KB of code) where cuDNN executes 1023 (16.4 KB), 1470 of v7's once per work item
     # (cuDNN's: 192), chief among them a second copy of the softmax in each consumer, for each item's first key tile.
     # fold_first runs that tile in the key loop (offline sm_90 SASS: 2968 instructions against 4136, 132 MUFU.EX2
-    # against 260, no spill, no serialised wgmma); not yet timed:
+    # against 260, no spill, no serialised wgmma):
     _exp_turn(128, 3, persistent=True, exp_turn=2, fold_first=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, fold_first=True),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
                 unsynced_arrive=True, fold_first=True),
+    # Session 26, call 1 (36ae844): /ff is slower at every N, each form against itself without it in the same rounds
+    # (persistent /et1: 96.7/96.2/96.1/101.5% of cuDNN at N = 512-4096 against 94.5/97.6/100.3/104.1; ping-pong and
+    # the 192-row form 1-7 points down from 1024 on): its product of zeros is one more P V per item, and the code it
+    # saves was not the gap. That reading was wrong: experiment coldstart's flush_code is the code warm and the data
+    # cold. At 36f55d8 warming the inputs took v7's flush cost from 2.6 to 0.6 us (cuDNN's: 2.0 to 0.6) and warming
+    # the code took it to 2.4 (cuDNN's: 1.4); and v7's time after the flush stayed at 27.7-28.0 us in every clean
+    # coldstart run at N = 1024 from a81f69f to 36f55d8 while its warm time fell from 25.9 to 25.2: with cold inputs
+    # the key loop waits for them, and what /et1 gained does not show. l2_prefetch asks L2 for them ahead of the slots:
+    _exp_turn(128, 3, persistent=True, exp_turn=2, l2_prefetch=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, l2_prefetch=True),
+    _exp_turn(128, 4, persistent=True, exp_turn=2),
 )
 
 
@@ -1204,11 +1232,18 @@ if HAVE_GLUON:
         Q_BUFFERS: gl.constexpr = bars[0].shape[0]
         ROWS: gl.constexpr = smem[0].shape[1] * (smem[0].shape[0] // Q_BUFFERS)   # a query tile's, all consumers'
         BLOCK_N: gl.constexpr = smem[1].shape[1]
+        MIXED: gl.constexpr = modes.shape[6] > 1
         g = 0
         it = 0
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
-            q_start, head, n_tiles, _, _, k_base, _, _ = _work_item(item, work, ROWS, BLOCK_N, modes.shape[6] > 1)
-            _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it)
+            q_start, head, n_tiles, _, _, k_base, _, _ = _work_item(item, work, ROWS, BLOCK_N, MIXED)
+            if modes.shape[12] > 1:   # l2_prefetch: the next item's first rows (none after the last: skip = 1)
+                nxt = item + gl.num_programs(0)
+                nq, nh, nn, _, _, nk, _, _ = _work_item(gl.minimum(nxt, work[5] - 1), work, ROWS, BLOCK_N, MIXED)
+                ahead = (nh * work[0] + nq, nh * work[1] + nk, nn, (nxt >= work[5]).to(gl.int32))
+                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead)
+            else:
+                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it)
             g += n_tiles
             it += 1
         if modes.shape[3] > 1:   # item_overlap
@@ -1232,9 +1267,11 @@ if HAVE_GLUON:
             "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it):
+    def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead=None):
         """The loader's share of one work item: its query tile into Q buffer it % Q_BUFFERS and n_tiles key
-        tiles from k_base on into the slots from g on, each after the consumers released what was there."""
+        tiles from k_base on into the slots from g on, each after the consumers released what was there. ahead
+        (l2_prefetch: the next item's first query row, first key row, key tiles, and 1 if there is none): once the
+        first SLOTS key tiles are issued, _l2_ahead."""
         q_desc, k_desc, v_desc = descs
         q_smem, k_smem, v_smem = smem
         q_bar, q_empty, ready, empty = bars[:4]      # with v_barrier, bars[4]: the slots' V barriers
@@ -1258,6 +1295,30 @@ if HAVE_GLUON:
                 _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot, bars[4])
             else:
                 _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
+            if ahead is not None:
+                if j == SLOTS - 1:
+                    _l2_ahead(k_row0, n_tiles, ahead, SLOTS, BLOCK_N, ROWS, CONSUMERS)
+
+    @gluon.jit
+    def _l2_ahead(k_row0, n_tiles, ahead, SLOTS: gl.constexpr, BLOCK_N: gl.constexpr, ROWS: gl.constexpr,
+                  CONSUMERS: gl.constexpr):
+        """l2_prefetch's asks: this item's key tiles beyond the first SLOTS (K and V), then the next item's query
+        blocks and first SLOTS key tiles (ahead: see _load_item), so that a tile the slots cannot hold yet is in L2,
+        not in HBM, when its copy is issued."""
+        q_next, k_next, n_next, skip = ahead
+        for j in range(SLOTS, n_tiles):
+            _l2_prefetch(k_row0 + j * BLOCK_N, 0, _L2_KV_ASM)
+        for c in gl.static_range(CONSUMERS):
+            _l2_prefetch(q_next + c * ROWS, skip, _L2_Q_ASM)
+        for j in range(0, gl.minimum(n_next, SLOTS)):
+            _l2_prefetch(k_next + j * BLOCK_N, skip, _L2_KV_ASM)
+
+    @gluon.jit
+    def _l2_prefetch(row, skip, ASM: gl.constexpr):
+        """One ask of _l2_ahead (ASM: _L2_Q_ASM or _L2_KV_ASM) for the block at this row, by the loader warp's lane 0
+        unless skip is 1."""
+        lane = gl.arange(0, 32, layout=gl.BlockedLayout([1], [32], [1], [0]))
+        gl.inline_asm_elementwise(ASM, "=r,r,r", [lane + skip, lane * 0 + row], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _mark_unsynced():
@@ -1851,6 +1912,7 @@ if HAVE_GLUON:
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
         UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
         STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr, EXP_TURN: gl.constexpr, FOLD_FIRST: gl.constexpr,
+        L2_PREFETCH: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1882,7 +1944,7 @@ if HAVE_GLUON:
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
         # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM, LOOKAHEAD,
-        # EXP_TURN (as 1, 2 or 4) and FOLD_FIRST reach the workers as the shape of a never-used buffer, modes, since a
+        # EXP_TURN (as 1, 2 or 4), FOLD_FIRST and L2_PREFETCH reach the workers as the shape of a never-used buffer, modes, since a
         # worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
@@ -1894,8 +1956,8 @@ if HAVE_GLUON:
                                                     2 if TREE_MAX else 1, POLY_EXP // 2 if POLY_EXP else 1,
                                                     2 if MIXED else 1, 2 if ROW_SUM else 1, 2 if STREAM else 1,
                                                     2 if LOOKAHEAD else 1, 4 if EXP_TURN == 2 else (2 if EXP_TURN else 1),
-                                                    2 if FOLD_FIRST else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=[11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]))
+                                                    2 if FOLD_FIRST else 1, 2 if L2_PREFETCH else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=list(range(12, -1, -1))))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -2087,7 +2149,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  ITEM_OVERLAP=cfg.item_overlap, TMA_PREFETCH=cfg.tma_prefetch, TMA_STORE=o_desc is not None,
                  V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive,
                  POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream,
-                 LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn, FOLD_FIRST=cfg.fold_first)
+                 LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn, FOLD_FIRST=cfg.fold_first,
+                 L2_PREFETCH=cfg.l2_prefetch)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
@@ -2194,7 +2257,8 @@ class GluonLaunch(KeptL):
 # FA2_V7_V_BARRIER, FA2_V7_TREE_MAX and FA2_V7_ROW_SUM those options, FA2_V7_STREAM=1 the persistent 128-row
 # candidate's stream, FA2_V7_UNSYNCED_ARRIVE=0 turns unsynced_arrive off, FA2_V7_LOOKAHEAD=0 the D = 128 candidate's
 # lookahead and FA2_V7_EXP_TURN=0 the persistent D = 64 candidate's exp_turn; FA2_V7_FOLD_FIRST=1 runs each work item's
-# first key tile in the key loop (rows record any of them: switches).
+# first key tile in the key loop and FA2_V7_L2_PREFETCH=1 asks L2 for the inputs ahead of the slots (rows record any of
+# them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
@@ -2207,6 +2271,7 @@ UNSYNCED_ARRIVE = switch_on("UNSYNCED_ARRIVE")   # on by default since session 2
 LOOKAHEAD = switch_on("LOOKAHEAD")               # on by default since session 24, where a base candidate asks for it
 EXP_TURN = switch_on("EXP_TURN")                 # on by default since session 25, where a base candidate asks for it
 FOLD_FIRST = switch_on("FOLD_FIRST")
+L2_PREFETCH = switch_on("L2_PREFETCH")
 
 
 def _switched(base) -> tuple:
@@ -2221,7 +2286,7 @@ def _switched(base) -> tuple:
                     fold_first=fold)
     return tuple(replace(c, **turns(c), thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
                          tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
-                         row_sum=ROW_SUM, stream=STREAM and c.persistent and not c.split_tail,
+                         row_sum=ROW_SUM, stream=STREAM and c.persistent and not c.split_tail, l2_prefetch=L2_PREFETCH,
                          unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE)
             for c in base)
 
