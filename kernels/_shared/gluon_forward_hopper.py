@@ -473,9 +473,9 @@ class GluonConfig:
     fold_first: bool = False     # warp-specialized: each work item's first key tile runs in the key loop (its S_0 issued
                                  # there, beside a product of zeros) instead of before it, so a consumer's code holds one
                                  # copy of the softmax, not two
-    l2_prefetch: bool = False    # warp-specialized: once a work item's first SLOTS key tiles are issued, the loader asks
-                                 # L2 for the rest of them and for the next item's queries and first SLOTS key tiles
-                                 # (cp.async.bulk.prefetch.tensor), so that do_bench's cold inputs arrive ahead (_l2_ahead)
+    l2_prefetch: bool = False    # warp-specialized: with each key tile's copy the loader asks L2 for the tile SLOTS
+                                 # further on (into the next work item; cp.async.bulk.prefetch.tensor), so that
+                                 # do_bench's cold inputs arrive ahead of the slots (_l2_ahead)
 
     def __post_init__(self):
         if self.consumers:
@@ -883,6 +883,11 @@ EXPERIMENT_CONFIGS = (
     _exp_turn(128, 3, persistent=True, exp_turn=2, l2_prefetch=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, l2_prefetch=True),
     _exp_turn(128, 4, persistent=True, exp_turn=2),
+    # call 2 (572b0be) asked for all of an item's tiles at once: 99.0/101.2/93.6/91.7% at N = 512-4096 against /et1's
+    # 97.2/99.8/100.3/103.2, graph replay down as much, and v7's time after the flush at N = 1024 the same with and
+    # without it (kernel alone 24.4 us, cuDNN 24.0): the burst held the loader's copies back. The same labels since ask
+    # for one tile per copy (_l2_ahead). 4 slots: 98.6/99.9/101.2/104.0%.
+    _exp_turn(128, 4, persistent=True, exp_turn=2, l2_prefetch=True),
 )
 
 
@@ -1270,8 +1275,8 @@ if HAVE_GLUON:
     def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead=None):
         """The loader's share of one work item: its query tile into Q buffer it % Q_BUFFERS and n_tiles key
         tiles from k_base on into the slots from g on, each after the consumers released what was there. ahead
-        (l2_prefetch: the next item's first query row, first key row, key tiles, and 1 if there is none): once the
-        first SLOTS key tiles are issued, _l2_ahead."""
+        (l2_prefetch: the next item's first query row, first key row, key tiles, and 1 if there is none): with each
+        key tile's copy, _l2_ahead."""
         q_desc, k_desc, v_desc = descs
         q_smem, k_smem, v_smem = smem
         q_bar, q_empty, ready, empty = bars[:4]      # with v_barrier, bars[4]: the slots' V barriers
@@ -1296,22 +1301,25 @@ if HAVE_GLUON:
             else:
                 _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
             if ahead is not None:
-                if j == SLOTS - 1:
-                    _l2_ahead(k_row0, n_tiles, ahead, SLOTS, BLOCK_N, ROWS, CONSUMERS)
+                _l2_ahead(k_row0, j, n_tiles, ahead, SLOTS, BLOCK_N, ROWS, CONSUMERS)
 
     @gluon.jit
-    def _l2_ahead(k_row0, n_tiles, ahead, SLOTS: gl.constexpr, BLOCK_N: gl.constexpr, ROWS: gl.constexpr,
+    def _l2_ahead(k_row0, j, n_tiles, ahead, SLOTS: gl.constexpr, BLOCK_N: gl.constexpr, ROWS: gl.constexpr,
                   CONSUMERS: gl.constexpr):
-        """l2_prefetch's asks: this item's key tiles beyond the first SLOTS (K and V), then the next item's query
-        blocks and first SLOTS key tiles (ahead: see _load_item), so that a tile the slots cannot hold yet is in L2,
-        not in HBM, when its copy is issued."""
+        """l2_prefetch's asks beside key tile j's copy (ahead: see _load_item): the key tile SLOTS further on (K and
+        V), past this item's last the next item's, and with tile 0 the next item's query blocks; so that a tile is in
+        L2, not in HBM, by the time the slots let its copy go. One pair per copy: session 26's call 2 asked for all of
+        an item's tiles at once, and that burst held the copies back (experiment gluon at 572b0be: 93.6% of cuDNN at
+        N = 2048 and 91.7% at 4096 against 100.3 and 103.2% without it, graph replay too)."""
         q_next, k_next, n_next, skip = ahead
-        for j in range(SLOTS, n_tiles):
-            _l2_prefetch(k_row0 + j * BLOCK_N, 0, _L2_KV_ASM)
-        for c in gl.static_range(CONSUMERS):
-            _l2_prefetch(q_next + c * ROWS, skip, _L2_Q_ASM)
-        for j in range(0, gl.minimum(n_next, SLOTS)):
-            _l2_prefetch(k_next + j * BLOCK_N, skip, _L2_KV_ASM)
+        if j == 0:
+            for c in gl.static_range(CONSUMERS):
+                _l2_prefetch(q_next + c * ROWS, skip, _L2_Q_ASM)
+        t = j + SLOTS
+        if t < n_tiles:
+            _l2_prefetch(k_row0 + t * BLOCK_N, 0, _L2_KV_ASM)
+        else:
+            _l2_prefetch(k_next + (t - n_tiles) * BLOCK_N, skip + (t - n_tiles >= n_next).to(gl.int32), _L2_KV_ASM)
 
     @gluon.jit
     def _l2_prefetch(row, skip, ASM: gl.constexpr):
