@@ -476,6 +476,9 @@ class GluonConfig:
     l2_prefetch: bool = False    # warp-specialized: with each key tile's copy the loader asks L2 for the tile SLOTS
                                  # further on (into the next work item; cp.async.bulk.prefetch.tensor), so that
                                  # do_bench's cold inputs arrive ahead of the slots (_l2_ahead)
+    q_major: bool = False        # warp-specialized, non-causal, whole tiles: work item t is query tile t // heads of head
+                                 # t % heads (every head's first tiles, then their next ones), not tile t % tiles of head
+                                 # t // tiles, so that a later round of items finds its keys in L2 (_work_item)
 
     def __post_init__(self):
         if self.consumers:
@@ -490,10 +493,10 @@ class GluonConfig:
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
                 or self.row_sum or self.stream or self.lookahead or self.exp_turn or self.fold_first \
-                or self.l2_prefetch or self.p_buffers != 2:
+                or self.l2_prefetch or self.q_major or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
                              f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum, "
-                             f"stream, lookahead, exp_turn, fold_first, l2_prefetch and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
+                             f"stream, lookahead, exp_turn, fold_first, l2_prefetch, q_major and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -525,6 +528,8 @@ class GluonConfig:
             raise ValueError(f"fold_first issues each item's S_0 in the key loop, P in registers: not with P in shared "
                              f"memory, pin_ex2, row_sum, stream, item_overlap (which issue or need S_0 before it), "
                              f"lookahead, v_barrier or mixed: {self}")
+        if self.q_major and (self.split_tail or self.mixed or self.stream):
+            raise ValueError(f"q_major orders whole tiles of one size: not with split_tail, mixed or stream: {self}")
         if self.exp_turn not in (0, 1, 2):
             raise ValueError(f"exp_turn is 0 (off), 1 (the turn passed after both row sums) or 2 (after one): {self}")
         if self.even_registers and self.consumers != 2:
@@ -547,7 +552,8 @@ class GluonConfig:
                    f"{'/mix' if self.mixed else ''}{'/rs' if self.row_sum else ''}" \
                    f"{'/st' if self.stream else ''}{'/er' if self.even_registers else ''}" \
                    f"{'/la' if self.lookahead else ''}{('', '/et', '/et1')[self.exp_turn]}" \
-                   f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}"
+                   f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}" \
+                   f"{'/qm' if self.q_major else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -888,6 +894,12 @@ EXPERIMENT_CONFIGS = (
     # without it (kernel alone 24.4 us, cuDNN 24.0): the burst held the loader's copies back. The same labels since ask
     # for one tile per copy (_l2_ahead). 4 slots: 98.6/99.9/101.2/104.0%.
     _exp_turn(128, 4, persistent=True, exp_turn=2, l2_prefetch=True),
+    # call 3 (c11a509), one tile per copy: 95.0/98.5/99.8/101.1% against /et1's 99.5/97.2/100.1/103.3, graph replay 1-3
+    # points down at every N, and again no change after the flush at N = 1024 (kernel alone 24.5 us, cuDNN 24.0): what
+    # the flush costs v7 beyond cuDNN is not its key tiles arriving late. 4 slots: 98.8/97.3/100.6/101.9%. The order of
+    # the work items decides which of them start on cold inputs: q_major makes each later round of items reuse the
+    # keys of the first one:
+    _exp_turn(128, 3, persistent=True, exp_turn=2, q_major=True),
 )
 
 
@@ -1180,7 +1192,8 @@ if HAVE_GLUON:
     # Triton 3.6 exposes mbarriers only, whose arrive it precedes with a partition-wide bar.sync).
 
     @gluon.jit
-    def _work_item(item, work, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, MIXED: gl.constexpr = False):
+    def _work_item(item, work, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, MIXED: gl.constexpr = False,
+                   Q_MAJOR: gl.constexpr = False):
         """Work item -> (q_start, head, key tiles, mask_from, causal_off, first key, part, rows). Items [0, FULL)
         are whole tiles: tile t has head t // query tiles and query tile t % query tiles, reversed under the
         causal mask (v6's order: every head's longest tiles first). Item FULL + q is split q % SPLITS (a
@@ -1188,7 +1201,8 @@ if HAVE_GLUON:
         tile's part is -1. Under the causal mask a tile's keys stop at its diagonal; there is no split.
         MIXED (the mixed schedule, compiled in only there) with BIG > 0 (non-causal): items [0, BIG * heads) are each
         head's first BIG tiles of BLOCK_M rows, the others the rest of each head in tiles of BLOCK_M - 64 rows
-        (rows: the item's query rows)."""
+        (rows: the item's query rows). Q_MAJOR (q_major: whole tiles only), non-causal: tile t is query tile t // heads
+        of head t % heads."""
         N_QUERIES, N_KEYS, FULL, SPLITS, causal, n_items, BIG = work
         n_q = gl.cdiv(N_QUERIES, BLOCK_M)
         n_kb = gl.cdiv(N_KEYS, BLOCK_N)
@@ -1225,7 +1239,12 @@ if HAVE_GLUON:
             q_start = q_tile * BLOCK_M
             mask_from = full_stop
             causal_off = N_KEYS
-        return q_start, t // n_q, kb1 - kb0, mask_from, causal_off, kb0 * BLOCK_N, part, BLOCK_M
+        head = t // n_q
+        if Q_MAJOR and not causal:
+            heads = FULL // n_q
+            head = t % heads
+            q_start = (t // heads) * BLOCK_M
+        return q_start, head, kb1 - kb0, mask_from, causal_off, kb0 * BLOCK_N, part, BLOCK_M
 
     @gluon.jit
     def _ws_loader(descs, smem, bars, work, modes):
@@ -1238,13 +1257,15 @@ if HAVE_GLUON:
         ROWS: gl.constexpr = smem[0].shape[1] * (smem[0].shape[0] // Q_BUFFERS)   # a query tile's, all consumers'
         BLOCK_N: gl.constexpr = smem[1].shape[1]
         MIXED: gl.constexpr = modes.shape[6] > 1
+        QM: gl.constexpr = modes.shape[13] > 1
         g = 0
         it = 0
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
-            q_start, head, n_tiles, _, _, k_base, _, _ = _work_item(item, work, ROWS, BLOCK_N, MIXED)
+            q_start, head, n_tiles, _, _, k_base, _, _ = _work_item(item, work, ROWS, BLOCK_N, MIXED, QM)
             if modes.shape[12] > 1:   # l2_prefetch: the next item's first rows (none after the last: skip = 1)
                 nxt = item + gl.num_programs(0)
-                nq, nh, nn, _, _, nk, _, _ = _work_item(gl.minimum(nxt, work[5] - 1), work, ROWS, BLOCK_N, MIXED)
+                nq, nh, nn, _, _, nk, _, _ = _work_item(gl.minimum(nxt, work[5] - 1), work, ROWS, BLOCK_N, MIXED,
+                                                      QM)
                 ahead = (nh * work[0] + nq, nh * work[1] + nk, nn, (nxt >= work[5]).to(gl.int32))
                 _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead)
             else:
@@ -1252,7 +1273,7 @@ if HAVE_GLUON:
             g += n_tiles
             it += 1
         if modes.shape[3] > 1:   # item_overlap
-            q_start, head, _, _, _, k_base, _, _ = _work_item(work[5] - 1, work, ROWS, BLOCK_N)
+            q_start, head, _, _, _, k_base, _, _ = _work_item(work[5] - 1, work, ROWS, BLOCK_N, False, QM)
             _load_item(descs, smem, bars, work, q_start, head, k_base, 1, g, it)
 
     @gluon.jit
@@ -1828,6 +1849,7 @@ if HAVE_GLUON:
         LOOKAHEAD: gl.constexpr = modes.shape[9] > 1
         EXP_TURN: gl.constexpr = modes.shape[10] > 1
         FOLD: gl.constexpr = modes.shape[11] > 1
+        QM: gl.constexpr = modes.shape[13] > 1
         g = 0
         it = 0
         t = 0   # ping-pong turns so far: n_tiles + 1 per item (lookahead's items of 2 or more key tiles: n_tiles + 2;
@@ -1836,7 +1858,7 @@ if HAVE_GLUON:
             s_next, q_next = _first_scores(mem, wg, 0, 0, 0)
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
             q_start, head, n_tiles, mask_from, causal_off, k_base, part, item_rows = _work_item(
-                item, work, ROWS * CONSUMERS, BLOCK_N, MIXED)
+                item, work, ROWS * CONSUMERS, BLOCK_N, MIXED, QM)
             row0 = q_start + wg * ROWS
             q_pos = row0 + gl.arange(0, ROWS, layout=row_s)
             if MIXED:
@@ -1920,7 +1942,7 @@ if HAVE_GLUON:
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
         UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
         STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr, EXP_TURN: gl.constexpr, FOLD_FIRST: gl.constexpr,
-        L2_PREFETCH: gl.constexpr,
+        L2_PREFETCH: gl.constexpr, Q_MAJOR: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1952,7 +1974,7 @@ if HAVE_GLUON:
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
         # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM, LOOKAHEAD,
-        # EXP_TURN (as 1, 2 or 4), FOLD_FIRST and L2_PREFETCH reach the workers as the shape of a never-used buffer, modes, since a
+        # EXP_TURN (as 1, 2 or 4), FOLD_FIRST, L2_PREFETCH and Q_MAJOR reach the workers as the shape of a never-used buffer, modes, since a
         # worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
@@ -1964,8 +1986,9 @@ if HAVE_GLUON:
                                                     2 if TREE_MAX else 1, POLY_EXP // 2 if POLY_EXP else 1,
                                                     2 if MIXED else 1, 2 if ROW_SUM else 1, 2 if STREAM else 1,
                                                     2 if LOOKAHEAD else 1, 4 if EXP_TURN == 2 else (2 if EXP_TURN else 1),
-                                                    2 if FOLD_FIRST else 1, 2 if L2_PREFETCH else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=list(range(12, -1, -1))))
+                                                    2 if FOLD_FIRST else 1, 2 if L2_PREFETCH else 1,
+                                                    2 if Q_MAJOR else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=list(range(13, -1, -1))))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -2158,7 +2181,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive,
                  POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream,
                  LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn, FOLD_FIRST=cfg.fold_first,
-                 L2_PREFETCH=cfg.l2_prefetch)
+                 L2_PREFETCH=cfg.l2_prefetch, Q_MAJOR=cfg.q_major)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
@@ -2265,8 +2288,8 @@ class GluonLaunch(KeptL):
 # FA2_V7_V_BARRIER, FA2_V7_TREE_MAX and FA2_V7_ROW_SUM those options, FA2_V7_STREAM=1 the persistent 128-row
 # candidate's stream, FA2_V7_UNSYNCED_ARRIVE=0 turns unsynced_arrive off, FA2_V7_LOOKAHEAD=0 the D = 128 candidate's
 # lookahead and FA2_V7_EXP_TURN=0 the persistent D = 64 candidate's exp_turn; FA2_V7_FOLD_FIRST=1 runs each work item's
-# first key tile in the key loop and FA2_V7_L2_PREFETCH=1 asks L2 for the inputs ahead of the slots (rows record any of
-# them: switches).
+# first key tile in the key loop, FA2_V7_L2_PREFETCH=1 asks L2 for the inputs ahead of the slots and FA2_V7_Q_MAJOR=1
+# orders the non-causal work items query tile first (rows record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
@@ -2280,6 +2303,7 @@ LOOKAHEAD = switch_on("LOOKAHEAD")               # on by default since session 2
 EXP_TURN = switch_on("EXP_TURN")                 # on by default since session 25, where a base candidate asks for it
 FOLD_FIRST = switch_on("FOLD_FIRST")
 L2_PREFETCH = switch_on("L2_PREFETCH")
+Q_MAJOR = switch_on("Q_MAJOR")
 
 
 def _switched(base) -> tuple:
@@ -2295,6 +2319,7 @@ def _switched(base) -> tuple:
     return tuple(replace(c, **turns(c), thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
                          tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
                          row_sum=ROW_SUM, stream=STREAM and c.persistent and not c.split_tail, l2_prefetch=L2_PREFETCH,
+                         q_major=Q_MAJOR and not (c.split_tail or c.mixed or (STREAM and c.persistent)),
                          unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE)
             for c in base)
 
