@@ -1059,7 +1059,9 @@ def section_gluon(gpu, root) -> str:
         "192-row items, then each head's rest in 128-row items (the third consumer idle), rs = the row sums of P by "
         "the tensor cores, st = the next work item's first scores issued beside this item's last P V, er = 240 "
         "registers for each of two consumers, la = the next key tile's scores issued before each softmax "
-        "(lookahead).", "",
+        "(lookahead), et/et1 = the consumers' turns held around each key tile's exponentials (passed after both / "
+        "one of a thread's row sums), ff = each item's first key tile run in the key loop, l2 = the inputs asked "
+        "into L2 ahead of the slots, qm = the work items in query-tile order.", "",
         md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline), *wide_text])
 
 

@@ -209,6 +209,8 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                                                              persistent=True, unsynced_arrive=True, row_sum=True), False),
                            ("ws_persist_ua_st_1024", persist(unsynced_arrive=True, stream=True), False),
                            ("ws_persist_ua_ff_1024", persist(unsynced_arrive=True, fold_first=True), False),
+                           ("ws_persist_ua_l2_1024", persist(unsynced_arrive=True, l2_prefetch=True), False),
+                           ("ws_persist_ua_qm_1024", persist(unsynced_arrive=True, q_major=True), False),
                            ("ws_persist_ua_st", persist(unsynced_arrive=True, stream=True), False),
                            ("ws3_mix", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, persistent=True,
                                                      unsynced_arrive=True, mixed=True), False)]:
@@ -242,6 +244,8 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                    "before_store": (re.findall(r"wgmma[._a-z]*\\.(m64n\\d+k16)", ptx.split("st.global.v4")[0])
                                     or [None])[-1],
                    "tensormaps": [int(i) for i in re.findall(r"\\.b8 flash_fwd_gluon_ws_param_(\\d+)\\[128\\]", ptx)],
+                   "l2_asks": re.findall(r"flash_fwd_gluon_ws_param_(\\d+);\\s*cvta\\.param\\.u64 \\S+ \\S+\\s*"
+                                         r"@\\S+ cp\\.async\\.bulk\\.prefetch\\.tensor\\.2d\\.L2", ptx),
                    "prefetched": re.findall(r"prefetch\\.param\\.tensormap \\[flash_fwd_gluon_ws_param_(\\d+)\\]",
                                             ptx.split("cp.async.bulk.tensor")[0])}}
 print(json.dumps(out))
@@ -768,6 +772,36 @@ def test_fold_first_keeps_one_copy_of_the_softmax_per_consumer(compiled):
         with pytest.raises(ValueError, match="fold_first"):
             G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
                                     fold_first=True), **clash})
+
+
+def test_l2_prefetch_asks_l2_for_key_and_query_tiles_beside_the_copies(compiled):
+    base, l2 = compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_l2_1024"]
+    assert base["l2_asks"] == [] and l2["shared"] == base["shared"]
+    # each ask names its descriptor's tensormap: K's (param_5) and V's (param_10) together, Q's (param_0) alone
+    asks = l2["l2_asks"]
+    assert set(asks) == {"0", "5", "10"} and asks.count("5") == asks.count("10") >= 2, asks
+    assert G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, exp_turn=2,
+                         l2_prefetch=True).label == "ws2x64x128/3s/preg/persist/et1/l2"
+    with pytest.raises(ValueError, match="need the warp-specialized form"):
+        G.GluonConfig(128, 128, 8, 3, l2_prefetch=True)
+
+
+def test_q_major_orders_whole_tiles_only(compiled):
+    base, qm = compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_qm_1024"]
+    assert qm["shared"] == base["shared"] and qm["cubin"] != base["cubin"]
+    assert G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, q_major=True).label.endswith("/persist/qm")
+    for clash in (dict(split_tail=True), dict(stream=True)):
+        with pytest.raises(ValueError, match="q_major"):
+            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
+                                    q_major=True), **clash})
+
+
+def test_l2_prefetch_and_q_major_are_off_unless_switched_on():
+    printed = "[(c.l2_prefetch, c.q_major) for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE]"
+    assert _candidates(printed) == str([(False, False)] * 5)
+    assert _candidates(printed, FA2_V7_L2_PREFETCH="1") == str([(True, False)] * 5)
+    # the split-tail candidates keep their order
+    assert _candidates(printed, FA2_V7_Q_MAJOR="1") == str([(False, q) for q in (True, True, False, True, False)])
 
 
 def test_fold_first_is_off_unless_switched_on_and_gives_way_to_lookahead():

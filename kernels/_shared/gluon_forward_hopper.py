@@ -266,17 +266,45 @@ Session 25:
   FA2_V7_EXP_TURN=0 gives its ping-pong back). ncu at N = 2048 (call 4, 36f55d8): 80.2 us against cuDNN's 79.8, mio
   throttle 0.10 (cuDNN 0.04), the tensor pipe 48.7% of active cycles (48.7%). v7 in the harness: its docstring (ahead
   of cuDNN at non-causal 2048 now, 0.6% behind at 1024, where experiment coldstart puts the difference in the cost of
-  do_bench's flush: v7's kernel pays 1.4 us for it, cuDNN's 0.9, most of it for code evicted from L2; this kernel's
-  binary has about four times cuDNN's instructions).
-- fold_first (/ff, after call 5; offline only so far): experiment coldstart at 36f55d8 puts v7's gap at N = 1024 in
-  do_bench's flush, which costs v7's kernel 1.4 us and cuDNN's 0.9 (code alone evicted: +2.4 against +1.4 us). ncu's
-  source page at N = 2048 has v7 executing 2846 distinct instructions (45.5 KB of code to fetch after the flush) where
+  do_bench's flush: v7's kernel pays 1.4 us for it, cuDNN's 0.9; session 26 corrects which part, below).
+- fold_first (/ff, after call 5): ncu's source page at N = 2048 has v7 executing 2846 distinct instructions where
   cuDNN executes 1023; 1470 of v7's run once per work item (cuDNN's 192), chief among them each consumer's second copy
   of the softmax, for the item's first key tile. fold_first runs that tile in the key loop, its S_0 issued beside a
   product of zeros (P_(-1) V_0, so every tile issues and waits alike): offline sm_90 SASS of the persistent /et1
   candidate 2968 instructions against 4136, 132 MUFU.EX2 against 260, no spill, no serialised wgmma (the 192-row split
   form 4616, and its 12 spill stores gone). The default candidates' SASS is unchanged; FA2_V7_FOLD_FIRST=1 switches it
-  on for them, and EXPERIMENT_CONFIGS holds three forms, for the next session's GPU time.
+  on. It was written to cut the code fetched after do_bench's flush, on a misreading of experiment coldstart (its
+  flush_code protocol is the code warm and the inputs cold; see session 26).
+- At D = 128 (call 2): the split-tail lookahead form (ws2x64x64/4s/preg/pp/split/persist/ua/la) made 94.9% of cuDNN at
+  N = 4096 against 95.8% without the split and 97.7% for the 192-row split form, v7's other D = 128 candidate; /et on
+  the 64-key form 92.7%. Nothing changed there.
+Session 26 (calls 1-6, 36ae844 to bf0251e; each figure one 5-round experiment gluon, each form beside itself without
+the option, non-causal D = 64, N = 512/1024/2048/4096, % of cuDNN by do_bench):
+- fold_first: 96.7/96.2/96.1/101.5% against /et1's 94.5/97.6/100.3/104.1 (call 1), the ping-pong and 192-row forms
+  1-7 points down from 1024 on: one more P V per item costs more than the code it saves. A negative result.
+- What the flush costs v7: every clean coldstart run at N = 1024 (a81f69f to bf0251e) has warming the inputs after the
+  flush (flush_data) take most of it back for both kernels and warming the code (flush_code) little; at 36f55d8 v7's
+  2.6 us became 0.6 and 2.4, cuDNN's 2.0 became 0.6 and 1.4. And v7's time after the flush stayed at 27.7-28.0 us
+  (events) from a81f69f to 36f55d8 while its warm time fell from 25.9 to 25.2. Kernel alone (torch.profiler), warm
+  and by graph replay v7 and cuDNN are level at 1024 (22.4-22.8 against 22.4-22.7 us, calls 2-4) and after the flush
+  v7 is 0.4-0.9 us behind (24.4-24.9 against 24.0). The per-round cost of work items (experiment items, call 5,
+  38a85a2, warm): /et1 1.25-1.27 us per round against cuDNN's 1.04-1.08, its key tiles 3% faster (70.5-71.3 us at no
+  rounds against 72.6-73.5). ncu at N = 1024 (call 5, Nsight's cache flush): 24.77 us against 24.42 (session 24's
+  kernel: 25.70 against 24.03).
+- l2_prefetch (/l2), the inputs asked into L2 ahead of the slots (cp.async.bulk.prefetch.tensor): all of an item's
+  tiles at once (call 2, 572b0be) 99.0/101.2/93.6/91.7% against 97.2/99.8/100.3/103.2; one tile per copy, SLOTS ahead
+  (call 3, c11a509) 95.0/98.5/99.8/101.1 against 99.5/97.2/100.1/103.3, graph replay 1-3 points down at every N; after
+  the flush at 1024 the kernel alone took 24.4-24.5 us with and without it (cuDNN 24.0). The key tiles do not arrive
+  late; the asks only take the loader's time. A negative result (FA2_V7_L2_PREFETCH=1).
+- q_major (/qm), work item t as query tile t // heads of head t % heads, so that a later round of items finds its keys
+  in L2 (call 4, 38a85a2): 97.4/97.1/99.6/94.9% against 98.1/100.9/100.0/101.8, graph replay 2-8 points down, 24.9 us
+  after the flush at 1024 (cuDNN 24.0). The head-major order, 8 or 16 programs on one head's keys at once, is the
+  better one warm and cold. A negative result (FA2_V7_Q_MAJOR=1).
+- 4 slots (/et1, persistent): 98.6/99.9/101.2/104.0 (call 2) and 98.8/97.3/100.6/101.9 (call 3) against 3 slots'
+  97.2/99.8/100.3/103.2 and 99.5/97.2/100.1/103.3: level.
+- ncu at D = 128, N = 2048 (call 5): 131.5 us against cuDNN's 113.3; cuDNN's kernel there is a 64x128x128 tile with
+  227 KB of shared memory (232448 bytes), where v7's D = 128 candidates use 64-key tiles (213120 bytes).
+- tests-v7 on the H200 at bf0251e (call 6): 42/42, hostpath 17 + 1 skipped, Gluon/config 19/19.
 - At D = 128 (call 2): the split-tail lookahead form (ws2x64x64/4s/preg/pp/split/persist/ua/la) made 94.9% of cuDNN at
   N = 4096 against 95.8% without the split and 97.7% for the 192-row split form, v7's other D = 128 candidate; /et on
   the 64-key form 92.7%. Nothing changed there.
