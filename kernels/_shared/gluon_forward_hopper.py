@@ -928,6 +928,10 @@ EXPERIMENT_CONFIGS = (
     # the work items decides which of them start on cold inputs: q_major makes each later round of items reuse the
     # keys of the first one:
     _exp_turn(128, 3, persistent=True, exp_turn=2, q_major=True),
+    # call 5 (38a85a2, experiment items): /et1 pays 1.25-1.27 us per round of work items where cuDNN pays 1.04-1.08, and
+    # its key tiles are 3% faster. item_overlap (the next item's S_0 issued before this item's epilogue) was slower with
+    # ping-pong's turns (a81f69f); with the turns at the exponentials:
+    _exp_turn(128, 3, persistent=True, exp_turn=2, item_overlap=True),
 )
 
 
