@@ -655,8 +655,9 @@ def items(args, save):
     The shapes of ITEM_SHAPES hold the same work, spread over 1, 2, 4 or 8 rounds of 128-row items per SM (at 132 SMs)
     of 64, 32, 16 or 8 key tiles: the kernel's time against the rounds, for v7's persistent Gluon kernel (ITEM_CONFIG,
     pinned, or the 128-row configurations --only names) and SDPA, is a line whose slope is what each round of items
-    costs beyond its products and softmax. Kernel durations from torch.profiler after a spin and in graph replay
-    (experiments' _kernel_ms), the medians of --rounds rounds of --reps calls."""
+    costs beyond its products and softmax. Kernel durations from torch.profiler after a spin, after do_bench's flush
+    (whose inputs, twice as many rows per round added, come cold: the slope then holds what a round's cold inputs cost)
+    and in graph replay (experiments' _kernel_ms), the medians of --rounds rounds of --reps calls."""
     import math
 
     import numpy as np
@@ -664,10 +665,12 @@ def items(args, save):
     import torch.nn.functional as F
 
     from fa2lab.gpu import facts
+    from fa2lab.timing import flush_buffer
     from fa2lab.versions import load_shared
 
     G = load_shared("gluon_forward_hopper")
     configs = G.configs_named(args.only or [ITEM_CONFIG])
+    cache = flush_buffer()
     sms = facts(torch.cuda.current_device()).sm_count
     spin = _spin_cycles()
     D = shapes.HEAD_DIM
@@ -685,9 +688,10 @@ def items(args, save):
         rounds = math.ceil(tiles / sms)
         rows = []
         for name, fn in calls.items():
-            per = {p: [] for p in ("spin", "graph")}
+            per = {p: [] for p in ("spin", "flush", "graph")}
             for _ in range(args.rounds):
-                for p, ms in _kernel_ms(fn, {"spin": lambda: torch.cuda._sleep(spin)}, args.reps).items():
+                for p, ms in _kernel_ms(fn, {"spin": lambda: torch.cuda._sleep(spin), "flush": cache.zero_},
+                                        args.reps).items():
                     per[p].append(ms)
             for p, ts in per.items():
                 med, lo, hi = _spread(ts)

@@ -1179,8 +1179,9 @@ def section_items(gpu, root) -> str:
     return "\n".join([
         "What a work item costs beside its key tiles (`invoke experiment items`): the same work (heads × N² = 32 × "
         "2048²) in 1, 2, 4 and 8 rounds of 128-row items per SM, each round 64 key tiles of 128 in all; the kernel's "
-        "GPU time (torch.profiler, after a spin or in graph replay, µs) and the least-squares line through them: µs "
-        f"per round of items, and at none (the key tiles' own time). Source: `{rel(path)}`.", "",
+        "GPU time (torch.profiler, after a spin, after do_bench's flush (runs from session 26 on) or in graph "
+        "replay, µs) and the least-squares line through them: µs per round of items, and at none (the key tiles' own "
+        f"time). Source: `{rel(path)}`.", "",
         md_table(["commit", "variant", "protocol", *(f"{h}×{n} ({r}/SM)" for h, n, r in shapes_),
                   "µs per round", "µs at none"], rows)])
 
