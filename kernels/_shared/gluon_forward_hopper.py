@@ -932,6 +932,13 @@ EXPERIMENT_CONFIGS = (
     # its key tiles are 3% faster. item_overlap (the next item's S_0 issued before this item's epilogue) was slower with
     # ping-pong's turns (a81f69f); with the turns at the exponentials:
     _exp_turn(128, 3, persistent=True, exp_turn=2, item_overlap=True),
+    # call 7 (5653254): 96.8/95.5/97.5/101.8% against 96.3/97.2/100.0/103.6, graph replay 2-6 points down: negative
+    # again. Call 8 (641f881), experiment items with do_bench's flush: the flush adds 1.5 us to /et1's line at no rounds
+    # (71.6 -> 73.1) and nothing per round (1.23 -> 1.13 us), cuDNN's 0.5 (73.3 -> 73.8; 1.13 -> 1.02): v7's extra
+    # cost after the flush is paid once, at the start, on cold inputs. Two starts that might be shorter: the TMA
+    # descriptors prefetched first, and K_0 waited for without V_0:
+    _exp_turn(128, 3, persistent=True, exp_turn=2, tma_prefetch=True),
+    _exp_turn(128, 3, persistent=True, exp_turn=2, v_barrier=True),
 )
 
 
