@@ -507,6 +507,8 @@ class GluonConfig:
     q_major: bool = False        # warp-specialized, non-causal, whole tiles: work item t is query tile t // heads of head
                                  # t % heads (every head's first tiles, then their next ones), not tile t % tiles of head
                                  # t // tiles, so that a later round of items finds its keys in L2 (_work_item)
+    v_first: bool = False        # warp-specialized: a program's first key tile's V completes on a barrier of its own, so
+                                 # that its first Q K^T waits for K_0 alone (v_barrier for that tile only; _wait_v)
 
     def __post_init__(self):
         if self.consumers:
@@ -521,10 +523,10 @@ class GluonConfig:
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
                 or self.row_sum or self.stream or self.lookahead or self.exp_turn or self.fold_first \
-                or self.l2_prefetch or self.q_major or self.p_buffers != 2:
+                or self.l2_prefetch or self.q_major or self.v_first or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
                              f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum, "
-                             f"stream, lookahead, exp_turn, fold_first, l2_prefetch, q_major and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
+                             f"stream, lookahead, exp_turn, fold_first, l2_prefetch, q_major, v_first and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -556,6 +558,9 @@ class GluonConfig:
             raise ValueError(f"fold_first issues each item's S_0 in the key loop, P in registers: not with P in shared "
                              f"memory, pin_ex2, row_sum, stream, item_overlap (which issue or need S_0 before it), "
                              f"lookahead, v_barrier or mixed: {self}")
+        if self.v_first and (self.v_barrier or self.lookahead or self.fold_first or self.stream or self.mixed):
+            raise ValueError(f"v_first gives the first key tile's V a barrier of its own: not with v_barrier (every "
+                             f"tile's), lookahead, fold_first, stream or mixed: {self}")
         if self.q_major and (self.split_tail or self.mixed or self.stream):
             raise ValueError(f"q_major orders whole tiles of one size: not with split_tail, mixed or stream: {self}")
         if self.exp_turn not in (0, 1, 2):
@@ -581,7 +586,7 @@ class GluonConfig:
                    f"{'/st' if self.stream else ''}{'/er' if self.even_registers else ''}" \
                    f"{'/la' if self.lookahead else ''}{('', '/et', '/et1')[self.exp_turn]}" \
                    f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}" \
-                   f"{'/qm' if self.q_major else ''}"
+                   f"{'/qm' if self.q_major else ''}{'/v0' if self.v_first else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
@@ -611,7 +616,7 @@ class GluonConfig:
             b += ROW_SUM_COLS * self.block_n * elem if self.row_sum else 0   # row_sum's ones tile
         turns = self.consumers   # ping-pong's mbarriers: one per consumer, allocated with or without it
         q_bars = 2 * self.q_buffers if self.consumers else 1                         # Q ready (and empty)
-        barriers = (3 if self.v_barrier else 2) * self.slots + q_bars + turns
+        barriers = (3 if self.v_barrier else 2) * self.slots + q_bars + turns + int(self.v_first)
         return b + 8 * barriers
 
     def fits(self, D: int, smem_per_block: int) -> bool:
@@ -939,6 +944,11 @@ EXPERIMENT_CONFIGS = (
     # descriptors prefetched first, and K_0 waited for without V_0:
     _exp_turn(128, 3, persistent=True, exp_turn=2, tma_prefetch=True),
     _exp_turn(128, 3, persistent=True, exp_turn=2, v_barrier=True),
+    # call 9 (0b248ea), experiment items: the flush adds 1.7 us to /et1's line at no rounds, 1.6 with the prefetch, 1.0
+    # with V on its own barriers (whose warm line is 2 us higher), cuDNN's 0.8: on cold inputs the first Q K^T waits
+    # for V_0 as well. v_first gives that one tile's V a barrier of its own:
+    _exp_turn(128, 3, persistent=True, exp_turn=2, v_first=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, v_first=True),
 )
 
 
@@ -1357,7 +1367,13 @@ if HAVE_GLUON:
             # use u of this slot waits for the u-th release of its previous contents
             mbarrier.wait(empty.index(slot), (((g + j) // SLOTS) & 1) ^ 1, pred=g + j >= SLOTS)
             if len(bars) > 4:
-                _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot, bars[4])
+                if bars[4].shape[0] == 1:   # v_first: the program's first tile's V on its own barrier
+                    if g + j == 0:
+                        _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0, slot, bars[4])
+                    else:
+                        _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
+                else:
+                    _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot, bars[4])
             else:
                 _issue_kv(k_desc, v_desc, k_smem, v_smem, ready, k_row0 + j * BLOCK_N, slot)
             if ahead is not None:
@@ -1494,11 +1510,16 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _wait_v(shared, k):
-        """With v_barrier (shared[9]: the slots' V barriers), wait until key tile k's V is in its slot; without it V
-        completes with K on the slot's ready barrier, which the caller has waited for."""
+        """With v_barrier (shared[9]: the slots' V barriers), wait until key tile k's V is in its slot; with v_first
+        (shared[9]: one barrier), so for the program's first key tile (k = 0); otherwise V completes with K on the
+        slot's ready barrier, which the caller has waited for."""
         if len(shared) > 9:
             SLOTS: gl.constexpr = shared[1].shape[0]
-            mbarrier.wait(shared[9].index(k % SLOTS), (k // SLOTS) & 1)
+            if shared[9].shape[0] == 1:
+                if k == 0:
+                    mbarrier.wait(shared[9].index(0), 0)
+            else:
+                mbarrier.wait(shared[9].index(k % SLOTS), (k // SLOTS) & 1)
 
     @gluon.jit
     def _wait_slot(mem, k):
@@ -1981,7 +2002,7 @@ if HAVE_GLUON:
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
         UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
         STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr, EXP_TURN: gl.constexpr, FOLD_FIRST: gl.constexpr,
-        L2_PREFETCH: gl.constexpr, Q_MAJOR: gl.constexpr,
+        L2_PREFETCH: gl.constexpr, Q_MAJOR: gl.constexpr, V_FIRST: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -2042,6 +2063,11 @@ if HAVE_GLUON:
                 mbarrier.init(v_ready.index(s), count=1)
             bars = bars + (v_ready,)
             shared = shared + (v_ready,)
+        elif V_FIRST:   # one barrier, for the program's first key tile's V
+            v_first = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+            mbarrier.init(v_first.index(0), count=1)
+            bars = bars + (v_first,)
+            shared = shared + (v_first,)
         loader_args = ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem), bars, work, modes)
         if TMA_STORE:   # one staging buffer per consumer, in the layout of O's descriptor (_store_o_tma)
             o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, ROWS, D], o_desc.layout)
@@ -2220,7 +2246,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive,
                  POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream,
                  LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn, FOLD_FIRST=cfg.fold_first,
-                 L2_PREFETCH=cfg.l2_prefetch, Q_MAJOR=cfg.q_major)
+                 L2_PREFETCH=cfg.l2_prefetch, Q_MAJOR=cfg.q_major, V_FIRST=cfg.v_first)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
@@ -2343,6 +2369,7 @@ EXP_TURN = switch_on("EXP_TURN")                 # on by default since session 2
 FOLD_FIRST = switch_on("FOLD_FIRST")
 L2_PREFETCH = switch_on("L2_PREFETCH")
 Q_MAJOR = switch_on("Q_MAJOR")
+V_FIRST = switch_on("V_FIRST")
 
 
 def _switched(base) -> tuple:
@@ -2359,6 +2386,8 @@ def _switched(base) -> tuple:
                          tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
                          row_sum=ROW_SUM, stream=STREAM and c.persistent and not c.split_tail, l2_prefetch=L2_PREFETCH,
                          q_major=Q_MAJOR and not (c.split_tail or c.mixed or (STREAM and c.persistent)),
+                         v_first=V_FIRST and not (V_BARRIER or (c.lookahead and LOOKAHEAD) or FOLD_FIRST
+                                                  or (STREAM and c.persistent) or c.mixed),
                          unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE)
             for c in base)
 
