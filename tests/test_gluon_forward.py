@@ -211,6 +211,7 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_ua_ff_1024", persist(unsynced_arrive=True, fold_first=True), False),
                            ("ws_persist_ua_l2_1024", persist(unsynced_arrive=True, l2_prefetch=True), False),
                            ("ws_persist_ua_qm_1024", persist(unsynced_arrive=True, q_major=True), False),
+                           ("ws_persist_ua_v0_1024", persist(unsynced_arrive=True, v_first=True), False),
                            ("ws_persist_ua_st", persist(unsynced_arrive=True, stream=True), False),
                            ("ws3_mix", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, persistent=True,
                                                      unsynced_arrive=True, mixed=True), False)]:
@@ -796,12 +797,30 @@ def test_q_major_orders_whole_tiles_only(compiled):
                                     q_major=True), **clash})
 
 
+def test_v_first_waits_for_the_first_v_once_per_consumer(compiled):
+    base, v0 = compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_v0_1024"]
+    # one wait site per consumer (after its S_0's issue), one more expect site in the loader (tile 0's K alone, its V
+    # on the new barrier), the same products
+    assert v0["try_waits"] == base["try_waits"] + 2 and v0["expects"] == base["expects"] + 2, (v0, base)
+    assert v0["wgmma"] == base["wgmma"] and v0["ex2"] == base["ex2"]
+    assert v0["shared"] > base["shared"] and v0["estimate"] - base["estimate"] == 8
+    for clash in (dict(v_barrier=True), dict(lookahead=True), dict(stream=True)):
+        with pytest.raises(ValueError, match="v_first"):
+            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
+                                    v_first=True), **clash})
+
+
 def test_l2_prefetch_and_q_major_are_off_unless_switched_on():
     printed = "[(c.l2_prefetch, c.q_major) for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE]"
     assert _candidates(printed) == str([(False, False)] * 5)
     assert _candidates(printed, FA2_V7_L2_PREFETCH="1") == str([(True, False)] * 5)
     # the split-tail candidates keep their order
     assert _candidates(printed, FA2_V7_Q_MAJOR="1") == str([(False, q) for q in (True, True, False, True, False)])
+    # v_first gives way to the D = 128 candidate's lookahead and to v_barrier
+    v0 = "[c.v_first for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE]"
+    assert _candidates(v0) == str([False] * 5)
+    assert _candidates(v0, FA2_V7_V_FIRST="1") == str([True, True, True, False, True])
+    assert _candidates(v0, FA2_V7_V_FIRST="1", FA2_V7_V_BARRIER="1") == str([False] * 5)
 
 
 def test_fold_first_is_off_unless_switched_on_and_gives_way_to_lookahead():

@@ -305,6 +305,15 @@ the option, non-causal D = 64, N = 512/1024/2048/4096, % of cuDNN by do_bench):
 - ncu at D = 128, N = 2048 (call 5): 131.5 us against cuDNN's 113.3; cuDNN's kernel there is a 64x128x128 tile with
   227 KB of shared memory (232448 bytes), where v7's D = 128 candidates use 64-key tiles (213120 bytes).
 - tests-v7 on the H200 at bf0251e (call 6): 42/42, hostpath 17 + 1 skipped, Gluon/config 19/19.
+- item_overlap with /et1 (call 7, 5653254): 96.8/95.5/97.5/101.8% against 96.3/97.2/100.0/103.6. Negative.
+- Where the flush's cost falls (experiment items with a flush protocol, calls 8-10): over the same work in 1-8 rounds
+  of items per SM, the flush adds 1.5-1.8 us to /et1's line at no rounds and nothing per round (1.13-1.19 us per
+  round after it, 1.15-1.23 warm); cuDNN's 0.5-1.0 (per round 0.96-1.02 after, 1.01-1.13 warm). v7's extra
+  microsecond after do_bench's flush is paid once, at the start, with cold inputs. The descriptors prefetched first
+  (/pf) left it as it was (+1.6); V on barriers of their own (/vb) cut it to +1.0, and so did the first key tile's V
+  alone (v_first, /v0: +1.0), but both raised the warm line by as much (call 10's /v0 waited beside every P V's
+  issue). The first Q K^T waits for V_0 on cold inputs; v_first now waits for it after S_0's issue, outside the key
+  loop, whose SASS is then unchanged: prepared for the next session's GPU time (FA2_V7_V_FIRST=1).
 - At D = 128 (call 2): the split-tail lookahead form (ws2x64x64/4s/preg/pp/split/persist/ua/la) made 94.9% of cuDNN at
   N = 4096 against 95.8% without the split and 97.7% for the 192-row split form, v7's other D = 128 candidate; /et on
   the 64-key form 92.7%. Nothing changed there.
@@ -949,6 +958,10 @@ EXPERIMENT_CONFIGS = (
     # for V_0 as well. v_first gives that one tile's V a barrier of its own:
     _exp_turn(128, 3, persistent=True, exp_turn=2, v_first=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, v_first=True),
+    # call 10 (a9575e4), its first form (the wait beside every P V's issue): the flush added 1.0 us at no rounds
+    # against /et1's 1.8, but its warm line rose 1.6 us (72.9 against 71.3), and experiment gluon had it level or
+    # slower (98.9/99.6/103.6% at 1024-4096 against 99.2/100.6/104.3). Since, the wait follows S_0's issue, once per
+    # consumer and item, and offline the two consumers' key loops are the same SASS as without v_first; not yet timed.
 )
 
 
@@ -1506,20 +1519,29 @@ if HAVE_GLUON:
         s_tok = warpgroup_mma(q_tile, k_smem.index(g % SLOTS).permute((1, 0)),
                               gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
         _pass_turn(turn, PINGPONG, ARRIVE)
+        _wait_v_first(shared, g)
         return s_tok, q_tile
 
     @gluon.jit
     def _wait_v(shared, k):
-        """With v_barrier (shared[9]: the slots' V barriers), wait until key tile k's V is in its slot; with v_first
-        (shared[9]: one barrier), so for the program's first key tile (k = 0); otherwise V completes with K on the
-        slot's ready barrier, which the caller has waited for."""
+        """With v_barrier (shared[9]: the slots' V barriers), wait until key tile k's V is in its slot; without it V
+        completes with K on the slot's ready barrier, which the caller has waited for (v_first: see _wait_v_first)."""
         if len(shared) > 9:
-            SLOTS: gl.constexpr = shared[1].shape[0]
-            if shared[9].shape[0] == 1:
-                if k == 0:
-                    mbarrier.wait(shared[9].index(0), 0)
-            else:
+            if shared[9].shape[0] > 1:
+                SLOTS: gl.constexpr = shared[1].shape[0]
                 mbarrier.wait(shared[9].index(k % SLOTS), (k // SLOTS) & 1)
+
+    @gluon.jit
+    def _wait_v_first(shared, g):
+        """v_first (shared[9]: one barrier): in the program's first work item (g = 0), once its S_0 is issued, wait for
+        its first key tile's V, which its first P V reads: while S_0 runs, and before the softmax, so that the code
+        ptxas schedules around the exponentials stays as it is without v_first. Call 10 (a9575e4) waited in _wait_v,
+        beside every P V's issue, and the warm kernel lost 1.4 us at N = 1024 (experiment items); waited for before the
+        key loop, the second consumer's key loop came out of ptxas in another order."""
+        if len(shared) > 9:
+            if shared[9].shape[0] == 1:
+                if g == 0:
+                    mbarrier.wait(shared[9].index(0), 0)
 
     @gluon.jit
     def _wait_slot(mem, k):

@@ -16,9 +16,11 @@ replayed call costs about 1 us more than its kernel). experiment coldstart (36f5
 0.1 us ahead of cuDNN after a spin and 0.2 in graph replay, 0.4 behind after do_bench's flush; at 2048 2.1 and 1.9 ahead,
 0.3 after the flush. The flush costs v7 1.4-2.2 us and cuDNN 0.4-0.9, nearly all of it for cold inputs: with the code
 warm and the inputs cold (the protocol flush_code, which session 25 misread as the reverse) +2.4 against +1.4 us at
-1024, +1.6 against +0.0 at 2048. Session 26 tried three ways to shorten that for the same default kernels (a key
-loop that holds one softmax, inputs asked into L2 ahead of the slots, work items in query-tile order; each slower,
-the Gluon module's docstring) and re-ran tests-v7 on the H200 at bf0251e: 42/42. Its kernels' SASS is byte-identical
+1024, +1.6 against +0.0 at 2048; and experiment items (session 26) puts it at the kernel's start, not in each round
+of work items. Session 26 tried six ways to shorten it for the same default kernels (a key loop that holds one
+softmax, inputs asked into L2 ahead of the slots, work items in query-tile order, the next item's S_0 before the
+epilogue, the TMA descriptors prefetched, the first V on a barrier of its own; none faster, the Gluon module's
+docstring) and re-ran tests-v7 on the H200 at bf0251e: 42/42. Its kernels' SASS is byte-identical
 to 36f55d8's (offline sm_90 compile of every candidate, both masks, D = 64 and 128), so the numbers above stand. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
 pause before each run; the median of 15 runs, min-max):
   non-causal  N = 512   98.3% (47-106)*, 1024  98.8% (96-103), 2048  99.3% (98-100), 4096 110.2% (109-112)
