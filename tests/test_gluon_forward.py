@@ -8,6 +8,7 @@ compiler and its bundled ptxas, for sm_90, in a subprocess without TRITON_INTERP
 """
 
 import inspect
+from dataclasses import replace
 import json
 import math
 import os
@@ -808,6 +809,18 @@ def test_v_first_waits_for_the_first_v_once_per_consumer(compiled):
         with pytest.raises(ValueError, match="v_first"):
             G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
                                     v_first=True), **clash})
+
+
+def test_one_q_fits_three_128_key_slots_at_head_dimension_128():
+    cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True, persistent=True, direct_store=True, one_q=True)
+    assert cfg.label == "ws2x64x128/3s/preg/pp/persist/ds/q1" and cfg.q_buffers == 1
+    h200 = 232448   # an H200 block's shared memory (the offline compile of this form: 229760 bytes)
+    assert cfg.fits(128, h200) and not replace(cfg, one_q=False).fits(128, h200)
+    assert not replace(cfg, direct_store=False).fits(128, h200)
+    with pytest.raises(ValueError, match="one_q"):
+        G.GluonConfig(128, 128, 4, 3, consumers=2, one_q=True)
+    assert {c.label for c in G.EXPERIMENT_CONFIGS} >= {"ws2x64x128/3s/preg/pp/persist/ds/ua/q1",
+                                                        "ws2x64x128/3s/preg/persist/ds/ua/et1/q1"}
 
 
 def test_l2_prefetch_and_q_major_are_off_unless_switched_on():

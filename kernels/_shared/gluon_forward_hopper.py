@@ -518,6 +518,8 @@ class GluonConfig:
                                  # t // tiles, so that a later round of items finds its keys in L2 (_work_item)
     v_first: bool = False        # warp-specialized: a program's first key tile's V completes on a barrier of its own, so
                                  # that its first Q K^T waits for K_0 alone (v_barrier for that tile only; _wait_v)
+    one_q: bool = False          # persistent: one query-tile buffer, not two (the next item's queries load once this
+                                 # item's consumers are done with it), so that three 128-key slots fit at D = 128
 
     def __post_init__(self):
         if self.consumers:
@@ -532,10 +534,10 @@ class GluonConfig:
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
                 or self.row_sum or self.stream or self.lookahead or self.exp_turn or self.fold_first \
-                or self.l2_prefetch or self.q_major or self.v_first or self.p_buffers != 2:
+                or self.l2_prefetch or self.q_major or self.v_first or self.one_q or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
                              f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum, "
-                             f"stream, lookahead, exp_turn, fold_first, l2_prefetch, q_major, v_first and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
+                             f"stream, lookahead, exp_turn, fold_first, l2_prefetch, q_major, v_first, one_q and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -567,6 +569,8 @@ class GluonConfig:
             raise ValueError(f"fold_first issues each item's S_0 in the key loop, P in registers: not with P in shared "
                              f"memory, pin_ex2, row_sum, stream, item_overlap (which issue or need S_0 before it), "
                              f"lookahead, v_barrier or mixed: {self}")
+        if self.one_q and not self.persistent:
+            raise ValueError(f"one_q is the persistent grid's choice (one program per tile has one Q buffer): {self}")
         if self.v_first and (self.v_barrier or self.lookahead or self.fold_first or self.stream or self.mixed):
             raise ValueError(f"v_first gives the first key tile's V a barrier of its own: not with v_barrier (every "
                              f"tile's), lookahead, fold_first, stream or mixed: {self}")
@@ -595,14 +599,15 @@ class GluonConfig:
                    f"{'/st' if self.stream else ''}{'/er' if self.even_registers else ''}" \
                    f"{'/la' if self.lookahead else ''}{('', '/et', '/et1')[self.exp_turn]}" \
                    f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}" \
-                   f"{'/qm' if self.q_major else ''}{'/v0' if self.v_first else ''}"
+                   f"{'/qm' if self.q_major else ''}{'/v0' if self.v_first else ''}" \
+                   f"{'/q1' if self.one_q else ''}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
 
     @property
     def q_buffers(self) -> int:
         """Query-tile buffers of the warp-specialized form: 2 with a persistent grid (the next item's
         queries load while this item finishes), else 1."""
-        return 2 if self.persistent else 1
+        return 2 if self.persistent and not self.one_q else 1
 
     @property
     def consumer_registers(self) -> int:
@@ -962,6 +967,14 @@ EXPERIMENT_CONFIGS = (
     # against /et1's 1.8, but its warm line rose 1.6 us (72.9 against 71.3), and experiment gluon had it level or
     # slower (98.9/99.6/103.6% at 1024-4096 against 99.2/100.6/104.3). Since, the wait follows S_0's issue, once per
     # consumer and item, and offline the two consumers' key loops are the same SASS as without v_first; not yet timed.
+    # At D = 128, ncu (call 5, N = 2048) has cuDNN's kernel at 64x128x128 tiles in 232448 bytes of shared memory (one
+    # 128-row query tile and three slots of 128 keys, by the sizes) and 113.3 us against v7's 131.5 (64-key tiles). v7's
+    # 128-key forms fitted two slots there (71-86% of cuDNN, sessions 23-24). With one Q buffer and O stored from the
+    # registers, three fit (offline sm_90: 229760 bytes, no spill); for experiment gluon --D 128, not yet timed:
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                direct_store=True, one_q=True),
+    _exp_turn(128, 3, persistent=True, exp_turn=2, direct_store=True, one_q=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, direct_store=True),
 )
 
 
