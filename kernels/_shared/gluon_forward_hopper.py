@@ -382,20 +382,28 @@ _TIE_ASM = gl.constexpr(f"mov.b32 $0, $2;\n\tmov.b32 $1, $3; // {TIE_MARK}") if 
 _TIE_ONE_ASM = gl.constexpr(f"mov.b32 $0, $2;\n\tmov.b32 $1, $3; // {TIE_MARK} one") if HAVE_GLUON else None
 
 
-def _l2_asm(*params: int):
+_TIE_SOURCE = re.compile(r"\s*mov\.b32\s+%\w+,\s*(%\w+);\s*(//\s*" + TIE_MARK + "( one)?)?")
+_ELECTED_ARRIVE = re.compile(r"^(\s*)@(%p\d+)\s+(mbarrier\.arrive[^;]*;)\s*$")
+# Q's, K's and V's tensormaps as PTX names them: Triton 3.6 passes a 2-D host descriptor as 5 kernel parameters (the
+# 128-byte tensormap, 2 sizes, 2 strides), so they are flash_fwd_gluon_ws's parameters 0, 5 and 10 (a wrong name fails
+# ptxas; tests/test_gluon_forward.py checks the offline PTX). _prefetch_descriptors and l2_prefetch name them.
+_Q_MAP, _K_MAP, _V_MAP = (f"flash_fwd_gluon_ws_param_{i}" for i in (0, 5, 10))
+_PREFETCH_MAPS_ASM = gl.constexpr("{ .reg .pred p; setp.eq.s32 p, $1, 0; mov.b32 $0, $1;\n" + ";\n".join(
+    f"@p prefetch.param.tensormap [{m}]" for m in (_Q_MAP, _K_MAP, _V_MAP)) + "; }") if HAVE_GLUON else None
+
+
+def _l2_asm(*maps: str):
     """PTX for l2_prefetch: lane 0 of the loader warp ($1 == 0) asks L2 for the block at row $2, column 0 of each
-    descriptor named (kernel parameters: Q's tensormap is param_0, K's param_5, V's param_10; see
-    _prefetch_descriptors), with cp.async.bulk.prefetch.tensor (PTX 8.0, sm_90), which Gluon 3.6 does not expose."""
-    asks = "".join(f"mov.b64 a, flash_fwd_gluon_ws_param_{i};\n\tcvta.param.u64 a, a;\n\t"
-                   f"@p cp.async.bulk.prefetch.tensor.2d.L2.global.tile [a, {{z, $2}}];\n\t" for i in params)
+    tensormap named (_Q_MAP, _K_MAP, _V_MAP), with cp.async.bulk.prefetch.tensor (PTX 8.0, sm_90), which Gluon 3.6
+    does not expose."""
+    asks = "".join(f"mov.b64 a, {m};\n\tcvta.param.u64 a, a;\n\t"
+                   f"@p cp.async.bulk.prefetch.tensor.2d.L2.global.tile [a, {{z, $2}}];\n\t" for m in maps)
     return gl.constexpr("{ .reg .pred p; .reg .b64 a; .reg .b32 z;\n\tsetp.eq.s32 p, $1, 0;\n\tmov.b32 $0, $1;\n\t"
                         "mov.b32 z, 0;\n\t" + asks + "}")
 
 
-_L2_Q_ASM = _l2_asm(0) if HAVE_GLUON else None
-_L2_KV_ASM = _l2_asm(5, 10) if HAVE_GLUON else None
-_TIE_SOURCE = re.compile(r"\s*mov\.b32\s+%\w+,\s*(%\w+);\s*(//\s*" + TIE_MARK + "( one)?)?")
-_ELECTED_ARRIVE = re.compile(r"^(\s*)@(%p\d+)\s+(mbarrier\.arrive[^;]*;)\s*$")
+_L2_Q_ASM = _l2_asm(_Q_MAP) if HAVE_GLUON else None
+_L2_KV_ASM = _l2_asm(_K_MAP, _V_MAP) if HAVE_GLUON else None
 
 
 def drop_marked_syncs(ptx: str) -> tuple[str, int]:
@@ -1355,17 +1363,10 @@ if HAVE_GLUON:
     def _prefetch_descriptors(WARPS: gl.constexpr):
         """prefetch.param.tensormap of Q's, K's and V's descriptors, so that the first copies need not fetch them
         (what CUTLASS's producers do first). Gluon 3.6 has no prefetch, so this is PTX naming the kernel's
-        parameters: Triton 3.6 passes a 2-D host descriptor as 5 of them (the 128-byte tensormap, 2 sizes, 2
-        strides), so Q's, K's and V's tensormaps are flash_fwd_gluon_ws_param_0, _5 and _10 (a wrong name fails
-        ptxas; tests/test_gluon_forward.py checks the offline PTX). Thread 0 of the program issues it, before the
+        parameters (_PREFETCH_MAPS_ASM: _Q_MAP, _K_MAP, _V_MAP). Thread 0 of the program issues it, before the
         shared memory and its barriers are set up."""
         lane = gl.arange(0, 32 * WARPS, layout=gl.BlockedLayout([1], [32], [WARPS], [0]))
-        gl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.eq.s32 p, $1, 0; mov.b32 $0, $1;\n"
-            "@p prefetch.param.tensormap [flash_fwd_gluon_ws_param_0];\n"
-            "@p prefetch.param.tensormap [flash_fwd_gluon_ws_param_5];\n"
-            "@p prefetch.param.tensormap [flash_fwd_gluon_ws_param_10]; }",
-            "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
+        gl.inline_asm_elementwise(_PREFETCH_MAPS_ASM, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead=None):
