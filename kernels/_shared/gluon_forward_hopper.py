@@ -2411,20 +2411,18 @@ V_FIRST = switch_on("V_FIRST")
 def _switched(base) -> tuple:
     """The base configurations with this process's switches set (above). exp_turn, where a base candidate has it, gives
     way to ping-pong's turns when switched off or when an option that excludes it is switched on."""
-    def turns(c):
+    def derived(c):   # the options whose value depends on the candidate and on other switches
         stream = STREAM and c.persistent and not c.split_tail
         et = c.exp_turn if EXP_TURN and not (ROW_SUM or stream) else 0
         lookahead = c.lookahead and LOOKAHEAD and not (ITEM_OVERLAP or V_BARRIER or ROW_SUM or STREAM)
         fold = FOLD_FIRST and not (ITEM_OVERLAP or V_BARRIER or ROW_SUM or stream or lookahead)
         return dict(exp_turn=et, pingpong=c.pingpong or bool(c.exp_turn and not et), lookahead=lookahead,
-                    fold_first=fold)
-    return tuple(replace(c, **turns(c), thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
+                    fold_first=fold, stream=stream, q_major=Q_MAJOR and not (c.split_tail or c.mixed or stream),
+                    v_first=V_FIRST and not (V_BARRIER or (c.lookahead and LOOKAHEAD) or FOLD_FIRST
+                                             or (STREAM and c.persistent) or c.mixed))
+    return tuple(replace(c, **derived(c), thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
                          tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
-                         row_sum=ROW_SUM, stream=STREAM and c.persistent and not c.split_tail, l2_prefetch=L2_PREFETCH,
-                         q_major=Q_MAJOR and not (c.split_tail or c.mixed or (STREAM and c.persistent)),
-                         v_first=V_FIRST and not (V_BARRIER or (c.lookahead and LOOKAHEAD) or FOLD_FIRST
-                                                  or (STREAM and c.persistent) or c.mixed),
-                         unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE)
+                         row_sum=ROW_SUM, l2_prefetch=L2_PREFETCH, unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE)
             for c in base)
 
 
