@@ -28,6 +28,15 @@ G = versions.load_shared("gluon_forward_hopper")
 pytestmark = pytest.mark.skipif(not G.HAVE_GLUON, reason="this Triton has no Gluon")
 
 
+def _refused(option: dict, clashes, match: str) -> None:
+    """A persistent 128-row configuration of two consumers with `option` and each of `clashes` is refused by
+    GluonConfig with an error matching `match`."""
+    for clash in clashes:
+        with pytest.raises(ValueError, match=match):
+            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
+                                    **option), **clash})
+
+
 def test_warp_specialized_configs_are_checked():
     with pytest.raises(ValueError, match="2 or 3 consumers"):
         G.GluonConfig(128, 128, 4, 3, consumers=4)
@@ -563,11 +572,9 @@ def test_stream_issues_the_next_items_first_scores_with_the_last_p_v(compiled):
     assert compiled["ws_persist_ua_st"]["cubin"] > 0   # N = 1000: a ragged last key tile, masked in every item
     cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True, persistent=True, stream=True)
     assert cfg.label == "ws2x64x128/3s/preg/pp/persist/st"
-    for bad in (dict(persistent=False), dict(split_tail=True), dict(item_overlap=True), dict(row_sum=True),
-                dict(p_smem=True), dict(tma_store=True), dict(v_barrier=True)):
-        with pytest.raises(ValueError, match="stream is a persistent grid of whole tiles"):
-            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
-                                    stream=True), **bad})
+    _refused(dict(stream=True), (dict(persistent=False), dict(split_tail=True), dict(item_overlap=True),
+                                 dict(row_sum=True), dict(p_smem=True), dict(tma_store=True), dict(v_barrier=True)),
+             "stream is a persistent grid of whole tiles")
     q = torch.empty(8, 1024, 64, dtype=torch.bfloat16, device="meta")
     with pytest.raises(ValueError, match="non-causal only"):
         G.launch_plan(cfg, q, q, q, torch.empty_like(q), torch.empty(8, 1024, device="meta"), True, sms=132)
@@ -695,11 +702,8 @@ def test_exp_turn_replaces_ping_pong_and_excludes_what_takes_no_turns():
         G.GluonConfig(128, 128, 4, 3, consumers=2, exp_turn=3)
     with pytest.raises(ValueError, match="need the warp-specialized form"):
         G.GluonConfig(128, 128, 8, 3, exp_turn=1)
-    for clash in (dict(pingpong=True), dict(lookahead=True), dict(stream=True), dict(row_sum=True),
-                  dict(block_m=192, consumers=3, mixed=True)):
-        with pytest.raises(ValueError, match="exp_turn"):
-            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
-                                    exp_turn=1), **clash})
+    _refused(dict(exp_turn=1), (dict(pingpong=True), dict(lookahead=True), dict(stream=True), dict(row_sum=True),
+                                dict(block_m=192, consumers=3, mixed=True)), "exp_turn")
 
 
 EXP_TURN_COMPILE = """
@@ -769,11 +773,8 @@ def test_fold_first_keeps_one_copy_of_the_softmax_per_consumer(compiled):
     assert cfg.label == "ws2x64x128/3s/preg/persist/ua/et1/ff"
     with pytest.raises(ValueError, match="need the warp-specialized form"):
         G.GluonConfig(128, 128, 8, 3, fold_first=True)
-    for clash in (dict(p_smem=True), dict(row_sum=True), dict(stream=True), dict(item_overlap=True),
-                  dict(lookahead=True), dict(v_barrier=True)):
-        with pytest.raises(ValueError, match="fold_first"):
-            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
-                                    fold_first=True), **clash})
+    _refused(dict(fold_first=True), (dict(p_smem=True), dict(row_sum=True), dict(stream=True),
+                                     dict(item_overlap=True), dict(lookahead=True), dict(v_barrier=True)), "fold_first")
 
 
 def test_l2_prefetch_asks_l2_for_key_and_query_tiles_beside_the_copies(compiled):
@@ -792,10 +793,7 @@ def test_q_major_orders_whole_tiles_only(compiled):
     base, qm = compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_qm_1024"]
     assert qm["shared"] == base["shared"] and qm["cubin"] != base["cubin"]
     assert G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, q_major=True).label.endswith("/persist/qm")
-    for clash in (dict(split_tail=True), dict(stream=True)):
-        with pytest.raises(ValueError, match="q_major"):
-            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
-                                    q_major=True), **clash})
+    _refused(dict(q_major=True), (dict(split_tail=True), dict(stream=True)), "q_major")
 
 
 def test_v_first_waits_for_the_first_v_once_per_consumer(compiled):
@@ -805,10 +803,7 @@ def test_v_first_waits_for_the_first_v_once_per_consumer(compiled):
     assert v0["try_waits"] == base["try_waits"] + 2 and v0["expects"] == base["expects"] + 2, (v0, base)
     assert v0["wgmma"] == base["wgmma"] and v0["ex2"] == base["ex2"]
     assert v0["shared"] > base["shared"] and v0["estimate"] - base["estimate"] == 8
-    for clash in (dict(v_barrier=True), dict(lookahead=True), dict(stream=True)):
-        with pytest.raises(ValueError, match="v_first"):
-            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2, persistent=True,
-                                    v_first=True), **clash})
+    _refused(dict(v_first=True), (dict(v_barrier=True), dict(lookahead=True), dict(stream=True)), "v_first")
 
 
 def test_one_q_fits_three_128_key_slots_at_head_dimension_128():
