@@ -526,8 +526,9 @@ class GluonConfig:
                                  # t // tiles, so that a later round of items finds its keys in L2 (_work_item)
     v_first: bool = False        # warp-specialized: a program's first key tile's V completes on a barrier of its own, so
                                  # that its first Q K^T waits for K_0 alone (v_barrier for that tile only; _wait_v)
-    one_q: bool = False          # persistent: one query-tile buffer, not two (the next item's queries load once this
-                                 # item's consumers are done with it), so that three 128-key slots fit at D = 128
+    one_q: bool = False          # persistent: one query-tile buffer, not two, so that three 128-key slots fit at D = 128;
+                                 # released after each item's last Q K^T, the next item's first key tiles loaded before
+                                 # its queries (_load_item's Q_AFTER)
 
     def __post_init__(self):
         if self.consumers:
@@ -577,8 +578,10 @@ class GluonConfig:
             raise ValueError(f"fold_first issues each item's S_0 in the key loop, P in registers: not with P in shared "
                              f"memory, pin_ex2, row_sum, stream, item_overlap (which issue or need S_0 before it), "
                              f"lookahead, v_barrier or mixed: {self}")
-        if self.one_q and not self.persistent:
-            raise ValueError(f"one_q is the persistent grid's choice (one program per tile has one Q buffer): {self}")
+        if self.one_q and (not self.persistent or self.lookahead or self.stream or self.item_overlap or self.mixed):
+            raise ValueError(f"one_q is the persistent grid's choice (one program per tile has one Q buffer), its buffer "
+                             f"released after each item's last Q K^T in _attend's key loop: not with lookahead, stream, "
+                             f"item_overlap or mixed: {self}")
         if self.v_first and (self.v_barrier or self.lookahead or self.fold_first or self.stream or self.mixed):
             raise ValueError(f"v_first gives the first key tile's V a barrier of its own: not with v_barrier (every "
                              f"tile's), lookahead, fold_first, stream or mixed: {self}")
@@ -1341,6 +1344,8 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr = smem[1].shape[1]
         MIXED: gl.constexpr = modes.shape[6] > 1
         QM: gl.constexpr = modes.shape[13] > 1
+        # one_q: the next item's first SLOTS - 1 key tiles go before its query tile (_load_item)
+        Q_AFTER: gl.constexpr = smem[1].shape[0] - 1 if modes.shape[14] > 1 else 0
         g = 0
         it = 0
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
@@ -1350,9 +1355,9 @@ if HAVE_GLUON:
                 nq, nh, nn, _, _, nk, _, _ = _work_item(gl.minimum(nxt, work[5] - 1), work, ROWS, BLOCK_N, MIXED,
                                                       QM)
                 ahead = (nh * work[0] + nq, nh * work[1] + nk, nn, (nxt >= work[5]).to(gl.int32))
-                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead)
+                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead, Q_AFTER)
             else:
-                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it)
+                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, None, Q_AFTER)
             g += n_tiles
             it += 1
         if modes.shape[3] > 1:   # item_overlap
@@ -1369,27 +1374,51 @@ if HAVE_GLUON:
         gl.inline_asm_elementwise(_PREFETCH_MAPS_ASM, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead=None):
+    def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead=None, Q_AFTER: gl.constexpr = 0):
         """The loader's share of one work item: its query tile into Q buffer it % Q_BUFFERS and n_tiles key
         tiles from k_base on into the slots from g on, each after the consumers released what was there. ahead
         (l2_prefetch: the next item's first query row, first key row, key tiles, and 1 if there is none): with each
-        key tile's copy, _l2_ahead."""
-        q_desc, k_desc, v_desc = descs
-        q_smem, k_smem, v_smem = smem
-        q_bar, q_empty, ready, empty = bars[:4]      # with v_barrier, bars[4]: the slots' V barriers
+        key tile's copy, _l2_ahead. Q_AFTER (one_q): the query tile goes after the item's first Q_AFTER key tiles
+        (fewer if it has fewer), so that with one Q buffer the wait for its release does not hold back the key tiles
+        that free slots could take."""
+        k_row0 = head * work[1] + k_base
+        if Q_AFTER == 0:
+            _load_query(descs, smem, bars, work, q_start, head, it)
+            _load_keys(descs, smem, bars, k_row0, n_tiles, 0, n_tiles, g, ahead)
+        else:
+            first = gl.minimum(n_tiles, Q_AFTER)
+            _load_keys(descs, smem, bars, k_row0, n_tiles, 0, first, g, ahead)
+            _load_query(descs, smem, bars, work, q_start, head, it)
+            _load_keys(descs, smem, bars, k_row0, n_tiles, first, n_tiles, g, ahead)
+
+    @gluon.jit
+    def _load_query(descs, smem, bars, work, q_start, head, it):
+        """The query tile of the program's it-th work item (every consumer's rows) into Q buffer it % Q_BUFFERS, once
+        the consumers released that buffer's previous tile."""
+        q_desc, q_smem = descs[0], smem[0]
+        q_bar, q_empty = bars[0], bars[1]
         Q_BUFFERS: gl.constexpr = q_bar.shape[0]
         CONSUMERS: gl.constexpr = q_smem.shape[0] // Q_BUFFERS
         ROWS: gl.constexpr = q_smem.shape[1]
-        SLOTS: gl.constexpr = k_smem.shape[0]
-        BLOCK_N: gl.constexpr = k_smem.shape[1]
         b = it % Q_BUFFERS
         mbarrier.wait(q_empty.index(b), ((it // Q_BUFFERS) & 1) ^ 1, pred=it >= Q_BUFFERS)
         mbarrier.expect(q_bar.index(b), CONSUMERS * q_desc.block_type.nbytes)
         for c in gl.static_range(CONSUMERS):
             tma.async_copy_global_to_shared(q_desc, [head * work[0] + q_start + c * ROWS, 0], q_bar.index(b),
                                             q_smem.index(b * CONSUMERS + c))
-        k_row0 = head * work[1] + k_base
-        for j in range(n_tiles):
+
+    @gluon.jit
+    def _load_keys(descs, smem, bars, k_row0, n_tiles, j0, j1, g, ahead):
+        """Key tiles j0 .. j1 - 1 of a work item whose n_tiles key tiles start at row k_row0, tile j into slot
+        (g + j) % SLOTS once the consumers released it (with v_barrier or v_first, V on a barrier of its own)."""
+        _, k_desc, v_desc = descs
+        _, k_smem, v_smem = smem
+        ready, empty = bars[2], bars[3]      # with v_barrier, bars[4]: the slots' V barriers
+        SLOTS: gl.constexpr = k_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        ROWS: gl.constexpr = smem[0].shape[1]
+        CONSUMERS: gl.constexpr = smem[0].shape[0] // bars[0].shape[0]
+        for j in range(j0, j1):
             slot = (g + j) % SLOTS
             # use u of this slot waits for the u-th release of its previous contents
             mbarrier.wait(empty.index(slot), (((g + j) // SLOTS) & 1) ^ 1, pred=g + j >= SLOTS)
@@ -1702,6 +1731,8 @@ if HAVE_GLUON:
             _arrive(empty.index(last), ARRIVE)
             result = (acc, l_i, m_i, p, l_next, m_next)
         else:   # (one return statement: Triton 3.6 checks every return of a function against the others)
+            if modes.shape[14] > 1:   # one_q: the last Q K^T is done, so the loader may bring the next item's queries in
+                mbarrier.arrive(q_empty.index(0), count=1)   # under this last P V and the epilogue (_item_loop)
             _wait_v(shared, g + n_tiles - 1)
             _take_turn(turn, t + n_tiles, PINGPONG)
             acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
@@ -1946,6 +1977,7 @@ if HAVE_GLUON:
         EXP_TURN: gl.constexpr = modes.shape[10] > 1
         FOLD: gl.constexpr = modes.shape[11] > 1
         QM: gl.constexpr = modes.shape[13] > 1
+        ONE_Q: gl.constexpr = modes.shape[14] > 1
         g = 0
         it = 0
         t = 0   # ping-pong turns so far: n_tiles + 1 per item (lookahead's items of 2 or more key tiles: n_tiles + 2;
@@ -1991,7 +2023,8 @@ if HAVE_GLUON:
                     turns = n_tiles + 1
                     if EXP_TURN:   # one turn per key tile, at its exponentials
                         turns = n_tiles
-                mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
+                if not ONE_Q:   # (one_q: released in _attend, before the last P V)
+                    mbarrier.arrive(q_empty.index(it % Q_BUFFERS), count=1)
                 g += n_tiles
                 it += 1
                 t += turns
@@ -2038,7 +2071,7 @@ if HAVE_GLUON:
         TMA_PREFETCH: gl.constexpr, TMA_STORE: gl.constexpr, V_BARRIER: gl.constexpr, TREE_MAX: gl.constexpr,
         UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
         STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr, EXP_TURN: gl.constexpr, FOLD_FIRST: gl.constexpr,
-        L2_PREFETCH: gl.constexpr, Q_MAJOR: gl.constexpr, V_FIRST: gl.constexpr,
+        L2_PREFETCH: gl.constexpr, Q_MAJOR: gl.constexpr, V_FIRST: gl.constexpr, ONE_Q: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -2070,7 +2103,7 @@ if HAVE_GLUON:
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
         # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM, LOOKAHEAD,
-        # EXP_TURN (as 1, 2 or 4), FOLD_FIRST, L2_PREFETCH and Q_MAJOR reach the workers as the shape of a never-used buffer, modes, since a
+        # EXP_TURN (as 1, 2 or 4), FOLD_FIRST, L2_PREFETCH, Q_MAJOR and ONE_Q reach the workers as the shape of a never-used buffer, modes, since a
         # worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
@@ -2083,8 +2116,8 @@ if HAVE_GLUON:
                                                     2 if MIXED else 1, 2 if ROW_SUM else 1, 2 if STREAM else 1,
                                                     2 if LOOKAHEAD else 1, 4 if EXP_TURN == 2 else (2 if EXP_TURN else 1),
                                                     2 if FOLD_FIRST else 1, 2 if L2_PREFETCH else 1,
-                                                    2 if Q_MAJOR else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=list(range(13, -1, -1))))
+                                                    2 if Q_MAJOR else 1, 2 if ONE_Q else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=list(range(14, -1, -1))))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -2282,7 +2315,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  V_BARRIER=cfg.v_barrier, TREE_MAX=cfg.tree_max, UNSYNCED_ARRIVE=cfg.unsynced_arrive,
                  POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream,
                  LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn, FOLD_FIRST=cfg.fold_first,
-                 L2_PREFETCH=cfg.l2_prefetch, Q_MAJOR=cfg.q_major, V_FIRST=cfg.v_first)
+                 L2_PREFETCH=cfg.l2_prefetch, Q_MAJOR=cfg.q_major, V_FIRST=cfg.v_first,
+                 ONE_Q=cfg.one_q)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
