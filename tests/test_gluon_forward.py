@@ -222,6 +222,9 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_ua_l2_1024", persist(unsynced_arrive=True, l2_prefetch=True), False),
                            ("ws_persist_ua_qm_1024", persist(unsynced_arrive=True, q_major=True), False),
                            ("ws_persist_ua_v0_1024", persist(unsynced_arrive=True, v_first=True), False),
+                           ("ws_persist_ua_ds_1024", persist(unsynced_arrive=True, direct_store=True), False),
+                           ("ws_persist_ua_ds_q1_1024", persist(unsynced_arrive=True, direct_store=True, one_q=True),
+                            False),
                            ("ws_persist_ua_st", persist(unsynced_arrive=True, stream=True), False),
                            ("ws3_mix", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, persistent=True,
                                                      unsynced_arrive=True, mixed=True), False)]:
@@ -236,6 +239,7 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                    "arrives": ptx.count("mbarrier.arrive.shared"), "bar_sync": ptx.count("bar.sync"),
                    "thread_arrives": ptx.count("cp.async.mbarrier.arrive.noinc"),
                    "bulk_stores": ptx.count("cp.async.bulk.tensor.2d.global.shared::cta"),
+                   "bulk_loads": ptx.count("cp.async.bulk.tensor.2d.shared"),
                    "store_waits": len(re.findall(r"cp\\.async\\.bulk\\.wait_group\\.read\\s+0;", ptx)),
                    "st_v4": ptx.count("st.global.v4"),
                    "max_f32": len(depth), "max_chain": max(depth.values(), default=0),
@@ -586,6 +590,17 @@ def test_stream_is_switched_on_for_the_persistent_128_row_candidate_and_off_unde
     assert _candidates(printed) == "[False, False, False] [False, False, False]"
 
 
+def test_switches_that_one_q_or_direct_store_exclude_pass_the_one_q_candidate_by():
+    """stream and item_overlap need a second query buffer, tma_store is another way out for O than direct_store: switched
+    on for v7's candidates, they leave the D = 128 one_q candidate as it is rather than failing."""
+    printed = "[(c.stream, c.item_overlap, c.tma_store, c.one_q) for c in G.V7_CANDIDATES_WIDE]"
+    f, q1 = (False,) * 4, (False, False, False, True)
+    assert _candidates(printed) == str([f, f, q1])
+    assert _candidates(printed, FA2_V7_STREAM="1") == str([(True, False, False, False), f, q1])
+    assert _candidates(printed, FA2_V7_ITEM_OVERLAP="1") == str([(False, True, False, False), f, q1])
+    assert _candidates(printed, FA2_V7_TMA_STORE="1") == str([(False, False, True, False)] * 2 + [q1])
+
+
 def test_head_dimension_128_has_candidates_of_its_own():
     """At D = 128 none of v7's 128-key candidates fits a Hopper block's 227 KB (three K/V slots of 128 x 128 are 192 KB),
     so v7 takes candidates of its own there (64-key tiles, experiment gluon --D 128): each fits, each is a measured
@@ -652,10 +667,10 @@ def _candidates(printed: str, **env) -> str:
 
 def test_lookahead_is_on_for_the_head_dimension_128_candidate_unless_switched_off():
     printed = "[c.lookahead for c in G.V7_CANDIDATES_WIDE], [c.lookahead for c in G.V7_CANDIDATES]"
-    assert _candidates(printed) == "[True, False] [False, False, False]"
-    assert _candidates(printed, FA2_V7_LOOKAHEAD="0") == "[False, False] [False, False, False]"
+    assert _candidates(printed) == "[True, False, False] [False, False, False]"
+    assert _candidates(printed, FA2_V7_LOOKAHEAD="0") == "[False, False, False] [False, False, False]"
     # an option lookahead excludes, switched on for the candidates, switches it off rather than failing
-    assert _candidates(printed, FA2_V7_ROW_SUM="1") == "[False, False] [False, False, False]"
+    assert _candidates(printed, FA2_V7_ROW_SUM="1") == "[False, False, False] [False, False, False]"
 
 
 def test_even_registers_gives_two_consumers_240_each_and_only_two():
@@ -806,7 +821,7 @@ def test_v_first_waits_for_the_first_v_once_per_consumer(compiled):
     _refused(dict(v_first=True), (dict(v_barrier=True), dict(lookahead=True), dict(stream=True)), "v_first")
 
 
-def test_one_q_fits_three_128_key_slots_at_head_dimension_128():
+def test_one_q_fits_three_128_key_slots_at_head_dimension_128(compiled):
     cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True, persistent=True, direct_store=True, one_q=True)
     assert cfg.label == "ws2x64x128/3s/preg/pp/persist/ds/q1" and cfg.q_buffers == 1
     h200 = 232448   # an H200 block's shared memory (the offline compile of this form: 229760 bytes)
@@ -816,23 +831,31 @@ def test_one_q_fits_three_128_key_slots_at_head_dimension_128():
         G.GluonConfig(128, 128, 4, 3, consumers=2, one_q=True)
     assert {c.label for c in G.EXPERIMENT_CONFIGS} >= {"ws2x64x128/3s/preg/pp/persist/ds/ua/q1",
                                                         "ws2x64x128/3s/preg/persist/ds/ua/et1/q1"}
+    _refused(dict(one_q=True, p_smem=False), (dict(lookahead=True), dict(item_overlap=True),
+                                              dict(persistent=False)), "one_q")
+    # the loader's key tiles in two loops (the first SLOTS - 1 before the query tile, the rest after it): K's and V's
+    # copies issued from two sites each, one more wait for a free slot; Q's copies and the products as they were
+    q1, two = compiled["ws_persist_ua_ds_q1_1024"], compiled["ws_persist_ua_ds_1024"]
+    assert q1["bulk_loads"] == two["bulk_loads"] + 2 and q1["try_waits"] == two["try_waits"] + 1, (q1, two)
+    assert q1["wgmma"] == two["wgmma"] and q1["shared"] < two["shared"]
 
 
 def test_l2_prefetch_and_q_major_are_off_unless_switched_on():
     printed = "[(c.l2_prefetch, c.q_major) for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE]"
-    assert _candidates(printed) == str([(False, False)] * 5)
-    assert _candidates(printed, FA2_V7_L2_PREFETCH="1") == str([(True, False)] * 5)
+    assert _candidates(printed) == str([(False, False)] * 6)
+    assert _candidates(printed, FA2_V7_L2_PREFETCH="1") == str([(True, False)] * 6)
     # the split-tail candidates keep their order
-    assert _candidates(printed, FA2_V7_Q_MAJOR="1") == str([(False, q) for q in (True, True, False, True, False)])
+    assert _candidates(printed, FA2_V7_Q_MAJOR="1") == str([(False, q) for q in (True, True, False, True, False, True)])
     # v_first gives way to the D = 128 candidate's lookahead and to v_barrier
     v0 = "[c.v_first for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE]"
-    assert _candidates(v0) == str([False] * 5)
-    assert _candidates(v0, FA2_V7_V_FIRST="1") == str([True, True, True, False, True])
-    assert _candidates(v0, FA2_V7_V_FIRST="1", FA2_V7_V_BARRIER="1") == str([False] * 5)
+    assert _candidates(v0) == str([False] * 6)
+    assert _candidates(v0, FA2_V7_V_FIRST="1") == str([True, True, True, False, True, True])
+    assert _candidates(v0, FA2_V7_V_FIRST="1", FA2_V7_V_BARRIER="1") == str([False] * 6)
 
 
 def test_fold_first_is_off_unless_switched_on_and_gives_way_to_lookahead():
     printed = "[c.fold_first for c in G.V7_CANDIDATES], [c.fold_first for c in G.V7_CANDIDATES_WIDE]"
-    assert _candidates(printed) == "[False, False, False] [False, False]"
-    assert _candidates(printed, FA2_V7_FOLD_FIRST="1") == "[True, True, True] [False, True]"
-    assert _candidates(printed, FA2_V7_FOLD_FIRST="1", FA2_V7_ROW_SUM="1") == "[False, False, False] [False, False]"
+    assert _candidates(printed) == "[False, False, False] [False, False, False]"
+    assert _candidates(printed, FA2_V7_FOLD_FIRST="1") == "[True, True, True] [False, True, True]"
+    assert _candidates(printed, FA2_V7_FOLD_FIRST="1", FA2_V7_ROW_SUM="1") == \
+        "[False, False, False] [False, False, False]"

@@ -635,8 +635,10 @@ class GluonConfig:
             b += self.p_buffers * self.block_m * self.block_n * elem
         if self.consumers:
             b += 0 if self.direct_store else self.block_m * D * elem   # the epilogue's layout conversion (or TMA staging)
-            b += 64 * 4 if self.tma_store else 0   # a row vector's conversion (64 floats), which the conversion's scratch
-                                                   # held (offline sm_90 compile: 272 bytes more with tma_store)
+            # a row vector's conversion (64 floats), which the conversion's scratch held (offline sm_90 compile: 272
+            # bytes more with tma_store, 256 more with direct_store)
+            b += 64 * 4 if self.tma_store or self.direct_store else 0
+            b += 64   # the modes buffer and alignment (offline sm_90: 32-48 bytes beyond the rest; session 27)
             b += self.block_m * 4 if self.pin_ex2 else 0   # _pin's row sums
             b += ROW_SUM_COLS * self.block_n * elem if self.row_sum else 0   # row_sum's ones tile
         turns = self.consumers   # ping-pong's mbarriers: one per consumer, allocated with or without it
@@ -666,9 +668,15 @@ V7_BASE = (replace(V7_BASE_PINGPONG[0], pingpong=False, exp_turn=2), *V7_BASE_PI
 # tl path 81 and 78%), 192-row tiles with the split tail at 4096 (95.5%; tl path 73.5%). Session 24 (calls 1-2, ef5c871):
 # the 128-row one with lookahead and 4 slots, 89.4/94.5/95.1% at N = 1024/2048/4096 where 3 slots without it made
 # 84.8/89.1/90.0% and 4 without it 86.9/88.7/90.4% in the same rounds.
+# Session 27 (calls 2-3, experiment gluon --D 128): 128-key tiles in three slots, with one Q buffer and O stored from the
+# registers (one_q, direct_store: 229760 bytes), ahead of the lookahead form from N = 2048, non-causal 95.7/98.8% of
+# cuDNN at N = 2048/4096 against 93.4/94.2% and causal 107.2/106.0% against 102.3/102.1% in the same rounds (behind at
+# 1024: 86.9% against 89.3%); v7 races the three per input signature.
 V7_BASE_WIDE = (
     GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, lookahead=True),
     GluonConfig(192, 64, 4, 3, p_smem=False, consumers=3, pingpong=True, split_tail=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, direct_store=True,
+                one_q=True),
 )
 
 
@@ -2446,7 +2454,7 @@ def _switched(base) -> tuple:
     """The base configurations with this process's switches set (above). exp_turn, where a base candidate has it, gives
     way to ping-pong's turns when switched off or when an option that excludes it is switched on."""
     def derived(c):   # the options whose value depends on the candidate and on other switches
-        stream = STREAM and c.persistent and not c.split_tail
+        stream = STREAM and c.persistent and not (c.split_tail or c.one_q)
         et = c.exp_turn if EXP_TURN and not (ROW_SUM or stream) else 0
         lookahead = c.lookahead and LOOKAHEAD and not (ITEM_OVERLAP or V_BARRIER or ROW_SUM or STREAM)
         fold = FOLD_FIRST and not (ITEM_OVERLAP or V_BARRIER or ROW_SUM or stream or lookahead)
@@ -2454,8 +2462,9 @@ def _switched(base) -> tuple:
                     fold_first=fold, stream=stream, q_major=Q_MAJOR and not (c.split_tail or c.mixed or stream),
                     v_first=V_FIRST and not (V_BARRIER or (c.lookahead and LOOKAHEAD) or FOLD_FIRST
                                              or (STREAM and c.persistent) or c.mixed))
-    return tuple(replace(c, **derived(c), thread_arrive=THREAD_ARRIVE, item_overlap=ITEM_OVERLAP and c.persistent,
-                         tma_prefetch=TMA_PREFETCH, tma_store=TMA_STORE, v_barrier=V_BARRIER, tree_max=TREE_MAX,
+    return tuple(replace(c, **derived(c), thread_arrive=THREAD_ARRIVE,
+                         item_overlap=ITEM_OVERLAP and c.persistent and not c.one_q, tma_prefetch=TMA_PREFETCH,
+                         tma_store=TMA_STORE and not c.direct_store, v_barrier=V_BARRIER, tree_max=TREE_MAX,
                          row_sum=ROW_SUM, l2_prefetch=L2_PREFETCH, unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE)
             for c in base)
 
