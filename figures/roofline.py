@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from fa2lab import gpu, versions  # noqa: E402
+from fa2lab import gpu, shapes, versions  # noqa: E402
 from figures import data, style  # noqa: E402
 
 NAME = "roofline"
@@ -112,10 +112,17 @@ def points(df: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 def load(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, list[Path], pd.DataFrame]:
     """(points of every kernel and shape, the files read, their labelled rows). A kernel profiled for one
-    shape in several files is taken from the first file in name order (all_N... before <version>_N...)."""
+    shape in several files is taken from the first file in name order (all_N... before <version>_N...). Only the
+    harness's head dimension (rows without a D column came before run_profile's --D): a file of another D is
+    not read."""
     frames, rows, paths = [], [], []
     for df, path in data.ncu(gpu_slug, results_root):
         labelled = label_rows(df, path)
+        if "D" in labelled.columns:
+            dims = pd.to_numeric(labelled["D"], errors="coerce").fillna(shapes.HEAD_DIM)
+            labelled = labelled[dims == shapes.HEAD_DIM]
+            if labelled.empty:
+                continue
         frames.append(points(labelled, path).assign(source=path.name))
         rows.append(labelled)
         paths.append(path)
@@ -243,7 +250,8 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
     handles += [Line2D([], [], color="0.4", marker=marker, linestyle="none", markersize=7, markerfacecolor="none",
                        label=f"{lab} (marker)") for _, marker, lab, *_ in LEVELS]
     fig.legend(handles=handles, loc="outside right center")
-    fig.suptitle(f"Roofline of each kernel under Nsight Compute on {gpu_slug} (B=4, H=8, D=64, bf16)")
+    fig.suptitle(f"Roofline of each kernel under Nsight Compute on {gpu_slug} "
+                 f"(B={shapes.BATCH}, H={shapes.HEADS}, D={shapes.HEAD_DIM}, bf16)")
     missing_bw = [lev for lev, *_ in LEVELS if lev not in bw]
     notes = [
         "Operations are the algorithm's FLOP count (predicted_flops: 4·B·H·N²·D, halved for causal), not the "

@@ -510,6 +510,25 @@ def test_roofline_points_are_what_the_fixture_implies(results_root):
             assert p["intensity_DRAM"] == pytest.approx(flop / (v["dram_r"] + v["dram_w"]), rel=1e-5)
 
 
+def test_roofline_reads_only_the_harness_head_dimension(results_root):
+    """A summary of another head dimension (run_profile --D 128), named to sort first, is not read: its kernels would
+    otherwise stand in for the harness's at the same N and mask."""
+    folder = results_root / GPU / "ncu"
+    src = folder / "all_N4096_noncausal.csv"
+    df = pd.read_csv(src)
+    labelled = roofline.label_rows(df, src)
+    wide = labelled.drop(columns=["who", "run"]).assign(version=labelled["who"], run_id="r128", D=128)
+    for c in [c for c in wide.columns if c.startswith("gpu__time_duration.sum")]:   # ncu's auto units
+        wide[c] = pd.to_numeric(wide[c], errors="coerce") * 3
+    wide.to_csv(folder / "aa_N4096_noncausal_D128.csv", index=False)
+    pts, paths, _ = roofline.load(GPU, results_root)
+    assert "aa_N4096_noncausal_D128.csv" not in [p.name for p in paths]
+    assert pts.set_index(["who", "N", "causal"]).loc[("sdpa", 4096, 0), "seconds"] == pytest.approx(
+        ncu_values(len(roofline.ALL), 0)["ms"] * 1e-3)
+    wide.assign(D=64).to_csv(folder / "aa_N4096_noncausal_D128.csv", index=False)   # the same file at D = 64 is read
+    assert "aa_N4096_noncausal_D128.csv" in [p.name for p in roofline.load(GPU, results_root)[1]]
+
+
 def test_roofline_roof_and_slopes(results_root, tmp_path):
     pts, paths, rows = roofline.load(GPU, results_root)
     peak, note = roofline.roof(rows, paths[0], GPU, results_root)

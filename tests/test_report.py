@@ -970,7 +970,7 @@ def test_coldstart_section_gives_each_kernels_own_time_and_the_difference_from_s
     assert "| N | causal | variant | spin | graph | spin − SDPA | graph − SDPA |" in text
     assert "| 1024 | no | v7 | 23.65 | 23.10 | +0.51 | +0.41 |" in text
     assert "| 1024 | no | sdpa | 23.14 | 22.69 | – | – |" in text
-    assert "(commit bbbbbbb)" in text
+    assert "commit bbbbbbb)" in text
     assert "| aaaaaaa | 1024 | no | v7 | 26.4 (26.4–27.4) |" in text
 
 
@@ -986,6 +986,19 @@ def test_coldstart_section_keeps_runs_of_one_commit_with_different_switches_apar
     text = report.section_coldstart(GPU, tmp_path)
     assert "| ccccccc (FA2_V7_ITEM_OVERLAP=0) | 1024 | no | v7 | 23.6 (23.6–23.6) |" in text
     assert "| ccccccc (FA2_V7_ITEM_OVERLAP=1) | 1024 | no | v7 | 24.4 (24.4–24.4) |" in text
+
+
+def test_coldstart_kernels_alone_are_the_default_kernels_even_when_a_switched_run_came_last(tmp_path):
+    from fa2lab.results import append_rows
+
+    path = tmp_path / GPU / "experiments" / "coldstart.csv"
+    for switch, ms in (("", 0.0231), ("FA2_V7_V_FIRST=1", 0.0299)):
+        append_rows(path, [{"variant": v, "N": 1024, "causal": 0, "protocol": "spin", "ms": t, "ms_min": "",
+                            "ms_max": "", "timer": "kernel", **PROV, "git_commit": "ddddddd", "date": "2026-11-30T03:00:00+00:00", "switches": switch}
+                           for v, t in (("v7", ms), ("sdpa", 0.0230))])
+    text = report.section_coldstart(GPU, tmp_path)
+    assert "| 1024 | no | v7 | 23.10 | +0.10 |" in text and "29.90" not in text
+    assert "no FA2_V7_* switch set; commit ddddddd" in text
 
 
 def test_dobench_section_gives_each_process_its_own_ratio(tmp_path):

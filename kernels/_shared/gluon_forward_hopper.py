@@ -314,9 +314,20 @@ the option, non-causal D = 64, N = 512/1024/2048/4096, % of cuDNN by do_bench):
   alone (v_first, /v0: +1.0), but both raised the warm line by as much (call 10's /v0 waited beside every P V's
   issue). The first Q K^T waits for V_0 on cold inputs; v_first now waits for it after S_0's issue, outside the key
   loop, whose SASS is then unchanged: prepared for the next session's GPU time (FA2_V7_V_FIRST=1).
-- At D = 128 (call 2): the split-tail lookahead form (ws2x64x64/4s/preg/pp/split/persist/ua/la) made 94.9% of cuDNN at
-  N = 4096 against 95.8% without the split and 97.7% for the 192-row split form, v7's other D = 128 candidate; /et on
-  the 64-key form 92.7%. Nothing changed there.
+Session 27 (calls 1-5, 7f514ec to 722f088):
+- v_first's second form (calls 1-2, 7f514ec): level. experiment items: the line at no rounds 71.9 us warm and 73.0 after
+  the flush against /et1's 71.5 and 73.1 (cuDNN 73.4 and 74.0), 1.28 us per round warm for both; experiment gluon
+  101.6/100.2/104.0% of cuDNN at N = 1024/2048/4096 against 101.5/100.7/103.4%, and again 98.3/97.8% against 98.1/97.8%
+  at 512/1024. It moves cost from the cold start to the warm line and leaves do_bench's number where it was. A
+  negative result (FA2_V7_V_FIRST=1).
+- one_q at D = 128 (calls 2-3): three 128-key slots beside one query-tile buffer, O from the registers (229760 bytes).
+  As prepared (call 2) 86.8/94.4/100.3% of cuDNN at N = 1024/2048/4096 against the lookahead candidate's 91.9/93.6/
+  95.8%; with the buffer released after each item's last Q K^T and the next item's first SLOTS - 1 key tiles loaded
+  before its queries (call 3, 197d2ab: _load_item's Q_AFTER, _attend's release; the default candidates' offline SASS
+  byte-identical) 86.9/95.7/98.8% against 89.3/93.4/94.2%, causal 103.6/107.2/106.0% against 97.4/102.3/102.1% (v7's
+  tl path 117.5/104.4/90.7%). It joined V7_BASE_WIDE (ca42f11), raced with the other two per signature: v7's Gluon path
+  88.9/96.4/102.0% of cuDNN non-causal (call 4); Nsight Compute at N = 2048 120.2 us against cuDNN's 112.9 (call 5;
+  session 26: 131.5 against 113.3), at 4096 414.7 against 409.0.
 """
 
 from __future__ import annotations
@@ -903,7 +914,8 @@ EXPERIMENT_CONFIGS = (
     # calls 1-2 (ef5c871): slower at D = 64 (75.7-95.9% of cuDNN against 98.4-102.2%), faster at D = 128 (the 4-slot
     # 64-key form 89.4/94.5/95.1% against 86.9/88.7/90.4% without lookahead), v7's D = 128 candidate since. At D = 128
     # and N = 4096 its 1024 work items are 7.76 rounds on 132 SMs; the same form with the split tail (offline sm_90: no
-    # spill, no serialised wgmma, 213 KB of shared memory) is compiled but not yet timed:
+    # spill, no serialised wgmma, 213 KB of shared memory) made 94.9% of cuDNN there against 95.8% without the split
+    # (session 25, call 2):
     _lookahead(64, 4, persistent=True, split_tail=True),
     # session 25: Nsight Compute's source page of cuDNN's kernel at N = 2048 (ncu/source/, session 21's run) has one
     # named barrier wait per key tile after the row maxima and before the first exp2, and its arrive among the last
@@ -985,11 +997,15 @@ EXPERIMENT_CONFIGS = (
     # call 10 (a9575e4), its first form (the wait beside every P V's issue): the flush added 1.0 us at no rounds
     # against /et1's 1.8, but its warm line rose 1.6 us (72.9 against 71.3), and experiment gluon had it level or
     # slower (98.9/99.6/103.6% at 1024-4096 against 99.2/100.6/104.3). Since, the wait follows S_0's issue, once per
-    # consumer and item, and offline the two consumers' key loops are the same SASS as without v_first; not yet timed.
+    # consumer and item, and offline the two consumers' key loops are the same SASS as without v_first. Session 27
+    # (calls 1-2, 7f514ec): level, 101.6/100.2/104.0% against 101.5/100.7/103.4% and 73.0 us after the flush at no
+    # rounds against 73.1: a negative result.
     # At D = 128, ncu (call 5, N = 2048) has cuDNN's kernel at 64x128x128 tiles in 232448 bytes of shared memory (one
     # 128-row query tile and three slots of 128 keys, by the sizes) and 113.3 us against v7's 131.5 (64-key tiles). v7's
     # 128-key forms fitted two slots there (71-86% of cuDNN, sessions 23-24). With one Q buffer and O stored from the
-    # registers, three fit (offline sm_90: 229760 bytes, no spill); for experiment gluon --D 128, not yet timed:
+    # registers, three fit (offline sm_90: 229760 bytes, no spill). Session 27: ahead of the lookahead candidate from
+    # N = 2048 (86.9/95.7/98.8% of cuDNN at 1024/2048/4096 against 89.3/93.4/94.2%, call 3), v7's third D = 128
+    # candidate since (V7_BASE_WIDE); the one-program-per-tile form 81.7/90.8/98.8% (call 2):
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
                 direct_store=True, one_q=True),
     _exp_turn(128, 3, persistent=True, exp_turn=2, direct_store=True, one_q=True),

@@ -20,8 +20,11 @@ warm and the inputs cold (the protocol flush_code, which session 25 misread as t
 of work items. Session 26 tried six ways to shorten it for the same default kernels (a key loop that holds one
 softmax, inputs asked into L2 ahead of the slots, work items in query-tile order, the next item's S_0 before the
 epilogue, the TMA descriptors prefetched, the first V on a barrier of its own; none faster, the Gluon module's
-docstring) and re-ran tests-v7 on the H200 at bf0251e: 42/42. Its kernels' SASS is byte-identical
-to 36f55d8's (offline sm_90 compile of every candidate, both masks, D = 64 and 128), so the numbers above stand. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
+docstring) and re-ran tests-v7 on the H200 at bf0251e: 42/42. Session 27 timed the first V's own barrier in a
+second form, waited for after S_0's issue and outside the key loop: level with the default (101.6% of cuDNN at 1024
+against 101.5% in one experiment gluon, 97.8% against 97.8% in another). The D = 64 kernels' SASS is byte-identical
+to 36f55d8's through session 27 (offline sm_90 compile of every D = 64 candidate, both masks), so the numbers above
+stand. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
 pause before each run; the median of 15 runs, min-max):
   non-causal  N = 512   98.3% (47-106)*, 1024  98.8% (96-103), 2048  99.3% (98-100), 4096 110.2% (109-112)
   causal      N = 512   98.6% (69-103)*, 1024 119.2% (116-125), 2048 113.2% (112-115), 4096 107.1% (103-108)
@@ -200,6 +203,14 @@ module's candidates_for: 64-key tiles, the persistent 128-row program and 192-ro
 the best of eleven that fit; experiment gluon --D 128): 87.2/88.4/95.4% of cuDNN at N = 1024/2048/4096
 in the same rounds as the tl path's 81.9/78.5/74.2% (commit d4c3d43); with lookahead on the 128-row one (session 24)
 88.7/92.7/96.1% (831f436). Causal D = 128 inputs are raced between that path and the tl path (gluon_applies).
+Session 27 added a third D = 128 candidate, 128-key tiles in three slots beside one query-tile buffer with O stored
+from the registers (one_q, direct_store: 229760 bytes of shared memory, how cuDNN's D = 128 kernel spends its 232448),
+its buffer released after each item's last Q K^T and the next item's first key tiles loaded before its queries. With
+the three raced, v7's Gluon path made 88.9/96.4/102.0% of cuDNN non-causal at N = 1024/2048/4096 (experiment gluon
+--D 128, ca42f11; the lookahead candidate alone 88.8/93.5/96.3% in the same rounds), Nsight Compute 120.2 us at N = 2048
+against cuDNN's 112.9 (131.5 against 113.3 before) and 414.7 against 409.0 at 4096; experiment other-shapes: (2, 16,
+2048, 128) 0.124 ms non-causal and 0.082 causal (cuDNN 0.117 and 0.087), (4, 8, 4096, 128) 0.463 and 0.270 ms (cuDNN
+0.455 and 0.276), 1.10-1.37x v6; the test file passed natively (42 of 42).
 
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
@@ -724,7 +735,8 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     experiment other-shapes, while the first call of each signature compiled and timed three Gluon kernels
     more (experiment gluon, causal: the tl path ahead from N = 1024, level at 512). At D = 128 they take the
     Gluon path, raced against the tl path (RACE_TL): its lookahead candidate made 96.1/101.3/101.1% of cuDNN at
-    N = 1024/2048/4096 where the tl path made 119.2/103.3/90.1% (experiment gluon --D 128 --causal 1, 831f436)."""
+    N = 1024/2048/4096 where the tl path made 119.2/103.3/90.1% (experiment gluon --D 128 --causal 1, 831f436), and
+    the one_q candidate 103.6/107.2/106.0% (197d2ab; the tl path 117.5/104.4/90.7% in the same rounds)."""
     if force not in (None, "gluon") or (force is None and not FlashAttentionTriton.GLUON):
         return "not asked for"
     if is_causal and force is None and Q.shape[2] < 128:
