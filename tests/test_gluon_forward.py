@@ -591,8 +591,8 @@ def test_stream_is_switched_on_for_the_persistent_128_row_candidate_and_off_unde
 
 
 def test_switches_that_one_q_or_direct_store_exclude_pass_the_one_q_candidate_by():
-    """stream and item_overlap need a second query buffer, tma_store is another way out for O than direct_store: switched
-    on for v7's candidates, they leave the D = 128 one_q candidate as it is rather than failing."""
+    """stream and item_overlap need a second query buffer, tma_store is another way out for O than direct_store:
+    switched on for v7's candidates, they leave the D = 128 one_q candidate as it is rather than failing."""
     printed = "[(c.stream, c.item_overlap, c.tma_store, c.one_q) for c in G.V7_CANDIDATES_WIDE]"
     f, q1 = (False,) * 4, (False, False, False, True)
     assert _candidates(printed) == str([f, f, q1])

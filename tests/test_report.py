@@ -994,7 +994,8 @@ def test_coldstart_kernels_alone_are_the_default_kernels_even_when_a_switched_ru
     path = tmp_path / GPU / "experiments" / "coldstart.csv"
     for switch, ms in (("", 0.0231), ("FA2_V7_V_FIRST=1", 0.0299)):
         append_rows(path, [{"variant": v, "N": 1024, "causal": 0, "protocol": "spin", "ms": t, "ms_min": "",
-                            "ms_max": "", "timer": "kernel", **PROV, "git_commit": "ddddddd", "date": "2026-11-30T03:00:00+00:00", "switches": switch}
+                            "ms_max": "", "timer": "kernel", **PROV, "git_commit": "ddddddd",
+                            "date": "2026-11-30T03:00:00+00:00", "switches": switch}
                            for v, t in (("v7", ms), ("sdpa", 0.0230))])
     text = report.section_coldstart(GPU, tmp_path)
     assert "| 1024 | no | v7 | 23.10 | +0.10 |" in text and "29.90" not in text

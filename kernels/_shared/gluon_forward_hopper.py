@@ -29,305 +29,13 @@ Gluon is not interpreted (Triton 3.6: under TRITON_INTERPRET=1 a Gluon launch as
 driver), so this path runs only on a Hopper GPU; v7 uses its tl TMA path everywhere else and the
 tests say which path ran.
 
-Rounds on the H200 (experiments/gluon.csv, N = 4096 non-causal, graph replay against cuDNN in the
-same rounds; RESULTS.md lists every configuration of every run):
-- warp specialization (session 14): ws3x64x128/3s/preg level with cuDNN (100.5%), v7's tl path 94.8%.
-- ping-pong (PINGPONG, session 15 call 1): the consumers pass a turn round a ring of mbarriers, so one
-  issues its products while another runs its softmax. 100.1-100.7%, against 98.9% without: within the
-  spread.
-- pin_ex2 (call 2): in the offline SASS each consumer waited for its P V before its first exp2; a store
-  of l to shared memory ahead of that wait puts all 66 exp2s of a 128-key tile under the product, and
-  measured no faster (100.1-100.2% against 101.6%).
-- split_tail (calls 4-6): Nsight Compute (ncu/v7_hopper_gluon_N4096_noncausal.csv) showed the kernel
-  keeping the tensor pipe busier than cuDNN while its SMs were active (55-57% of active cycles against
-  51%) but idle more of the time (MUFU 58.7% of active cycles, 51.7% of elapsed; cuDNN 52.8% and
-  50.6%): 704 tiles of 192 rows on 132 SMs are 5.33 waves. Splitting the last wave's 44 tiles three
-  ways along the keys (parts combined by a small tl kernel) took the main kernel from 306-309 us to
-  281-283 us, plus the combine's 5-7 us: 103.0-106.2% of cuDNN over 3 runs (do_bench 102.4-104.5%
-  where the host kept up). At N = 2048 (352 tiles, 2.67 waves) the same split loses (91% against
-  97-99% unsplit): its main kernel gains 2 us, not the 10 the wave model promised. More, smaller parts
-  (split2, split3) were slower at both lengths.
-- persistent (calls 8-9, e9eed4c): the split's parts each paid a fresh pipeline fill (about 4 us), so
-  the warp-specialized form became a loop over work items (whole tiles, then the tail's parts): with
-  a persistent grid (one program per SM, Q double-buffered, slots and phases running on across items)
-  the loader fetches the next item while this one finishes. Non-causal, graph replay against cuDNN in
-  the same rounds: ws2x64x128/3s/preg/pp/persist 108.5% at N = 512, 101.3% at 1024, 103.7% at 2048;
-  ws3x64x128/4s/preg/pp/split/persist 108.0% at 4096 (do_bench 0.282 ms against 0.312: 110.8%).
-  Causal, v7's tl path stays ahead from N = 1024 (137/114/106% against 115/109/103%).
-So, by graph replay, this kernel is ahead of cuDNN at every harness length without the causal mask.
-v7 takes it for non-causal inputs (FlashAttentionTriton.GLUON, on by default since session 16; FA2_V7_GLUON=0
-turns it off): the fastest of V7_CANDIDATES per input signature, timed with the host queued ahead
-(best_launch), repeated through GluonLaunch without Triton's front end. In the harness (commit 51b0b16,
-5 runs) v7 is then at 100/99/99/108% of cuDNN non-causal at N = 512/1024/2048/4096 (v7's docstring).
-- direct_store (session 17, call 5, 6a92288): O stored straight from the wgmma registers, without the
-  epilogue's shared-memory layout conversion and its barrier, is slower in every form and length: the
-  persistent 128-row form 91.4% of cuDNN at N = 1024 and 94.3% at 2048 (do_bench, 5 rounds) where the
-  converting epilogue made 96.1% and 99.0% in the same rounds; its stores write half sectors.
-What is left at N = 1024 and 2048 (session 17): the kernel alone is 0.4-0.5 us longer than cuDNN's in every
-state (experiment coldstart: after a spin, after do_bench's flush, in graph replay), with the same grid
-(132 programs of 384 threads, 168 registers) and the same work per SM. Nsight Compute there
-(ncu/v7_hopper_N1024_noncausal.csv, N2048) puts `barrier` first among the stalls, 2.93 and 2.60 cycles per
-issued instruction against cuDNN's 1.02 and 0.83, and MIO throttle 0.29-0.31 against 0.04, while v7 issues 14-17%
-fewer instructions. Triton 3.6 puts a partition-wide bar.sync before every mbarrier arrive and before the
-slot's wait (upstream: triton-lang/triton#10035 made the arrive's unconditional; per-warp arrivals,
-#8969 and #11573, were still open), so each consumer here syncs its 4 warps 3 times per key tile (the
-offline PTX of ws2x64x128/3s/preg/pp/persist: before the ready wait, the turn's arrive and the slot's
-release), where CUTLASS's pipelines arrive from one elected thread without one. Releasing each slot one
-tile later, beside the turn's arrive, does not share a sync: the offline PTX then has two bar.syncs back to
-back (sketched and compiled only, not kept).
-Session 18 (experiment gluon, 5 rounds, each option against the default in the same rounds, every configuration
-first checked against float64; experiment coldstart with the option switched on and off for v7's candidates):
-- Why the bar.syncs: Triton 3.6's shared-memory analysis treats an elected mbarrier.arrive as reading and writing
-  all of shared memory (a barrier before it, and before the next shared-memory access after it), and two waits
-  on one barrier allocation with nothing between them as a hazard.
-- thread_arrive (call 1, a2fc7ad): every consumer thread arrives itself (cp.async.mbarrier.arrive.noinc, which the
-  analysis sees as a write of that barrier only) and each ping-pong turn is its own allocation: the offline PTX
-  keeps 1 bar.sync per key tile and consumer instead of 3. Slower at every length: ws2x64x128/3s/preg/pp/persist
-  98.8/99.0/101.1% of cuDNN at N = 1024/2048/4096 without, 93.0/94.3/96.7% with; v7's kernel alone at 2048
-  77.6 us without, 82.0 with (cuDNN 77.2-77.4). 128 arrivals on one barrier cost more than the syncs they remove.
-- item_overlap (call 2, a81f69f): in a persistent program the next item's S_0 = Q K_0^T is issued before this
-  item's epilogue (offline SASS: no wgmma wait before the O stores). Slower: 100.2/99.9/101.0% without,
-  96.0/97.0/100.8% with; kernel alone at 1024 23.6 -> 24.4 us, at 2048 77.6 -> 78.9.
-- tma_prefetch (call 3, 21e45e5): prefetch.param.tensormap of the three descriptors at the kernel's start. Within
-  the spread: 98.9/99.2/102.0% without, 100.5/98.7/101.8% with (one-program-per-tile form: 92.2/90.7/97.6 against
-  91.9/90.4/97.6).
-None is on in V7_CANDIDATES; each stays a configuration of EXPERIMENT_CONFIGS and a switch for v7's candidates
-(FA2_V7_THREAD_ARRIVE, FA2_V7_ITEM_OVERLAP, FA2_V7_TMA_PREFETCH). With all off, v7 in the harness at 21e45e5 (5
-runs): 98/98/100/108% of cuDNN non-causal at N = 512/1024/2048/4096 (v7's docstring).
-Session 19 (the same method; do_bench % of cuDNN, 5 interleaved rounds, each option against the default in the
-same rounds, N = 512/1024/2048/4096; kernel alone = experiment coldstart's torch.profiler durations after a spin,
-after the flush and in graph replay):
-- tma_store (call 1, f154041): O leaves by one TMA store per consumer and item from a staging buffer in the
-  descriptor's layout, left in flight until that buffer is next written (_store_o_tma; offline PTX: wait_group.read,
-  bar.sync, 4 stmatrix, fence, bar.sync, one bulk tensor store, where the converting epilogue has 16 st.global).
-  Only where a consumer's 64 rows stay in one head (N_QUERIES % 64 == 0; otherwise the host passes no descriptor
-  and the kernel keeps plain stores). Within the spread: ws2x64x128/3s/preg/pp/persist 98.3/98.1/98.9/102.4% without,
-  94.3/97.6/98.9/101.5% with; ws3x64x128/4s/preg/pp/split/persist at 4096 106.1 -> 108.2%; v7's kernel alone at
-  1024 23.4/24.4/22.9 us without, 23.6/24.5/23.0 with, at 2048 78.0/79.3/77.1 and 78.5/78.9/77.4 (cuDNN 23.1/24.0/22.6
-  and 77.8/78.2/76.5 in the same runs). So the epilogue is not where the 0.3-0.5 us behind cuDNN goes.
-- v_barrier (call 2, baacd40): every slot's V completes on a barrier of its own, so Q K_j^T waits for K_j alone
-  (FlashAttention-3's separate K and V pipelines): each program's first product no longer waits for V_0, at the
-  price of one more mbarrier wait per key tile and consumer (offline PTX: no bar.sync more in the key loop).
-  Slower: ws2x64x128/3s/preg/pp/persist 103.1/100.2/99.6/101.0% without, 102.6/99.0/97.1/98.8% with; kernel alone at
-  1024 23.6 -> 24.0 us after a spin, at 2048 77.5 -> 80.1.
-Neither is on in V7_CANDIDATES (switches FA2_V7_TMA_STORE, FA2_V7_V_BARRIER). The consumer's Q-buffer wait is now
-inside _first_scores, where it was written out three times; v7's kernel alone with that fold (f154041) measured as
-before it (1024: 23.4 us after a spin against session 18's 23.6). Causal (call 3, 538f1fa, v7's Gluon path forced
-against its tl path in the same rounds, graph replay): 111/116/110/104% of cuDNN at N = 512/1024/2048/4096 against the
-tl path's 115/139/119/100% (do_bench at 4096: 102.6 against 103.8); raced per signature the tl path won every causal
-shape, so v7 keeps causal inputs on the tl path (v7's gluon_applies).
-Session 20 (the same method; do_bench % of cuDNN in 5 interleaved rounds, N = 1024/2048/4096 unless said):
-- tree_max (call 1, f5cb556): in the offline SASS each consumer's softmax started with a chain of 32 dependent max
-  instructions per row (gl.max folds a thread's values in order); _row_max folds them by halves (longest max.f32
-  chain in the PTX 33 -> 7, the same instructions). Slower: ws2x64x128/3s/preg/pp/persist 98.0/98.9/102.6% without,
-  95.7/96.1/98.1% with; v7's kernel alone at 2048 78.1/78.7/77.2 us -> 80.9/81.6/80.0 (spin/flush/graph). Nsight Compute
-  at N = 2048 (call 3, 3b7b459, ncu/v7_hopper_N2048_noncausal.csv, rows with FA2_V7_TREE_MAX): 81.2 -> 84.4 us (cuDNN
-  79.0), tensor pipe 47.3 -> 45.5% of active cycles (48.7), MIO throttle 0.33 -> 0.52 cycles per issued instruction
-  (cuDNN 0.04): with the maxima ready sooner the exponentials issue back to back and fill the MIO queue that the MUFU
-  shares with shared memory. Both kernels execute the same number of MUFU instructions as cuDNN's (XU pipe 48.9% of
-  its peak against 50.3% over a 2.7% shorter kernel), and cuDNN 20% more instructions in all.
-- call 2 (28cf1ec), the persistent grid without ping-pong, with pin_ex2 (with and without ping-pong), with 4 slots:
-  98.0/98.8/101.9%, 96.2/96.4/100.2%, 95.1/95.5/99.4%, 99.5/98.4/101.8% against the default's 97.9/98.4/102.0%: none
-  faster beyond the spread.
-- unsynced_arrive (call 4, c2d6761): the same ncu had v7's warps stalled at barriers 2.62 cycles per issued instruction
-  against cuDNN's 0.83. Three bar.syncs per key tile and consumer are Triton's, before the elected arrives (the turn
-  passed, the slot released) and before the slot's wait, and none orders data: a warpgroup's wgmma is one operation,
-  complete for its 4 warps when one warp's wait returns, which is why CUTLASS's consumer_release arrives from one
-  thread per warpgroup without a barrier. Gluon 3.6 cannot say so, so the kernel marks those mbarrier operations and a
-  PTX stage drops the bar.sync before each (drop_marked_syncs; offline PTX 26 -> 14 bar.syncs, none left in the key
-  loop). 98.5/99.1/101.4% without, 100.9/99.3/102.3% with (N = 512: 97.5 -> 97.7%; the 192-row split form at 4096
-  107.9% both); v7's kernel alone at 1024 23.8/24.7/23.3 us without, 23.5/24.4/23.0 with (cuDNN 23.0-23.1/23.9-24.0/22.6),
-  at 2048 78.4/78.5/76.6 and 77.4/78.2/76.4 (cuDNN 77.4-77.9/77.8-78.1/75.9-76.1). No slower at any length, ahead at
-  1024 and in every kernel-alone time: on in V7_CANDIDATES since 451b289 (FA2_V7_UNSYNCED_ARRIVE=0 turns it off;
-  tests-v7 passed with it at c2d6761; v7 in the harness with it: its docstring).
-Session 21 (ncu's source page beside the counters, `invoke profile --source`; results/<gpu>/ncu/source/):
-- At N = 2048 (2eb9943) v7 and cuDNN spend the same share of cycles on the tensor pipe (47.5% and 48.7% of active
-  cycles) and on the MUFU (XU 49.1% and 50.3%), the FMA pipe at 17% and 23%: the products and the exponentials of a
-  head dimension of 64 cost the SM about the same time, and in both kernels they take turns more than they overlap.
-  v7's key loop is the softmax and little else (about 350 instructions per tile and thread: 68 max, 66 exp2, 66 fma,
-  68 add, 34 mul, 32 packs, 8 shuffles); its samples at MUFU.EX2 are 16% (mio throttle, not selected), cuDNN's 6%.
-  The consumers spend about 57% of their samples in the softmax and 15% waiting for their products: the softmax,
-  longer than a tile's products (512 tensor cycles per consumer against 512 MUFU cycles plus the max chain and the
-  shuffles), sets the pace, and the two consumers' softmaxes share each SM sub-partition's MUFU. At N = 4096 (call
-  4, 7921954), where v7 runs 3 consumers (the split ws3), the tensor pipe and the MUFU are busy 57.8% and 59.7% of
-  active cycles (cuDNN 51.2% and 52.8%): with a third consumer the two overlap, and v7 is 9% ahead there. The
-  192-row tiles that a third consumer needs leave 2.59 tiles per SM at N = 2048 (ws3 measured 87 us against ws2's
-  82, split tail and all) and 5.33 per head at 1024.
-- poly_exp (call 2, 2c9d9a3): a quarter (px4) or an eighth (px8) of each tile's exponentials by a cubic on the FMA
-  pipe (FlashAttention-4's software exp2, _exp2_mixed): 8 FMA/ALU instructions for each MUFU one saved. Slower:
-  the persistent ws2 at N = 1024/2048/4096 98.3/99.3/100.9% -> 91.1/94.7/96.1% (px4) and 97.4/98.9/99.4% (px8);
-  the consumers' issue of instructions sets the pace, not the MUFU's throughput (v7's tl path found the same,
-  experiment exp2-poly).
-- early_p (offline only): P_j packed into registers of its own before the wait for P_(j-1) V_(j-1) leaves ptxas's
-  placement of that wait unchanged (the SASS waits for it before the tile's first max), so it was not timed.
-- mixed (call 5, 42412d5): whole rounds of 192-row items, then each head's rest in 128-row items whose third
-  consumer only passes the pipeline on (8 + 4 per head at N = 2048: two 192-row items and at most one of 128 rows per
-  SM). 97.3-97.8% of cuDNN at 2048 against the split ws3's 93.3% and the persistent ws2's 99.1% in the same rounds:
-  closer, not ahead.
-Nothing kept: V7_CANDIDATES are session 20's. Harness (15 runs at 2eb9943, d321cd1 and 7372fb3, v7's docstring):
-level with cuDNN at N = 512 (either mask) and at 1024 and 2048 non-causal, ahead elsewhere.
-Session 22 (experiment gluon, one round at N = 512-4096, each option against the default in the same round; kernel alone
-by experiment coldstart; ncu at N = 2048):
-- row_sum (call 1, ba125be): poly_exp showed that the consumers' instruction issue sets the pace, and in the offline SASS
-  68 of the ~355 instructions a thread runs per unmasked key tile are the FADDs of the row sums (4 more the shuffles).
-  P times a ones tile (K-major, 8 columns, the narrowest wgmma) issued beside each P V leaves the row sums to the tensor
-  cores, rescaled with O (_attend; offline: add.f32 -264 in the persistent ws2, 16 m64n8k16 per consumer, no spill in
-  the key loop). Slower: the persistent ws2 at N = 1024/2048/4096 96.5/98.7/101.4% of cuDNN by do_bench -> 95.8/95.2/96.5%
-  (graph replay 103.2/101.9/102.0 -> 99.9/98.1/98.5); the split ws3 at 4096 105.2 -> 108.2% (graph 109.4 -> 109.5), within
-  the spread; v7's kernel alone at 2048 78.8/79.0/77.6 us after a spin / the flush / in graph replay without it, 82.0/82.3/
-  80.6 with it. Nsight Compute at 2048 (call 3, 9e40820, the row with FA2_V7_ROW_SUM=1): 84.2 us against session 21's
-  80.7 (cuDNN 79.0-79.6), 13% fewer instructions executed (25.2 M against 29.0 M; cuDNN 35.1 M) but stalls per issued
-  instruction up where the consumers wait on their products: gmma 0.06 -> 0.44, wait 1.39 -> 1.89, long scoreboard
-  0.78 -> 1.06; the tensor pipe does 6% more work (36.5 T ops against 34.4 T). A product group more per tile costs
-  the consumer more than the adds it saves.
-- key tiles of 64 (call 2, 332342c; ws2x64x64/4s and /6s, persistent, ping-pong, unsynced_arrive): half the softmax per
-  turn and twice the turns. 88.3/88.1% of cuDNN at N = 1024 and 82.3/83.0% at 2048 against 100.6% and 98.8% for the
-  128-key default in the same round.
-- experiment items (call 5, 080f364; again in calls 6 and 7): the harness's work (heads x N^2 = 32 x 2048^2) as 1, 2, 4
-  or 8 rounds of 128-row items per SM, each round 64 key tiles in all. A least-squares line through the kernel's time
-  against the rounds: the persistent ws2 costs 1.18-1.30 us per round of items (graph 1.14-1.22) and SDPA 1.02-1.12
-  (0.95-1.01), with the key tiles' own time equal (73.7-73.8 us at none, SDPA 73.6-73.9). At N = 2048 (4 rounds) that
-  difference is v7's whole gap to cuDNN's kernel; what the key loop does per tile is level with it.
-- stream (calls 6-7, 2da5fb7 and 7b3f931): one key loop across a program's work items (_stream_loop), so that the next
-  item's S_0 is issued with this item's last P V and its softmax runs before this item's epilogue. Per round of items
-  0.77 us at 2da5fb7 and 0.66 us at 7b3f931 (against 1.18-1.23 in the same runs, SDPA 1.02-1.10): the boundary costs
-  less than cuDNN's. But the key tiles cost more: 86.2 us at none at 2da5fb7, where a runtime x // KT and x % KT cost
-  about 50 uniform instructions per tile, and still 80.8 us at 7b3f931 with the counters carried (73.7 without
-  stream): the loop's common path has 436 instructions against the item loop's 412 in the offline SASS (the query
-  tile's descriptor and the counters recomputed per tile; UIADD3 16 -> 26, USHF 3 -> 8). experiment gluon at 7b3f931:
-  94.9/94.9/95.7% of cuDNN at N = 1024/2048/4096 against 100.9/99.8/101.8%. Not kept (FA2_V7_STREAM=1 switches it on
-  for the persistent 128-row candidate). What it points at: the item boundary is worth about 0.5 us per round, if the
-  key loop itself stays the item loop's. So stream was rebuilt that way after call 7 (_stream_loop): each item's key
-  tiles by _attend's own loop, its query tile fixed, and only the boundary, the next item's S_0 beside this item's
-  last P V and that S_0's softmax, after it (_attend with next_item, which waits for the next queries only there: the
-  loader loads them after issuing this item's key tiles; the next item resumes from P_0, l and m). Offline sm_90
-  SASS: the common path of each of its key loops is 411-412 instructions, the item loop's 412; no spill; the code is
-  6440 instructions against 4168 (_attend inlined twice per consumer: the items before the last, and the
-  last). Timed in session 23 (below): no faster. The default candidates' SASS at the harness's shapes (non-causal, N a
-  multiple of 128) is byte for byte what it was at 866b74e; tests-v7 passed natively at f8938ac (session 23, call 2).
-Neither row_sum, key tiles of 64 nor stream is on in V7_CANDIDATES (FA2_V7_ROW_SUM=1 and FA2_V7_STREAM=1 switch the
-first and the last on for v7's candidates).
-Session 23:
-- stream as rebuilt (call 1, 8394d06; experiment gluon, one round): 93.7/98.6/100.2% of cuDNN at N = 1024/2048/4096
-  against the default's 98.0/99.1/100.4% in the same rounds. experiment items: 1.11 us per round of items and 75.5 us
-  at none, the default 1.13 and 74.5, SDPA 1.08 and 74.1: in this run the default's cost per round was within 0.05 us
-  of cuDNN's, and the boundary stream overlaps saves about nothing. Not kept.
-- head dimension 128 (calls 3-6, 30ce6d5 to d4c3d43; experiment gluon --D 128, the harness's B and H, non-causal): none
-  of V7_CANDIDATES fits a block's 227 KB there, so v7 ran its tl path (75-77% of cuDNN in experiment other-shapes).
-  Of eleven configurations that fit, 64-key tiles lead: the persistent ws2 at N = 1024 and 2048 (86.6-88.6% and
-  87.6-89.0%), 192-row tiles with the split tail at 4096 (95.2-95.5%); 128-key tiles with 2 slots 72-86%, three
-  consumers on a persistent grid (with ds, to fit) 65-94%. These two are v7's candidates at D = 128
-  (V7_CANDIDATES_WIDE, candidates_for): v7's own path at N = 1024/2048/4096 87.2/88.4/95.4% of cuDNN (tl path
-  81.9/78.5/74.2%), and in experiment other-shapes 1.21x and 1.32x v6 at (2, 16, 2048) and (4, 8, 4096).
-- even_registers (call 7, 322afd5): with 2 consumers Triton 3.6 gives the default partition what the worker's
-  setmaxnreg leaves of 480 registers, so 232 for the worker meant 248 and 232; at D = 128 the 128-key ping-pong form
-  spilled in the worker (5 STL, 10 LDL). 240 for both (/er) removes the spill, but that form stays behind the 64-key
-  tiles (76.2/77.1/86.5% of cuDNN at N = 1024/2048/4096 against 87.1/88.8/89.7%), and /er on the 64-key form gains
-  nothing (84.3/87.7/88.8%). Not kept.
-Session 24:
-- ex2 on packed halves (offline only): ex2.approx.ftz.bf16x2 and ex2.approx.f16x2 exist in PTX for sm_90, but Triton
-  3.6's ptxas turns each into two MUFU.EX2.BF16 (.F16) and a PRMT, so a pair of exponentials still costs two MUFU
-  issues: nothing for the MUFU to gain, not timed.
-- lookahead (/la, calls 1-2, ef5c871; _attend_ahead): in every candidate's offline SASS a consumer waits for S_j
-  right after issuing it and (ptxas's placement) for P_(j-1) V_(j-1) before the tile's first exp2, so none of its
-  exponentials runs beside a product of its own. With S_(j+1) issued behind P_(j-1) V_(j-1) before tile j's softmax,
-  the SASS waits D2, then D1, then runs the 66 exp2s with S_(j+1) in flight. Carrying the in-flight score tile round
-  the key loop made ptxas serialise every wgmma (C7514: a copy at the loop's end reads a running accumulator), so the
-  loop takes two tiles per pass. At D = 64 (128-key tiles, persistent, 4 slots; 65-68 spill stores per work item
-  outside the key loop, none in it) slower at every length: 75.7/84.1/91.8/95.9% of cuDNN at N = 512/1024/2048/4096
-  against the default's 102.2/98.4/99.5/100.4%, with 3 slots 64.8-74.1% (the loader has one tile less ahead). At
-  D = 128, where a 64-key score tile is 32 registers and the offline SASS has no spill, the persistent 64-key form
-  with 4 slots made 89.4/94.5/95.1% against 86.9/88.7/90.4% without lookahead (4 slots) and 84.8/89.1/90.0% (3
-  slots, v7's candidate until then) in the same rounds (call 2). It is v7's D = 128 candidate since (V7_BASE_WIDE;
-  FA2_V7_LOOKAHEAD=0 turns it off): experiment gluon --D 128 at 831f436 (call 4) had v7 at 88.7/92.7/96.1% of cuDNN
-  non-causal (session 23: 87.2/88.4/95.4%), experiment other-shapes at 0812277 (call 3) (2, 16, 2048, 128) at 0.128
-  ms (90.6% of cuDNN, 1.29x v6; was 0.134) and (4, 8, 4096, 128) at 0.484 ms (93.2%, 1.30x v6).
-- causal at D = 128 (call 4): forced onto this path, the lookahead candidate made 96.1/101.3/101.1% of cuDNN at N =
-  1024/2048/4096 where v7's tl path made 119.2/103.3/90.1%; v7 now races the two for causal D = 128 inputs (its
-  gluon_applies).
-Session 25:
-- exp_turn (calls 1-3, b435f60 to 36f55d8): Nsight Compute's source page of cuDNN's kernel at N = 2048 (session 21's
-  run) shows where its consumers sync: each key tile waits for a score tile (wgmma wait 0), folds the row maxima, then
-  waits at a named barrier, runs its 64 exp2s interleaved with O's rescale, the scaling and the row sums, arrives on
-  the other consumer's barrier before its last two exp2s, and issues P V. Its turns are held around the exponentials,
-  so each SM sub-partition's MUFU serves one consumer's warp at a time while the other's products run; v7's ping-pong
-  turns order the issue of the products and leave both consumers' exponentials free to meet on the MUFU (its mio
-  throttle 0.31 cycles per issued instruction against cuDNN's 0.04). exp_turn moves the ring of turns (the same
-  mbarriers) to the exponentials: waited for after the row maxima (_softmax_tile), passed after the tile's exp2s. ptxas
-  moves register-only work across an mbarrier arrive, and untied it put the pass after the 10th of a tile's 66 exp2s;
-  tied in the PTX to both row sums (tie_marked_arrives) it comes after the 66th but also after the sums' tail (20
-  instructions and two shuffle rounds): slower, 97.6/97.1/101.8% of cuDNN at N = 1024/2048/4096 against ping-pong's
-  99.5/99.2/102.0% (call 1, one 5-round experiment gluon). Tied to one of a thread's two row sums (/et1) it comes after
-  59-65 of the 66, where cuDNN's arrive is: 98.6/100.5/102.9% against 98.0/98.5/100.8% (call 2; graph replay
-  104.9/104.7/105.0 against 101.1/102.4/102.7), and again 101.3/99.9/103.1% against 100.5/98.9/99.9% (call 3, 36f55d8;
-  graph 105.6/105.2/105.5 against 102.2/99.9/100.7). The 192-row split form, whose third consumer lengthens the ring,
-  is slower with it (104.0% at 4096 against 106.3%, call 2), and the one-program-per-tile form with it was not faster
-  at N = 512 (99.2% against 103.8%, call 3). The persistent 128-row candidate takes /et1 since 36f55d8 (V7_BASE;
-  FA2_V7_EXP_TURN=0 gives its ping-pong back). ncu at N = 2048 (call 4, 36f55d8): 80.2 us against cuDNN's 79.8, mio
-  throttle 0.10 (cuDNN 0.04), the tensor pipe 48.7% of active cycles (48.7%). v7 in the harness: its docstring (ahead
-  of cuDNN at non-causal 2048 now, 0.6% behind at 1024, where experiment coldstart puts the difference in the cost of
-  do_bench's flush: v7's kernel pays 1.4 us for it, cuDNN's 0.9; session 26 corrects which part, below).
-- fold_first (/ff, after call 5): ncu's source page at N = 2048 has v7 executing 2846 distinct instructions where
-  cuDNN executes 1023; 1470 of v7's run once per work item (cuDNN's 192), chief among them each consumer's second copy
-  of the softmax, for the item's first key tile. fold_first runs that tile in the key loop, its S_0 issued beside a
-  product of zeros (P_(-1) V_0, so every tile issues and waits alike): offline sm_90 SASS of the persistent /et1
-  candidate 2968 instructions against 4136, 132 MUFU.EX2 against 260, no spill, no serialised wgmma (the 192-row split
-  form 4616, and its 12 spill stores gone). The default candidates' SASS is unchanged; FA2_V7_FOLD_FIRST=1 switches it
-  on. It was written to cut the code fetched after do_bench's flush, on a misreading of experiment coldstart (its
-  flush_code protocol is the code warm and the inputs cold; see session 26).
-- At D = 128 (call 2): the split-tail lookahead form (ws2x64x64/4s/preg/pp/split/persist/ua/la) made 94.9% of cuDNN at
-  N = 4096 against 95.8% without the split and 97.7% for the 192-row split form, v7's other D = 128 candidate; /et on
-  the 64-key form 92.7%. Nothing changed there.
-Session 26 (calls 1-6, 36ae844 to bf0251e; each figure one 5-round experiment gluon, each form beside itself without
-the option, non-causal D = 64, N = 512/1024/2048/4096, % of cuDNN by do_bench):
-- fold_first: 96.7/96.2/96.1/101.5% against /et1's 94.5/97.6/100.3/104.1 (call 1), the ping-pong and 192-row forms
-  1-7 points down from 1024 on: one more P V per item costs more than the code it saves. A negative result.
-- What the flush costs v7: every clean coldstart run at N = 1024 (a81f69f to bf0251e) has warming the inputs after the
-  flush (flush_data) take most of it back for both kernels and warming the code (flush_code) little; at 36f55d8 v7's
-  2.6 us became 0.6 and 2.4, cuDNN's 2.0 became 0.6 and 1.4. And v7's time after the flush stayed at 27.7-28.0 us
-  (events) from a81f69f to 36f55d8 while its warm time fell from 25.9 to 25.2. Kernel alone (torch.profiler), warm
-  and by graph replay v7 and cuDNN are level at 1024 (22.4-22.8 against 22.4-22.7 us, calls 2-4) and after the flush
-  v7 is 0.4-0.9 us behind (24.4-24.9 against 24.0). The per-round cost of work items (experiment items, call 5,
-  38a85a2, warm): /et1 1.25-1.27 us per round against cuDNN's 1.04-1.08, its key tiles 3% faster (70.5-71.3 us at no
-  rounds against 72.6-73.5). ncu at N = 1024 (call 5, Nsight's cache flush): 24.77 us against 24.42 (session 24's
-  kernel: 25.70 against 24.03).
-- l2_prefetch (/l2), the inputs asked into L2 ahead of the slots (cp.async.bulk.prefetch.tensor): all of an item's
-  tiles at once (call 2, 572b0be) 99.0/101.2/93.6/91.7% against 97.2/99.8/100.3/103.2; one tile per copy, SLOTS ahead
-  (call 3, c11a509) 95.0/98.5/99.8/101.1 against 99.5/97.2/100.1/103.3, graph replay 1-3 points down at every N; after
-  the flush at 1024 the kernel alone took 24.4-24.5 us with and without it (cuDNN 24.0). The key tiles do not arrive
-  late; the asks only take the loader's time. A negative result (FA2_V7_L2_PREFETCH=1).
-- q_major (/qm), work item t as query tile t // heads of head t % heads, so that a later round of items finds its keys
-  in L2 (call 4, 38a85a2): 97.4/97.1/99.6/94.9% against 98.1/100.9/100.0/101.8, graph replay 2-8 points down, 24.9 us
-  after the flush at 1024 (cuDNN 24.0). The head-major order, 8 or 16 programs on one head's keys at once, is the
-  better one warm and cold. A negative result (FA2_V7_Q_MAJOR=1).
-- 4 slots (/et1, persistent): 98.6/99.9/101.2/104.0 (call 2) and 98.8/97.3/100.6/101.9 (call 3) against 3 slots'
-  97.2/99.8/100.3/103.2 and 99.5/97.2/100.1/103.3: level.
-- ncu at D = 128, N = 2048 (call 5): 131.5 us against cuDNN's 113.3; cuDNN's kernel there is a 64x128x128 tile with
-  227 KB of shared memory (232448 bytes), where v7's D = 128 candidates use 64-key tiles (213120 bytes).
-- tests-v7 on the H200 at bf0251e (call 6): 42/42, hostpath 17 + 1 skipped, Gluon/config 19/19.
-- item_overlap with /et1 (call 7, 5653254): 96.8/95.5/97.5/101.8% against 96.3/97.2/100.0/103.6. Negative.
-- Where the flush's cost falls (experiment items with a flush protocol, calls 8-10): over the same work in 1-8 rounds
-  of items per SM, the flush adds 1.5-1.8 us to /et1's line at no rounds and nothing per round (1.13-1.19 us per
-  round after it, 1.15-1.23 warm); cuDNN's 0.5-1.0 (per round 0.96-1.02 after, 1.01-1.13 warm). v7's extra
-  microsecond after do_bench's flush is paid once, at the start, with cold inputs. The descriptors prefetched first
-  (/pf) left it as it was (+1.6); V on barriers of their own (/vb) cut it to +1.0, and so did the first key tile's V
-  alone (v_first, /v0: +1.0), but both raised the warm line by as much (call 10's /v0 waited beside every P V's
-  issue). The first Q K^T waits for V_0 on cold inputs; v_first now waits for it after S_0's issue, outside the key
-  loop, whose SASS is then unchanged: prepared for the next session's GPU time (FA2_V7_V_FIRST=1).
-Session 27 (calls 1-5, 7f514ec to 722f088):
-- v_first's second form (calls 1-2, 7f514ec): level. experiment items: the line at no rounds 71.9 us warm and 73.0 after
-  the flush against /et1's 71.5 and 73.1 (cuDNN 73.4 and 74.0), 1.28 us per round warm for both; experiment gluon
-  101.6/100.2/104.0% of cuDNN at N = 1024/2048/4096 against 101.5/100.7/103.4%, and again 98.3/97.8% against 98.1/97.8%
-  at 512/1024. It moves cost from the cold start to the warm line and leaves do_bench's number where it was. A
-  negative result (FA2_V7_V_FIRST=1).
-- one_q at D = 128 (calls 2-3): three 128-key slots beside one query-tile buffer, O from the registers (229760 bytes).
-  As prepared (call 2) 86.8/94.4/100.3% of cuDNN at N = 1024/2048/4096 against the lookahead candidate's 91.9/93.6/
-  95.8%; with the buffer released after each item's last Q K^T and the next item's first SLOTS - 1 key tiles loaded
-  before its queries (call 3, 197d2ab: _load_item's Q_AFTER, _attend's release; the default candidates' offline SASS
-  byte-identical) 86.9/95.7/98.8% against 89.3/93.4/94.2%, causal 103.6/107.2/106.0% against 97.4/102.3/102.1% (v7's
-  tl path 117.5/104.4/90.7%). It joined V7_BASE_WIDE (ca42f11), raced with the other two per signature: v7's Gluon path
-  88.9/96.4/102.0% of cuDNN non-causal (call 4); Nsight Compute at N = 2048 120.2 us against cuDNN's 112.9 (call 5;
-  session 26: 131.5 against 113.3), at 4096 414.7 against 409.0.
+Where it stands (session 27): v7 races its candidates per input signature (best_launch). At D = 64 (V7_BASE) they
+are the persistent 128-row program whose consumers take turns at their exponentials (/et1), the one-program-per-tile
+ping-pong form (N = 512: one wave) and 192-row tiles with the split tail (N = 4096); at D = 128 (V7_BASE_WIDE) the
+persistent 64-key lookahead form, 192-row 64-key tiles with the split tail, and 128-key tiles in three slots beside one
+query-tile buffer (/q1). Every round on the H200, what each option was aimed at and what it measured against cuDNN in
+the same rounds, kept or not, is recorded in the Gluon log beside this file (gluon_forward_hopper_log.md);
+EXPERIMENT_CONFIGS' comments say the same per configuration.
 """
 
 from __future__ import annotations
@@ -537,9 +245,9 @@ class GluonConfig:
                                  # t // tiles, so that a later round of items finds its keys in L2 (_work_item)
     v_first: bool = False        # warp-specialized: a program's first key tile's V completes on a barrier of its own, so
                                  # that its first Q K^T waits for K_0 alone (v_barrier for that tile only; _wait_v)
-    one_q: bool = False          # persistent: one query-tile buffer, not two, so that three 128-key slots fit at D = 128;
-                                 # released after each item's last Q K^T, the next item's first key tiles loaded before
-                                 # its queries (_load_item's Q_AFTER)
+    one_q: bool = False          # persistent: one query-tile buffer, not two, so that three 128-key slots fit at
+                                 # D = 128; released after each item's last Q K^T, the next item's first key tiles
+                                 # loaded before its queries (_load_item's Q_AFTER)
 
     def __post_init__(self):
         if self.consumers:
@@ -590,9 +298,9 @@ class GluonConfig:
                              f"memory, pin_ex2, row_sum, stream, item_overlap (which issue or need S_0 before it), "
                              f"lookahead, v_barrier or mixed: {self}")
         if self.one_q and (not self.persistent or self.lookahead or self.stream or self.item_overlap or self.mixed):
-            raise ValueError(f"one_q is the persistent grid's choice (one program per tile has one Q buffer), its buffer "
-                             f"released after each item's last Q K^T in _attend's key loop: not with lookahead, stream, "
-                             f"item_overlap or mixed: {self}")
+            raise ValueError(f"one_q is the persistent grid's choice (one program per tile has one Q buffer), its "
+                             f"buffer released after each item's last Q K^T in _attend's key loop: not with lookahead, "
+                             f"stream, item_overlap or mixed: {self}")
         if self.v_first and (self.v_barrier or self.lookahead or self.fold_first or self.stream or self.mixed):
             raise ValueError(f"v_first gives the first key tile's V a barrier of its own: not with v_barrier (every "
                              f"tile's), lookahead, fold_first, stream or mixed: {self}")
@@ -679,10 +387,10 @@ V7_BASE = (replace(V7_BASE_PINGPONG[0], pingpong=False, exp_turn=2), *V7_BASE_PI
 # tl path 81 and 78%), 192-row tiles with the split tail at 4096 (95.5%; tl path 73.5%). Session 24 (calls 1-2, ef5c871):
 # the 128-row one with lookahead and 4 slots, 89.4/94.5/95.1% at N = 1024/2048/4096 where 3 slots without it made
 # 84.8/89.1/90.0% and 4 without it 86.9/88.7/90.4% in the same rounds.
-# Session 27 (calls 2-3, experiment gluon --D 128): 128-key tiles in three slots, with one Q buffer and O stored from the
-# registers (one_q, direct_store: 229760 bytes), ahead of the lookahead form from N = 2048, non-causal 95.7/98.8% of
-# cuDNN at N = 2048/4096 against 93.4/94.2% and causal 107.2/106.0% against 102.3/102.1% in the same rounds (behind at
-# 1024: 86.9% against 89.3%); v7 races the three per input signature.
+# Session 27 (calls 2-3, experiment gluon --D 128): 128-key tiles in three slots, with one Q buffer and O stored from
+# the registers (one_q, direct_store: 229760 bytes), ahead of the lookahead form from N = 2048, non-causal 95.7/98.8%
+# of cuDNN at N = 2048/4096 against 93.4/94.2% and causal 107.2/106.0% against 102.3/102.1% in the same rounds (behind
+# at 1024: 86.9% against 89.3%); v7 races the three per input signature.
 V7_BASE_WIDE = (
     GluonConfig(128, 64, 4, 4, p_smem=False, consumers=2, pingpong=True, persistent=True, lookahead=True),
     GluonConfig(192, 64, 4, 3, p_smem=False, consumers=3, pingpong=True, split_tail=True),
@@ -860,7 +568,7 @@ EXPERIMENT_CONFIGS = (
     # (080f364, experiment items): the same work in 1, 2, 4 or 8 rounds of items per SM costs the persistent ws2 1.30 us
     # more per round, SDPA 1.12, with the key tiles' own time equal (73.8 and 73.9 us): each item's first softmax has
     # no product under it and its last P V no softmax beside it. The next item's S_0 beside this one's last P V (stream;
-    # calls 6-7 timed a first form, one loop over all of a program's key tiles: slower, see the module's docstring):
+    # calls 6-7 timed a first form, one loop over all of a program's key tiles: slower, see the Gluon log):
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
                 stream=True),
     # session 23, head dimension 128: none of V7_CANDIDATES fits a block's shared memory there (3 K/V slots of 128 x 128
@@ -1398,7 +1106,8 @@ if HAVE_GLUON:
         gl.inline_asm_elementwise(_PREFETCH_MAPS_ASM, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead=None, Q_AFTER: gl.constexpr = 0):
+    def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead=None,
+                   Q_AFTER: gl.constexpr = 0):
         """The loader's share of one work item: its query tile into Q buffer it % Q_BUFFERS and n_tiles key
         tiles from k_base on into the slots from g on, each after the consumers released what was there. ahead
         (l2_prefetch: the next item's first query row, first key row, key tiles, and 1 if there is none): with each
@@ -1755,8 +1464,8 @@ if HAVE_GLUON:
             _arrive(empty.index(last), ARRIVE)
             result = (acc, l_i, m_i, p, l_next, m_next)
         else:   # (one return statement: Triton 3.6 checks every return of a function against the others)
-            if modes.shape[14] > 1:   # one_q: the last Q K^T is done, so the loader may bring the next item's queries in
-                mbarrier.arrive(q_empty.index(0), count=1)   # under this last P V and the epilogue (_item_loop)
+            if modes.shape[14] > 1:   # one_q: the last Q K^T is done, so the loader may bring the next item's
+                mbarrier.arrive(q_empty.index(0), count=1)   # queries in under this last P V and the epilogue
             _wait_v(shared, g + n_tiles - 1)
             _take_turn(turn, t + n_tiles, PINGPONG)
             acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
@@ -1936,7 +1645,7 @@ if HAVE_GLUON:
         Slots and phases run on as in _item_loop, which the loader serves unchanged; the turns are one per key tile and
         one more in all (S_0; S_x with P_(x-1) V_(x-1); the last P V), so item it's first is it * KT.
         The form measured at 2da5fb7 and 7b3f931 ran all of a program's key tiles in one loop, the epilogue behind a
-        branch in it, and recomputed the query tile's descriptor per tile (the Gluon module's docstring, session 22)."""
+        branch in it, and recomputed the query tile's descriptor per tile (the Gluon log, session 22)."""
         shared, modes = mem[0], mem[2]
         q_smem, k_smem, q_bar, q_empty = shared[0], shared[1], shared[5], shared[6]
         TREE: gl.constexpr = modes.shape[4] > 1
@@ -2127,8 +1836,8 @@ if HAVE_GLUON:
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
         # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM, LOOKAHEAD,
-        # EXP_TURN (as 1, 2 or 4), FOLD_FIRST, L2_PREFETCH, Q_MAJOR and ONE_Q reach the workers as the shape of a never-used buffer, modes, since a
-        # worker's constexpr arguments arrive as values.
+        # EXP_TURN (as 1, 2 or 4), FOLD_FIRST, L2_PREFETCH, Q_MAJOR and ONE_Q reach the workers as the shape of a
+        # never-used buffer, modes, since a worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
         if PINGPONG or EXP_TURN:

@@ -4,9 +4,10 @@ multiply the next; v6 itself wherever that path does not apply.
 
 Measured on the H200 (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), % of SDPA's default backend,
 cuDNN, in the same process, with the Gluon path described below on for non-causal inputs and the tl path raced
-against it. Session 25 (36f55d8; 18 runs in three protocols, 5 s pauses), with the persistent D = 64 Gluon candidate's
-consumers taking turns at their exponentials (exp_turn, after cuDNN's ncu source page; the Gluon module's docstring)
-instead of at the issue of their products: the median, min-max, and RESULTS.md's 95% interval for the median:
+against it (every round of the Gluon path: the Gluon log, kernels/_shared/gluon_forward_hopper_log.md). Session 25
+(36f55d8; 18 runs in three protocols, 5 s pauses), with the persistent D = 64 Gluon candidate's consumers taking turns
+at their exponentials (exp_turn, after cuDNN's ncu source page; the Gluon log) instead of at the issue of their
+products: the median, min-max, and RESULTS.md's 95% interval for the median:
   non-causal  N = 512  99.1% (64-108; 97.6-103.4), 1024  99.4% (97-103; 99.1-99.8), 2048 100.8% (99-102; 100.1-101.0),
               4096 110.1% (108-113)
   causal      N = 512  98.5% (91-103; 96.7-102.3), 1024 119.0% (114-122), 2048 113.1% (112-115), 4096 107.4% (104-109)
@@ -19,8 +20,8 @@ warm and the inputs cold (the protocol flush_code, which session 25 misread as t
 1024, +1.6 against +0.0 at 2048; and experiment items (session 26) puts it at the kernel's start, not in each round
 of work items. Session 26 tried six ways to shorten it for the same default kernels (a key loop that holds one
 softmax, inputs asked into L2 ahead of the slots, work items in query-tile order, the next item's S_0 before the
-epilogue, the TMA descriptors prefetched, the first V on a barrier of its own; none faster, the Gluon module's
-docstring) and re-ran tests-v7 on the H200 at bf0251e: 42/42. Session 27 timed the first V's own barrier in a
+epilogue, the TMA descriptors prefetched, the first V on a barrier of its own; none faster, the Gluon
+log) and re-ran tests-v7 on the H200 at bf0251e: 42/42. Session 27 timed the first V's own barrier in a
 second form, waited for after S_0's issue and outside the key loop: level with the default (101.6% of cuDNN at 1024
 against 101.5% in one experiment gluon, 97.8% against 97.8% in another). The D = 64 kernels' SASS is byte-identical
 to 36f55d8's through session 27 (offline sm_90 compile of every D = 64 candidate, both masks), so the numbers above
@@ -38,13 +39,13 @@ Session 22 added two more 5-run protocols of the same kernels, both with a 5 s p
 kernels' SASS at these shapes is the same at the session's last commit), non-causal 96/100/99/110% (95-104, 98-101,
 98-100, 109-114), causal 102/118/113/108% (94-103, 118-122, 112-114, 103-109). Over all 25 runs: non-causal 98.3
 (47-106) / 99.0 (96-103) / 99.4 (98-100) / 109.8% (108-114), causal 98.8 (69-104) / 118.8 (116-125) / 113.2 (112-115) /
-107.1% (103-109): the same four shapes level. Two more levers on the Gluon path were slower (the Gluon module's
-docstring): the row sums of P on the tensor cores (row_sum, 13% fewer instructions but 84.2 us against 80.7 under ncu at
+107.1% (103-109): the same four shapes level. Two more levers on the Gluon path were slower (the Gluon
+log): the row sums of P on the tensor cores (row_sum, 13% fewer instructions but 84.2 us against 80.7 under ncu at
 2048) and key tiles of 64 (82-88% of cuDNN). experiment items located the rest of the gap at 1024 and 2048: per round of
 work items the persistent kernel costs 1.2-1.3 us beside its key tiles and cuDNN's 1.0-1.1, the key tiles themselves the
 same. One key loop across the items (stream) brought that to 0.66 us but made every key tile dearer (94.9/94.9% of cuDNN
 at 1024/2048): not kept. Rebuilt with the item loop kept and only the boundary changed, and timed in session 23: 93.7/
-98.6/100.2% of cuDNN at N = 1024/2048/4096 against the default's 98.0/99.1/100.4% (the Gluon module's docstring): not
+98.6/100.2% of cuDNN at N = 1024/2048/4096 against the default's 98.0/99.1/100.4% (the Gluon log): not
 kept either. Session 23's 5-run protocol (f8938ac, 5 s pause): non-causal 100/101/99/110%, causal 98/121/113/108%; over
 all 30 runs of sessions 21-23: non-causal 98.7 (47-106) / 99.0 (96-103) / 99.3 (98-100) / 109.7% (108-114), causal
 98.7 (69-106) / 119.2 (116-125) / 113.3 (112-115) / 107.1% (103-109): still the same four shapes level.
@@ -52,17 +53,17 @@ Session 24's 5-run protocol (831f436, 5 s pause; the D = 64 candidates unchanged
 turns): non-causal 101/98/99/108%, causal 99/120/113/108%; over all 35 runs of sessions 21-24: non-causal 98.8 (47-106)
 / 99.0 (96-103) / 99.3 (98-100) / 109.5% (108-114), causal 98.8 (69-106) / 119.2 (116-125) / 113.2 (112-115) / 107.1%
 (102-109). The session's lever for those shapes, the next tile's scores issued before each softmax (lookahead), was
-slower at D = 64 (75.7-95.9% of cuDNN) and faster at D = 128 (the Gluon module's docstring), where it is now v7's
+slower at D = 64 (75.7-95.9% of cuDNN) and faster at D = 128 (the Gluon log), where it is now v7's
 candidate: 88.7/92.7/96.1% of cuDNN non-causal at N = 1024/2048/4096 (831f436), and causal D = 128 inputs are raced
 between it and the tl path (forced, the Gluon path made 96.1/101.3/101.1% where the tl path made 119.2/103.3/90.1%).
 Three levers tried on the Gluon path in session 21 were slower or unchanged (poly_exp, early_p, mixed: the Gluon
-module's docstring); its ncu source pages say why 1024 and 2048 stay level: with 2 consumers the products and the
+log); its ncu source pages say why 1024 and 2048 stay level: with 2 consumers the products and the
 exponentials take turns (tensor pipe 47.5%, MUFU 49.1% of cycles at 2048, cuDNN alike), with 3 (N = 4096) they
 overlap (57.8% and 59.7%; cuDNN 51.2% and 52.8%), and 192-row tiles do not fit 1024 or 2048 rows per head evenly
 (mixed, which fills the last round with 128-row items, came to 97.8% of cuDNN at 2048 against ws2's 99.1%).
 On shapes neither version was tuned on, at 7921954: 10 of 10 as fast as v6 or faster (1.02-1.27x).
 Session 20 made unsynced_arrive the Gluon path's default: the key loop's mbarrier arrives and slot wait
-without the bar.sync that Triton 3.6 puts before each (the Gluon module's docstring). Eight runs of those kernels
+without the bar.sync that Triton 3.6 puts before each (the Gluon log). Eight runs of those kernels
 (commit c2d6761 with FA2_V7_UNSYNCED_ARRIVE=1, 5 runs; 451b289, where it is the default, 3 runs: the call's deadline
 cut the fourth), the median and the runs' min-max:
   non-causal  N = 512   99.2% (52-105)*, 1024  99.5% (97-101), 2048  99.8% (99-100), 4096 109.6% (108-111)
@@ -79,8 +80,8 @@ level: medians within 1% of 100% and runs on both sides. The kernels alone (torc
 coldstart, commit c2d6761, the switch off and then on in one call; cuDNN's from the same runs in brackets): N = 1024
 23.8 -> 23.5 us after a spin (23.0, 23.1), 24.7 -> 24.4 after do_bench's flush (23.9, 24.0), 23.3 -> 23.0 in graph
 replay (22.6, 22.6); N = 2048 78.4 -> 77.4 (77.4, 77.9), 78.5 -> 78.2 (77.8, 78.1), 76.6 -> 76.4 (75.9, 76.1): level with
-cuDNN's at 2048, still 0.3-0.4 us behind at 1024. Eight other attempts on that gap (sessions 18-20; the Gluon module's
-docstring) measured no faster: per-thread barrier arrivals, the next work item's first Q K^T issued before the
+cuDNN's at 2048, still 0.3-0.4 us behind at 1024. Eight other attempts on that gap (sessions 18-20; the Gluon
+log) measured no faster: per-thread barrier arrivals, the next work item's first Q K^T issued before the
 epilogue, a prefetch of the TMA descriptors, O written by a TMA store, V on barriers of its own, row maxima folded
 by halves (slower: 78.1 -> 80.9 us at 2048), and on the persistent grid no ping-pong, or the pin of the exponentials
 under the P V product. Causal inputs raced between the two paths (538f1fa) took the tl path at every shape, so they
@@ -173,7 +174,7 @@ cuDNN's 0.303 and this kernel's 0.317 (0.312-0.318) in the same rounds (commit 2
 v7, level with cuDNN within the spread, not ahead of it. Causal it stays behind this kernel (0.189
 against 0.170 ms). In the offline SASS, with P in registers ptxas waits for P_(j-1) V_(j-1) before the
 first exp2 whatever the source order; with P through shared memory every exp2 runs under that product,
-but the buffers cost the slots that mattered more. A later round (that module's docstring) added
+but the buffers cost the slots that mattered more. A later round (the Gluon log) added
 ping-pong between the consumers and a store that keeps the exp2s under the product (neither gained
 beyond the spread), then, after Nsight Compute showed its SMs idle for a third of the last of 5.33
 waves, a split of that wave's tiles along the keys: 103-106% of cuDNN at N = 4096 non-causal (graph
