@@ -744,7 +744,7 @@ def main(argv=None) -> int:
                                      "gluon", "coldstart", "dobench", "items"))
     ap.add_argument("--N", dest="Ns", type=int, nargs="*", default=None, help="sequence lengths")
     ap.add_argument("--causal", type=int, choices=(0, 1, 2), default=None, help="0, 1, or 2 for both")
-    ap.add_argument("--D", type=int, choices=(64, 128), default=shapes.HEAD_DIM,
+    ap.add_argument("--D", type=int, choices=shapes.GLUON_HEAD_DIMS, default=shapes.HEAD_DIM,
                     help="gluon: head dimension (default the harness's; configurations whose shared memory does not "
                          "fit it are listed and skipped)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")

@@ -610,6 +610,8 @@ def test_head_dimension_128_has_candidates_of_its_own():
     assert not any(c.fits(128, smem) for c in G.V7_CANDIDATES)
     assert G.V7_CANDIDATES_WIDE and all(c.fits(128, smem) for c in G.V7_CANDIDATES_WIDE)
     assert {c.label for c in G.V7_CANDIDATES_WIDE} <= {c.label for c in G.EXPERIMENT_CONFIGS}
+    # every head dimension the Gluon path takes (fa2lab.shapes, experiment gluon --D) has a candidate that fits
+    assert all(any(c.fits(D, smem) for c in G.candidates_for(D)) for D in G.HEAD_DIMS)
 
 
 WIDE_COMPILE = """

@@ -49,6 +49,7 @@ import torch
 from fa2lab.gpu import facts
 from fa2lab.hostpath import KeptL, run_compiled
 from fa2lab.provenance import switch_on
+from fa2lab.shapes import GLUON_HEAD_DIMS as HEAD_DIMS
 from fa2lab.timing import queued_ms
 
 try:
@@ -68,7 +69,6 @@ LOG2E = 1.4426950408889634
 # consumer's first tile of an item (4 STL, 4 LDL), none in the key loop.
 LOADER_REGS = gl.constexpr(24) if HAVE_GLUON else 24
 DTYPES = (torch.bfloat16, torch.float16)
-HEAD_DIMS = (64, 128)
 
 # unsynced_arrive. Triton 3.6's shared-memory analysis puts a bar.sync of the consumer's 4 warps before each elected
 # mbarrier arrive and before the next shared-memory access after one (_arrive), and Gluon 3.6 has no arrive it leaves
