@@ -853,6 +853,8 @@ def test_l2_prefetch_and_q_major_are_off_unless_switched_on():
     assert _candidates(v0) == str([False] * 6)
     assert _candidates(v0, FA2_V7_V_FIRST="1") == str([True, True, True, False, True, True])
     assert _candidates(v0, FA2_V7_V_FIRST="1", FA2_V7_V_BARRIER="1") == str([False] * 6)
+    # ... and to stream where a candidate takes it (the persistent 128-row ones without the split tail or one_q)
+    assert _candidates(v0, FA2_V7_V_FIRST="1", FA2_V7_STREAM="1") == str([False, True, True, False, True, True])
 
 
 def test_fold_first_is_off_unless_switched_on_and_gives_way_to_lookahead():

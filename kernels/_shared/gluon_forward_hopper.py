@@ -2185,8 +2185,7 @@ def _switched(base) -> tuple:
         fold = FOLD_FIRST and not (ITEM_OVERLAP or V_BARRIER or ROW_SUM or stream or lookahead)
         return dict(exp_turn=et, pingpong=c.pingpong or bool(c.exp_turn and not et), lookahead=lookahead,
                     fold_first=fold, stream=stream, q_major=Q_MAJOR and not (c.split_tail or c.mixed or stream),
-                    v_first=V_FIRST and not (V_BARRIER or (c.lookahead and LOOKAHEAD) or FOLD_FIRST
-                                             or (STREAM and c.persistent) or c.mixed))
+                    v_first=V_FIRST and not (V_BARRIER or lookahead or fold or stream or c.mixed))
     return tuple(replace(c, **derived(c), thread_arrive=THREAD_ARRIVE,
                          item_overlap=ITEM_OVERLAP and c.persistent and not c.one_q, tma_prefetch=TMA_PREFETCH,
                          tma_store=TMA_STORE and not c.direct_store, v_barrier=V_BARRIER, tree_max=TREE_MAX,
