@@ -115,6 +115,14 @@ def bench(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, list[Path]]:
     return pd.concat(frames, ignore_index=True), paths
 
 
+def at_head_dim(df: pd.DataFrame, D: int = shapes.HEAD_DIM) -> pd.DataFrame:
+    """The rows at head dimension D; rows without a D (a file or rows from before the scripts took --D) are the
+    harness's."""
+    if "D" not in df.columns:
+        return df if D == shapes.HEAD_DIM else df.iloc[0:0]
+    return df[pd.to_numeric(df["D"], errors="coerce").fillna(shapes.HEAD_DIM) == D]
+
+
 def default_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The rows of runs made with every FA2_V7_* kernel switch at its default (fa2lab.provenance.default_kernels): a
     run with an option switched on stays in its file and out of the tables of the default kernels."""
@@ -314,9 +322,7 @@ def gluon(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM) -> tuple[p
     without the column came before its --D: the harness's), the latest row per (run, variant, shape), with
     `run_start` (the run's first date) to order the runs by; an empty frame where no run timed D."""
     path = root(results_root) / gpu_slug / "experiments" / "gluon.csv"
-    df = load(path, GLUON_COLUMNS)
-    dims = pd.to_numeric(df["D"], errors="coerce").fillna(shapes.HEAD_DIM) if "D" in df.columns else shapes.HEAD_DIM
-    df = df[dims == D]
+    df = at_head_dim(load(path, GLUON_COLUMNS), D)
     df = df[~((df["variant"] == "v7_tl") & df["git_commit"].astype(str).isin(GLUON_V7_TL_WAS_DEFAULT))]
     df = df.sort_values("date", kind="stable").drop_duplicates(["git_commit", "variant", "N", "causal"], keep="last")
     return df.assign(run_start=df.groupby("git_commit")["date"].transform("min")), path

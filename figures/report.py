@@ -1082,10 +1082,8 @@ def section_coldstart(gpu, root) -> str:
             "Protocols: spin (a spin kernel only, nothing evicted), flush (do_bench's), flush_data (the flush, "
             "then Q, K, V read back into L2: code cold, data warm), flush_code (the flush, then the same call on "
             f"other inputs: code warm, data cold), graph (CUDA-graph replay). Source: `{rel(path)}`."]
-    kernel = df[df.timer == "kernel"]
-    if "switches" in kernel:   # v7's default kernels: a run with an FA2_V7_* switch set is in the events table only
-        kernel = kernel[kernel.switches.fillna("").astype(str) == ""]
-    kernel = latest_rows(kernel, ("variant", "N", "causal", "protocol"))
+    # v7's default kernels: a run with an FA2_V7_* switch away from its default is in the events table only
+    kernel = latest_rows(data.default_rows(df[df.timer == "kernel"]), ("variant", "N", "causal", "protocol"))
     if len(kernel):
         protocols = list(dict.fromkeys(kernel.protocol))
         rows = []
@@ -1098,8 +1096,8 @@ def section_coldstart(gpu, root) -> str:
                                if v != data.SDPA else "–" for p in protocols])
         commits = ", ".join(dict.fromkeys(kernel.git_commit.astype(str))) if "git_commit" in kernel else "?"
         text += ["", f"The kernels alone: the sum over a call's kernels of their median GPU duration "
-                 f"(torch.profiler), without events or launch latency, v7's default kernels (no FA2_V7_* switch set; "
-                 f"commit {commits}); the last columns are the difference from SDPA's kernel.", "",
+                 f"(torch.profiler), without events or launch latency, v7's default kernels (every FA2_V7_* "
+                 f"switch at its default; commit {commits}); the last columns are the difference from SDPA's kernel.", "",
                  md_table(["N", "causal", "variant", *protocols, *(f"{p} − SDPA" for p in protocols)], rows)]
     events = df[df.timer == "events"].copy()
     if len(events):

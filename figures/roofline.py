@@ -117,12 +117,9 @@ def load(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, list[Path], pd
     not read."""
     frames, rows, paths = [], [], []
     for df, path in data.ncu(gpu_slug, results_root):
-        labelled = label_rows(df, path)
-        if "D" in labelled.columns:
-            dims = pd.to_numeric(labelled["D"], errors="coerce").fillna(shapes.HEAD_DIM)
-            labelled = labelled[dims == shapes.HEAD_DIM]
-            if labelled.empty:
-                continue
+        labelled = data.at_head_dim(label_rows(df, path))
+        if labelled.empty:
+            continue
         frames.append(points(labelled, path).assign(source=path.name))
         rows.append(labelled)
         paths.append(path)

@@ -999,7 +999,7 @@ def test_coldstart_kernels_alone_are_the_default_kernels_even_when_a_switched_ru
                            for v, t in (("v7", ms), ("sdpa", 0.0230))])
     text = report.section_coldstart(GPU, tmp_path)
     assert "| 1024 | no | v7 | 23.10 | +0.10 |" in text and "29.90" not in text
-    assert "no FA2_V7_* switch set; commit ddddddd" in text
+    assert "every FA2_V7_* switch at its default; commit ddddddd" in text
 
 
 def test_dobench_section_gives_each_process_its_own_ratio(tmp_path):
