@@ -863,3 +863,59 @@ def test_fold_first_is_off_unless_switched_on_and_gives_way_to_lookahead():
     assert _candidates(printed, FA2_V7_FOLD_FIRST="1") == "[True, True, True] [False, True, True]"
     assert _candidates(printed, FA2_V7_FOLD_FIRST="1", FA2_V7_ROW_SUM="1") == \
         "[False, False, False] [False, False, False]"
+
+
+def test_l2_promotion_is_host_only_and_marks_the_three_input_descriptors():
+    """l2_promotion changes the descriptors' encoding (fa2lab.tma), never the kernel: the launch plan's kernel, grid,
+    scalars and constexprs are those of the same configuration at Triton's 128 bytes; Q's, K's and V's descriptors
+    carry the size asked for. Any other size is refused."""
+    from fa2lab import tma
+
+    with pytest.raises(ValueError, match="l2_promotion is one of"):
+        G.GluonConfig(128, 128, 4, 3, consumers=2, l2_promotion=100)
+    q = torch.empty(8, 1024, 64, dtype=torch.bfloat16, device="meta")
+    o, l = torch.empty_like(q), torch.empty(8, 1024, device="meta")
+    plans = []
+    for size in (128, 256):
+        cfg = G.GluonConfig(128, 128, 4, 3, consumers=2, persistent=True, exp_turn=2, unsynced_arrive=True,
+                            l2_promotion=size)
+        plans.append(G.launch_plan(cfg, q, q, q, o, l, False, sms=132))
+        assert cfg.label.endswith("/et1/l2p256" if size == 256 else "/et1")
+    (k0, g0, a0, w0, f0, _), (k1, g1, a1, w1, f1, _) = plans
+    assert (k0, g0, w0, f0) == (k1, g1, w1, f1) and len(a0) == len(a1)
+    assert all(x is y if isinstance(x, torch.Tensor) else x == y for x, y in zip(a0[3:], a1[3:]))
+    assert [getattr(d, "_fa2_l2_promotion", None) for d in a0[:3]] == [None] * 3
+    assert [getattr(d, "_fa2_l2_promotion", None) for d in a1[:3]] == [256] * 3
+    with pytest.raises(ValueError, match="L2 promotion is one of"):
+        tma.mark(a1[0], 96)
+
+
+def test_the_promotion_hook_rewrites_marked_host_descriptors_only(monkeypatch):
+    """fa2lab.tma's wrapper of Triton's make_tensordesc_arg leaves unmarked descriptors and frontend-decomposed ones
+    (no TMA metadata) as Triton made them, and re-encodes a marked one in place with its size."""
+    import types
+
+    from fa2lab import tma
+
+    made, encoded = [], []
+
+    def original(arg, metadata):
+        made.append(arg)
+        return [object(), 1, 2]
+
+    monkeypatch.setattr(tma, "_map_address", lambda cu_map: 4096)
+    monkeypatch.setattr(tma, "encode", lambda address, desc, metadata, size: encoded.append((address, desc, size)))
+    monkeypatch.setitem(tma._state, "checked", True)
+    wrapped = tma._promoting(original)
+    plain, marked = types.SimpleNamespace(), tma.mark(types.SimpleNamespace(), 256)
+    assert wrapped(plain, {"swizzle": 3})[1:] == [1, 2] and encoded == []
+    assert wrapped(marked, None)[1:] == [1, 2] and encoded == []          # decomposed: no CUtensorMap to rewrite
+    wrapped(marked, {"swizzle": 3})
+    assert encoded == [(4096, marked, 256)] and made == [plain, marked, marked]
+    assert tma.mark(types.SimpleNamespace(), 128).__dict__ == {}           # Triton's own size: left unmarked
+
+
+def test_l2_promotion_is_128_unless_switched_to_256():
+    printed = "sorted({c.l2_promotion for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE})"
+    assert _candidates(printed) == "[128]"
+    assert _candidates(printed, FA2_V7_L2_256="1") == "[256]"

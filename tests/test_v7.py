@@ -340,6 +340,40 @@ def test_gluon_path_matches_float64_and_repeats_itself(B, n_q, n_k, causal, monk
     assert torch.allclose(saved_lse(O3).cpu(), ref_L.float(), atol=1e-2)
 
 
+@pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")
+def test_gluon_l2_promotion_rewrites_the_tensormap_and_leaves_the_output():
+    """fa2lab.tma on the GPU: a descriptor asked for 256 bytes of L2 promotion gets a CUtensorMap that differs from
+    Triton's 128-byte one and equals libcuda's own encoding at 256; the kernel launched with such descriptors (first
+    call and lean repeat) gives the same O and L, bit for bit, as with Triton's."""
+    import ctypes
+    from dataclasses import replace
+
+    from triton.backends.nvidia import driver
+
+    from fa2lab import tma
+    from fa2lab.hostpath import DirectLauncher
+
+    G = v7.GLUON
+    Q, K, V = inputs(16, 1000, 1000, 64, seed=28)
+    base = next(c for c in G.V7_CANDIDATES if c.persistent and not c.split_tail)
+    runs = {}
+    for size in (128, 256):
+        O, L, launch = G.forward(Q, K, V, False, replace(base, l2_promotion=size))
+        runs[size] = (O, L, *launch(Q, K, V), launch)
+    assert all(torch.equal(a, b) for a, b in zip(runs[128][:4], runs[256][:4]))
+    assert torch.equal(runs[256][0], runs[256][2])
+    _, meta = DirectLauncher.of(runs[256][4].kernel).expand[-1]    # Q's descriptor (the first argument)
+    raw = ctypes.create_string_buffer(256)
+    mine = ctypes.addressof(raw) + (-ctypes.addressof(raw)) % 64
+    maps = {}
+    for size in (128, 256):
+        desc = G.row_descriptor(Q, 64, size)
+        maps[size] = ctypes.string_at(id(driver.make_tensordesc_arg(desc, meta)[0]) + 128, 128)
+        tma.encode(mine, desc, meta, size)
+        assert ctypes.string_at(mine, 128) == maps[size]
+    assert maps[128] != maps[256]
+
+
 def test_forcing_the_gluon_path_where_it_cannot_run_is_an_error(monkeypatch):
     Q, K, V = inputs(1, 64, 64, 32, seed=4)
     monkeypatch.setattr(FA, "FORCE_PATH", "gluon")

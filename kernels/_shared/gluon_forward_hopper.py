@@ -50,6 +50,8 @@ from fa2lab.gpu import facts
 from fa2lab.hostpath import KeptL, run_compiled
 from fa2lab.provenance import switch_on
 from fa2lab.shapes import GLUON_HEAD_DIMS as HEAD_DIMS
+from fa2lab.tma import PROMOTIONS, TRITON_DEFAULT
+from fa2lab.tma import mark as mark_promotion
 from fa2lab.timing import queued_ms
 
 try:
@@ -248,6 +250,9 @@ class GluonConfig:
     one_q: bool = False          # persistent: one query-tile buffer, not two, so that three 128-key slots fit at
                                  # D = 128; released after each item's last Q K^T, the next item's first key tiles
                                  # loaded before its queries (_load_item's Q_AFTER)
+    l2_promotion: int = 128      # host only: the L2 fetch size in bytes of Q's, K's and V's TMA descriptors (Triton
+                                 # 3.6's 128, or 256: fa2lab.tma), which sets how many DRAM requests fill a cold tile;
+                                 # the kernel is the same
 
     def __post_init__(self):
         if self.consumers:
@@ -310,6 +315,8 @@ class GluonConfig:
             raise ValueError(f"exp_turn is 0 (off), 1 (the turn passed after both row sums) or 2 (after one): {self}")
         if self.even_registers and self.consumers != 2:
             raise ValueError(f"even_registers splits two consumers' registers evenly: 2 consumers only: {self}")
+        if self.l2_promotion not in PROMOTIONS:
+            raise ValueError(f"l2_promotion is one of {sorted(PROMOTIONS)} bytes: {self}")
         if self.poly_exp not in (0, 4, 8):
             raise ValueError(f"poly_exp is 0 (none), 4 (a quarter of the exponentials) or 8 (an eighth): {self}")
 
@@ -330,8 +337,12 @@ class GluonConfig:
                    f"{'/la' if self.lookahead else ''}{('', '/et', '/et1')[self.exp_turn]}" \
                    f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}" \
                    f"{'/qm' if self.q_major else ''}{'/v0' if self.v_first else ''}" \
-                   f"{'/q1' if self.one_q else ''}"
-        return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}"
+                   f"{'/q1' if self.one_q else ''}{self._promotion_label}"
+        return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}{self._promotion_label}"
+
+    @property
+    def _promotion_label(self) -> str:
+        return "" if self.l2_promotion == TRITON_DEFAULT else f"/l2p{self.l2_promotion}"
 
     @property
     def q_buffers(self) -> int:
@@ -718,6 +729,18 @@ EXPERIMENT_CONFIGS = (
                 direct_store=True, one_q=True),
     _exp_turn(128, 3, persistent=True, exp_turn=2, direct_store=True, one_q=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, direct_store=True),
+    # Session 28: Triton 3.6 encodes every host TMA descriptor with 128 bytes of L2 promotion, where CUTLASS-style
+    # Hopper kernels often ask for 256; at N = 1024 v7 loses its 0.6% to cuDNN at the start, on the inputs do_bench's
+    # flush left in DRAM. v7's six candidates with 256 (the kernels unchanged, fa2lab.tma):
+    _exp_turn(128, 3, persistent=True, exp_turn=2, l2_promotion=256),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, l2_promotion=256),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
+                unsynced_arrive=True, l2_promotion=256),
+    _lookahead(64, 4, persistent=True, l2_promotion=256),
+    GluonConfig(192, 64, 4, 3, p_smem=False, consumers=3, pingpong=True, split_tail=True, unsynced_arrive=True,
+                l2_promotion=256),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
+                direct_store=True, one_q=True, l2_promotion=256),
 )
 
 
@@ -1929,18 +1952,19 @@ def applies(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, window: int = 0) 
     return None
 
 
-def row_descriptor(t: torch.Tensor, rows: int):
+def row_descriptor(t: torch.Tensor, rows: int, l2_promotion: int = TRITON_DEFAULT):
     """A host TMA descriptor over t's flattened (heads * N, D) rows (t as `flattened` accepts it), blocks of
-    `rows` rows."""
+    `rows` rows, its L2 promotion `l2_promotion` bytes (fa2lab.tma)."""
     flat, D = flattened(t), t.shape[2]
     layout = gl.NVMMASharedLayout.get_default_for([rows, D], gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16)
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, D], layout)
+    return mark_promotion(TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, D], layout),
+                          l2_promotion)
 
 
 def descriptors(Q, K, V, cfg: GluonConfig):
     """Host TMA descriptors over the flattened rows, blocks (block_m, D) for Q, (block_n, D) for K, V."""
-    return [row_descriptor(Q, 64 if cfg.consumers else cfg.block_m), row_descriptor(K, cfg.block_n),
-            row_descriptor(V, cfg.block_n)]
+    return [row_descriptor(t, rows, cfg.l2_promotion)
+            for t, rows in ((Q, 64 if cfg.consumers else cfg.block_m), (K, cfg.block_n), (V, cfg.block_n))]
 
 
 def o_descriptor(O: torch.Tensor, cfg: GluonConfig):
@@ -2156,8 +2180,9 @@ class GluonLaunch(KeptL):
 # FA2_V7_V_BARRIER, FA2_V7_TREE_MAX and FA2_V7_ROW_SUM those options, FA2_V7_STREAM=1 the persistent 128-row
 # candidate's stream, FA2_V7_UNSYNCED_ARRIVE=0 turns unsynced_arrive off, FA2_V7_LOOKAHEAD=0 the D = 128 candidate's
 # lookahead and FA2_V7_EXP_TURN=0 the persistent D = 64 candidate's exp_turn; FA2_V7_FOLD_FIRST=1 runs each work item's
-# first key tile in the key loop, FA2_V7_L2_PREFETCH=1 asks L2 for the inputs ahead of the slots and FA2_V7_Q_MAJOR=1
-# orders the non-causal work items query tile first (rows record any of them: switches).
+# first key tile in the key loop, FA2_V7_L2_PREFETCH=1 asks L2 for the inputs ahead of the slots, FA2_V7_Q_MAJOR=1
+# orders the non-causal work items query tile first, FA2_V7_V_FIRST=1 gives the first key tile's V a barrier of its own
+# and FA2_V7_L2_256=1 encodes the descriptors with 256 bytes of L2 promotion (rows record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
@@ -2173,6 +2198,7 @@ FOLD_FIRST = switch_on("FOLD_FIRST")
 L2_PREFETCH = switch_on("L2_PREFETCH")
 Q_MAJOR = switch_on("Q_MAJOR")
 V_FIRST = switch_on("V_FIRST")
+L2_256 = switch_on("L2_256")
 
 
 def _switched(base) -> tuple:
@@ -2189,7 +2215,9 @@ def _switched(base) -> tuple:
     return tuple(replace(c, **derived(c), thread_arrive=THREAD_ARRIVE,
                          item_overlap=ITEM_OVERLAP and c.persistent and not c.one_q, tma_prefetch=TMA_PREFETCH,
                          tma_store=TMA_STORE and not c.direct_store, v_barrier=V_BARRIER, tree_max=TREE_MAX,
-                         row_sum=ROW_SUM, l2_prefetch=L2_PREFETCH, unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE)
+                         row_sum=ROW_SUM, l2_prefetch=L2_PREFETCH,
+                         unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE,
+                         l2_promotion=256 if L2_256 else c.l2_promotion)
             for c in base)
 
 
