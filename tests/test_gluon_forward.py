@@ -919,3 +919,21 @@ def test_l2_promotion_is_128_unless_switched_to_256():
     printed = "sorted({c.l2_promotion for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE})"
     assert _candidates(printed) == "[128]"
     assert _candidates(printed, FA2_V7_L2_256="1") == "[256]"
+
+
+def test_hold_first_is_one_more_loader_wait_before_an_early_key_tile():
+    """hold_first (session 28): the loader waits for the program's first key tile before issuing tile 1 or 2, one
+    mbarrier wait more in the PTX, the same shared memory; it must come before slot 0's reuse and is 0, 1 or 2."""
+    for clash in (dict(hold_first=3, slots=4), dict(hold_first=2, slots=2)):
+        with pytest.raises(ValueError, match="hold_first"):
+            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2), **clash})
+    with pytest.raises(ValueError, match="hold_first"):
+        G.GluonConfig(128, 128, 8, 3, hold_first=1)                      # warp-specialized only
+    base = G.configs_named(["ws2x64x128/3s/preg/persist/ua/et1"])[0]
+    waits, shared = [], set()
+    for hold in (0, 1, 2):
+        k = G.compile_offline(replace(base, hold_first=hold), N=1024, D=64)
+        waits.append(k.asm["ptx"].count("mbarrier.try_wait"))
+        shared.add(k.metadata.shared)
+        assert replace(base, hold_first=hold).label.endswith(f"/h{hold}" if hold else "/et1")
+    assert waits[1] == waits[2] == waits[0] + 1 and len(shared) == 1

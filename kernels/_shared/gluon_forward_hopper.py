@@ -250,6 +250,9 @@ class GluonConfig:
     one_q: bool = False          # persistent: one query-tile buffer, not two, so that three 128-key slots fit at
                                  # D = 128; released after each item's last Q K^T, the next item's first key tiles
                                  # loaded before its queries (_load_item's Q_AFTER)
+    hold_first: int = 0          # warp-specialized: the loader issues a program's key tiles from hold_first on only once
+                                 # its first key tile has arrived, so that on cold inputs the first tile's requests
+                                 # do not share DRAM with the next SLOTS - 1 tiles' (_load_keys; 0: off)
     l2_promotion: int = 128      # host only: the L2 fetch size in bytes of Q's, K's and V's TMA descriptors (Triton
                                  # 3.6's 128, or 256: fa2lab.tma), which sets how many DRAM requests fill a cold tile;
                                  # the kernel is the same
@@ -267,10 +270,11 @@ class GluonConfig:
                 or self.thread_arrive or self.item_overlap or self.tma_prefetch or self.tma_store \
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
                 or self.row_sum or self.stream or self.lookahead or self.exp_turn or self.fold_first \
-                or self.l2_prefetch or self.q_major or self.v_first or self.one_q or self.p_buffers != 2:
+                or self.l2_prefetch or self.q_major or self.v_first or self.one_q or self.hold_first \
+                or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
                              f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum, "
-                             f"stream, lookahead, exp_turn, fold_first, l2_prefetch, q_major, v_first, one_q and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
+                             f"stream, lookahead, exp_turn, fold_first, l2_prefetch, q_major, v_first, one_q, hold_first and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -315,6 +319,9 @@ class GluonConfig:
             raise ValueError(f"exp_turn is 0 (off), 1 (the turn passed after both row sums) or 2 (after one): {self}")
         if self.even_registers and self.consumers != 2:
             raise ValueError(f"even_registers splits two consumers' registers evenly: 2 consumers only: {self}")
+        if self.hold_first not in (0, 1, 2) or self.hold_first >= self.slots:
+            raise ValueError(f"hold_first (0, 1 or 2) waits for the first key tile before issuing tile hold_first, "
+                             f"which must come before that slot's reuse (hold_first < slots): {self}")
         if self.l2_promotion not in PROMOTIONS:
             raise ValueError(f"l2_promotion is one of {sorted(PROMOTIONS)} bytes: {self}")
         if self.poly_exp not in (0, 4, 8):
@@ -337,7 +344,8 @@ class GluonConfig:
                    f"{'/la' if self.lookahead else ''}{('', '/et', '/et1')[self.exp_turn]}" \
                    f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}" \
                    f"{'/qm' if self.q_major else ''}{'/v0' if self.v_first else ''}" \
-                   f"{'/q1' if self.one_q else ''}{self._promotion_label}"
+                   f"{'/q1' if self.one_q else ''}{f'/h{self.hold_first}' if self.hold_first else ''}" \
+                   f"{self._promotion_label}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}{self._promotion_label}"
 
     @property
@@ -741,6 +749,14 @@ EXPERIMENT_CONFIGS = (
                 l2_promotion=256),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, persistent=True, unsynced_arrive=True,
                 direct_store=True, one_q=True, l2_promotion=256),
+    # Session 28 call 1 (6ba7bb7): level. 99.3% of cuDNN at N = 1024 against 99.4% without, the kernel alone after the
+    # flush 24.4 us against 24.2 (cuDNN 24.0), experiment items' flush line at no rounds 73.0 against 73.1 us: the
+    # fetch size is not what the cold start waits for. A negative result (FA2_V7_L2_256=1).
+    # Is it the number of requests in flight when the inputs are cold? The persistent candidate with 2 and 4 slots
+    # beside its 3, and with the loader holding its second (or third) key tile back until the first has arrived:
+    _exp_turn(128, 2, persistent=True, exp_turn=2),
+    _exp_turn(128, 3, persistent=True, exp_turn=2, hold_first=1),
+    _exp_turn(128, 3, persistent=True, exp_turn=2, hold_first=2),
 )
 
 
@@ -1101,6 +1117,7 @@ if HAVE_GLUON:
         QM: gl.constexpr = modes.shape[13] > 1
         # one_q: the next item's first SLOTS - 1 key tiles go before its query tile (_load_item)
         Q_AFTER: gl.constexpr = smem[1].shape[0] - 1 if modes.shape[14] > 1 else 0
+        HOLD: gl.constexpr = modes.shape[15] // 2   # hold_first: 0 (off), 1 or 2
         g = 0
         it = 0
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
@@ -1110,9 +1127,9 @@ if HAVE_GLUON:
                 nq, nh, nn, _, _, nk, _, _ = _work_item(gl.minimum(nxt, work[5] - 1), work, ROWS, BLOCK_N, MIXED,
                                                       QM)
                 ahead = (nh * work[0] + nq, nh * work[1] + nk, nn, (nxt >= work[5]).to(gl.int32))
-                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead, Q_AFTER)
+                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead, Q_AFTER, HOLD)
             else:
-                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, None, Q_AFTER)
+                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, None, Q_AFTER, HOLD)
             g += n_tiles
             it += 1
         if modes.shape[3] > 1:   # item_overlap
@@ -1130,22 +1147,22 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead=None,
-                   Q_AFTER: gl.constexpr = 0):
+                   Q_AFTER: gl.constexpr = 0, HOLD: gl.constexpr = 0):
         """The loader's share of one work item: its query tile into Q buffer it % Q_BUFFERS and n_tiles key
         tiles from k_base on into the slots from g on, each after the consumers released what was there. ahead
         (l2_prefetch: the next item's first query row, first key row, key tiles, and 1 if there is none): with each
         key tile's copy, _l2_ahead. Q_AFTER (one_q): the query tile goes after the item's first Q_AFTER key tiles
         (fewer if it has fewer), so that with one Q buffer the wait for its release does not hold back the key tiles
-        that free slots could take."""
+        that free slots could take. HOLD: hold_first (_load_keys)."""
         k_row0 = head * work[1] + k_base
         if Q_AFTER == 0:
             _load_query(descs, smem, bars, work, q_start, head, it)
-            _load_keys(descs, smem, bars, k_row0, n_tiles, 0, n_tiles, g, ahead)
+            _load_keys(descs, smem, bars, k_row0, n_tiles, 0, n_tiles, g, ahead, HOLD)
         else:
             first = gl.minimum(n_tiles, Q_AFTER)
-            _load_keys(descs, smem, bars, k_row0, n_tiles, 0, first, g, ahead)
+            _load_keys(descs, smem, bars, k_row0, n_tiles, 0, first, g, ahead, HOLD)
             _load_query(descs, smem, bars, work, q_start, head, it)
-            _load_keys(descs, smem, bars, k_row0, n_tiles, first, n_tiles, g, ahead)
+            _load_keys(descs, smem, bars, k_row0, n_tiles, first, n_tiles, g, ahead, HOLD)
 
     @gluon.jit
     def _load_query(descs, smem, bars, work, q_start, head, it):
@@ -1164,9 +1181,11 @@ if HAVE_GLUON:
                                             q_smem.index(b * CONSUMERS + c))
 
     @gluon.jit
-    def _load_keys(descs, smem, bars, k_row0, n_tiles, j0, j1, g, ahead):
+    def _load_keys(descs, smem, bars, k_row0, n_tiles, j0, j1, g, ahead, HOLD: gl.constexpr = 0):
         """Key tiles j0 .. j1 - 1 of a work item whose n_tiles key tiles start at row k_row0, tile j into slot
-        (g + j) % SLOTS once the consumers released it (with v_barrier or v_first, V on a barrier of its own)."""
+        (g + j) % SLOTS once the consumers released it (with v_barrier or v_first, V on a barrier of its own).
+        HOLD > 0 (hold_first): the program's key tile HOLD (g + j, counted over its items) waits until its first one
+        has arrived (slot 0's ready barrier, phase 0; HOLD < SLOTS, so that phase is still the first tile's)."""
         _, k_desc, v_desc = descs
         _, k_smem, v_smem = smem
         ready, empty = bars[2], bars[3]      # with v_barrier, bars[4]: the slots' V barriers
@@ -1176,6 +1195,8 @@ if HAVE_GLUON:
         CONSUMERS: gl.constexpr = smem[0].shape[0] // bars[0].shape[0]
         for j in range(j0, j1):
             slot = (g + j) % SLOTS
+            if HOLD > 0:
+                mbarrier.wait(ready.index(0), 0, pred=g + j == HOLD)
             # use u of this slot waits for the u-th release of its previous contents
             mbarrier.wait(empty.index(slot), (((g + j) // SLOTS) & 1) ^ 1, pred=g + j >= SLOTS)
             if len(bars) > 4:
@@ -1828,6 +1849,7 @@ if HAVE_GLUON:
         UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
         STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr, EXP_TURN: gl.constexpr, FOLD_FIRST: gl.constexpr,
         L2_PREFETCH: gl.constexpr, Q_MAJOR: gl.constexpr, V_FIRST: gl.constexpr, ONE_Q: gl.constexpr,
+        HOLD_FIRST: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1859,8 +1881,8 @@ if HAVE_GLUON:
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
         # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM, LOOKAHEAD,
-        # EXP_TURN (as 1, 2 or 4), FOLD_FIRST, L2_PREFETCH, Q_MAJOR and ONE_Q reach the workers as the shape of a
-        # never-used buffer, modes, since a worker's constexpr arguments arrive as values.
+        # EXP_TURN (as 1, 2 or 4), FOLD_FIRST, L2_PREFETCH, Q_MAJOR, ONE_Q and HOLD_FIRST (as 1, 2 or 4) reach the workers
+        # as the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
         if PINGPONG or EXP_TURN:
@@ -1872,8 +1894,8 @@ if HAVE_GLUON:
                                                     2 if MIXED else 1, 2 if ROW_SUM else 1, 2 if STREAM else 1,
                                                     2 if LOOKAHEAD else 1, 4 if EXP_TURN == 2 else (2 if EXP_TURN else 1),
                                                     2 if FOLD_FIRST else 1, 2 if L2_PREFETCH else 1,
-                                                    2 if Q_MAJOR else 1, 2 if ONE_Q else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=list(range(14, -1, -1))))
+                                                    2 if Q_MAJOR else 1, 2 if ONE_Q else 1, 2 * HOLD_FIRST if HOLD_FIRST else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=list(range(15, -1, -1))))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -2073,7 +2095,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream,
                  LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn, FOLD_FIRST=cfg.fold_first,
                  L2_PREFETCH=cfg.l2_prefetch, Q_MAJOR=cfg.q_major, V_FIRST=cfg.v_first,
-                 ONE_Q=cfg.one_q)
+                 ONE_Q=cfg.one_q, HOLD_FIRST=cfg.hold_first)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
