@@ -757,6 +757,11 @@ EXPERIMENT_CONFIGS = (
     _exp_turn(128, 2, persistent=True, exp_turn=2),
     _exp_turn(128, 3, persistent=True, exp_turn=2, hold_first=1),
     _exp_turn(128, 3, persistent=True, exp_turn=2, hold_first=2),
+    # Call 2 (6c1b28a), experiment items (5 rounds), the flush's cost at no rounds (after the flush less after the
+    # spin): 3 slots 1.6 us (71.5 -> 73.1), 4 slots 0.8 (72.5 -> 73.3), hold_first 1 1.9 and 2 1.6, cuDNN 0.8; 2 slots
+    # runs at 122 us (the loader a tile short of the ring of turns). Fewer requests in flight make the cold start no
+    # shorter; 4 slots pay it back by a warm line 1 us higher. experiment gluon at N = 1024 (two runs): 3 slots
+    # 100.7/99.3% of cuDNN, 4 slots 99.5/99.4, hold_first 1 99.2/97.3, hold_first 2 100.7/97.2. Negative results.
 )
 
 

@@ -23,9 +23,11 @@ softmax, inputs asked into L2 ahead of the slots, work items in query-tile order
 epilogue, the TMA descriptors prefetched, the first V on a barrier of its own; none faster, the Gluon
 log) and re-ran tests-v7 on the H200 at bf0251e: 42/42. Session 27 timed the first V's own barrier in a
 second form, waited for after S_0's issue and outside the key loop: level with the default (101.6% of cuDNN at 1024
-against 101.5% in one experiment gluon, 97.8% against 97.8% in another). The D = 64 kernels' SASS is byte-identical
-to 36f55d8's through session 27 (offline sm_90 compile of every D = 64 candidate, both masks), so the numbers above
-stand. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
+against 101.5% in one experiment gluon, 97.8% against 97.8% in another). Session 28 tried the TMA descriptors with
+256 bytes of L2 promotion (Triton encodes 128; fa2lab.tma), 4 slots, and the loader holding its second or third key
+tile back until the first arrived: none shortened the cold start without lengthening the warm line (the Gluon log).
+The D = 64 kernels' SASS is byte-identical to 36f55d8's through session 28 (offline sm_90 compile of every D = 64
+candidate, both masks), so the numbers above stand. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
 pause before each run; the median of 15 runs, min-max):
   non-causal  N = 512   98.3% (47-106)*, 1024  98.8% (96-103), 2048  99.3% (98-100), 4096 110.2% (109-112)
   causal      N = 512   98.6% (69-103)*, 1024 119.2% (116-125), 2048 113.2% (112-115), 4096 107.1% (103-108)
