@@ -224,6 +224,7 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_ua_v0_1024", persist(unsynced_arrive=True, v_first=True), False),
                            ("ws_persist_ua_h1_1024", persist(unsynced_arrive=True, hold_first=1), False),
                            ("ws_persist_ua_h2_1024", persist(unsynced_arrive=True, hold_first=2), False),
+                           ("ws_persist_ua_n4_1024", persist(unsynced_arrive=True, narrow_from=4), False),
                            ("ws_persist_ua_ds_1024", persist(unsynced_arrive=True, direct_store=True), False),
                            ("ws_persist_ua_ds_q1_1024", persist(unsynced_arrive=True, direct_store=True, one_q=True),
                             False),
@@ -938,3 +939,16 @@ def test_hold_first_is_one_more_loader_wait_before_an_early_key_tile(compiled):
         assert held["bulk_loads"] == base["bulk_loads"] and held["wgmma"] == base["wgmma"]
     cfg = G.configs_named(["ws2x64x128/3s/preg/persist/ua/et1"])[0]
     assert [replace(cfg, hold_first=h).label[-4:] for h in (0, 1, 2)] == ["/et1", "1/h1", "1/h2"]
+
+
+def test_narrow_from_is_one_more_loader_wait_from_a_program_tile_on(compiled):
+    """narrow_from (session 28): from the program's key tile narrow_from on, the loader also waits for the release of
+    the tile SLOTS - 1 back; one mbarrier wait more in the PTX, the same copies and products; 4, 8, 16 or 32, at
+    least SLOTS - 1."""
+    for bad in (dict(narrow_from=3), dict(narrow_from=4, slots=6)):
+        with pytest.raises(ValueError, match="narrow_from"):
+            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2), **bad})
+    base, narrow = compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_n4_1024"]
+    assert narrow["try_waits"] == base["try_waits"] + 1 and narrow["shared"] == base["shared"]
+    assert narrow["bulk_loads"] == base["bulk_loads"] and narrow["wgmma"] == base["wgmma"]
+    assert G.configs_named(["ws2x64x128/4s/preg/persist/ua/et1/n8"])[0].narrow_from == 8

@@ -253,6 +253,9 @@ class GluonConfig:
     hold_first: int = 0          # warp-specialized: the loader issues a program's key tiles from hold_first on only once
                                  # its first key tile has arrived, so that on cold inputs the first tile's requests
                                  # do not share DRAM with the next SLOTS - 1 tiles' (_load_keys; 0: off)
+    narrow_from: int = 0         # warp-specialized: from the program's key tile narrow_from on the loader keeps
+                                 # SLOTS - 1 tiles ahead of the consumers, not SLOTS (_load_keys; 0: off; 4, 8, 16 or
+                                 # 32): the whole ring for a cold start, one slot less in the steady state
     l2_promotion: int = 128      # host only: the L2 fetch size in bytes of Q's, K's and V's TMA descriptors (Triton
                                  # 3.6's 128, or 256: fa2lab.tma), which sets how many DRAM requests fill a cold tile;
                                  # the kernel is the same
@@ -271,10 +274,11 @@ class GluonConfig:
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
                 or self.row_sum or self.stream or self.lookahead or self.exp_turn or self.fold_first \
                 or self.l2_prefetch or self.q_major or self.v_first or self.one_q or self.hold_first \
-                or self.p_buffers != 2:
+                or self.narrow_from or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
                              f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum, "
-                             f"stream, lookahead, exp_turn, fold_first, l2_prefetch, q_major, v_first, one_q, hold_first and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
+                             f"stream, lookahead, exp_turn, fold_first, l2_prefetch, q_major, v_first, one_q, hold_first, "
+                             f"narrow_from and one P buffer need the warp-specialized form (consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -322,6 +326,8 @@ class GluonConfig:
         if self.hold_first not in (0, 1, 2) or self.hold_first >= self.slots:
             raise ValueError(f"hold_first (0, 1 or 2) waits for the first key tile before issuing tile hold_first, "
                              f"which must come before that slot's reuse (hold_first < slots): {self}")
+        if self.narrow_from not in (0, 4, 8, 16, 32) or (self.narrow_from and self.narrow_from < self.slots - 1):
+            raise ValueError(f"narrow_from is 0 (off), 4, 8, 16 or 32, and at least slots - 1: {self}")
         if self.l2_promotion not in PROMOTIONS:
             raise ValueError(f"l2_promotion is one of {sorted(PROMOTIONS)} bytes: {self}")
         if self.poly_exp not in (0, 4, 8):
@@ -345,6 +351,7 @@ class GluonConfig:
                    f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}" \
                    f"{'/qm' if self.q_major else ''}{'/v0' if self.v_first else ''}" \
                    f"{'/q1' if self.one_q else ''}{f'/h{self.hold_first}' if self.hold_first else ''}" \
+                   f"{f'/n{self.narrow_from}' if self.narrow_from else ''}" \
                    f"{self._promotion_label}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}{self._promotion_label}"
 
@@ -762,6 +769,10 @@ EXPERIMENT_CONFIGS = (
     # runs at 122 us (the loader a tile short of the ring of turns). Fewer requests in flight make the cold start no
     # shorter; 4 slots pay it back by a warm line 1 us higher. experiment gluon at N = 1024 (two runs): 3 slots
     # 100.7/99.3% of cuDNN, 4 slots 99.5/99.4, hold_first 1 99.2/97.3, hold_first 2 100.7/97.2. Negative results.
+    # Does the warm line rise with the loader's lead (4 tiles ahead) or with the 4-slot kernel itself? 4 slots whose
+    # loader keeps 3 ahead after the program's first 4 or 8 key tiles:
+    _exp_turn(128, 4, persistent=True, exp_turn=2, narrow_from=4),
+    _exp_turn(128, 4, persistent=True, exp_turn=2, narrow_from=8),
 )
 
 
@@ -1123,6 +1134,7 @@ if HAVE_GLUON:
         # one_q: the next item's first SLOTS - 1 key tiles go before its query tile (_load_item)
         Q_AFTER: gl.constexpr = smem[1].shape[0] - 1 if modes.shape[14] > 1 else 0
         HOLD: gl.constexpr = modes.shape[15] // 2   # hold_first: 0 (off), 1 or 2
+        NARROW: gl.constexpr = modes.shape[16] if modes.shape[16] > 1 else 0   # narrow_from
         g = 0
         it = 0
         for item in range(gl.program_id(0), work[5], gl.num_programs(0)):
@@ -1132,9 +1144,11 @@ if HAVE_GLUON:
                 nq, nh, nn, _, _, nk, _, _ = _work_item(gl.minimum(nxt, work[5] - 1), work, ROWS, BLOCK_N, MIXED,
                                                       QM)
                 ahead = (nh * work[0] + nq, nh * work[1] + nk, nn, (nxt >= work[5]).to(gl.int32))
-                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead, Q_AFTER, HOLD)
+                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead, Q_AFTER, HOLD,
+                           NARROW)
             else:
-                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, None, Q_AFTER, HOLD)
+                _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, None, Q_AFTER, HOLD,
+                           NARROW)
             g += n_tiles
             it += 1
         if modes.shape[3] > 1:   # item_overlap
@@ -1152,22 +1166,22 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _load_item(descs, smem, bars, work, q_start, head, k_base, n_tiles, g, it, ahead=None,
-                   Q_AFTER: gl.constexpr = 0, HOLD: gl.constexpr = 0):
+                   Q_AFTER: gl.constexpr = 0, HOLD: gl.constexpr = 0, NARROW: gl.constexpr = 0):
         """The loader's share of one work item: its query tile into Q buffer it % Q_BUFFERS and n_tiles key
         tiles from k_base on into the slots from g on, each after the consumers released what was there. ahead
         (l2_prefetch: the next item's first query row, first key row, key tiles, and 1 if there is none): with each
         key tile's copy, _l2_ahead. Q_AFTER (one_q): the query tile goes after the item's first Q_AFTER key tiles
         (fewer if it has fewer), so that with one Q buffer the wait for its release does not hold back the key tiles
-        that free slots could take. HOLD: hold_first (_load_keys)."""
+        that free slots could take. HOLD, NARROW: hold_first, narrow_from (_load_keys)."""
         k_row0 = head * work[1] + k_base
         if Q_AFTER == 0:
             _load_query(descs, smem, bars, work, q_start, head, it)
-            _load_keys(descs, smem, bars, k_row0, n_tiles, 0, n_tiles, g, ahead, HOLD)
+            _load_keys(descs, smem, bars, k_row0, n_tiles, 0, n_tiles, g, ahead, HOLD, NARROW)
         else:
             first = gl.minimum(n_tiles, Q_AFTER)
-            _load_keys(descs, smem, bars, k_row0, n_tiles, 0, first, g, ahead, HOLD)
+            _load_keys(descs, smem, bars, k_row0, n_tiles, 0, first, g, ahead, HOLD, NARROW)
             _load_query(descs, smem, bars, work, q_start, head, it)
-            _load_keys(descs, smem, bars, k_row0, n_tiles, first, n_tiles, g, ahead, HOLD)
+            _load_keys(descs, smem, bars, k_row0, n_tiles, first, n_tiles, g, ahead, HOLD, NARROW)
 
     @gluon.jit
     def _load_query(descs, smem, bars, work, q_start, head, it):
@@ -1186,11 +1200,15 @@ if HAVE_GLUON:
                                             q_smem.index(b * CONSUMERS + c))
 
     @gluon.jit
-    def _load_keys(descs, smem, bars, k_row0, n_tiles, j0, j1, g, ahead, HOLD: gl.constexpr = 0):
+    def _load_keys(descs, smem, bars, k_row0, n_tiles, j0, j1, g, ahead, HOLD: gl.constexpr = 0,
+                   NARROW: gl.constexpr = 0):
         """Key tiles j0 .. j1 - 1 of a work item whose n_tiles key tiles start at row k_row0, tile j into slot
         (g + j) % SLOTS once the consumers released it (with v_barrier or v_first, V on a barrier of its own).
         HOLD > 0 (hold_first): the program's key tile HOLD (g + j, counted over its items) waits until its first one
-        has arrived (slot 0's ready barrier, phase 0; HOLD < SLOTS, so that phase is still the first tile's)."""
+        has arrived (slot 0's ready barrier, phase 0; HOLD < SLOTS, so that phase is still the first tile's).
+        NARROW > 0 (narrow_from): from the program's key tile NARROW on, tile t also waits for tile t - (SLOTS - 1)'s
+        release (the empty barrier of its slot completes phase u // SLOTS when tile u is released; tile t + 1 is not
+        issued yet, so that barrier cannot be two phases on)."""
         _, k_desc, v_desc = descs
         _, k_smem, v_smem = smem
         ready, empty = bars[2], bars[3]      # with v_barrier, bars[4]: the slots' V barriers
@@ -1202,6 +1220,9 @@ if HAVE_GLUON:
             slot = (g + j) % SLOTS
             if HOLD > 0:
                 mbarrier.wait(ready.index(0), 0, pred=g + j == HOLD)
+            if NARROW > 0:
+                u = gl.maximum(g + j - (SLOTS - 1), 0)
+                mbarrier.wait(empty.index(u % SLOTS), (u // SLOTS) & 1, pred=g + j >= NARROW)
             # use u of this slot waits for the u-th release of its previous contents
             mbarrier.wait(empty.index(slot), (((g + j) // SLOTS) & 1) ^ 1, pred=g + j >= SLOTS)
             if len(bars) > 4:
@@ -1854,7 +1875,7 @@ if HAVE_GLUON:
         UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
         STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr, EXP_TURN: gl.constexpr, FOLD_FIRST: gl.constexpr,
         L2_PREFETCH: gl.constexpr, Q_MAJOR: gl.constexpr, V_FIRST: gl.constexpr, ONE_Q: gl.constexpr,
-        HOLD_FIRST: gl.constexpr,
+        HOLD_FIRST: gl.constexpr, NARROW_FROM: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1886,8 +1907,9 @@ if HAVE_GLUON:
         # Ping-pong's turns: one mbarrier per consumer, each its own allocation (_take_turn says why), consumer
         # 0's first turn given here. The switches DIRECT_STORE, PINGPONG, THREAD_ARRIVE or UNSYNCED_ARRIVE (the arrive
         # mode, 1, 2 or 4), ITEM_OVERLAP, TREE_MAX, POLY_EXP (as 1, 2 or 4), MIXED, ROW_SUM, STREAM, LOOKAHEAD,
-        # EXP_TURN (as 1, 2 or 4), FOLD_FIRST, L2_PREFETCH, Q_MAJOR, ONE_Q and HOLD_FIRST (as 1, 2 or 4) reach the workers
-        # as the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as values.
+        # EXP_TURN (as 1, 2 or 4), FOLD_FIRST, L2_PREFETCH, Q_MAJOR, ONE_Q, HOLD_FIRST (as 1, 2 or 4) and NARROW_FROM
+        # reach the workers as the shape of a never-used buffer, modes, since a worker's constexpr arguments arrive as
+        # values.
         turn0 = _barrier(ARRIVALS)
         turn1 = _barrier(ARRIVALS)
         if PINGPONG or EXP_TURN:
@@ -1899,8 +1921,10 @@ if HAVE_GLUON:
                                                     2 if MIXED else 1, 2 if ROW_SUM else 1, 2 if STREAM else 1,
                                                     2 if LOOKAHEAD else 1, 4 if EXP_TURN == 2 else (2 if EXP_TURN else 1),
                                                     2 if FOLD_FIRST else 1, 2 if L2_PREFETCH else 1,
-                                                    2 if Q_MAJOR else 1, 2 if ONE_Q else 1, 2 * HOLD_FIRST if HOLD_FIRST else 1],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=list(range(15, -1, -1))))
+                                                    2 if Q_MAJOR else 1, 2 if ONE_Q else 1,
+                                                    2 * HOLD_FIRST if HOLD_FIRST else 1,
+                                                    NARROW_FROM if NARROW_FROM else 1],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=list(range(16, -1, -1))))
 
         # The default partition (this program's 4 warps) is consumer 0; the workers are the other
         # consumers and the loader. Each consumer's arguments: the shared memory and barriers (with its own
@@ -2100,7 +2124,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream,
                  LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn, FOLD_FIRST=cfg.fold_first,
                  L2_PREFETCH=cfg.l2_prefetch, Q_MAJOR=cfg.q_major, V_FIRST=cfg.v_first,
-                 ONE_Q=cfg.one_q, HOLD_FIRST=cfg.hold_first)
+                 ONE_Q=cfg.one_q, HOLD_FIRST=cfg.hold_first, NARROW_FROM=cfg.narrow_from)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
