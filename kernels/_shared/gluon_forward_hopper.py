@@ -774,6 +774,11 @@ EXPERIMENT_CONFIGS = (
     # loader keeps 3 ahead after the program's first 4 or 8 key tiles:
     _exp_turn(128, 4, persistent=True, exp_turn=2, narrow_from=4),
     _exp_turn(128, 4, persistent=True, exp_turn=2, narrow_from=8),
+    # Call 4 (5764ea0), experiment items, warm -> after the flush at no rounds: 3 slots 71.6 -> 73.4 us, 4 slots 72.6 ->
+    # 73.2, /n4 72.2 -> 74.5, /n8 72.3 -> 74.4, cuDNN 73.3 -> 74.0. With the lead narrowed the warm line stays up and
+    # the cold start is longer than with 3 slots: the 4-slot kernel's warm cost is not its lead, and its shorter cold
+    # start comes from the lead all along the item, not from its first tiles. experiment gluon at N = 1024 (three
+    # runs): 3 slots 101.4/96.6/96.4%, 4 slots 99.5/97.4/99.5, /n4 99.7/97.4/95.2, /n8 100.8/96.6/96.3. Negative.
 )
 
 
