@@ -779,6 +779,11 @@ EXPERIMENT_CONFIGS = (
     # the cold start is longer than with 3 slots: the 4-slot kernel's warm cost is not its lead, and its shorter cold
     # start comes from the lead all along the item, not from its first tiles. experiment gluon at N = 1024 (three
     # runs): 3 slots 101.4/96.6/96.4%, 4 slots 99.5/97.4/99.5, /n4 99.7/97.4/95.2, /n8 100.8/96.6/96.3. Negative.
+    # Is it the shared memory the fourth slot takes from L1 (180352 bytes against 147584)? 4 slots in less, one query
+    # buffer (/q1, 163968 bytes) or O stored from the registers (/ds, 164224), beside 3 slots with one query buffer:
+    _exp_turn(128, 4, persistent=True, exp_turn=2, one_q=True),
+    _exp_turn(128, 3, persistent=True, exp_turn=2, one_q=True),
+    _exp_turn(128, 4, persistent=True, exp_turn=2, direct_store=True),
 )
 
 
