@@ -784,6 +784,11 @@ EXPERIMENT_CONFIGS = (
     _exp_turn(128, 4, persistent=True, exp_turn=2, one_q=True),
     _exp_turn(128, 3, persistent=True, exp_turn=2, one_q=True),
     _exp_turn(128, 4, persistent=True, exp_turn=2, direct_store=True),
+    # Call 5 (a1f597d), experiment items, warm -> after the flush at no rounds: 3 slots 71.5 -> 73.0 us, 4 slots 72.2 ->
+    # 72.8, 4 slots /q1 72.5 -> 72.7, 3 slots /q1 71.6 -> 72.3, 4 slots /ds 74.9 -> 75.2 (cuDNN 73.4 -> 73.8); one query
+    # buffer costs 1.4-1.5 us per round of items. In less shared memory 4 slots keep their warm line: it is the fourth
+    # slot, not what it takes from L1. experiment gluon at N = 1024 (three runs): 3 slots 99.6/98.7/98.9%, 4 slots
+    # 99.9/99.5/99.5, 4/q1 95.8/99.1/94.8, 3/q1 98.7/100.2/97.9, 4/ds 93.6/95.4/93.2. Nothing changed in V7_BASE.
 )
 
 
