@@ -225,6 +225,7 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_ua_h1_1024", persist(unsynced_arrive=True, hold_first=1), False),
                            ("ws_persist_ua_h2_1024", persist(unsynced_arrive=True, hold_first=2), False),
                            ("ws_persist_ua_n4_1024", persist(unsynced_arrive=True, narrow_from=4), False),
+                           ("ws_persist_ua_sc_1024", persist(unsynced_arrive=True, shared_code=True), False),
                            ("ws_persist_ua_ds_1024", persist(unsynced_arrive=True, direct_store=True), False),
                            ("ws_persist_ua_ds_q1_1024", persist(unsynced_arrive=True, direct_store=True, one_q=True),
                             False),
@@ -952,3 +953,18 @@ def test_narrow_from_is_one_more_loader_wait_from_a_program_tile_on(compiled):
     assert narrow["try_waits"] == base["try_waits"] + 1 and narrow["shared"] == base["shared"]
     assert narrow["bulk_loads"] == base["bulk_loads"] and narrow["wgmma"] == base["wgmma"]
     assert G.configs_named(["ws2x64x128/4s/preg/persist/ua/et1/n8"])[0].narrow_from == 8
+
+
+def test_shared_code_keeps_one_copy_of_the_consumers_code(compiled):
+    """shared_code (session 28): both consumers call one non-inlined function, so the offline PTX holds each
+    consumer product and exponential once where the inlined form holds them twice; the loader is the 4-warp default
+    partition and the consumers get 240 registers each. Two consumers only."""
+    with pytest.raises(ValueError, match="shared_code"):
+        G.GluonConfig(192, 128, 4, 3, consumers=3, shared_code=True)
+    with pytest.raises(ValueError, match="shared_code"):
+        G.GluonConfig(128, 128, 4, 3, consumers=2, shared_code=True, even_registers=True)
+    base, shared = compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_sc_1024"]
+    assert 2 * shared["ex2"] == base["ex2"] and all(2 * shared["wgmma"][n] == base["wgmma"][n] for n in base["wgmma"])
+    assert shared["bulk_loads"] == base["bulk_loads"]
+    cfg = G.configs_named(["ws2x64x128/3s/preg/persist/ua/et1/sc"])[0]
+    assert cfg.consumer_registers == 240 and cfg.smem_bytes(64) > replace(cfg, shared_code=False).smem_bytes(64)

@@ -256,6 +256,9 @@ class GluonConfig:
     narrow_from: int = 0         # warp-specialized: from the program's key tile narrow_from on the loader keeps
                                  # SLOTS - 1 tiles ahead of the consumers, not SLOTS (_load_keys; 0: off; 4, 8, 16 or
                                  # 32): the whole ring for a cold start, one slot less in the steady state
+    shared_code: bool = False    # 2 consumers: both run one copy of the consumer's code, a function not inlined
+                                 # (_ws_consumer_call), as worker partitions beside a 4-warp loader partition, so that
+                                 # an SM's instruction caches hold one copy, not two (Nsight Compute: no_instruction)
     l2_promotion: int = 128      # host only: the L2 fetch size in bytes of Q's, K's and V's TMA descriptors (Triton
                                  # 3.6's 128, or 256: fa2lab.tma), which sets how many DRAM requests fill a cold tile;
                                  # the kernel is the same
@@ -274,12 +277,12 @@ class GluonConfig:
                 or self.v_barrier or self.tree_max or self.unsynced_arrive or self.poly_exp or self.mixed \
                 or self.row_sum or self.stream or self.lookahead or self.exp_turn or self.fold_first \
                 or self.l2_prefetch or self.q_major or self.v_first or self.one_q or self.hold_first \
-                or self.narrow_from or self.p_buffers != 2:
+                or self.narrow_from or self.shared_code or self.p_buffers != 2:
             raise ValueError(f"ping-pong, pin_ex2, split_tail, persistent, direct_store, thread_arrive, item_overlap, "
                              f"tma_prefetch, tma_store, v_barrier, tree_max, unsynced_arrive, poly_exp, mixed, row_sum, "
                              f"stream, lookahead, exp_turn, fold_first, l2_prefetch, q_major, v_first, one_q, "
-                             f"hold_first, narrow_from and one P buffer need the warp-specialized form (consumers = 2 "
-                             f"or 3): {self}")
+                             f"hold_first, narrow_from, shared_code and one P buffer need the warp-specialized form "
+                             f"(consumers = 2 or 3): {self}")
         if self.tma_store and self.direct_store:
             raise ValueError(f"tma_store and direct_store are two ways out for O: one at most: {self}")
         if self.unsynced_arrive and (self.thread_arrive or self.p_smem or self.pin_ex2):
@@ -327,6 +330,9 @@ class GluonConfig:
         if self.hold_first not in (0, 1, 2) or self.hold_first >= self.slots:
             raise ValueError(f"hold_first (0, 1 or 2) waits for the first key tile before issuing tile hold_first, "
                              f"which must come before that slot's reuse (hold_first < slots): {self}")
+        if self.shared_code and (self.consumers != 2 or self.even_registers):
+            raise ValueError(f"shared_code runs two consumers at 240 registers each: 2 consumers, not even_registers "
+                             f"(which it implies): {self}")
         if self.narrow_from not in (0, 4, 8, 16, 32) or (self.narrow_from and self.narrow_from < self.slots - 1):
             raise ValueError(f"narrow_from is 0 (off), 4, 8, 16 or 32, and at least slots - 1: {self}")
         if self.l2_promotion not in PROMOTIONS:
@@ -352,7 +358,7 @@ class GluonConfig:
                    f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}" \
                    f"{'/qm' if self.q_major else ''}{'/v0' if self.v_first else ''}" \
                    f"{'/q1' if self.one_q else ''}{f'/h{self.hold_first}' if self.hold_first else ''}" \
-                   f"{f'/n{self.narrow_from}' if self.narrow_from else ''}" \
+                   f"{f'/n{self.narrow_from}' if self.narrow_from else ''}{'/sc' if self.shared_code else ''}" \
                    f"{self._promotion_label}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}{self._promotion_label}"
 
@@ -371,7 +377,7 @@ class GluonConfig:
         """setmaxnreg for the worker consumers: what 2 or 3 consumers and a 24-register loader leave
         of 64 K registers (2: 232, 3: 160). With 2, Triton 3.6 gives the default partition (consumer 0) what the
         worker's count leaves of 480 (the PTX's setmaxnreg: 248 beside 232); even_registers asks 240 for both."""
-        return {2: 240 if self.even_registers else 232, 3: 160}.get(self.consumers, 0)
+        return {2: 240 if self.even_registers or self.shared_code else 232, 3: 160}.get(self.consumers, 0)
 
     def smem_bytes(self, D: int, elem: int = 2) -> int:
         """Shared memory the kernel allocates: Q, the K/V slots, P's buffers, the mbarriers, and in the
@@ -386,6 +392,9 @@ class GluonConfig:
             b += 64 * 4 if self.tma_store or self.direct_store else 0
             b += 64   # the modes buffer and alignment (offline sm_90: 32-48 bytes beyond the rest; session 27)
             b += self.block_m * 4 if self.pin_ex2 else 0   # _pin's row sums
+            # shared_code: the consumer function's epilogue scratch again, not overlapped with the kernel's (offline
+            # sm_90: 16608-16640 bytes more than the inlined form)
+            b += self.block_m * D * elem + 256 if self.shared_code else 0
             b += ROW_SUM_COLS * self.block_n * elem if self.row_sum else 0   # row_sum's ones tile
         turns = self.consumers   # ping-pong's mbarriers: one per consumer, allocated with or without it
         q_bars = 2 * self.q_buffers if self.consumers else 1                         # Q ready (and empty)
@@ -789,6 +798,13 @@ EXPERIMENT_CONFIGS = (
     # buffer costs 1.4-1.5 us per round of items. In less shared memory 4 slots keep their warm line: it is the fourth
     # slot, not what it takes from L1. experiment gluon at N = 1024 (three runs): 3 slots 99.6/98.7/98.9%, 4 slots
     # 99.9/99.5/99.5, 4/q1 95.8/99.1/94.8, 3/q1 98.7/100.2/97.9, 4/ds 93.6/95.4/93.2. Nothing changed in V7_BASE.
+    # Call 6 (624048c), Nsight Compute at N = 1024 (its cache flush): warps stalled for an instruction 0.42-0.48 cycles
+    # per issued instruction against cuDNN's 0.13-0.19 (at 2048 0.21 against 0.08), and on constant-cache misses 0.15
+    # against 0.02. Each consumer partition inlines its own copy of the consumer's code (4136 instructions in all);
+    # CUTLASS's consumers share one. shared_code: one copy, called by both (offline sm_90: 2240 instructions, no spill):
+    _exp_turn(128, 3, persistent=True, exp_turn=2, shared_code=True),
+    _exp_turn(128, 4, persistent=True, exp_turn=2, shared_code=True),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=True),
 )
 
 
@@ -1699,6 +1715,12 @@ if HAVE_GLUON:
         _take_turn(turn, t + n_tiles, PINGPONG)
         _pass_turn(turn, PINGPONG, ARRIVE)
 
+    @gluon.jit(noinline=True)
+    def _ws_consumer_call(mem, out, wg, work, sizes):
+        """shared_code: _ws_consumer as a function of its own, which both consumer partitions call with wg a runtime
+        value (a constexpr wg would specialise it twice), so that the kernel holds one copy of the consumer's code."""
+        _ws_consumer(mem, out, wg, work, sizes)
+
     @gluon.jit
     def _ws_consumer(mem, out, wg, work, sizes):
         """Consumer wg's partition: its program's work items one after another (_item_loop) or, with stream, each next
@@ -1891,7 +1913,7 @@ if HAVE_GLUON:
         UNSYNCED_ARRIVE: gl.constexpr, POLY_EXP: gl.constexpr, MIXED: gl.constexpr, ROW_SUM: gl.constexpr,
         STREAM: gl.constexpr, LOOKAHEAD: gl.constexpr, EXP_TURN: gl.constexpr, FOLD_FIRST: gl.constexpr,
         L2_PREFETCH: gl.constexpr, Q_MAJOR: gl.constexpr, V_FIRST: gl.constexpr, ONE_Q: gl.constexpr,
-        HOLD_FIRST: gl.constexpr, NARROW_FROM: gl.constexpr,
+        HOLD_FIRST: gl.constexpr, NARROW_FROM: gl.constexpr, SHARED_CODE: gl.constexpr,
     ):
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -1976,7 +1998,13 @@ if HAVE_GLUON:
             tools = (modes, ones)
         else:
             tools = (modes,)
-        if CONSUMERS == 2:
+        if SHARED_CODE:   # the loader is the default partition (4 warps, one issuing), the consumers two workers
+            wg0 = gl.program_id(0) * 0   # consumer 0's index, a runtime value like consumer 1's
+            gl.warp_specialize([(_ws_loader, loader_args),
+                                (_ws_consumer_call, ((shared, (turn0, turn1)) + tools, out, wg0, work, sizes)),
+                                (_ws_consumer_call, ((shared, (turn1, turn0)) + tools, out, wg0 + 1, work, sizes))],
+                               [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+        elif CONSUMERS == 2:
             gl.warp_specialize([(_ws_consumer, ((shared, (turn0, turn1)) + tools, out, 0, work, sizes)),
                                 (_ws_consumer, ((shared, (turn1, turn0)) + tools, out, 1, work, sizes)),
                                 (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, LOADER_REGS])
@@ -2140,7 +2168,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
                  POLY_EXP=cfg.poly_exp, MIXED=cfg.mixed, ROW_SUM=cfg.row_sum, STREAM=cfg.stream,
                  LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn, FOLD_FIRST=cfg.fold_first,
                  L2_PREFETCH=cfg.l2_prefetch, Q_MAJOR=cfg.q_major, V_FIRST=cfg.v_first,
-                 ONE_Q=cfg.one_q, HOLD_FIRST=cfg.hold_first, NARROW_FROM=cfg.narrow_from)
+                 ONE_Q=cfg.one_q, HOLD_FIRST=cfg.hold_first, NARROW_FROM=cfg.narrow_from,
+                 SHARED_CODE=cfg.shared_code)
     full, splits, big = tiles * BH, 1, 0
     if cfg.mixed and not is_causal:
         big = mix_plan(N_q, BH, sms, cfg.block_m)
