@@ -259,6 +259,8 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                        r"mbarrier\\.", head)][-3]):].count("bar.sync"))(
                        ptx.split(f"wgmma.wait_group.sync.aligned {{2 if cfg.row_sum else 1}};")[0]),
                    "expects": ptx.count("expect_tx"), "try_waits": ptx.count("mbarrier.try_wait"),
+                   "partition_bars": ptx.count("bar.sync %fa2bar, 128"),
+                   "func_whole_cta_syncs": G.partition_syncs(ptx, placeholder=True)[1],
                    # the product issued last before a whole tile's O leaves (m64n128: a Q K^T; m64n64: a P V)
                    "before_store": (re.findall(r"wgmma[._a-z]*\\.(m64n\\d+k16)", ptx.split("st.global.v4")[0])
                                     or [None])[-1],
@@ -966,5 +968,25 @@ def test_shared_code_keeps_one_copy_of_the_consumers_code(compiled):
     base, shared = compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_sc_1024"]
     assert 2 * shared["ex2"] == base["ex2"] and all(2 * shared["wgmma"][n] == base["wgmma"][n] for n in base["wgmma"])
     assert shared["bulk_loads"] == base["bulk_loads"]
+    # the function's barriers are its partition's (partition_syncs), none of them the whole CTA's
+    assert shared["partition_bars"] > 0 and shared["func_whole_cta_syncs"] == 0 and base["partition_bars"] == 0
     cfg = G.configs_named(["ws2x64x128/3s/preg/persist/ua/et1/sc"])[0]
     assert cfg.consumer_registers == 240 and cfg.smem_bytes(64) > replace(cfg, shared_code=False).smem_bytes(64)
+
+
+def test_partition_syncs_rewrites_only_the_consumer_functions_whole_cta_barriers():
+    """partition_syncs (shared_code): inside the body of the non-inlined consumer function each whole-CTA bar.sync
+    becomes first a placeholder partition barrier (which drop_marked_syncs can drop before a marked mbarrier
+    operation) and then a barrier of the calling partition's 128 threads; the kernel entry's are left alone."""
+    ptx = "\n".join([
+        ".func fa2_x_$__ws_consumer_call__A(", "\t.param .b32 p0", ");",
+        ".visible .entry k(", ")", "{", "\tbar.sync \t0;", "\tbar.sync \t0, 128;", "}",
+        ".func fa2_x_$__ws_consumer_call__A(", "\t.param .b32 p0", ")", "{",
+        "\tbar.sync \t0;", "\tmbarrier.arrive.shared::cta.b64 _, [%r1];", "\tbarrier.sync 0;", "\tret;", "}",
+        ".func other(", ")", "{", "\tbar.sync \t0;", "}"])
+    placed, n = G.partition_syncs(ptx, placeholder=True)
+    assert n == 2 and placed.count("bar.sync 15, 128;") == 2
+    assert placed.count("\tbar.sync \t0;") == 2          # the entry's and the other function's stay
+    final, m = G.partition_syncs(placed)
+    assert m == 2 and final.count("bar.sync %fa2bar, 128;") == 2 and "bar.sync 15" not in final
+    assert "add.u32 %fa2bar, %fa2bar, 8;" in final and final.count("\tbar.sync \t0;") == 2

@@ -166,9 +166,46 @@ def tie_marked_arrives(ptx: str) -> tuple[str, int]:
     return "\n".join(lines), tied
 
 
+# shared_code's consumer function (_ws_consumer_call): Triton 3.6 compiles a non-inlined function outside any partition,
+# so the consumer's own barriers (in an inlined partition `bar.sync <its id>, 128`) come out as whole-CTA `bar.sync 0`,
+# which wait for every warp of the kernel: on the H200 the first form hung (session 28, call 7). partition_syncs turns
+# each, within that function's body, into a barrier of the calling partition's 128 threads, id
+# PARTITION_BARRIER_BASE + tid.x / 128 (the consumers are threads 128-255 and 256-383: ids 9 and 10; Triton's own
+# are 0-2). The function reads tid.x & 127 as its thread index, which holds for partitions starting at a multiple of
+# 128, and Triton passes each call site a scratch base of its own (offline PTX: 8 KB apart).
+CONSUMER_CALL = "_ws_consumer_call"
+PARTITION_BARRIER_BASE = 8
+_WHOLE_CTA_SYNC = re.compile(r"^(\s*)(?:bar|barrier)\.sync\s+0;\s*$")
+_PLACEHOLDER_ID = 15   # what partition_syncs writes first, so that drop_marked_syncs sees a partition's barrier
+
+
+def partition_syncs(ptx: str, placeholder: bool = False) -> tuple[str, int]:
+    """The PTX with every whole-CTA bar.sync in the body of the CONSUMER_CALL function made a barrier of the calling
+    partition's 128 threads, and how many; placeholder: as `bar.sync 15, 128` (for drop_marked_syncs), which a second
+    call without it then resolves to the calling partition's id."""
+    lines, in_func, n = ptx.split("\n"), False, 0
+    for i, line in enumerate(lines):
+        if line.startswith(".visible .entry") or line.startswith(".entry"):
+            in_func = False
+        elif line.startswith(".func"):
+            in_func = CONSUMER_CALL in line
+        if not in_func:
+            continue
+        m = _WHOLE_CTA_SYNC.match(line) if placeholder else None
+        if m:
+            lines[i], n = f"{m.group(1)}bar.sync {_PLACEHOLDER_ID}, 128;", n + 1
+        elif not placeholder and line.strip() == f"bar.sync {_PLACEHOLDER_ID}, 128;":
+            indent = line[:len(line) - len(line.lstrip())]
+            lines[i] = (f"{indent}{{ .reg .b32 %fa2bar; mov.u32 %fa2bar, %tid.x; shr.u32 %fa2bar, %fa2bar, 7; "
+                        f"add.u32 %fa2bar, %fa2bar, {PARTITION_BARRIER_BASE}; bar.sync %fa2bar, 128; }}")
+            n += 1
+    return "\n".join(lines), n
+
+
 def _with_unsynced_stage(previous):
     """A stages hook that runs `previous` (any hook already installed) and wraps the PTX stage in drop_marked_syncs
-    and tie_marked_arrives for kernels that carry their marks (every other kernel's PTX is left as it is)."""
+    and tie_marked_arrives for kernels that carry their marks, and partition_syncs for shared_code's consumer function
+    (every other kernel's PTX is left as it is)."""
     def hook(backend, stages, options, language, capability):
         if previous is not None:
             previous(backend, stages, options, language, capability)
@@ -178,7 +215,10 @@ def _with_unsynced_stage(previous):
 
         def ptx(src, metadata):
             text = make_ptx(src, metadata)
+            shared = CONSUMER_CALL in text
+            text = partition_syncs(text, placeholder=True)[0] if shared else text
             text = drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
+            text = partition_syncs(text)[0] if shared else text
             return tie_marked_arrives(text)[0] if TIE_MARK in text else text
         stages["ptx"] = ptx
     hook.fa2_unsynced = True
@@ -805,6 +845,10 @@ EXPERIMENT_CONFIGS = (
     _exp_turn(128, 3, persistent=True, exp_turn=2, shared_code=True),
     _exp_turn(128, 4, persistent=True, exp_turn=2, shared_code=True),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=True),
+    # Call 7 (58d0bff): that first form hung on the H200 at experiment gluon's check (every step cut at its deadline,
+    # the run's device time spent). Offline, the function's barriers were whole-CTA bar.syncs (Triton compiles it
+    # outside any partition), which wait for all 12 warps; partition_syncs makes them its partition's (since 58d0bff).
+    # Not yet run on a GPU in that form.
 )
 
 
@@ -1718,7 +1762,8 @@ if HAVE_GLUON:
     @gluon.jit(noinline=True)
     def _ws_consumer_call(mem, out, wg, work, sizes):
         """shared_code: _ws_consumer as a function of its own, which both consumer partitions call with wg a runtime
-        value (a constexpr wg would specialise it twice), so that the kernel holds one copy of the consumer's code."""
+        value (a constexpr wg would specialise it twice), so that the kernel holds one copy of the consumer's code. Its
+        barriers become its partition's in the PTX (partition_syncs; the PTX stage the module installs)."""
         _ws_consumer(mem, out, wg, work, sizes)
 
     @gluon.jit
