@@ -847,7 +847,7 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=True),
     # Call 7 (58d0bff): that first form hung on the H200 at experiment gluon's check (every step cut at its deadline,
     # the run's device time spent). Offline, the function's barriers were whole-CTA bar.syncs (Triton compiles it
-    # outside any partition), which wait for all 12 warps; partition_syncs makes them its partition's (since 58d0bff).
+    # outside any partition), which wait for all 12 warps; partition_syncs makes them its partition's (after call 7).
     # Not yet run on a GPU in that form.
 )
 
