@@ -26,6 +26,10 @@ second form, waited for after S_0's issue and outside the key loop: level with t
 against 101.5% in one experiment gluon, 97.8% against 97.8% in another). Session 28 tried the TMA descriptors with
 256 bytes of L2 promotion (Triton encodes 128; fa2lab.tma), 4 slots, and the loader holding its second or third key
 tile back until the first arrived: none shortened the cold start without lengthening the warm line (the Gluon log).
+Nsight Compute at N = 1024 points elsewhere: v7's warps stall for instructions 0.42 cycles per issued instruction
+against cuDNN's 0.13, each of its two consumer partitions running its own inlined copy of the consumer's code. One
+shared copy (shared_code, a non-inlined function) hung on the H200 in its first form; the cause is fixed offline,
+and the form is not yet timed.
 The D = 64 kernels' SASS is byte-identical to 36f55d8's through session 28 (offline sm_90 compile of every D = 64
 candidate, both masks), so the numbers above stand. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
 pause before each run; the median of 15 runs, min-max):
