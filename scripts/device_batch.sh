@@ -43,9 +43,10 @@
 #   compile-cost | autotune-bias the Round 3 experiments
 #   pcast | launch-order | timing | other-shapes | exp2-poly | grid | bwd-modes | coldstart | dobench   experiments/run.py
 #   items             experiment items (ITEMS_ONLY: configuration labels, default the persistent 128-row candidate;
-#                     ITEMS_ROUNDS, default 3)
+#                     ITEMS_ROUNDS, default 3; SMOKE=1: each label through scripts/smoke_labels.sh first)
 #   gluon-v7          experiment gluon over v7's Gluon candidates (GLUON_ONLY: other labels; GLUON_NS; GLUON_CAUSAL 0/1/2;
-#                     GLUON_D: head dimension, 64 or 128)
+#                     GLUON_D: head dimension, 64 or 128; SMOKE=1: the labels that fail or hang scripts/gluon_smoke.py
+#                     within SMOKE_S seconds are left out, scripts/smoke_labels.sh)
 #   ceilings          the matmul peak table and the copy bandwidth
 #   nonsquare         the full non-square causal check (${NONSQUARE_KERNELS:-all}, NONSQUARE_JOBS versions at once)
 #
@@ -106,8 +107,14 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     compile-cost) echo "python3 sweeps/compile_cost.py" ;;
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
     pcast|launch-order|timing|other-shapes|exp2-poly|grid|bwd-modes|coldstart|dobench) echo "python3 experiments/run.py $s" ;;
-    items) echo "python3 experiments/run.py items --rounds ${ITEMS_ROUNDS:-3} --reps 30${ITEMS_ONLY:+ --only $ITEMS_ONLY}" ;;
-    gluon-v7) echo "python3 experiments/run.py gluon --N ${GLUON_NS:-512 1024 2048 4096} --causal ${GLUON_CAUSAL:-0} --D ${GLUON_D:-64} --only ${GLUON_ONLY:-ws2x64x128/3s/preg/persist/ua/et1 ws2x64x128/3s/preg/pp/ua ws3x64x128/4s/preg/pp/split/persist/ua}" ;;
+    items) if [ "${SMOKE:-0}" = 1 ] && [ -n "${ITEMS_ONLY:-}" ]; then
+             echo "L=\$(bash scripts/smoke_labels.sh $ITEMS_ONLY); [ -n \"\$L\" ] && python3 experiments/run.py items --rounds ${ITEMS_ROUNDS:-3} --reps 30 --only \$L"
+           else echo "python3 experiments/run.py items --rounds ${ITEMS_ROUNDS:-3} --reps 30${ITEMS_ONLY:+ --only $ITEMS_ONLY}"; fi ;;
+    gluon-v7) local only=${GLUON_ONLY:-ws2x64x128/3s/preg/persist/ua/et1 ws2x64x128/3s/preg/pp/ua ws3x64x128/4s/preg/pp/split/persist/ua}
+              local run="python3 experiments/run.py gluon --N ${GLUON_NS:-512 1024 2048 4096} --causal ${GLUON_CAUSAL:-0} --D ${GLUON_D:-64} --only"
+              if [ "${SMOKE:-0}" = 1 ]; then
+                echo "L=\$(SMOKE_D=${GLUON_D:-64} bash scripts/smoke_labels.sh $only); [ -n \"\$L\" ] && $run \$L"
+              else echo "$run $only"; fi ;;
     ceilings) echo "python3 profiling/matmul_peak.py" ;;
     nonsquare) echo "python3 harness/check_nonsquare.py --kernel ${NONSQUARE_KERNELS:-all} --save --jobs ${NONSQUARE_JOBS:-6}" ;;
     *) return 1 ;;

@@ -990,3 +990,16 @@ def test_partition_syncs_rewrites_only_the_consumer_functions_whole_cta_barriers
     final, m = G.partition_syncs(placed)
     assert m == 2 and final.count("bar.sync %fa2bar, 128;") == 2 and "bar.sync 15" not in final
     assert "add.u32 %fa2bar, %fa2bar, 8;" in final and final.count("\tbar.sync \t0;") == 2
+
+
+def test_smoke_labels_keeps_the_labels_that_pass_and_drops_failures_and_hangs(tmp_path):
+    """scripts/smoke_labels.sh (device_batch's SMOKE=1): a label whose smoke run fails or outlives SMOKE_S is left
+    out and named on stderr; the others are printed in order. A stand-in python3 plays gluon_smoke.py."""
+    fake = tmp_path / "python3"
+    fake.write_text('#!/bin/sh\ncase "$2" in good*) exit 0 ;; hang) sleep 30 ;; *) exit 1 ;; esac\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "SMOKE_S": "1"}
+    p = subprocess.run(["bash", "scripts/smoke_labels.sh", "good1", "hang", "bad", "good2"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.split() == ["good1", "good2"]
+    assert "hang failed or hung" in p.stderr and "bad failed or hung" in p.stderr and "good" not in p.stderr
