@@ -1003,3 +1003,9 @@ def test_smoke_labels_keeps_the_labels_that_pass_and_drops_failures_and_hangs(tm
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.split() == ["good1", "good2"]
     assert "hang failed or hung" in p.stderr and "bad failed or hung" in p.stderr and "good" not in p.stderr
+
+
+def test_shared_code_is_off_unless_switched_on_and_only_for_two_consumers():
+    printed = "[c.shared_code for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE]"
+    assert _candidates(printed) == str([False] * 6)
+    assert _candidates(printed, FA2_V7_SHARED_CODE="1") == str([True, True, False, True, False, True])

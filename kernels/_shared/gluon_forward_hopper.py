@@ -2323,7 +2323,8 @@ class GluonLaunch(KeptL):
 # lookahead and FA2_V7_EXP_TURN=0 the persistent D = 64 candidate's exp_turn; FA2_V7_FOLD_FIRST=1 runs each work item's
 # first key tile in the key loop, FA2_V7_L2_PREFETCH=1 asks L2 for the inputs ahead of the slots, FA2_V7_Q_MAJOR=1
 # orders the non-causal work items query tile first, FA2_V7_V_FIRST=1 gives the first key tile's V a barrier of its own
-# and FA2_V7_L2_256=1 encodes the descriptors with 256 bytes of L2 promotion (rows record any of them: switches).
+# and FA2_V7_L2_256=1 encodes the descriptors with 256 bytes of L2 promotion; FA2_V7_SHARED_CODE=1 gives the 2-consumer
+# candidates one shared copy of the consumer's code (not yet timed; rows record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
@@ -2340,6 +2341,7 @@ L2_PREFETCH = switch_on("L2_PREFETCH")
 Q_MAJOR = switch_on("Q_MAJOR")
 V_FIRST = switch_on("V_FIRST")
 L2_256 = switch_on("L2_256")
+SHARED_CODE = switch_on("SHARED_CODE")
 
 
 def _switched(base) -> tuple:
@@ -2358,7 +2360,8 @@ def _switched(base) -> tuple:
                          tma_store=TMA_STORE and not c.direct_store, v_barrier=V_BARRIER, tree_max=TREE_MAX,
                          row_sum=ROW_SUM, l2_prefetch=L2_PREFETCH,
                          unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE,
-                         l2_promotion=256 if L2_256 else c.l2_promotion)
+                         l2_promotion=256 if L2_256 else c.l2_promotion,
+                         shared_code=SHARED_CODE and c.consumers == 2 and not c.even_registers)
             for c in base)
 
 
