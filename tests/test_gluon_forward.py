@@ -226,6 +226,9 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws_persist_ua_h2_1024", persist(unsynced_arrive=True, hold_first=2), False),
                            ("ws_persist_ua_n4_1024", persist(unsynced_arrive=True, narrow_from=4), False),
                            ("ws_persist_ua_sc_1024", persist(unsynced_arrive=True, shared_code=True), False),
+                           ("ws3_split_ua_sc", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True, split_tail=True,
+                                                             persistent=True, unsynced_arrive=True, shared_code=True),
+                            False),
                            ("ws_persist_ua_ds_1024", persist(unsynced_arrive=True, direct_store=True), False),
                            ("ws_persist_ua_ds_q1_1024", persist(unsynced_arrive=True, direct_store=True, one_q=True),
                             False),
@@ -958,11 +961,9 @@ def test_narrow_from_is_one_more_loader_wait_from_a_program_tile_on(compiled):
 
 
 def test_shared_code_keeps_one_copy_of_the_consumers_code(compiled):
-    """shared_code (session 28): both consumers call one non-inlined function, so the offline PTX holds each
+    """shared_code (session 28): the consumers call one non-inlined function, so the offline PTX holds each
     consumer product and exponential once where the inlined form holds them twice; the loader is the 4-warp default
-    partition and the consumers get 240 registers each. Two consumers only."""
-    with pytest.raises(ValueError, match="shared_code"):
-        G.GluonConfig(192, 128, 4, 3, consumers=3, shared_code=True)
+    partition and two consumers get 240 registers each; with three, each call site's barriers are its own too."""
     with pytest.raises(ValueError, match="shared_code"):
         G.GluonConfig(128, 128, 4, 3, consumers=2, shared_code=True, even_registers=True)
     base, shared = compiled["ws_persist_ua_1024"], compiled["ws_persist_ua_sc_1024"]
@@ -970,6 +971,8 @@ def test_shared_code_keeps_one_copy_of_the_consumers_code(compiled):
     assert shared["bulk_loads"] == base["bulk_loads"]
     # the function's barriers are its partition's (partition_syncs), none of them the whole CTA's
     assert shared["partition_bars"] > 0 and shared["func_whole_cta_syncs"] == 0 and base["partition_bars"] == 0
+    three = compiled["ws3_split_ua_sc"]
+    assert three["partition_bars"] == shared["partition_bars"] and three["func_whole_cta_syncs"] == 0
     cfg = G.configs_named(["ws2x64x128/3s/preg/persist/ua/et1/sc"])[0]
     assert cfg.consumer_registers == 240 and cfg.smem_bytes(64) > replace(cfg, shared_code=False).smem_bytes(64)
 
@@ -1005,7 +1008,7 @@ def test_smoke_labels_keeps_the_labels_that_pass_and_drops_failures_and_hangs(tm
     assert "hang failed or hung" in p.stderr and "bad failed or hung" in p.stderr and "good" not in p.stderr
 
 
-def test_shared_code_is_off_unless_switched_on_and_only_for_two_consumers():
+def test_shared_code_is_off_unless_switched_on():
     printed = "[c.shared_code for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE]"
     assert _candidates(printed) == str([False] * 6)
-    assert _candidates(printed, FA2_V7_SHARED_CODE="1") == str([True, True, False, True, False, True])
+    assert _candidates(printed, FA2_V7_SHARED_CODE="1") == str([True] * 6)

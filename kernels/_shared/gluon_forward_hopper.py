@@ -82,6 +82,9 @@ DTYPES = (torch.bfloat16, torch.float16)
 # no pin_ex2) are its epilogue's, each still separated from the next item's by the unmarked bar.sync before the Q
 # buffer's release (mbarrier.arrive on q_empty), which the kernel keeps.
 UNSYNCED_MARK = "fa2-unsynced-v1"
+# shared_code's shared memory beyond the inlined form's, by head dimension: offline sm_90 compiles (session 28) of 2 and 3
+# consumers, 16624-16656 bytes more at D = 64 and 8464 at D = 128
+SHARED_CODE_SCRATCH = {64: 16656, 128: 8480}
 # row_sum's ones tile: the narrowest wgmma (n = 8); every one of its columns of P (ones) is the row sum
 ROW_SUM_COLS = 8
 _ONES_ROWS = gl.constexpr(ROW_SUM_COLS) if HAVE_GLUON else None   # the kernel's copy (the ones tile is K-major)
@@ -170,9 +173,9 @@ def tie_marked_arrives(ptx: str) -> tuple[str, int]:
 # so the consumer's own barriers (in an inlined partition `bar.sync <its id>, 128`) come out as whole-CTA `bar.sync 0`,
 # which wait for every warp of the kernel: on the H200 the first form hung (session 28, call 7). partition_syncs turns
 # each, within that function's body, into a barrier of the calling partition's 128 threads, id
-# PARTITION_BARRIER_BASE + tid.x / 128 (the consumers are threads 128-255 and 256-383: ids 9 and 10; Triton's own
-# are 0-2). The function reads tid.x & 127 as its thread index, which holds for partitions starting at a multiple of
-# 128, and Triton passes each call site a scratch base of its own (offline PTX: 8 KB apart).
+# PARTITION_BARRIER_BASE + tid.x / 128 (the consumers are threads 128-255, 256-383 and with three 384-511: ids 9, 10
+# and 11; Triton's own are 0-3). The function reads tid.x & 127 as its thread index, which holds for partitions starting at a multiple of
+# 128, and Triton passes each call site a scratch base of its own (offline PTX, D = 64: 8 KB apart).
 CONSUMER_CALL = "_ws_consumer_call"
 PARTITION_BARRIER_BASE = 8
 _WHOLE_CTA_SYNC = re.compile(r"^(\s*)(?:bar|barrier)\.sync\s+0;\s*$")
@@ -296,7 +299,7 @@ class GluonConfig:
     narrow_from: int = 0         # warp-specialized: from the program's key tile narrow_from on the loader keeps
                                  # SLOTS - 1 tiles ahead of the consumers, not SLOTS (_load_keys; 0: off; 4, 8, 16 or
                                  # 32): the whole ring for a cold start, one slot less in the steady state
-    shared_code: bool = False    # 2 consumers: both run one copy of the consumer's code, a function not inlined
+    shared_code: bool = False    # warp-specialized: the consumers run one copy of their code, a function not inlined
                                  # (_ws_consumer_call), as worker partitions beside a 4-warp loader partition, so that
                                  # an SM's instruction caches hold one copy, not two (Nsight Compute: no_instruction)
     l2_promotion: int = 128      # host only: the L2 fetch size in bytes of Q's, K's and V's TMA descriptors (Triton
@@ -370,9 +373,9 @@ class GluonConfig:
         if self.hold_first not in (0, 1, 2) or self.hold_first >= self.slots:
             raise ValueError(f"hold_first (0, 1 or 2) waits for the first key tile before issuing tile hold_first, "
                              f"which must come before that slot's reuse (hold_first < slots): {self}")
-        if self.shared_code and (self.consumers != 2 or self.even_registers):
-            raise ValueError(f"shared_code runs two consumers at 240 registers each: 2 consumers, not even_registers "
-                             f"(which it implies): {self}")
+        if self.shared_code and self.even_registers:
+            raise ValueError(f"shared_code gives two consumers 240 registers each already: not with even_registers: "
+                             f"{self}")
         if self.narrow_from not in (0, 4, 8, 16, 32) or (self.narrow_from and self.narrow_from < self.slots - 1):
             raise ValueError(f"narrow_from is 0 (off), 4, 8, 16 or 32, and at least slots - 1: {self}")
         if self.l2_promotion not in PROMOTIONS:
@@ -432,9 +435,8 @@ class GluonConfig:
             b += 64 * 4 if self.tma_store or self.direct_store else 0
             b += 64   # the modes buffer and alignment (offline sm_90: 32-48 bytes beyond the rest; session 27)
             b += self.block_m * 4 if self.pin_ex2 else 0   # _pin's row sums
-            # shared_code: the consumer function's epilogue scratch again, not overlapped with the kernel's (offline
-            # sm_90: 16608-16640 bytes more than the inlined form)
-            b += self.block_m * D * elem + 256 if self.shared_code else 0
+            # shared_code: the call sites' scratch (8 KB each at D = 64, offline sm_90), not overlapped with the rest
+            b += SHARED_CODE_SCRATCH[D] if self.shared_code else 0
             b += ROW_SUM_COLS * self.block_n * elem if self.row_sum else 0   # row_sum's ones tile
         turns = self.consumers   # ping-pong's mbarriers: one per consumer, allocated with or without it
         q_bars = 2 * self.q_buffers if self.consumers else 1                         # Q ready (and empty)
@@ -848,7 +850,10 @@ EXPERIMENT_CONFIGS = (
     # Call 7 (58d0bff): that first form hung on the H200 at experiment gluon's check (every step cut at its deadline,
     # the run's device time spent). Offline, the function's barriers were whole-CTA bar.syncs (Triton compiles it
     # outside any partition), which wait for all 12 warps; partition_syncs makes them its partition's (after call 7).
-    # Not yet run on a GPU in that form.
+    # Not yet run on a GPU in that form. With three consumers (v7's 192-row candidate, N = 4096), offline: 2304
+    # instructions against 6520, 3 spill stores against 12, 221608 bytes of shared memory:
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
+                unsynced_arrive=True, shared_code=True),
 )
 
 
@@ -2043,12 +2048,20 @@ if HAVE_GLUON:
             tools = (modes, ones)
         else:
             tools = (modes,)
-        if SHARED_CODE:   # the loader is the default partition (4 warps, one issuing), the consumers two workers
-            wg0 = gl.program_id(0) * 0   # consumer 0's index, a runtime value like consumer 1's
-            gl.warp_specialize([(_ws_loader, loader_args),
-                                (_ws_consumer_call, ((shared, (turn0, turn1)) + tools, out, wg0, work, sizes)),
-                                (_ws_consumer_call, ((shared, (turn1, turn0)) + tools, out, wg0 + 1, work, sizes))],
-                               [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+        if SHARED_CODE:   # the loader is the default partition (4 warps, one issuing), the consumers workers
+            wg0 = gl.program_id(0) * 0   # consumer 0's index, a runtime value like the others'
+            if CONSUMERS == 2:
+                gl.warp_specialize([(_ws_loader, loader_args),
+                                    (_ws_consumer_call, ((shared, (turn0, turn1)) + tools, out, wg0, work, sizes)),
+                                    (_ws_consumer_call, ((shared, (turn1, turn0)) + tools, out, wg0 + 1, work, sizes))],
+                                   [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+            else:
+                turn2 = _barrier(ARRIVALS)
+                gl.warp_specialize([(_ws_loader, loader_args),
+                                    (_ws_consumer_call, ((shared, (turn0, turn1)) + tools, out, wg0, work, sizes)),
+                                    (_ws_consumer_call, ((shared, (turn1, turn2)) + tools, out, wg0 + 1, work, sizes)),
+                                    (_ws_consumer_call, ((shared, (turn2, turn0)) + tools, out, wg0 + 2, work, sizes))],
+                                   [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         elif CONSUMERS == 2:
             gl.warp_specialize([(_ws_consumer, ((shared, (turn0, turn1)) + tools, out, 0, work, sizes)),
                                 (_ws_consumer, ((shared, (turn1, turn0)) + tools, out, 1, work, sizes)),
@@ -2323,8 +2336,8 @@ class GluonLaunch(KeptL):
 # lookahead and FA2_V7_EXP_TURN=0 the persistent D = 64 candidate's exp_turn; FA2_V7_FOLD_FIRST=1 runs each work item's
 # first key tile in the key loop, FA2_V7_L2_PREFETCH=1 asks L2 for the inputs ahead of the slots, FA2_V7_Q_MAJOR=1
 # orders the non-causal work items query tile first, FA2_V7_V_FIRST=1 gives the first key tile's V a barrier of its own
-# and FA2_V7_L2_256=1 encodes the descriptors with 256 bytes of L2 promotion; FA2_V7_SHARED_CODE=1 gives the 2-consumer
-# candidates one shared copy of the consumer's code (not yet timed; rows record any of them: switches).
+# and FA2_V7_L2_256=1 encodes the descriptors with 256 bytes of L2 promotion; FA2_V7_SHARED_CODE=1 gives the candidates
+# one shared copy of the consumers' code (not yet timed; rows record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
@@ -2361,7 +2374,7 @@ def _switched(base) -> tuple:
                          row_sum=ROW_SUM, l2_prefetch=L2_PREFETCH,
                          unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE,
                          l2_promotion=256 if L2_256 else c.l2_promotion,
-                         shared_code=SHARED_CODE and c.consumers == 2 and not c.even_registers)
+                         shared_code=SHARED_CODE and not c.even_registers)
             for c in base)
 
 
