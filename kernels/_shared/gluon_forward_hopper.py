@@ -82,8 +82,8 @@ DTYPES = (torch.bfloat16, torch.float16)
 # no pin_ex2) are its epilogue's, each still separated from the next item's by the unmarked bar.sync before the Q
 # buffer's release (mbarrier.arrive on q_empty), which the kernel keeps.
 UNSYNCED_MARK = "fa2-unsynced-v1"
-# shared_code's shared memory beyond the inlined form's, by head dimension: offline sm_90 compiles (session 28) of 2 and 3
-# consumers, 16624-16656 bytes more at D = 64 and 8464 at D = 128
+# shared_code's shared memory beyond the inlined form's, by head dimension: offline sm_90 compiles (session 28) of 2
+# and 3 consumers, 16624-16656 bytes more at D = 64 and 8464 at D = 128
 SHARED_CODE_SCRATCH = {64: 16656, 128: 8480}
 # row_sum's ones tile: the narrowest wgmma (n = 8); every one of its columns of P (ones) is the row sum
 ROW_SUM_COLS = 8
@@ -174,8 +174,9 @@ def tie_marked_arrives(ptx: str) -> tuple[str, int]:
 # which wait for every warp of the kernel: on the H200 the first form hung (session 28, call 7). partition_syncs turns
 # each, within that function's body, into a barrier of the calling partition's 128 threads, id
 # PARTITION_BARRIER_BASE + tid.x / 128 (the consumers are threads 128-255, 256-383 and with three 384-511: ids 9, 10
-# and 11; Triton's own are 0-3). The function reads tid.x & 127 as its thread index, which holds for partitions starting at a multiple of
-# 128, and Triton passes each call site a scratch base of its own (offline PTX, D = 64: 8 KB apart).
+# and 11; Triton's own are 0-3). The function reads tid.x & 127 as its thread index, which holds for partitions
+# starting at a multiple of 128, and Triton passes each call site a scratch base of its own (offline PTX, D = 64: 8 KB
+# apart).
 CONSUMER_CALL = "_ws_consumer_call"
 PARTITION_BARRIER_BASE = 8
 _WHOLE_CTA_SYNC = re.compile(r"^(\s*)(?:bar|barrier)\.sync\s+0;\s*$")
