@@ -263,7 +263,7 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                        ptx.split(f"wgmma.wait_group.sync.aligned {{2 if cfg.row_sum else 1}};")[0]),
                    "expects": ptx.count("expect_tx"), "try_waits": ptx.count("mbarrier.try_wait"),
                    "partition_bars": ptx.count("bar.sync %fa2bar, 128"),
-                   "func_whole_cta_syncs": G.partition_syncs(ptx, placeholder=True)[1],
+                   "func_whole_cta_syncs": G.partition_syncs(ptx)[1],
                    # the product issued last before a whole tile's O leaves (m64n128: a Q K^T; m64n64: a P V)
                    "before_store": (re.findall(r"wgmma[._a-z]*\\.(m64n\\d+k16)", ptx.split("st.global.v4")[0])
                                     or [None])[-1],
@@ -979,20 +979,22 @@ def test_shared_code_keeps_one_copy_of_the_consumers_code(compiled):
 
 def test_partition_syncs_rewrites_only_the_consumer_functions_whole_cta_barriers():
     """partition_syncs (shared_code): inside the body of the non-inlined consumer function each whole-CTA bar.sync
-    becomes first a placeholder partition barrier (which drop_marked_syncs can drop before a marked mbarrier
-    operation) and then a barrier of the calling partition's 128 threads; the kernel entry's are left alone."""
+    becomes a barrier of the calling partition's 128 threads; the kernel entry's and other functions' are left alone.
+    Before it, drop_marked_syncs takes such a whole-CTA bar.sync for the function's partition sync, as it takes
+    `bar.sync <id>, 128` in an inlined partition, and drops the one before a marked mbarrier operation."""
     ptx = "\n".join([
         ".func fa2_x_$__ws_consumer_call__A(", "\t.param .b32 p0", ");",
         ".visible .entry k(", ")", "{", "\tbar.sync \t0;", "\tbar.sync \t0, 128;", "}",
         ".func fa2_x_$__ws_consumer_call__A(", "\t.param .b32 p0", ")", "{",
-        "\tbar.sync \t0;", "\tmbarrier.arrive.shared::cta.b64 _, [%r1];", "\tbarrier.sync 0;", "\tret;", "}",
+        "\tbar.sync \t0;", "\tmbarrier.arrive.shared::cta.b64 _, [%r1];", "\tbarrier.sync 0;", "\tbar.sync \t0;",
+        "\tmbarrier.arrive.shared::cta.b64 _, [%r2];", f"\tmov.b32 %r3, %r4; // {G.UNSYNCED_MARK}", "\tret;", "}",
         ".func other(", ")", "{", "\tbar.sync \t0;", "}"])
-    placed, n = G.partition_syncs(ptx, placeholder=True)
-    assert n == 2 and placed.count("bar.sync 15, 128;") == 2
-    assert placed.count("\tbar.sync \t0;") == 2          # the entry's and the other function's stay
-    final, m = G.partition_syncs(placed)
-    assert m == 2 and final.count("bar.sync %fa2bar, 128;") == 2 and "bar.sync 15" not in final
-    assert "add.u32 %fa2bar, %fa2bar, 8;" in final and final.count("\tbar.sync \t0;") == 2
+    dropped, d = G.drop_marked_syncs(ptx)
+    assert d == 1 and dropped.count("\tbar.sync \t0;") == 3        # of 4: the one before the marked arrive is gone
+    final, n = G.partition_syncs(dropped)
+    assert n == 2 and final.count("bar.sync %fa2bar, 128;") == 2
+    assert final.count("\tbar.sync \t0;") == 2                     # the entry's and the other function's stay
+    assert "add.u32 %fa2bar, %fa2bar, 8;" in final and "barrier.sync 0;" not in final
 
 
 def test_smoke_labels_keeps_the_labels_that_pass_and_drops_failures_and_hangs(tmp_path):

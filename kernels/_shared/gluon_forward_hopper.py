@@ -95,7 +95,9 @@ POLY_EXP_COEFFS = (0.05522262, 0.24261527, 0.6932516, 0.9999276)
 _MARK_ASM = gl.constexpr(f"mov.b32 $0, $1; // {UNSYNCED_MARK}") if HAVE_GLUON else None
 _SKIPPABLE = re.compile(r"\s*(//.*|\{|\.reg .*|\.loc .*|waitLoop:|\$L__\w+:"
                         r"|(add|sub|mul|mad|shl|shr|and|or|xor|mov|selp)(\.\w+)+\s+%\w+,[^;]*;)?\s*$")   # no memory
-_PARTITION_SYNC = re.compile(r"\s*bar\.sync\s+\d+,\s*128;\s*$")
+# a partition's bar.sync: `bar.sync <id>, 128` in an inlined partition, whole-CTA `bar.sync 0` in shared_code's
+# non-inlined consumer function (which Triton compiles as a 4-warp kernel of its own; partition_syncs, below)
+_PARTITION_SYNC = re.compile(r"\s*(?:bar\.sync\s+\d+,\s*128|(?:bar|barrier)\.sync\s+0);\s*$")
 # exp_turn's pass of the turn: ptxas moves register-only work across an mbarrier arrive, and in the offline sm_90 SASS
 # the arrive after a tile's row sums went up among its first dozen exp2s, so the next consumer's exponentials started
 # beside most of this one's. _pass_exp_turn marks the row sums (TIE_MARK, in two register moves ptxas drops) and
@@ -180,27 +182,20 @@ def tie_marked_arrives(ptx: str) -> tuple[str, int]:
 CONSUMER_CALL = "_ws_consumer_call"
 PARTITION_BARRIER_BASE = 8
 _WHOLE_CTA_SYNC = re.compile(r"^(\s*)(?:bar|barrier)\.sync\s+0;\s*$")
-_PLACEHOLDER_ID = 15   # what partition_syncs writes first, so that drop_marked_syncs sees a partition's barrier
 
 
-def partition_syncs(ptx: str, placeholder: bool = False) -> tuple[str, int]:
+def partition_syncs(ptx: str) -> tuple[str, int]:
     """The PTX with every whole-CTA bar.sync in the body of the CONSUMER_CALL function made a barrier of the calling
-    partition's 128 threads, and how many; placeholder: as `bar.sync 15, 128` (for drop_marked_syncs), which a second
-    call without it then resolves to the calling partition's id."""
+    partition's 128 threads, and how many (run after drop_marked_syncs, which drops those a mark makes needless)."""
     lines, in_func, n = ptx.split("\n"), False, 0
     for i, line in enumerate(lines):
         if line.startswith(".visible .entry") or line.startswith(".entry"):
             in_func = False
         elif line.startswith(".func"):
             in_func = CONSUMER_CALL in line
-        if not in_func:
-            continue
-        m = _WHOLE_CTA_SYNC.match(line) if placeholder else None
+        m = _WHOLE_CTA_SYNC.match(line) if in_func else None
         if m:
-            lines[i], n = f"{m.group(1)}bar.sync {_PLACEHOLDER_ID}, 128;", n + 1
-        elif not placeholder and line.strip() == f"bar.sync {_PLACEHOLDER_ID}, 128;":
-            indent = line[:len(line) - len(line.lstrip())]
-            lines[i] = (f"{indent}{{ .reg .b32 %fa2bar; mov.u32 %fa2bar, %tid.x; shr.u32 %fa2bar, %fa2bar, 7; "
+            lines[i] = (f"{m.group(1)}{{ .reg .b32 %fa2bar; mov.u32 %fa2bar, %tid.x; shr.u32 %fa2bar, %fa2bar, 7; "
                         f"add.u32 %fa2bar, %fa2bar, {PARTITION_BARRIER_BASE}; bar.sync %fa2bar, 128; }}")
             n += 1
     return "\n".join(lines), n
@@ -219,10 +214,8 @@ def _with_unsynced_stage(previous):
 
         def ptx(src, metadata):
             text = make_ptx(src, metadata)
-            shared = CONSUMER_CALL in text
-            text = partition_syncs(text, placeholder=True)[0] if shared else text
             text = drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
-            text = partition_syncs(text)[0] if shared else text
+            text = partition_syncs(text)[0] if CONSUMER_CALL in text else text
             return tie_marked_arrives(text)[0] if TIE_MARK in text else text
         stages["ptx"] = ptx
     hook.fa2_unsynced = True
