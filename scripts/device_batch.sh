@@ -74,6 +74,15 @@ left() { echo $((DEADLINE - $(date +%s) - 15)); }
 
 body() { case "$1" in *v0*) echo v0_baseline ;; *v4*) echo v4_exp2 ;; *v7*) echo v7_hopper ;; esac; }   # sweep steps' body
 
+on_labels() {   # command $1 on the configuration labels $2 (none: $1 as it is); with SMOKE=1 on those of them that pass
+  # scripts/smoke_labels.sh (at head dimension $3 if given), and nothing run if none does
+  local run=$1 labels=$2
+  if [ -z "$labels" ]; then echo "$run"
+  elif [ "${SMOKE:-0}" = 1 ]; then
+    echo "L=\$(${3:+SMOKE_D=$3 }bash scripts/smoke_labels.sh $labels); [ -n \"\$L\" ] && $run --only \$L"
+  else echo "$run --only $labels"; fi
+}
+
 cmd_of() {   # the command line of one step, given the seconds it may use
   local s=$1 secs=$2 mins
   mins=$(python3 -c "print(round(max(0.5, ($secs - 40) / 60), 2))")
@@ -107,14 +116,10 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     compile-cost) echo "python3 sweeps/compile_cost.py" ;;
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
     pcast|launch-order|timing|other-shapes|exp2-poly|grid|bwd-modes|coldstart|dobench) echo "python3 experiments/run.py $s" ;;
-    items) if [ "${SMOKE:-0}" = 1 ] && [ -n "${ITEMS_ONLY:-}" ]; then
-             echo "L=\$(bash scripts/smoke_labels.sh $ITEMS_ONLY); [ -n \"\$L\" ] && python3 experiments/run.py items --rounds ${ITEMS_ROUNDS:-3} --reps 30 --only \$L"
-           else echo "python3 experiments/run.py items --rounds ${ITEMS_ROUNDS:-3} --reps 30${ITEMS_ONLY:+ --only $ITEMS_ONLY}"; fi ;;
-    gluon-v7) local only=${GLUON_ONLY:-ws2x64x128/3s/preg/persist/ua/et1 ws2x64x128/3s/preg/pp/ua ws3x64x128/4s/preg/pp/split/persist/ua}
-              local run="python3 experiments/run.py gluon --N ${GLUON_NS:-512 1024 2048 4096} --causal ${GLUON_CAUSAL:-0} --D ${GLUON_D:-64} --only"
-              if [ "${SMOKE:-0}" = 1 ]; then
-                echo "L=\$(SMOKE_D=${GLUON_D:-64} bash scripts/smoke_labels.sh $only); [ -n \"\$L\" ] && $run \$L"
-              else echo "$run $only"; fi ;;
+    items) on_labels "python3 experiments/run.py items --rounds ${ITEMS_ROUNDS:-3} --reps 30" "${ITEMS_ONLY:-}" ;;
+    gluon-v7) on_labels "python3 experiments/run.py gluon --N ${GLUON_NS:-512 1024 2048 4096} --causal ${GLUON_CAUSAL:-0} --D ${GLUON_D:-64}" \
+                        "${GLUON_ONLY:-ws2x64x128/3s/preg/persist/ua/et1 ws2x64x128/3s/preg/pp/ua ws3x64x128/4s/preg/pp/split/persist/ua}" \
+                        "${GLUON_D:-64}" ;;
     ceilings) echo "python3 profiling/matmul_peak.py" ;;
     nonsquare) echo "python3 harness/check_nonsquare.py --kernel ${NONSQUARE_KERNELS:-all} --save --jobs ${NONSQUARE_JOBS:-6}" ;;
     *) return 1 ;;
