@@ -73,6 +73,13 @@ def switch_on(name: str) -> bool:
     return name in SWITCHES_ON_BY_DEFAULT if value is None else value != "0"
 
 
+def switch_level(name: str) -> int:
+    """A switch with levels (FA2_V7_SHARED_CODE=1 or 2): its value when that is a whole number, 1 for any other value
+    that switch_on takes as on, 0 when off."""
+    value = os.environ.get(SWITCH_PREFIX + name, "")
+    return int(value) if value.isdigit() else int(switch_on(name))
+
+
 def default_kernels(switches) -> bool:
     """Whether a row's `switches` (kernel_switches' "NAME=value ..."; empty or missing: none set) leave every kernel
     switch as it is when unset: rows of the default kernels, which the report's profile tables show."""

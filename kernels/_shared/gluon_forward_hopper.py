@@ -48,7 +48,7 @@ import torch
 
 from fa2lab.gpu import facts
 from fa2lab.hostpath import KeptL, run_compiled
-from fa2lab.provenance import switch_on
+from fa2lab.provenance import switch_level, switch_on
 from fa2lab.shapes import GLUON_HEAD_DIMS as HEAD_DIMS
 from fa2lab.tma import PROMOTIONS, TRITON_DEFAULT
 from fa2lab.tma import mark as mark_promotion
@@ -201,6 +201,88 @@ def partition_syncs(ptx: str) -> tuple[str, int]:
     return "\n".join(lines), n
 
 
+# shared_code 2: the same function inlined once by the PTX stage (inline_consumer_call), because ptxas 12.8 (Triton
+# 3.6's) serialises every wgmma of a called function (warning C7510, "wgmma pipeline crossing function boundary"):
+# offline sm_90 SASS of shared_code 1 waits for each HGMMA (24 WARPGROUP.DEPBAR for 24 HGMMA, against 8 for 48
+# inlined), and on the H200 it ran at 80-89% of the inlined form's speed (session 29, call 1). Each call sequence
+# becomes moves of its arguments into registers, its return index and a branch into the one copy, whose `ret` branches
+# back by that index: one function, so ptxas pipelines its wgmma as in the inlined form. The kernel marks the PTX
+# (INLINE_MARK) when it asks for it.
+INLINE_MARK = "fa2-inline-once"
+_INLINE_ASM = gl.constexpr(f"mov.b32 $0, $1; // {INLINE_MARK}") if HAVE_GLUON else None
+_REG_DECL = re.compile(r"^\s*\.reg\s+(\.\w+)\s+%(\w+)<(\d+)>;\s*$")
+_PARAM_MOVE = re.compile(r"^(\s*)(ld|st)\.param\.(?:v\d\.)?(b\d+)\s+(.*);\s*$")
+_PARAM_AT = re.compile(r"\[[^\]]*?param_?(\d+)(?:\+(\d+))?\]")
+
+
+def _param_moves(line: str, args: dict) -> list[str]:
+    """An ld.param (in the function) or st.param (at a call) as register moves, one per element, from or into the
+    register args holds for that parameter and byte offset (added on first sight)."""
+    indent, op, typ, operands = _PARAM_MOVE.match(line).groups()
+    at = _PARAM_AT.search(operands)
+    values = _PARAM_AT.sub("", operands).strip().strip(",").strip()
+    values = [v.strip() for v in values.strip("{}").split(",")]
+    width = int(typ[1:]) // 8
+    moves = []
+    for e, v in enumerate(values):
+        key = (int(at.group(1)), int(at.group(2) or 0) + e * width)
+        reg, t = args.setdefault(key, (f"%fa2a{key[0]}_{key[1]}", typ))
+        if t != typ:
+            raise ValueError(f"parameter {key} moved as {t} and as {typ}")
+        moves.append(f"{indent}mov.{typ} \t{v}, {reg};" if op == "ld" else f"{indent}mov.{typ} \t{reg}, {v};")
+    return moves
+
+
+def inline_consumer_call(ptx: str) -> tuple[str, int]:
+    """The PTX with the CONSUMER_CALL function inlined once into the kernel (shared_code 2, above), and how many call
+    sites now branch into it. Its registers are renamed (%fa2i...) and declared in the kernel, its parameters become
+    registers (%fa2a<index>_<byte>), its prototype and definition are removed."""
+    lines = ptx.split("\n")
+    head = next(i for i, line in enumerate(lines) if line.startswith(".func") and CONSUMER_CALL in line
+                and line.rstrip().endswith("("))
+    open_ = lines.index("{", head)
+    close = lines.index("}", next(i for i in range(open_, len(lines)) if lines[i].startswith("$L__func_end")))
+    body = lines[open_ + 1:close]
+    decls = [m.groups() for m in map(_REG_DECL.match, body) if m]
+    renamed = re.compile(r"%(" + "|".join(sorted({d[1] for d in decls}, key=len, reverse=True)) + r")(\d+)\b")
+    args, inlined = {}, ["$fa2_consumer:"]
+    for line in body:
+        if _REG_DECL.match(line):
+            continue
+        line = renamed.sub(r"%fa2i\1\2", line)
+        if _PARAM_MOVE.match(line):
+            inlined += _param_moves(line, args)
+        else:
+            inlined.append("\tbra.uni \t$fa2_return;" if line.strip() == "ret;" else line)
+    out, sites, i = [], 0, 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith(".func") and CONSUMER_CALL in line:   # the prototype (up to its ';') or the definition
+            i = close + 1 if i == head else next(k for k in range(i, len(lines)) if lines[k].strip() == ";") + 1
+            continue
+        end = next(k for k in range(i, len(lines)) if lines[k].lstrip().startswith("} // callseq")) \
+            if line.lstrip().startswith("{ // callseq") else i
+        if end > i and any(CONSUMER_CALL in s for s in lines[i:end]):
+            for s in lines[i + 1:end]:
+                if _PARAM_MOVE.match(s):
+                    out += _param_moves(s, args)
+                elif not re.match(r"\s*(\.param|call)", s):
+                    out.append(s)   # the arguments' arithmetic
+            out += [f"\tmov.u32 \t%fa2ret, {sites};", "\tbra.uni \t$fa2_consumer;", f"$fa2_ret{sites}:"]
+            sites, i = sites + 1, end + 1
+            continue
+        out.append(line)
+        i += 1
+    back = [f"\tsetp.eq.u32 \t%fa2r, %fa2ret, {s};\n\t@%fa2r bra.uni \t$fa2_ret{s};" for s in range(sites - 1)]
+    ret = ["$fa2_return:", "\t{ .reg .pred %fa2r;", *back, f"\tbra.uni \t$fa2_ret{sites - 1};", "\t}"]
+    end = next(i for i, line in enumerate(out) if line.startswith("$L__func_end"))
+    out[end:end] = inlined + ret
+    first = next(i for i, line in enumerate(out) if _REG_DECL.match(line))
+    out[first:first] = ([f"\t.reg {t} \t%fa2i{name}<{n}>;" for t, name, n in decls] + ["\t.reg .b32 \t%fa2ret;"]
+                        + [f"\t.reg .{t} \t{reg};" for reg, t in args.values()])
+    return "\n".join(out), sites
+
+
 def _with_unsynced_stage(previous):
     """A stages hook that runs `previous` (any hook already installed) and wraps the PTX stage in drop_marked_syncs
     and tie_marked_arrives for kernels that carry their marks, and partition_syncs for shared_code's consumer function
@@ -216,6 +298,7 @@ def _with_unsynced_stage(previous):
             text = make_ptx(src, metadata)
             text = drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
             text = partition_syncs(text)[0] if CONSUMER_CALL in text else text
+            text = inline_consumer_call(text)[0] if INLINE_MARK in text else text
             return tie_marked_arrives(text)[0] if TIE_MARK in text else text
         stages["ptx"] = ptx
     hook.fa2_unsynced = True
@@ -293,9 +376,10 @@ class GluonConfig:
     narrow_from: int = 0         # warp-specialized: from the program's key tile narrow_from on the loader keeps
                                  # SLOTS - 1 tiles ahead of the consumers, not SLOTS (_load_keys; 0: off; 4, 8, 16 or
                                  # 32): the whole ring for a cold start, one slot less in the steady state
-    shared_code: bool = False    # warp-specialized: the consumers run one copy of their code, a function not inlined
+    shared_code: int = 0         # warp-specialized: the consumers run one copy of their code, a function not inlined
                                  # (_ws_consumer_call), as worker partitions beside a 4-warp loader partition, so that
-                                 # an SM's instruction caches hold one copy, not two (Nsight Compute: no_instruction)
+                                 # an SM's instruction caches hold one copy, not two (Nsight Compute: no_instruction);
+                                 # 1: called (ptxas serialises its wgmma), 2: inlined once (inline_consumer_call)
     l2_promotion: int = 128      # host only: the L2 fetch size in bytes of Q's, K's and V's TMA descriptors (Triton
                                  # 3.6's 128, or 256: fa2lab.tma), which sets how many DRAM requests fill a cold tile;
                                  # the kernel is the same
@@ -367,6 +451,8 @@ class GluonConfig:
         if self.hold_first not in (0, 1, 2) or self.hold_first >= self.slots:
             raise ValueError(f"hold_first (0, 1 or 2) waits for the first key tile before issuing tile hold_first, "
                              f"which must come before that slot's reuse (hold_first < slots): {self}")
+        if self.shared_code not in (0, 1, 2):
+            raise ValueError(f"shared_code is 0 (off), 1 (a called function) or 2 (inlined once): {self}")
         if self.shared_code and self.even_registers:
             raise ValueError(f"shared_code gives two consumers 240 registers each already: not with even_registers: "
                              f"{self}")
@@ -395,7 +481,7 @@ class GluonConfig:
                    f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}" \
                    f"{'/qm' if self.q_major else ''}{'/v0' if self.v_first else ''}" \
                    f"{'/q1' if self.one_q else ''}{f'/h{self.hold_first}' if self.hold_first else ''}" \
-                   f"{f'/n{self.narrow_from}' if self.narrow_from else ''}{'/sc' if self.shared_code else ''}" \
+                   f"{f'/n{self.narrow_from}' if self.narrow_from else ''}{('', '/sc', '/sc2')[self.shared_code]}" \
                    f"{self._promotion_label}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}{self._promotion_label}"
 
@@ -848,6 +934,18 @@ EXPERIMENT_CONFIGS = (
     # instructions against 6520, 3 spill stores against 12, 221608 bytes of shared memory:
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
                 unsynced_arrive=True, shared_code=True),
+    # Session 29, call 1 (5bb6cd4): it runs (smoke and check pass) but is slower everywhere, % of cuDNN at N = 512 /
+    # 1024 / 2048 / 4096 in the same rounds: /et1 93.8/101.5/99.9/103.3 against /et1/sc 94.9/88.2/82.5/83.0 (4 slots
+    # the same), /pp/ua 98.8/90.4/90.6/97.2 against /pp/ua/sc 93.2/80.1/76.6/80.2, the 192-row one 84.5/81.0/92.9/108.6
+    # against /sc 75.1/71.6/76.2/81.9. Its per-round cost of work items fell (experiment items, do_bench: 0.70 us
+    # against 1.13), its time with none rose (92.1 us against 73.7). The cause, offline: ptxas serialises the wgmma of a
+    # called function (C7510; 24 WARPGROUP.DEPBAR for its 24 HGMMA). shared_code 2 inlines the function once in the
+    # PTX (inline_consumer_call): offline sm_90, 2200 instructions, 4 DEPBAR for 24 HGMMA as inlined, no spill:
+    _exp_turn(128, 3, persistent=True, exp_turn=2, shared_code=2),
+    _exp_turn(128, 4, persistent=True, exp_turn=2, shared_code=2),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=2),
+    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
+                unsynced_arrive=True, shared_code=2),
 )
 
 
@@ -1339,11 +1437,16 @@ if HAVE_GLUON:
         gl.inline_asm_elementwise(ASM, "=r,r,r", [lane + skip, lane * 0 + row], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _mark_unsynced():
-        """A PTX comment (UNSYNCED_MARK, in a mov ptxas drops) right after an mbarrier operation, for drop_marked_syncs
-        to remove the bar.sync Triton put before that operation. The consumer's 4 warps, one per thread."""
+    def _mark(ASM: gl.constexpr):
+        """A PTX comment for a stage of the PTX hook, in a register move ptxas drops (ASM): 4 warps, one per thread."""
         lane = gl.arange(0, 128, layout=gl.BlockedLayout([1], [32], [4], [0]))
-        gl.inline_asm_elementwise(_MARK_ASM, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
+        gl.inline_asm_elementwise(ASM, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _mark_unsynced():
+        """UNSYNCED_MARK right after an mbarrier operation, for drop_marked_syncs to remove the bar.sync Triton put
+        before that operation (_mark)."""
+        _mark(_MARK_ASM)
 
     @gluon.jit
     def _pass_exp_turn(l_i, turn, ONE: gl.constexpr, ARRIVE: gl.constexpr):
@@ -2044,6 +2147,8 @@ if HAVE_GLUON:
             tools = (modes,)
         if SHARED_CODE:   # the loader is the default partition (4 warps, one issuing), the consumers workers
             wg0 = gl.program_id(0) * 0   # consumer 0's index, a runtime value like the others'
+            if SHARED_CODE == 2:   # the PTX stage inlines the function once (inline_consumer_call)
+                _mark(_INLINE_ASM)
             if CONSUMERS == 2:
                 gl.warp_specialize([(_ws_loader, loader_args),
                                     (_ws_consumer_call, ((shared, (turn0, turn1)) + tools, out, wg0, work, sizes)),
@@ -2331,7 +2436,7 @@ class GluonLaunch(KeptL):
 # first key tile in the key loop, FA2_V7_L2_PREFETCH=1 asks L2 for the inputs ahead of the slots, FA2_V7_Q_MAJOR=1
 # orders the non-causal work items query tile first, FA2_V7_V_FIRST=1 gives the first key tile's V a barrier of its own
 # and FA2_V7_L2_256=1 encodes the descriptors with 256 bytes of L2 promotion; FA2_V7_SHARED_CODE=1 gives the candidates
-# one shared copy of the consumers' code (not yet timed; rows record any of them: switches).
+# one shared copy of the consumers' code, called (=1) or inlined once (=2) (rows record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
@@ -2348,7 +2453,7 @@ L2_PREFETCH = switch_on("L2_PREFETCH")
 Q_MAJOR = switch_on("Q_MAJOR")
 V_FIRST = switch_on("V_FIRST")
 L2_256 = switch_on("L2_256")
-SHARED_CODE = switch_on("SHARED_CODE")
+SHARED_CODE = switch_level("SHARED_CODE")
 
 
 def _switched(base) -> tuple:
@@ -2368,7 +2473,7 @@ def _switched(base) -> tuple:
                          row_sum=ROW_SUM, l2_prefetch=L2_PREFETCH,
                          unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE,
                          l2_promotion=256 if L2_256 else c.l2_promotion,
-                         shared_code=SHARED_CODE and not c.even_registers)
+                         shared_code=0 if c.even_registers else SHARED_CODE)
             for c in base)
 
 
