@@ -379,7 +379,9 @@ class GluonConfig:
     shared_code: int = 0         # warp-specialized: the consumers run one copy of their code, a function not inlined
                                  # (_ws_consumer_call), as worker partitions beside a 4-warp loader partition, so that
                                  # an SM's instruction caches hold one copy, not two (Nsight Compute: no_instruction);
-                                 # 1: called (ptxas serialises its wgmma), 2: inlined once (inline_consumer_call)
+                                 # 1: called (ptxas serialises its wgmma), 2: inlined once (inline_consumer_call),
+                                 # 3: inlined once, with the inlined form's partitions (consumer 0 the default one,
+                                 # a one-warp loader): 2's loader runs its loop, waits included, on 4 warps
     l2_promotion: int = 128      # host only: the L2 fetch size in bytes of Q's, K's and V's TMA descriptors (Triton
                                  # 3.6's 128, or 256: fa2lab.tma), which sets how many DRAM requests fill a cold tile;
                                  # the kernel is the same
@@ -451,8 +453,9 @@ class GluonConfig:
         if self.hold_first not in (0, 1, 2) or self.hold_first >= self.slots:
             raise ValueError(f"hold_first (0, 1 or 2) waits for the first key tile before issuing tile hold_first, "
                              f"which must come before that slot's reuse (hold_first < slots): {self}")
-        if self.shared_code not in (0, 1, 2):
-            raise ValueError(f"shared_code is 0 (off), 1 (a called function) or 2 (inlined once): {self}")
+        if self.shared_code not in (0, 1, 2, 3) or self.shared_code == 3 and self.consumers != 2:
+            raise ValueError(f"shared_code is 0 (off), 1 (a called function), 2 or 3 (inlined once; 3: two consumers): "
+                             f"{self}")
         if self.shared_code and self.even_registers:
             raise ValueError(f"shared_code gives two consumers 240 registers each already: not with even_registers: "
                              f"{self}")
@@ -481,7 +484,7 @@ class GluonConfig:
                    f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}" \
                    f"{'/qm' if self.q_major else ''}{'/v0' if self.v_first else ''}" \
                    f"{'/q1' if self.one_q else ''}{f'/h{self.hold_first}' if self.hold_first else ''}" \
-                   f"{f'/n{self.narrow_from}' if self.narrow_from else ''}{('', '/sc', '/sc2')[self.shared_code]}" \
+                   f"{f'/n{self.narrow_from}' if self.narrow_from else ''}{('', '/sc', '/sc2', '/sc3')[self.shared_code]}" \
                    f"{self._promotion_label}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}{self._promotion_label}"
 
@@ -500,7 +503,7 @@ class GluonConfig:
         """setmaxnreg for the worker consumers: what 2 or 3 consumers and a 24-register loader leave
         of 64 K registers (2: 232, 3: 160). With 2, Triton 3.6 gives the default partition (consumer 0) what the
         worker's count leaves of 480 (the PTX's setmaxnreg: 248 beside 232); even_registers asks 240 for both."""
-        return {2: 240 if self.even_registers or self.shared_code else 232, 3: 160}.get(self.consumers, 0)
+        return {2: 240 if self.even_registers or self.shared_code in (1, 2) else 232, 3: 160}.get(self.consumers, 0)
 
     def smem_bytes(self, D: int, elem: int = 2) -> int:
         """Shared memory the kernel allocates: Q, the K/V slots, P's buffers, the mbarriers, and in the
@@ -946,6 +949,8 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=2),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
                 unsynced_arrive=True, shared_code=2),
+    _exp_turn(128, 3, persistent=True, exp_turn=2, shared_code=3),
+    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=3),
 )
 
 
@@ -1861,6 +1866,11 @@ if HAVE_GLUON:
         _take_turn(turn, t + n_tiles, PINGPONG)
         _pass_turn(turn, PINGPONG, ARRIVE)
 
+    @gluon.jit
+    def _ws_idle():
+        """shared_code 3's default partition: nothing (the consumers and the loader are workers)."""
+        pass
+
     @gluon.jit(noinline=True)
     def _ws_consumer_call(mem, out, wg, work, sizes):
         """shared_code: _ws_consumer as a function of its own, which both consumer partitions call with wg a runtime
@@ -2145,10 +2155,16 @@ if HAVE_GLUON:
             tools = (modes, ones)
         else:
             tools = (modes,)
-        if SHARED_CODE:   # the loader is the default partition (4 warps, one issuing), the consumers workers
-            wg0 = gl.program_id(0) * 0   # consumer 0's index, a runtime value like the others'
-            if SHARED_CODE == 2:   # the PTX stage inlines the function once (inline_consumer_call)
-                _mark(_INLINE_ASM)
+        wg0 = gl.program_id(0) * 0   # shared_code: consumer 0's index, a runtime value like the others'
+        if SHARED_CODE > 1:   # the PTX stage inlines the function once (inline_consumer_call)
+            _mark(_INLINE_ASM)
+        if SHARED_CODE == 3:   # an idle default partition, the consumers and a one-warp loader workers
+            if CONSUMERS == 2:
+                gl.warp_specialize([(_ws_idle, ()),
+                                    (_ws_consumer_call, ((shared, (turn0, turn1)) + tools, out, wg0, work, sizes)),
+                                    (_ws_consumer_call, ((shared, (turn1, turn0)) + tools, out, wg0 + 1, work, sizes)),
+                                    (_ws_loader, loader_args)], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
+        elif SHARED_CODE:   # the loader is the default partition (4 warps, one issuing), the consumers workers
             if CONSUMERS == 2:
                 gl.warp_specialize([(_ws_loader, loader_args),
                                     (_ws_consumer_call, ((shared, (turn0, turn1)) + tools, out, wg0, work, sizes)),
