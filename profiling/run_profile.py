@@ -69,6 +69,8 @@ def main(argv=None) -> int:
     ap.add_argument("--source", action="store_true",
                     help="ncu: also export the source page (every SASS instruction with its executions and sampled "
                          "warp stalls) to results/<gpu>/ncu/source/")
+    ap.add_argument("--suffix", default="", help="appended to the output's tag (<tag>_<suffix>), so that a profile "
+                    "of other --gluon labels at the same shape keeps the earlier file")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
 
@@ -85,7 +87,7 @@ def main(argv=None) -> int:
         tag = (names[0] if len(names) == 1 else "all") + ("_bwd" if args.mode == "bwd" else "") \
             + ("_gluon" if args.gluon else "") \
             + f"_N{args.N}_{'causal' if args.causal else 'noncausal'}" \
-            + (f"_D{args.D}" if args.D != shapes.HEAD_DIM else "")
+            + (f"_D{args.D}" if args.D != shapes.HEAD_DIM else "") + (f"_{args.suffix}" if args.suffix else "")
     if not args.dry_run:
         import torch
 
