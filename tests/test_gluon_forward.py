@@ -193,6 +193,7 @@ import json, re, sys
 sys.path.insert(0, {repo!r})
 from fa2lab.versions import load_shared
 G = load_shared("gluon_forward_hopper")
+from profiling.inspect_kernel import disassemble
 out = {{}}
 persist = lambda **option: G.GluonConfig(128, 128, 4, 3, consumers=2, pingpong=True, persistent=True, **option)
 for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), False),
@@ -229,6 +230,9 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                            ("ws3_split_ua_sc", G.GluonConfig(192, 128, 4, 4, consumers=3, pingpong=True,
                                                              split_tail=True, persistent=True, unsynced_arrive=True,
                                                              shared_code=True), False),
+                           *((f"ws_persist_ua_et1{{tail.replace('/', '_')}}_1024",
+                              G.configs_named(["ws2x64x128/3s/preg/persist/ua/et1" + tail])[0], False)
+                             for tail in ("", "/sc", "/sc2")),
                            ("ws_persist_ua_ds_1024", persist(unsynced_arrive=True, direct_store=True), False),
                            ("ws_persist_ua_ds_q1_1024", persist(unsynced_arrive=True, direct_store=True, one_q=True),
                             False),
@@ -263,6 +267,11 @@ for label, cfg, causal in [("plain", G.GluonConfig(128, 64, 8, 3, p_smem=True), 
                        ptx.split(f"wgmma.wait_group.sync.aligned {{2 if cfg.row_sum else 1}};")[0]),
                    "expects": ptx.count("expect_tx"), "try_waits": ptx.count("mbarrier.try_wait"),
                    "partition_bars": ptx.count("bar.sync %fa2bar, 128"),
+                   "calls": ptx.count("call.uni"), "funcs": ptx.count(".func"), "ties": ptx.count("%fa2tie, "),
+                   "inlined": ptx.count("$fa2_consumer:"), "returns": len(re.findall(r"^\\$fa2_ret\\d+:", ptx, re.M)),
+                   # ptxas waits for each HGMMA of a called function (C7510): WARPGROUP.DEPBAR per HGMMA in the SASS
+                   "hgmma_depbar": (lambda sass: (sass.count("HGMMA."), sass.count("WARPGROUP.DEPBAR")))(
+                       disassemble(c.asm["cubin"])[0] or "") if "_sc" in label else None,
                    "func_whole_cta_syncs": G.partition_syncs(ptx)[1],
                    # the product issued last before a whole tile's O leaves (m64n128: a Q K^T; m64n64: a P V)
                    "before_store": (re.findall(r"wgmma[._a-z]*\\.(m64n\\d+k16)", ptx.split("st.global.v4")[0])
@@ -977,6 +986,66 @@ def test_shared_code_keeps_one_copy_of_the_consumers_code(compiled):
     assert cfg.consumer_registers == 240 and cfg.smem_bytes(64) > replace(cfg, shared_code=False).smem_bytes(64)
 
 
+def test_shared_code_inlined_once_keeps_one_copy_and_pipelines_its_products(compiled):
+    """shared_code 2 (session 29): the PTX stage inlines the consumer function once (inline_consumer_call), so no call
+    and no function is left, each product and exponential is there once, and exp_turn's arrive is still tied to the
+    row sums (tie_marked_arrives runs before the inlining). In the offline SASS ptxas waits for each HGMMA of the
+    called form (C7510), not of the inlined-once form. Also shared_code's valid values and labels."""
+    base, called, once = (compiled[f"ws_persist_ua_et1{tail}_1024"] for tail in ("", "_sc", "_sc2"))
+    assert called["calls"] == 2 and called["funcs"] >= 2 and once["calls"] == 0 and once["funcs"] == 0
+    assert once["inlined"] == 1 and once["returns"] == 2
+    assert 2 * once["ex2"] == base["ex2"] and all(2 * once["wgmma"][n] == base["wgmma"][n] for n in base["wgmma"])
+    assert base["ties"] > 0 and 2 * once["ties"] == base["ties"]
+    (h1, d1), (h2, d2) = called["hgmma_depbar"], once["hgmma_depbar"]
+    assert h1 == h2 > 0 and d1 == h1 and d2 < h2 // 2
+    for bad in (dict(shared_code=4), dict(shared_code=3, consumers=3, block_m=192)):
+        with pytest.raises(ValueError, match="shared_code"):
+            G.GluonConfig(**{**dict(block_m=128, block_n=128, num_warps=4, slots=3, consumers=2), **bad})
+    labels = ["ws2x64x128/3s/preg/persist/ua/et1/sc2", "ws2x64x128/3s/preg/persist/ua/et1/sc3"]
+    assert [c.shared_code for c in G.configs_named(labels)] == [2, 3]
+    assert [c.consumer_registers for c in G.configs_named(labels)] == [240, 232]   # 3: beside an idle default
+
+
+def test_inline_consumer_call_on_a_synthetic_ptx():
+    """inline_consumer_call: the function's body goes into the kernel once with its registers renamed and its
+    parameters read from registers that each call site sets (vector and offset moves element by element); each call
+    sequence becomes those moves, a return index and a branch; the body's ret branches back by that index; a call
+    sequence to another function is left alone."""
+    f = "fa2_x_$__ws_consumer_call__A"
+    ptx = "\n".join([
+        f".func {f}", "(", f"\t.param .b32 {f}_param_0,", f"\t.param .align 16 .b8 {f}_param_1[12]", ")", ";",
+        ".visible .entry k(", ")", "{", "\t.reg .b32 \t%r<9>;",
+        "\t{ // callseq 0, 0", "\t.param .b32 \tparam0;", "\t.param .align 16 .b8 \tparam1[12];",
+        "\tadd.s32 \t%r5, %r1, 8;", "\tst.param.b32 \t[param0], 0;", "\tst.param.v2.b32 \t[param1], {%r5, 0};",
+        "\tst.param.b32 \t[param1+8], %r2;", f"\tcall.uni {f}, (param0, param1);", "\t} // callseq 0",
+        "\tbar.sync \t1;",
+        "\t{ // callseq 1, 0", "\t.param .b32 \tparam0;", "\t.param .align 16 .b8 \tparam1[12];",
+        "\tst.param.b32 \t[param0], 1;", "\tst.param.v2.b32 \t[param1], {%r6, 0};",
+        "\tst.param.b32 \t[param1+8], %r3;", f"\tcall.uni {f}, (param0, param1);", "\t} // callseq 1",
+        "\t{ // callseq 2, 0", "\t.param .b32 \tparam0;", "\tst.param.b32 \t[param0], %r4;",
+        "\tcall.uni vprintf, (param0);", "\t} // callseq 2",
+        "\tret;", "$L__func_end0:", "}",
+        f".func {f}(", f"\t.param .b32 {f}_param_0,", f"\t.param .align 16 .b8 {f}_param_1[12]", ")", "{",
+        "\t.reg .pred \t%p<3>;", "\t.reg .b32 \t%r<7>;",
+        f"\tld.param.b32 \t%r1, [{f}_param_0];", f"\tld.param.v2.b32 \t{{%r2, %r3}}, [{f}_param_1];",
+        f"\tld.param.b32 \t%r4, [{f}_param_1+8];", "\tsetp.eq.s32 \t%p1, %r1, 0;", "\t@%p1 bra \t$L__BB1_2;",
+        "\tadd.s32 \t%r5, %r2, %r4;", "\tret;", "$L__BB1_2:", "\tret;", "$L__func_end1:", "}"])
+    text, sites = G.inline_consumer_call(ptx)
+    assert sites == 2 and f not in text and "call.uni vprintf" in text and text.count("$fa2_consumer:") == 1
+    assert "\t.reg .b32 \t%fa2ir<7>;" in text and "\t.reg .pred \t%fa2ip<3>;" in text and "%r<9>" in text
+    calls, body = text.split("$fa2_consumer:")
+    assert not re.search(r"%r\d", body) and "@%fa2ip1 bra" in body and body.count("bra.uni \t$fa2_return;") == 2
+    for move in ("mov.b32 \t%fa2a0_0, 0;", "mov.b32 \t%fa2a1_0, %r5;", "mov.b32 \t%fa2a1_4, 0;",
+                 "mov.b32 \t%fa2a1_8, %r2;", "mov.b32 \t%fa2a0_0, 1;", "mov.b32 \t%fa2a1_8, %r3;",
+                 "add.s32 \t%r5, %r1, 8;", "mov.u32 \t%fa2ret, 1;\n\tbra.uni \t$fa2_consumer;\n$fa2_ret1:"):
+        assert move in calls, move
+    for move in ("mov.b32 \t%fa2ir1, %fa2a0_0;", "mov.b32 \t%fa2ir2, %fa2a1_0;", "mov.b32 \t%fa2ir3, %fa2a1_4;",
+                 "mov.b32 \t%fa2ir4, %fa2a1_8;"):
+        assert move in body, move
+    assert "setp.eq.u32 \t%fa2r, %fa2ret, 0;\n\t@%fa2r bra.uni \t$fa2_ret0;" in body
+    assert body.index("$L__func_end1:") < body.index("$fa2_return:") < body.index("$L__func_end0:")
+
+
 def test_partition_syncs_rewrites_only_the_consumer_functions_whole_cta_barriers():
     """partition_syncs (shared_code): inside the body of the non-inlined consumer function each whole-CTA bar.sync
     becomes a barrier of the calling partition's 128 threads; the kernel entry's and other functions' are left alone.
@@ -1012,5 +1081,7 @@ def test_smoke_labels_keeps_the_labels_that_pass_and_drops_failures_and_hangs(tm
 
 def test_shared_code_is_off_unless_switched_on():
     printed = "[c.shared_code for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE]"
-    assert _candidates(printed) == str([False] * 6)
-    assert _candidates(printed, FA2_V7_SHARED_CODE="1") == str([True] * 6)
+    assert _candidates(printed) == str([0] * 6)
+    assert _candidates(printed, FA2_V7_SHARED_CODE="1") == str([1] * 6)
+    assert _candidates(printed, FA2_V7_SHARED_CODE="2") == str([2] * 6)
+    assert _candidates(printed, FA2_V7_SHARED_CODE="yes") == str([1] * 6)

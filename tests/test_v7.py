@@ -278,6 +278,19 @@ def test_kernel_switches_read_and_recorded_alike(monkeypatch):
     assert kernel_switches() == "FA2_V7_GLUON=0 FA2_V7_TMA_STORE=1"
 
 
+def test_switch_level_reads_a_level_or_on_and_off(monkeypatch):
+    """fa2lab.provenance.switch_level (FA2_V7_SHARED_CODE): a whole number is its level, any other value on is 1,
+    "0" or unset 0; default_kernels counts any level but 0 as switched."""
+    from fa2lab.provenance import default_kernels, switch_level
+
+    monkeypatch.delenv("FA2_V7_SHARED_CODE", raising=False)
+    assert switch_level("SHARED_CODE") == 0
+    for value, level in (("2", 2), ("3", 3), ("1", 1), ("on", 1), ("0", 0)):
+        monkeypatch.setenv("FA2_V7_SHARED_CODE", value)
+        assert switch_level("SHARED_CODE") == level, value
+    assert not default_kernels("FA2_V7_SHARED_CODE=2") and default_kernels("FA2_V7_SHARED_CODE=0")
+
+
 def test_default_kernels_tells_rows_of_switched_kernels():
     """The report's profile tables keep rows whose switches leave every kernel switch at its default."""
     from fa2lab.provenance import default_kernels

@@ -951,6 +951,13 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=2),
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
                 unsynced_arrive=True, shared_code=2),
+    # Calls 2-3 (be6f60d, 5233d06) timed /et1/sc2 2-5 points behind /et1, with exp_turn's pass untied (fixed in
+    # b70db4d: tie_marked_arrives now runs before the inlining); the 192-row /sc2 (ping-pong) level with its base at
+    # N = 4096 (108.1 and 109.7% against 106.9 and 109.5). Calls 6-7 (b70db4d), /et1/sc2 minus /et1 in paired rounds,
+    # median points of cuDNN (5 rounds non-causal, 4 causal): N = 512 +4.1 / +1.0, 1024 +2.4 / +2.5 (every round
+    # +2.3 or more), 2048 -0.6 / +0.6, 4096 -0.8 / -0.7. Not yet in V7_BASE (the goal's harness runs would have to be
+    # made again). shared_code 3, an idle default partition beside worker consumers and a one-warp loader: slower
+    # than both at every N (call 3; 95.5% at 1024 tied, call 6), a negative.
     _exp_turn(128, 3, persistent=True, exp_turn=2, shared_code=3),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=3),
 )

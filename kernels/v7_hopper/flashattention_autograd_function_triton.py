@@ -28,9 +28,11 @@ against 101.5% in one experiment gluon, 97.8% against 97.8% in another). Session
 tile back until the first arrived: none shortened the cold start without lengthening the warm line (the Gluon log).
 Nsight Compute at N = 1024 points elsewhere: v7's warps stall for instructions 0.42 cycles per issued instruction
 against cuDNN's 0.13, each of its two consumer partitions running its own inlined copy of the consumer's code. One
-shared copy (shared_code, a non-inlined function) hung on the H200 in its first form; the cause is fixed offline,
-and the form is not yet timed.
-The D = 64 kernels' SASS is byte-identical to 36f55d8's through session 28 (offline sm_90 compile of every D = 64
+shared copy (shared_code, a non-inlined function) hung on the H200 in its first form; fixed, it ran 11-25% slower,
+since ptxas serialises a called function's wgmma. Session 29 inlined the function once in the PTX (shared_code 2,
+FA2_V7_SHARED_CODE=2): in paired experiment gluon rounds it is 2.4 points of cuDNN ahead of the persistent candidate
+at N = 1024 (both masks) and level or up to 0.8 behind at 2048-4096; not yet a candidate (the Gluon log).
+The D = 64 kernels' SASS is byte-identical to 36f55d8's through session 29 (offline sm_90 compile of every D = 64
 candidate, both masks), so the numbers above stand. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
 pause before each run; the median of 15 runs, min-max):
   non-causal  N = 512   98.3% (47-106)*, 1024  98.8% (96-103), 2048  99.3% (98-100), 4096 110.2% (109-112)
