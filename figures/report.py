@@ -1061,7 +1061,12 @@ def section_gluon(gpu, root) -> str:
         "registers for each of two consumers, la = the next key tile's scores issued before each softmax "
         "(lookahead), et/et1 = the consumers' turns held around each key tile's exponentials (passed after both / "
         "one of a thread's row sums), ff = each item's first key tile run in the key loop, l2 = the inputs asked "
-        "into L2 ahead of the slots, qm = the work items in query-tile order.", "",
+        "into L2 ahead of the slots, qm = the work items in query-tile order, v0 = a program's first V on a barrier "
+        "of its own, q1 = one query-tile buffer, h1/h2 = the second/third key tile held back until the first has "
+        "arrived, n4/n8 = a 4-slot loader keeping 3 tiles ahead after a program's first 4/8, l2p256 = TMA "
+        "descriptors with 256 bytes of L2 promotion, sc = the consumers calling one non-inlined copy of their code, "
+        "sc2 = that copy inlined once into the kernel by a PTX stage, sc3 = sc2 beside a one-warp loader and an idle "
+        "default partition.", "",
         md_table(["run", "configuration", "do_bench ms, graph ms (% of SDPA)"], headline), *wide_text])
 
 

@@ -486,7 +486,8 @@ class GluonConfig:
                    f"{'/ff' if self.fold_first else ''}{'/l2' if self.l2_prefetch else ''}" \
                    f"{'/qm' if self.q_major else ''}{'/v0' if self.v_first else ''}" \
                    f"{'/q1' if self.one_q else ''}{f'/h{self.hold_first}' if self.hold_first else ''}" \
-                   f"{f'/n{self.narrow_from}' if self.narrow_from else ''}{('', '/sc', '/sc2', '/sc3')[self.shared_code]}" \
+                   f"{f'/n{self.narrow_from}' if self.narrow_from else ''}" \
+                   f"{('', '/sc', '/sc2', '/sc3')[self.shared_code]}" \
                    f"{self._promotion_label}"
         return f"{self.block_m}x{self.block_n}/{self.num_warps}w/{tail}{self._promotion_label}"
 
