@@ -961,6 +961,9 @@ EXPERIMENT_CONFIGS = (
     # than both at every N (call 3; 95.5% at 1024 tied, call 6), a negative.
     _exp_turn(128, 3, persistent=True, exp_turn=2, shared_code=3),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=3),
+    # Offline sm_90 (after call 8), the key loop's 66 exp2s issued after the tied arrive and the P V wait: /et1 7,
+    # /et1/sc2 22 (ptxas schedules the shared copy's second row later), /et and /et/sc2 0. Not yet timed:
+    _exp_turn(128, 3, persistent=True, shared_code=2),
 )
 
 
