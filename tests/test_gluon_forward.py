@@ -1024,12 +1024,13 @@ def test_inline_consumer_call_on_a_synthetic_ptx():
         "\tst.param.b32 \t[param1+8], %r3;", f"\tcall.uni {f}, (param0, param1);", "\t} // callseq 1",
         "\t{ // callseq 2, 0", "\t.param .b32 \tparam0;", "\tst.param.b32 \t[param0], %r4;",
         "\tcall.uni vprintf, (param0);", "\t} // callseq 2",
-        "\tret;", "$L__func_end0:", "}",
+        "\tret;", "$L__tmp0:", "$L__func_end0:", "\t// -- End function", "}",
         f".func {f}(", f"\t.param .b32 {f}_param_0,", f"\t.param .align 16 .b8 {f}_param_1[12]", ")", "{",
         "\t.reg .pred \t%p<3>;", "\t.reg .b32 \t%r<7>;",
         f"\tld.param.b32 \t%r1, [{f}_param_0];", f"\tld.param.v2.b32 \t{{%r2, %r3}}, [{f}_param_1];",
         f"\tld.param.b32 \t%r4, [{f}_param_1+8];", "\tsetp.eq.s32 \t%p1, %r1, 0;", "\t@%p1 bra \t$L__BB1_2;",
-        "\tadd.s32 \t%r5, %r2, %r4;", "\tret;", "$L__BB1_2:", "\tret;", "$L__func_end1:", "}"])
+        "\tadd.s32 \t%r5, %r2, %r4;", "\tret;", "$L__BB1_2:", "\tret;", "$L__func_end1:", "\t// -- End function",
+        "}"])
     text, sites = G.inline_consumer_call(ptx)
     assert sites == 2 and f not in text and "call.uni vprintf" in text and text.count("$fa2_consumer:") == 1
     assert "\t.reg .b32 \t%fa2ir<7>;" in text and "\t.reg .pred \t%fa2ip<3>;" in text and "%r<9>" in text
@@ -1043,7 +1044,13 @@ def test_inline_consumer_call_on_a_synthetic_ptx():
                  "mov.b32 \t%fa2ir4, %fa2a1_8;"):
         assert move in body, move
     assert "setp.eq.u32 \t%fa2r, %fa2ret, 0;\n\t@%fa2r bra.uni \t$fa2_ret0;" in body
-    assert body.index("$L__func_end1:") < body.index("$fa2_return:") < body.index("$L__func_end0:")
+    assert body.index("$L__func_end1:") < body.index("$fa2_return:") < body.index("$L__tmp0:")
+    # without line info (TRITON_DISABLE_LINE_INFO=1) there are no debug labels: the same rewrite, the body last
+    bare, bare_sites = G.inline_consumer_call("\n".join(w for w in ptx.split("\n") if not w.startswith("$L__tmp")
+                                                         and not w.startswith("$L__func_end")))
+    assert bare_sites == 2 and bare == "\n".join(w for w in text.split("\n") if not w.startswith("$L__tmp")
+                                                  and not w.startswith("$L__func_end"))
+    assert bare.split("$fa2_return:")[1].split("\n")[-2:] == ["\t// -- End function", "}"]
 
 
 def test_partition_syncs_rewrites_only_the_consumer_functions_whole_cta_barriers():

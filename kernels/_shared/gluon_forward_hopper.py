@@ -213,6 +213,8 @@ _INLINE_ASM = gl.constexpr(f"mov.b32 $0, $1; // {INLINE_MARK}") if HAVE_GLUON el
 _REG_DECL = re.compile(r"^\s*\.reg\s+(\.\w+)\s+%(\w+)<(\d+)>;\s*$")
 _PARAM_MOVE = re.compile(r"^(\s*)(ld|st)\.param\.(?:v\d\.)?(b\d+)\s+(.*);\s*$")
 _PARAM_AT = re.compile(r"\[[^\]]*?param_?(\d+)(?:\+(\d+))?\]")
+_FUNC_END = "// -- End function"                            # LLVM's last line of a function, before its "}"
+_DEBUG_LABEL = re.compile(r"^\$L__(?:tmp|func_end)\d+:")   # line info's labels (TRITON_DISABLE_LINE_INFO: none)
 
 
 def _param_moves(line: str, args: dict) -> list[str]:
@@ -241,7 +243,7 @@ def inline_consumer_call(ptx: str) -> tuple[str, int]:
     head = next(i for i, line in enumerate(lines) if line.startswith(".func") and CONSUMER_CALL in line
                 and line.rstrip().endswith("("))
     open_ = lines.index("{", head)
-    close = lines.index("}", next(i for i in range(open_, len(lines)) if lines[i].startswith("$L__func_end")))
+    close = lines.index("}", next(i for i in range(open_, len(lines)) if _FUNC_END in lines[i]))
     body = lines[open_ + 1:close]
     decls = [m.groups() for m in map(_REG_DECL.match, body) if m]
     renamed = re.compile(r"%(" + "|".join(sorted({d[1] for d in decls}, key=len, reverse=True)) + r")(\d+)\b")
@@ -275,7 +277,9 @@ def inline_consumer_call(ptx: str) -> tuple[str, int]:
         i += 1
     back = [f"\tsetp.eq.u32 \t%fa2r, %fa2ret, {s};\n\t@%fa2r bra.uni \t$fa2_ret{s};" for s in range(sites - 1)]
     ret = ["$fa2_return:", "\t{ .reg .pred %fa2r;", *back, f"\tbra.uni \t$fa2_ret{sites - 1};", "\t}"]
-    end = next(i for i, line in enumerate(out) if line.startswith("$L__func_end"))
+    end = next(i for i, line in enumerate(out) if _FUNC_END in line)   # the kernel's: the function's is gone
+    while _DEBUG_LABEL.match(out[end - 1]):   # the body goes inside the kernel's debug range
+        end -= 1
     out[end:end] = inlined + ret
     first = next(i for i, line in enumerate(out) if _REG_DECL.match(line))
     out[first:first] = ([f"\t.reg {t} \t%fa2i{name}<{n}>;" for t, name, n in decls] + ["\t.reg .b32 \t%fa2ret;"]
