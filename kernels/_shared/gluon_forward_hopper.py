@@ -573,6 +573,17 @@ def _lookahead(block_n: int, slots: int, **option) -> GluonConfig:
                        lookahead=True, **option)
 
 
+def _shared_code_forms(level: int) -> tuple:
+    """shared_code's forms (sessions 28-29) at one level: the persistent /et1 candidate with 3 and 4 slots, the
+    one-program-per-tile ping-pong candidate and the 192-row split form."""
+    return (_exp_turn(128, 3, persistent=True, exp_turn=2, shared_code=level),
+            _exp_turn(128, 4, persistent=True, exp_turn=2, shared_code=level),
+            GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True,
+                        shared_code=level),
+            GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
+                        unsynced_arrive=True, shared_code=level))
+
+
 def _exp_turn(block_n: int, slots: int, **option) -> GluonConfig:
     """Session 25's exp_turn forms: 128-row tiles, 2 consumers taking turns at their exponentials (tied to both row sums
     unless exp_turn=2 is passed), unsynced_arrive, P in registers."""
@@ -933,17 +944,13 @@ EXPERIMENT_CONFIGS = (
     # Call 6 (624048c), Nsight Compute at N = 1024 (its cache flush): warps stalled for an instruction 0.42-0.48 cycles
     # per issued instruction against cuDNN's 0.13-0.19 (at 2048 0.21 against 0.08), and on constant-cache misses 0.15
     # against 0.02. Each consumer partition inlines its own copy of the consumer's code (4136 instructions in all);
-    # CUTLASS's consumers share one. shared_code: one copy, called by both (offline sm_90: 2240 instructions, no spill):
-    _exp_turn(128, 3, persistent=True, exp_turn=2, shared_code=True),
-    _exp_turn(128, 4, persistent=True, exp_turn=2, shared_code=True),
-    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=True),
+    # CUTLASS's consumers share one. shared_code: one copy, called by both (offline sm_90: 2240 instructions, no spill;
+    # with three consumers, v7's 192-row candidate at N = 4096: 2304 instructions against 6520, 3 spill stores against
+    # 12, 221608 bytes of shared memory):
+    *_shared_code_forms(1),
     # Call 7 (58d0bff): that first form hung on the H200 at experiment gluon's check (every step cut at its deadline,
     # the run's device time spent). Offline, the function's barriers were whole-CTA bar.syncs (Triton compiles it
     # outside any partition), which wait for all 12 warps; partition_syncs makes them its partition's (after call 7).
-    # Not yet run on a GPU in that form. With three consumers (v7's 192-row candidate, N = 4096), offline: 2304
-    # instructions against 6520, 3 spill stores against 12, 221608 bytes of shared memory:
-    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
-                unsynced_arrive=True, shared_code=True),
     # Session 29, call 1 (5bb6cd4): it runs (smoke and check pass) but is slower everywhere, % of cuDNN at N = 512 /
     # 1024 / 2048 / 4096 in the same rounds: /et1 93.8/101.5/99.9/103.3 against /et1/sc 94.9/88.2/82.5/83.0 (4 slots
     # the same), /pp/ua 98.8/90.4/90.6/97.2 against /pp/ua/sc 93.2/80.1/76.6/80.2, the 192-row one 84.5/81.0/92.9/108.6
@@ -951,11 +958,7 @@ EXPERIMENT_CONFIGS = (
     # against 1.13), its time with none rose (92.1 us against 73.7). The cause, offline: ptxas serialises the wgmma of a
     # called function (C7510; 24 WARPGROUP.DEPBAR for its 24 HGMMA). shared_code 2 inlines the function once in the
     # PTX (inline_consumer_call): offline sm_90, 2200 instructions, 4 DEPBAR for 24 HGMMA as inlined, no spill:
-    _exp_turn(128, 3, persistent=True, exp_turn=2, shared_code=2),
-    _exp_turn(128, 4, persistent=True, exp_turn=2, shared_code=2),
-    GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=2),
-    GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True,
-                unsynced_arrive=True, shared_code=2),
+    *_shared_code_forms(2),
     # Calls 2-3 (be6f60d, 5233d06) timed /et1/sc2 2-5 points behind /et1, with exp_turn's pass untied (fixed in
     # b70db4d: tie_marked_arrives now runs before the inlining); the 192-row /sc2 (ping-pong) level with its base at
     # N = 4096 (108.1 and 109.7% against 106.9 and 109.5). Calls 6-7 (b70db4d), /et1/sc2 minus /et1 in paired rounds,
