@@ -73,11 +73,18 @@ def switch_on(name: str) -> bool:
     return name in SWITCHES_ON_BY_DEFAULT if value is None else value != "0"
 
 
-def switch_level(name: str) -> int:
-    """A switch with levels (FA2_V7_SHARED_CODE=1 or 2): its value when that is a whole number, 1 for any other value
-    that switch_on takes as on, 0 when off."""
-    value = os.environ.get(SWITCH_PREFIX + name, "")
-    return int(value) if value.isdigit() else int(switch_on(name))
+# Switches with levels (FA2_V7_SHARED_CODE). Unset, each base candidate keeps its own level (shared_code 2 on the
+# D = 64 128-row candidates since session 30); set to any value, even 0, they depart from the default kernels.
+LEVEL_SWITCHES = frozenset({"SHARED_CODE"})
+
+
+def switch_level(name: str) -> int | None:
+    """A switch with levels (FA2_V7_SHARED_CODE=0, 1, 2 or 3): its value when that is a whole number, 1 for any other
+    value that switch_on takes as on, and None when unset (the base candidates' own levels)."""
+    value = os.environ.get(SWITCH_PREFIX + name)
+    if value is None:
+        return None
+    return int(value) if value.isdigit() else int(value != "0")
 
 
 def default_kernels(switches) -> bool:
@@ -85,7 +92,9 @@ def default_kernels(switches) -> bool:
     switch as it is when unset: rows of the default kernels, which the report's profile tables show."""
     for item in (switches if isinstance(switches, str) else "").split():
         name, _, value = item.partition("=")
-        if name.startswith(SWITCH_PREFIX) and (value != "0") != (name[len(SWITCH_PREFIX):] in SWITCHES_ON_BY_DEFAULT):
+        key = name[len(SWITCH_PREFIX):]
+        switched = key in LEVEL_SWITCHES or (value != "0") != (key in SWITCHES_ON_BY_DEFAULT)
+        if name.startswith(SWITCH_PREFIX) and switched:
             return False
     return True
 

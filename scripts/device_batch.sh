@@ -118,7 +118,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     pcast|launch-order|timing|other-shapes|exp2-poly|grid|bwd-modes|coldstart|dobench) echo "python3 experiments/run.py $s" ;;
     items) on_labels "python3 experiments/run.py items --rounds ${ITEMS_ROUNDS:-3} --reps 30" "${ITEMS_ONLY:-}" ;;
     gluon-v7) on_labels "python3 experiments/run.py gluon --N ${GLUON_NS:-512 1024 2048 4096} --causal ${GLUON_CAUSAL:-0} --D ${GLUON_D:-64}" \
-                        "${GLUON_ONLY:-ws2x64x128/3s/preg/persist/ua/et1 ws2x64x128/3s/preg/pp/ua ws3x64x128/4s/preg/pp/split/persist/ua}" \
+                        "${GLUON_ONLY:-ws2x64x128/3s/preg/persist/ua/et1/sc2 ws2x64x128/3s/preg/pp/ua/sc2 ws3x64x128/4s/preg/pp/split/persist/ua}" \
                         "${GLUON_D:-64}" ;;
     ceilings) echo "python3 profiling/matmul_peak.py" ;;
     nonsquare) echo "python3 harness/check_nonsquare.py --kernel ${NONSQUARE_KERNELS:-all} --save --jobs ${NONSQUARE_JOBS:-6}" ;;

@@ -1086,9 +1086,12 @@ def test_smoke_labels_keeps_the_labels_that_pass_and_drops_failures_and_hangs(tm
     assert "hang failed or hung" in p.stderr and "bad failed or hung" in p.stderr and "good" not in p.stderr
 
 
-def test_shared_code_is_off_unless_switched_on():
+def test_shared_code_is_the_base_candidates_own_unless_switched():
+    """Since session 30 the two D = 64 128-row candidates keep one copy of the consumers' code, inlined once; the
+    192-row one and the D = 128 ones none. FA2_V7_SHARED_CODE sets every candidate's level, 0 turning it off."""
     printed = "[c.shared_code for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE]"
-    assert _candidates(printed) == str([0] * 6)
+    assert _candidates(printed) == str([2, 2, 0, 0, 0, 0])
+    assert _candidates(printed, FA2_V7_SHARED_CODE="0") == str([0] * 6)
     assert _candidates(printed, FA2_V7_SHARED_CODE="1") == str([1] * 6)
     assert _candidates(printed, FA2_V7_SHARED_CODE="2") == str([2] * 6)
     assert _candidates(printed, FA2_V7_SHARED_CODE="yes") == str([1] * 6)

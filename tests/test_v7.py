@@ -280,15 +280,17 @@ def test_kernel_switches_read_and_recorded_alike(monkeypatch):
 
 def test_switch_level_reads_a_level_or_on_and_off(monkeypatch):
     """fa2lab.provenance.switch_level (FA2_V7_SHARED_CODE): a whole number is its level, any other value on is 1,
-    "0" or unset 0; default_kernels counts any level but 0 as switched."""
+    "0" is 0 and unset None (each base candidate's own level); default_kernels counts any value set as switched."""
     from fa2lab.provenance import default_kernels, switch_level
 
     monkeypatch.delenv("FA2_V7_SHARED_CODE", raising=False)
-    assert switch_level("SHARED_CODE") == 0
+    assert switch_level("SHARED_CODE") is None
     for value, level in (("2", 2), ("3", 3), ("1", 1), ("on", 1), ("0", 0)):
         monkeypatch.setenv("FA2_V7_SHARED_CODE", value)
         assert switch_level("SHARED_CODE") == level, value
-    assert not default_kernels("FA2_V7_SHARED_CODE=2") and default_kernels("FA2_V7_SHARED_CODE=0")
+    for value in ("0", "1", "2"):
+        assert not default_kernels(f"FA2_V7_SHARED_CODE={value}"), value
+    assert default_kernels("FA2_V7_EXP_TURN=1")
 
 
 def test_default_kernels_tells_rows_of_switched_kernels():

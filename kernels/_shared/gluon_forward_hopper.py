@@ -548,8 +548,14 @@ V7_BASE_PINGPONG = (
     GluonConfig(192, 128, 4, 4, p_smem=False, consumers=3, pingpong=True, split_tail=True, persistent=True),
 )
 # since session 25 the persistent one's consumers take turns at their exponentials instead (exp_turn 2, call 2 below;
-# FA2_V7_EXP_TURN=0: ping-pong's turns)
-V7_BASE = (replace(V7_BASE_PINGPONG[0], pingpong=False, exp_turn=2), *V7_BASE_PINGPONG[1:])
+# FA2_V7_EXP_TURN=0: ping-pong's turns); since session 30 both 128-row ones keep one copy of the consumers' code,
+# inlined once (shared_code 2; FA2_V7_SHARED_CODE=0 turns it off). Session 30's call 1 (4 rounds, both masks, 075c6a5),
+# medians in % of cuDNN, /sc2 against without: persistent /et1 non-causal 100.6/95.8 at N = 512, 100.5/98.2 at 1024
+# (paired differences +0.3..+4.4), 100.0/100.0 at 2048, 101.7/102.8 at 4096 (where the 192-row split one wins, 108.2%),
+# causal 96.8/96.7, 111.0/107.9, 107.9/107.7, 105.2/105.0; one program per tile (pp/ua) non-causal 97.7/96.9 at 512,
+# causal 101.3/99.3 at 512.
+V7_BASE = (replace(V7_BASE_PINGPONG[0], pingpong=False, exp_turn=2, shared_code=2),
+           replace(V7_BASE_PINGPONG[1], shared_code=2), V7_BASE_PINGPONG[2])
 # At head dimension 128 none of those fits a block's shared memory; session 23's calls 3-4 (experiment gluon --D 128,
 # 621449f) found 64-key tiles best: the persistent 128-row program at N = 1024/2048 (86.6-87.6% of cuDNN, 88.3%; v7's
 # tl path 81 and 78%), 192-row tiles with the split tail at 4096 (95.5%; tl path 73.5%). Session 24 (calls 1-2, ef5c871):
@@ -2471,8 +2477,9 @@ class GluonLaunch(KeptL):
 # lookahead and FA2_V7_EXP_TURN=0 the persistent D = 64 candidate's exp_turn; FA2_V7_FOLD_FIRST=1 runs each work item's
 # first key tile in the key loop, FA2_V7_L2_PREFETCH=1 asks L2 for the inputs ahead of the slots, FA2_V7_Q_MAJOR=1
 # orders the non-causal work items query tile first, FA2_V7_V_FIRST=1 gives the first key tile's V a barrier of its own
-# and FA2_V7_L2_256=1 encodes the descriptors with 256 bytes of L2 promotion; FA2_V7_SHARED_CODE=1 gives the candidates
-# one shared copy of the consumers' code, called (=1) or inlined once (=2) (rows record any of them: switches).
+# and FA2_V7_L2_256=1 encodes the descriptors with 256 bytes of L2 promotion; FA2_V7_SHARED_CODE gives every candidate
+# one shared copy of the consumers' code, called (=1) or inlined once (=2), or none (=0); unset, each keeps its own
+# (V7_BASE) (rows record any of them: switches).
 THREAD_ARRIVE = switch_on("THREAD_ARRIVE")
 ITEM_OVERLAP = switch_on("ITEM_OVERLAP")
 TMA_PREFETCH = switch_on("TMA_PREFETCH")
@@ -2509,7 +2516,7 @@ def _switched(base) -> tuple:
                          row_sum=ROW_SUM, l2_prefetch=L2_PREFETCH,
                          unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE,
                          l2_promotion=256 if L2_256 else c.l2_promotion,
-                         shared_code=0 if c.even_registers else SHARED_CODE)
+                         shared_code=0 if c.even_registers else c.shared_code if SHARED_CODE is None else SHARED_CODE)
             for c in base)
 
 
