@@ -228,10 +228,11 @@ first), -inf masks with O = 0 and L = -inf for rows that see no key, L saved (B,
 natural log, the optional causal sliding window, the Triton backward of kernels/_shared.
 
 Which path runs (LAST_PATH, or last_path(), says which one the last call took):
-- "gluon": non-causal (or causal at D = 128), not interpreting, FlashAttentionTriton.GLUON on (the default),
-  the Gluon module's rules (bf16 or fp16 on Hopper, no sliding window, D = 64 or 128) and a candidate that fits
-  the shared memory at this head dimension: the fastest of its candidates, timed once per input signature,
-  unless the tl path's launch (below), raced against it on the same inputs, is faster (RACE_TL).
+- "gluon": non-causal, or causal raced against the tl path (RACE_TL) or at D = 128, not interpreting,
+  FlashAttentionTriton.GLUON on (the default), the Gluon module's rules (bf16 or fp16 on Hopper, no sliding
+  window, D = 64 or 128) and a candidate that fits the shared memory at this head dimension: the fastest of its
+  candidates, timed once per input signature, unless the tl path's launch (below), raced against it on the same
+  inputs, is faster (RACE_TL).
 - "tma": bf16 or fp16 on a Hopper GPU (compute capability 9.x), every base pointer and every
   non-unit stride a multiple of 16 bytes (TMA's rule). Also under Triton's interpreter, which
   implements descriptor loads and stores (bounds per dimension, zero padding, clipped stores), so
@@ -735,21 +736,27 @@ def _v6_launch(Q, K, V, is_causal, window):
 
 def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> str | None:
     """None when the Gluon path takes these inputs, else why not: it is asked for (FORCE_PATH = "gluon",
-    or FlashAttentionTriton.GLUON with no FORCE_PATH), a causal mask only where forced (FORCE_PATH = "gluon"),
-    not interpreting (Gluon is not interpreted), the Gluon module's own rules (gluon_forward_hopper.applies),
-    and one of its candidates fits the GPU's shared memory at this head dimension (D = 64 on the H200).
+    or FlashAttentionTriton.GLUON with no FORCE_PATH), a causal mask at D = 64 only when raced against the tl path
+    (RACE_TL) or forced (FORCE_PATH = "gluon"), not interpreting (Gluon is not interpreted), the Gluon module's own
+    rules (gluon_forward_hopper.applies), and one of its candidates fits the GPU's shared memory at this head
+    dimension (D = 64 on the H200).
 
-    Causal inputs at D = 64 stay on the tl path: raced against it (commit 538f1fa, RACE_TL's rule extended to
-    causal inputs) the tl path won at every causal harness shape in 4 harness runs and at every causal shape of
-    experiment other-shapes, while the first call of each signature compiled and timed three Gluon kernels
-    more (experiment gluon, causal: the tl path ahead from N = 1024, level at 512). At D = 128 they take the
+    Causal inputs at D = 64 stayed on the tl path from commit 538f1fa to session 30: raced against it, the tl path
+    won at every causal harness shape in 4 harness runs and at every causal shape of experiment other-shapes (the
+    first call of each signature compiling and timing three Gluon kernels more). Since session 30 they are raced
+    again: with one inlined copy of the consumers' code (shared_code 2) the one-program-per-tile candidate made
+    101.3% of cuDNN at N = 512 by do_bench (median of 4 rounds; graph replay 117.2-118.3%) where the tl path made
+    89.3% (72.8-98.1%; graph 113.7-115.7%), and v7 made 98.5% there in 16 harness runs on the tl path (experiment
+    gluon, 075c6a5; bench, 62e4238); from N = 1024 the tl path stays ahead (graph 138% against 123% at 1024) and
+    wins the race. Without the race (FA2_V7_RACE_TL=0) they stay on the tl path. At D = 128 they take the
     Gluon path, raced against the tl path (RACE_TL): its lookahead candidate made 96.1/101.3/101.1% of cuDNN at
     N = 1024/2048/4096 where the tl path made 119.2/103.3/90.1% (experiment gluon --D 128 --causal 1, 831f436), and
     the one_q candidate 103.6/107.2/106.0% (197d2ab; the tl path 117.5/104.4/90.7% in the same rounds)."""
     if force not in (None, "gluon") or (force is None and not FlashAttentionTriton.GLUON):
         return "not asked for"
-    if is_causal and force is None and Q.shape[2] < 128:
-        return "causal mask (the tl path is as fast or faster there: experiment gluon; FORCE_PATH='gluon' runs it)"
+    if is_causal and force is None and Q.shape[2] < 128 and not FlashAttentionTriton.RACE_TL:
+        return ("causal mask without the race against the tl path (which is faster there from N = 1024: experiment "
+                "gluon; FORCE_PATH='gluon' runs it)")
     if interpreting():
         return "the interpreter cannot run Gluon"
     why = GLUON.applies(Q, K, V, window)
