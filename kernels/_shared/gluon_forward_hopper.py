@@ -29,9 +29,10 @@ Gluon is not interpreted (Triton 3.6: under TRITON_INTERPRET=1 a Gluon launch as
 driver), so this path runs only on a Hopper GPU; v7 uses its tl TMA path everywhere else and the
 tests say which path ran.
 
-Where it stands (session 27): v7 races its candidates per input signature (best_launch). At D = 64 (V7_BASE) they
-are the persistent 128-row program whose consumers take turns at their exponentials (/et1), the one-program-per-tile
-ping-pong form (N = 512: one wave) and 192-row tiles with the split tail (N = 4096); at D = 128 (V7_BASE_WIDE) the
+Where it stands (session 30): v7 races its candidates per input signature (best_launch), and the winner against its
+tl path (with either mask). At D = 64 (V7_BASE) they are the persistent 128-row program whose consumers take turns at
+their exponentials (/et1), the one-program-per-tile ping-pong form (N = 512: one wave), both with one copy of the
+consumers' code inlined once (/sc2), and 192-row tiles with the split tail (N = 4096); at D = 128 (V7_BASE_WIDE) the
 persistent 64-key lookahead form, 192-row 64-key tiles with the split tail, and 128-key tiles in three slots beside one
 query-tile buffer (/q1). Every round on the H200, what each option was aimed at and what it measured against cuDNN in
 the same rounds, kept or not, is recorded in the Gluon log beside this file (gluon_forward_hopper_log.md);
@@ -969,13 +970,16 @@ EXPERIMENT_CONFIGS = (
     # b70db4d: tie_marked_arrives now runs before the inlining); the 192-row /sc2 (ping-pong) level with its base at
     # N = 4096 (108.1 and 109.7% against 106.9 and 109.5). Calls 6-7 (b70db4d), /et1/sc2 minus /et1 in paired rounds,
     # median points of cuDNN (5 rounds non-causal, 4 causal): N = 512 +4.1 / +1.0, 1024 +2.4 / +2.5 (every round
-    # +2.3 or more), 2048 -0.6 / +0.6, 4096 -0.8 / -0.7. Not yet in V7_BASE (the goal's harness runs would have to be
-    # made again). shared_code 3, an idle default partition beside worker consumers and a one-warp loader: slower
+    # +2.3 or more), 2048 -0.6 / +0.6, 4096 -0.8 / -0.7. In V7_BASE since session 30 (the /et1 and /pp/ua forms;
+    # call 1, 4 rounds, and 31 harness runs: V7_BASE's comment and the Gluon log). shared_code 3, an idle default partition beside worker consumers and a one-warp loader: slower
     # than both at every N (call 3; 95.5% at 1024 tied, call 6), a negative.
     _exp_turn(128, 3, persistent=True, exp_turn=2, shared_code=3),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=3),
     # Offline sm_90 (after call 8), the key loop's 66 exp2s issued after the tied arrive and the P V wait: /et1 7,
-    # /et1/sc2 22 (ptxas schedules the shared copy's second row later), /et and /et/sc2 0. Not yet timed:
+    # /et1/sc2 22 (ptxas schedules the shared copy's second row later), /et and /et/sc2 0. Session 30, call 1
+    # (075c6a5, 4 rounds, medians): /et/sc2 behind /et1/sc2 at every shape, non-causal 95.4/97.8/95.1/98.5 against
+    # 100.6/100.5/100.0/101.7 at N = 512/1024/2048/4096, causal 94.6/106.9/105.2/102.8 against 96.8/111.0/107.9/105.2:
+    # the later exp2s are not what costs /sc2; a negative.
     _exp_turn(128, 3, persistent=True, shared_code=2),
 )
 
