@@ -971,8 +971,9 @@ EXPERIMENT_CONFIGS = (
     # N = 4096 (108.1 and 109.7% against 106.9 and 109.5). Calls 6-7 (b70db4d), /et1/sc2 minus /et1 in paired rounds,
     # median points of cuDNN (5 rounds non-causal, 4 causal): N = 512 +4.1 / +1.0, 1024 +2.4 / +2.5 (every round
     # +2.3 or more), 2048 -0.6 / +0.6, 4096 -0.8 / -0.7. In V7_BASE since session 30 (the /et1 and /pp/ua forms;
-    # call 1, 4 rounds, and 31 harness runs: V7_BASE's comment and the Gluon log). shared_code 3, an idle default partition beside worker consumers and a one-warp loader: slower
-    # than both at every N (call 3; 95.5% at 1024 tied, call 6), a negative.
+    # call 1, 4 rounds, and 31 harness runs: V7_BASE's comment and the Gluon log). shared_code 3, an idle default
+    # partition beside worker consumers and a one-warp loader: slower than both at every N (call 3; 95.5% at 1024
+    # tied, call 6), a negative.
     _exp_turn(128, 3, persistent=True, exp_turn=2, shared_code=3),
     GluonConfig(128, 128, 4, 3, p_smem=False, consumers=2, pingpong=True, unsynced_arrive=True, shared_code=3),
     # Offline sm_90 (after call 8), the key loop's 66 exp2s issued after the tied arrive and the P V wait: /et1 7,
