@@ -3,9 +3,18 @@ descriptors, and a key loop written so that the softmax of one tile can run whil
 multiply the next; v6 itself wherever that path does not apply.
 
 Measured on the H200 (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), % of SDPA's default backend,
-cuDNN, in the same process, with the Gluon path described below on for non-causal inputs and the tl path raced
-against it (every round of the Gluon path: the Gluon log, kernels/_shared/gluon_forward_hopper_log.md). Session 25
-(36f55d8; 18 runs in three protocols, 5 s pauses), with the persistent D = 64 Gluon candidate's consumers taking turns
+cuDNN, in the same process, with the Gluon path described below raced against the tl path (every round of the Gluon
+path: the Gluon log, kernels/_shared/gluon_forward_hopper_log.md). Session 30 (c89546f; 15 runs, 5 s pauses), with
+the two 128-row D = 64 Gluon candidates running one copy of the consumers' code, inlined once (shared_code 2), and
+causal D = 64 inputs raced on the Gluon path too: the median, min-max, and RESULTS.md's 95% interval for the median:
+  non-causal  N = 512 102.5% (14-107*; 102.2-106.6), 1024 101.7% (99-104; 99.4-103.9), 2048 100.1% (99-101; 99.7-100.7),
+              4096 109.3% (108-112)
+  causal      N = 512 101.2% (79-107*; 99.5-101.7), 1024 118.0% (115-122), 2048 113.1% (112-115), 4096 104.9% (104-108)
+  (* one run each, 100.4 and 41.2 us by do_bench against 12.2-14.1 in the others, graph replay unchanged at 8.2-8.6)
+Ahead beyond the noise at 5 of the 8 shapes, level at the other three, behind at none. At causal 4096 the tl path's
+autotuner picked 64,64,4,3 in 11 of the 15 runs (104.2%) and 128,128,4,3 in 4 (107.7%; 6% faster by graph replay
+too): a pick, not a kernel, left there (the Gluon log). Session 25 (36f55d8; 18 runs in three protocols, 5 s
+pauses), with the persistent D = 64 Gluon candidate's consumers taking turns
 at their exponentials (exp_turn, after cuDNN's ncu source page; the Gluon log) instead of at the issue of their
 products: the median, min-max, and RESULTS.md's 95% interval for the median:
   non-causal  N = 512  99.1% (64-108; 97.6-103.4), 1024  99.4% (97-103; 99.1-99.8), 2048 100.8% (99-102; 100.1-101.0),
@@ -93,7 +102,8 @@ log) measured no faster: per-thread barrier arrivals, the next work item's first
 epilogue, a prefetch of the TMA descriptors, O written by a TMA store, V on barriers of its own, row maxima folded
 by halves (slower: 78.1 -> 80.9 us at 2048), and on the persistent grid no ping-pong, or the pin of the exponentials
 under the P V product. Causal inputs raced between the two paths (538f1fa) took the tl path at every shape, so they
-stay on it (gluon_applies). The test file passes natively (42 of 42 at ad1d90a and 28cf1ec, at c2d6761 with
+stayed on it until session 30 (gluon_applies). The test file passes natively (42 of 42 at ad1d90a and 28cf1ec, at
+c2d6761 with
 FA2_V7_UNSYNCED_ARRIVE=1, the kernels 451b289 runs by default, and at d321cd1, a9f2ff6, 332342c, 5f5b5ad, f8938ac and,
 with the D = 128 candidates, d0f82f9). On shapes neither version was tuned on it is as fast as
 v6 or faster on 10 of 10 at 451b289 (experiments/other_shapes.csv: 1.02-1.25x; 3b7b459: 1.01-1.27x; d0f82f9, with
