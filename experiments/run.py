@@ -11,6 +11,7 @@
     python experiments/run.py coldstart      # what do_bench's flush costs each kernel: cold data or cold code
     python experiments/run.py dobench        # do_bench's spread at small N over fresh processes, v7 and SDPA in turn
     python experiments/run.py items          # what a work item costs beside its key tiles: equal work, 1 to 8 items per SM
+    python experiments/run.py tl-pick        # what v7's tl autotuner timed in fresh processes, each candidate pinned
 
 Each appends rows with provenance to results/<gpu>/experiments/<name>.csv (grid and bwd-modes after
 every shape, so an interrupted run keeps what it measured). GPU only.
@@ -644,10 +645,127 @@ def dobench(args, save):
                       if row["variant"] == n) + " us" for n in calls) + " (* timed first in its round)", flush=True)
 
 
+class TuningRecorder:
+    """Every timing a triton.autotune object makes while installed (`with TuningRecorder(tuner, label, clock):`): its
+    candidate (label(config)), the median it kept (the first of do_bench's quantiles), its place in the order of
+    timing, the SM clock (clock(), MHz) before and after, and its seconds (the first call compiles), tagged with
+    `shape` (a dict the caller updates before each call). The tuner's own _bench is put back on exit."""
+
+    def __init__(self, tuner, label, clock):
+        self.tuner, self.label, self.clock = tuner, label, clock
+        self.rows: list[dict] = []
+        self.shape: dict = {}
+
+    def __enter__(self):
+        import time
+
+        self._own = self.tuner.__dict__.get("_bench")   # an instance's own _bench, if it had one (else its class's)
+        bench = self.tuner._bench
+
+        def recording(*args, config, **meta):
+            t0, before = time.perf_counter(), self.clock()
+            times = bench(*args, config=config, **meta)
+            kept = times[0] if isinstance(times, (list, tuple)) else times
+            order = sum(r["shape"] == self.shape for r in self.rows)
+            self.rows.append({"shape": dict(self.shape), "candidate": self.label(config), "tuner_ms": float(kept),
+                              "order": order, "clock_before_mhz": before, "clock_after_mhz": self.clock(),
+                              "bench_s": time.perf_counter() - t0})
+            return times
+
+        self.tuner._bench = recording
+        return self
+
+    def __exit__(self, *exc):
+        if self._own is None:
+            del self.tuner._bench
+        else:
+            self.tuner._bench = self._own
+        return False
+
+
+def tl_pick(args, save):
+    """Why v7's tl path picks differently from process to process (issue 6: at causal N = 4096 its autotuner took
+    64,64,4,3 in 16 of 31 harness runs, sessions 30's two commits, and 128,128,4,3 in the other 15, though 128,128 is
+    6% faster there by graph replay and by do_bench without the flush). In each of --procs fresh processes (this script
+    again, --worker): v7 called once at every harness shape in the harness's order (non-causal, then causal, N up; v7's
+    defaults, the Gluon path and the race on), each timing its tl autotuner makes recorded (TuningRecorder: candidate,
+    kept median, order, SM clock before and after, seconds), then at the --N shapes and --causal masks every candidate
+    it timed there pinned on the tl path, --rounds interleaved rounds of graph replay and do_bench (its flush). Rows:
+    kind "tuner" (one per autotuner timing, the process's pick beside it) and "pinned" (one per candidate and round)."""
+    if not args.worker:
+        for i in range(args.procs):
+            cmd = [sys.executable, __file__, "tl-pick", "--worker", "--rounds", str(args.rounds), "--causal",
+                   str(args.causal), "--N", *map(str, args.Ns)]
+            rc = subprocess.run(cmd).returncode
+            if rc != 0:   # a failed process is reported, the others still run
+                print(f"process {i + 1} of {args.procs} exited with {rc}", file=sys.stderr)
+        return
+    import os
+
+    import torch
+    import triton.testing
+
+    from fa2lab.interpret import autotuner_of, only_config
+    from fa2lab.provenance import _nvml
+    from fa2lab.timing import bench_graph_ms
+    from fa2lab.versions import load
+
+    v7 = load("v7_hopper")
+    FA, tuner = v7.FlashAttentionTriton, autotuner_of(v7)
+    nv = _nvml()
+    handle = nv.nvmlDeviceGetHandleByIndex(torch.cuda.current_device()) if nv is not None else None
+
+    def clock() -> float:
+        return float(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)) if nv is not None else float("nan")
+
+    picked = {}
+    with TuningRecorder(tuner, v7.config_label, clock) as rec:
+        for causal in (False, True):
+            for N in shapes.SEQ_LENS:
+                rec.shape = {"N": N, "causal": int(causal)}
+                q, k, v = _inputs(N)
+                FA.apply(q, k, v, causal)
+                torch.cuda.synchronize()
+                picked[(N, int(causal))] = f"{v7.last_path()}:{v7.last_config()}"
+    pid = os.getpid()
+    rows = [{"kind": "tuner", "pid": pid, **r.pop("shape"), **r} for r in rec.rows]
+    for r in rows:
+        r["picked"] = picked[(r["N"], r["causal"])]
+    for causal in _masks(args):
+        for N in args.Ns:
+            labels = {r["candidate"] for r in rows if (r["N"], r["causal"]) == (N, int(causal))}
+            configs = [c for c in tuner.configs if v7.config_label(c) in labels]
+            q, k, v = _inputs(N)
+            for r in range(args.rounds):
+                for cfg in configs:
+                    with only_config(tuner, cfg):
+                        FA.launches.entries.clear()
+                        call = lambda: forced(FA, "tma", lambda: FA.apply(q, k, v, causal))  # noqa: E731
+                        call()
+                        rows.append({"kind": "pinned", "pid": pid, "N": N, "causal": int(causal), "round": r,
+                                     "candidate": v7.config_label(cfg), "graph_ms": bench_graph_ms(call),
+                                     "ms": triton.testing.do_bench(call, return_mode="median"), "clock_after_mhz":
+                                     clock(), "picked": picked[(N, int(causal))]})
+                FA.launches.entries.clear()
+    save("tl_pick", rows)
+    for causal in _masks(args):
+        for N in args.Ns:
+            tuned = [r for r in rows if r["kind"] == "tuner" and (r["N"], r["causal"]) == (N, int(causal))]
+            pinned = [r for r in rows if r["kind"] == "pinned" and (r["N"], r["causal"]) == (N, int(causal))]
+            print(f"pid {pid} N={N} causal={int(causal)} picked {picked[(N, int(causal))]}; tuner: "
+                  + ", ".join(f"{r['candidate']} {1e3 * r['tuner_ms']:.1f} us @{r['clock_before_mhz']:.0f}-"
+                              f"{r['clock_after_mhz']:.0f} MHz" for r in tuned) + "; pinned (graph / do_bench): "
+                  + ", ".join(f"{c} {1e3 * statistics.median(r['graph_ms'] for r in pinned if r['candidate'] == c):.1f}"
+                              f" / {1e3 * statistics.median(r['ms'] for r in pinned if r['candidate'] == c):.1f} us"
+                              for c in dict.fromkeys(r["candidate"] for r in pinned)), flush=True)
+
+
 # items: (heads, N) with the harness's work (heads * N^2 = 32 * 2048^2) in 128-row items: 1, 2, 4 and 8 rounds of items
 # per SM on 132 SMs, each round 64 key tiles of 128 in all
 ITEM_SHAPES = ((2, 8192), (8, 4096), (32, 2048), (128, 1024))
-ITEM_CONFIG = "ws2x64x128/3s/preg/persist/ua/et1"   # v7's Gluon candidate at N = 1024 and 2048 (session 25)
+# v7's Gluon candidate at N = 1024 and 2048 (/et1 from session 25, with one inlined copy of the consumers' code, /sc2,
+# since session 30)
+ITEM_CONFIG = "ws2x64x128/3s/preg/persist/ua/et1/sc2"
 
 
 def items(args, save):
@@ -741,7 +859,7 @@ def _kernel_ms(fn, prepares: dict, reps: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=("pcast", "launch-order", "timing", "other-shapes", "exp2-poly", "grid", "bwd-modes",
-                                     "gluon", "coldstart", "dobench", "items"))
+                                     "gluon", "coldstart", "dobench", "items", "tl-pick"))
     ap.add_argument("--N", dest="Ns", type=int, nargs="*", default=None, help="sequence lengths")
     ap.add_argument("--causal", type=int, choices=(0, 1, 2), default=None, help="0, 1, or 2 for both")
     ap.add_argument("--D", type=int, choices=shapes.GLUON_HEAD_DIMS, default=shapes.HEAD_DIM,
@@ -754,14 +872,15 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=50, help="coldstart, items: calls per protocol and round")
     ap.add_argument("--only", nargs="*", default=None,
                     help="gluon, items: configuration labels to run (default: all; items: ITEM_CONFIG)")
-    ap.add_argument("--procs", type=int, default=6, help="dobench: fresh processes")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)   # dobench: one of its processes
+    ap.add_argument("--procs", type=int, default=6, help="dobench, tl-pick: fresh processes")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)   # dobench, tl-pick: one of its processes
     ap.add_argument("--sampler", action="store_true", help=argparse.SUPPRESS)  # dobench: rounds inside ClockSampler
     args = ap.parse_args(argv)
     defaults = {"pcast": ([4096], 0), "launch-order": ([2048, 4096], 1), "timing": ([512, 1024], 2),
                 "other-shapes": ([0], 2), "exp2-poly": ([2048, 4096], 2), "grid": ([1024, 2048, 4096], 2),
                 "bwd-modes": (list(shapes.SEQ_LENS), 2), "gluon": ([1024, 2048, 4096], 2),
-                "coldstart": (list(shapes.SEQ_LENS), 0), "dobench": ([512], 0), "items": ([0], 0)}[args.name]
+                "coldstart": (list(shapes.SEQ_LENS), 0), "dobench": ([512], 0), "items": ([0], 0),
+                "tl-pick": ([4096], 1)}[args.name]
     args.Ns = args.Ns or defaults[0]
     args.causal = defaults[1] if args.causal is None else args.causal
     args.N = args.Ns[0]
@@ -782,7 +901,7 @@ def main(argv=None) -> int:
 
     {"pcast": pcast, "launch-order": launch_order, "timing": timing, "other-shapes": other_shapes,
      "exp2-poly": exp2_poly, "grid": grid, "bwd-modes": bwd_modes, "gluon": gluon,
-     "coldstart": coldstart, "dobench": dobench, "items": items}[args.name](args, save)
+     "coldstart": coldstart, "dobench": dobench, "items": items, "tl-pick": tl_pick}[args.name](args, save)
     return 0
 
 

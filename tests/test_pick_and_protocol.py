@@ -129,3 +129,48 @@ def test_parts_live_beside_the_merged_csv_and_merge_into_folds_them(tmp_path):
     assert merge_into(merged) == f"merged 2 part(s): 2 new rows in {merged}"
     assert done_keys(merged) == {(512, 0, 64, 32, 4, 3), (512, 1, 64, 32, 4, 3)}
     assert not list((merged.parent / "parts").glob("*.csv"))
+
+
+def _experiments():
+    """experiments/run.py as a module (it is a script, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "experiments" / "run.py"
+    spec = importlib.util.spec_from_file_location("fa2_experiments_run", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tuning_recorder_keeps_every_timing_in_order_and_gives_the_bench_back():
+    """experiment tl-pick's TuningRecorder: one row per timing the autotuner makes (candidate, the median it kept,
+    its place in that shape's order, the clock before and after), tagged with the shape set before the call; the
+    tuner's own _bench is back afterwards, also when the tuning raises."""
+    run = _experiments()
+
+    class Tuner:   # what the recorder relies on in triton.autotune: run() calls self._bench(..., config=c)
+        def _bench(self, *args, config, **meta):
+            if config < 0:
+                raise RuntimeError("compile failed")
+            return [config / 10, config / 20, config / 5]
+
+        def tune(self, configs):
+            return {c: self._bench(config=c) for c in configs}
+
+    tuner = Tuner()
+    clocks = iter([1500.0, 1980.0, 1755.0, 1980.0, 1980.0, 1980.0])
+    with run.TuningRecorder(tuner, lambda c: f"cfg{c}", lambda: next(clocks)) as rec:
+        rec.shape = {"N": 4096, "causal": 1}
+        assert tuner.tune([1, 2]) == {1: [0.1, 0.05, 0.2], 2: [0.2, 0.1, 0.4]}
+        rec.shape = {"N": 512, "causal": 0}
+        tuner.tune([3])
+    assert "_bench" not in tuner.__dict__ and tuner._bench(config=4)[0] == 0.4
+    assert [(r["shape"]["N"], r["candidate"], r["order"], r["tuner_ms"]) for r in rec.rows] == [
+        (4096, "cfg1", 0, 0.1), (4096, "cfg2", 1, 0.2), (512, "cfg3", 0, 0.3)]
+    assert [(r["clock_before_mhz"], r["clock_after_mhz"]) for r in rec.rows[:2]] == [(1500.0, 1980.0),
+                                                                                      (1755.0, 1980.0)]
+    with pytest.raises(RuntimeError, match="compile failed"):
+        with run.TuningRecorder(tuner, str, lambda: 0.0):
+            tuner.tune([-1])
+    assert "_bench" not in tuner.__dict__
