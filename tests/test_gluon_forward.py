@@ -1092,6 +1092,11 @@ def test_shared_code_is_the_base_candidates_own_unless_switched():
     printed = "[c.shared_code for c in G.V7_CANDIDATES + G.V7_CANDIDATES_WIDE]"
     assert _candidates(printed) == str([2, 2, 0, 0, 0, 0])
     assert _candidates(printed, FA2_V7_SHARED_CODE="0") == str([0] * 6)
+    # l2_prefetch asks from a one-warp loader, which levels 1 and 2 replace: switched on, it takes the level's place
+    assert _candidates(printed, FA2_V7_L2_PREFETCH="1") == str([0] * 6)
+    with pytest.raises(ValueError, match="l2_prefetch"):
+        G.GluonConfig(128, 128, 4, 3, consumers=2, shared_code=2, l2_prefetch=True)
+    assert G.GluonConfig(128, 128, 4, 3, consumers=2, shared_code=3, l2_prefetch=True).shared_code == 3
     assert _candidates(printed, FA2_V7_SHARED_CODE="1") == str([1] * 6)
     assert _candidates(printed, FA2_V7_SHARED_CODE="2") == str([2] * 6)
     assert _candidates(printed, FA2_V7_SHARED_CODE="yes") == str([1] * 6)

@@ -466,6 +466,10 @@ class GluonConfig:
         if self.shared_code and self.even_registers:
             raise ValueError(f"shared_code gives two consumers 240 registers each already: not with even_registers: "
                              f"{self}")
+        if self.shared_code in (1, 2) and self.l2_prefetch:
+            # _l2_prefetch asks from a one-warp loader; shared_code 1 and 2 make the loader the 4-warp default
+            # partition (offline sm_90 at a0e634b: "Layout has 1 warps per CTA, but the context requires 4")
+            raise ValueError(f"l2_prefetch needs the one-warp loader: not with shared_code 1 or 2: {self}")
         if self.narrow_from not in (0, 4, 8, 16, 32) or (self.narrow_from and self.narrow_from < self.slots - 1):
             raise ValueError(f"narrow_from is 0 (off), 4, 8, 16 or 32, and at least slots - 1: {self}")
         if self.l2_promotion not in PROMOTIONS:
@@ -2504,6 +2508,16 @@ L2_256 = switch_on("L2_256")
 SHARED_CODE = switch_level("SHARED_CODE")
 
 
+def _shared_code(c) -> int:
+    """A base candidate's shared_code under this process's switches: FA2_V7_SHARED_CODE's level where set, else its
+    own; none with even_registers, nor (unless asked for) at levels 1-2 with FA2_V7_L2_PREFETCH=1, which needs the
+    one-warp loader those levels replace."""
+    level = c.shared_code if SHARED_CODE is None else SHARED_CODE
+    if c.even_registers or (SHARED_CODE is None and L2_PREFETCH and level in (1, 2)):
+        return 0
+    return level
+
+
 def _switched(base) -> tuple:
     """The base configurations with this process's switches set (above). exp_turn, where a base candidate has it, gives
     way to ping-pong's turns when switched off or when an option that excludes it is switched on."""
@@ -2521,7 +2535,7 @@ def _switched(base) -> tuple:
                          row_sum=ROW_SUM, l2_prefetch=L2_PREFETCH,
                          unsynced_arrive=UNSYNCED_ARRIVE and not THREAD_ARRIVE,
                          l2_promotion=256 if L2_256 else c.l2_promotion,
-                         shared_code=0 if c.even_registers else c.shared_code if SHARED_CODE is None else SHARED_CODE)
+                         shared_code=_shared_code(c))
             for c in base)
 
 
