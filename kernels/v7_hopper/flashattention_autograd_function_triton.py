@@ -40,9 +40,10 @@ against cuDNN's 0.13, each of its two consumer partitions running its own inline
 shared copy (shared_code, a non-inlined function) hung on the H200 in its first form; fixed, it ran 11-25% slower,
 since ptxas serialises a called function's wgmma. Session 29 inlined the function once in the PTX (shared_code 2,
 FA2_V7_SHARED_CODE=2): in paired experiment gluon rounds it is 2.4 points of cuDNN ahead of the persistent candidate
-at N = 1024 (both masks) and level or up to 0.8 behind at 2048-4096; not yet a candidate (the Gluon log).
-The D = 64 kernels' SASS is byte-identical to 36f55d8's through session 29 (offline sm_90 compile of every D = 64
-candidate, both masks), so the numbers above stand. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
+at N = 1024 (both masks) and level or up to 0.8 behind at 2048-4096; session 30 made it the two 128-row D = 64
+candidates' own (the Gluon log; its numbers first, above). The D = 64 kernels' SASS was byte-identical to 36f55d8's
+through session 29 (offline sm_90 compile of every D = 64 candidate, both masks), so session 25's numbers stood until
+then. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
 pause before each run; the median of 15 runs, min-max):
   non-causal  N = 512   98.3% (47-106)*, 1024  98.8% (96-103), 2048  99.3% (98-100), 4096 110.2% (109-112)
   causal      N = 512   98.6% (69-103)*, 1024 119.2% (116-125), 2048 113.2% (112-115), 4096 107.1% (103-108)
