@@ -649,12 +649,14 @@ class TuningRecorder:
     """Every timing a triton.autotune object makes while installed (`with TuningRecorder(tuner, label, clock):`): its
     candidate (label(config)), the median it kept (the first of do_bench's quantiles), its place in the order of
     timing, the SM clock (clock(), MHz) before and after, and its seconds (the first call compiles), tagged with
-    `shape` (a dict the caller updates before each call). The tuner's own _bench is put back on exit."""
+    `shape` (a dict the caller updates before each call); `configs` keeps each label's configuration as timed (after
+    the tuner's pruning). The tuner's own _bench is put back on exit."""
 
     def __init__(self, tuner, label, clock):
         self.tuner, self.label, self.clock = tuner, label, clock
         self.rows: list[dict] = []
         self.shape: dict = {}
+        self.configs: dict = {}
 
     def __enter__(self):
         import time
@@ -667,6 +669,7 @@ class TuningRecorder:
             times = bench(*args, config=config, **meta)
             kept = times[0] if isinstance(times, (list, tuple)) else times
             order = sum(r["shape"] == self.shape for r in self.rows)
+            self.configs[self.label(config)] = config
             self.rows.append({"shape": dict(self.shape), "candidate": self.label(config), "tuner_ms": float(kept),
                               "order": order, "clock_before_mhz": before, "clock_after_mhz": self.clock(),
                               "bench_s": time.perf_counter() - t0})
@@ -720,21 +723,20 @@ def tl_pick(args, save):
 
     picked = {}
     with TuningRecorder(tuner, v7.config_label, clock) as rec:
-        for causal in (False, True):
-            for N in shapes.SEQ_LENS:
-                rec.shape = {"N": N, "causal": int(causal)}
-                q, k, v = _inputs(N)
-                FA.apply(q, k, v, causal)
-                torch.cuda.synchronize()
-                picked[(N, int(causal))] = f"{v7.last_path()}:{v7.last_config()}"
+        for shape in shapes.harness_shapes():
+            rec.shape = {"N": shape.N, "causal": int(shape.causal)}
+            q, k, v = _inputs(shape.N)
+            FA.apply(q, k, v, shape.causal)
+            torch.cuda.synchronize()
+            picked[(shape.N, int(shape.causal))] = f"{v7.last_path()}:{v7.last_config()}"
     pid = os.getpid()
     rows = [{"kind": "tuner", "pid": pid, **r.pop("shape"), **r} for r in rec.rows]
     for r in rows:
         r["picked"] = picked[(r["N"], r["causal"])]
     for causal in _masks(args):
         for N in args.Ns:
-            labels = {r["candidate"] for r in rows if (r["N"], r["causal"]) == (N, int(causal))}
-            configs = [c for c in tuner.configs if v7.config_label(c) in labels]
+            labels = dict.fromkeys(r["candidate"] for r in rows if (r["N"], r["causal"]) == (N, int(causal)))
+            configs = [rec.configs[label] for label in labels]
             q, k, v = _inputs(N)
             for r in range(args.rounds):
                 for cfg in configs:

@@ -170,6 +170,7 @@ def test_tuning_recorder_keeps_every_timing_in_order_and_gives_the_bench_back():
         (4096, "cfg1", 0, 0.1), (4096, "cfg2", 1, 0.2), (512, "cfg3", 0, 0.3)]
     assert [(r["clock_before_mhz"], r["clock_after_mhz"]) for r in rec.rows[:2]] == [(1500.0, 1980.0),
                                                                                       (1755.0, 1980.0)]
+    assert rec.configs == {"cfg1": 1, "cfg2": 2, "cfg3": 3}
     with pytest.raises(RuntimeError, match="compile failed"):
         with run.TuningRecorder(tuner, str, lambda: 0.0):
             tuner.tune([-1])
