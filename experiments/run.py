@@ -584,6 +584,17 @@ def coldstart(args, save):
                     f"{p} {v:.1f} us" for (timer, p), v in ms.items() if timer == "kernel"), flush=True)
 
 
+def _fresh_processes(name: str, args, extra=lambda i: []) -> None:
+    """Experiment `name` in --procs fresh processes, one after another (this script again, --worker, with --rounds,
+    --causal, --N and extra(i) for process i); a failed process is reported and the others still run."""
+    for i in range(args.procs):
+        cmd = [sys.executable, __file__, name, "--worker", "--rounds", str(args.rounds), "--causal",
+               str(args.causal), "--N", *map(str, args.Ns), *extra(i)]
+        rc = subprocess.run(cmd).returncode
+        if rc != 0:
+            print(f"process {i + 1} of {args.procs} exited with {rc}", file=sys.stderr)
+
+
 def dobench(args, save):
     """Where the harness's spread at N = 512 comes from (issue 6: v7 non-causal 58-99% of cuDNN by do_bench over five
     fresh processes, commit 2eb9943, while its graph replay stayed at 8.7 us against cuDNN's 9.8 in all five). In each
@@ -594,12 +605,7 @@ def dobench(args, save):
     Every second process times its rounds as the harness does, inside its NVML clock sampler (a thread polling
     clocks, power and temperature every 20 ms: column `sampler`), the others without it."""
     if not args.worker:
-        for i in range(args.procs):
-            cmd = [sys.executable, __file__, "dobench", "--worker", "--rounds", str(args.rounds), "--causal",
-                   str(args.causal), "--N", *map(str, args.Ns), *(["--sampler"] if i % 2 else [])]
-            rc = subprocess.run(cmd).returncode
-            if rc != 0:   # a failed process is reported, the others still run
-                print(f"process {i + 1} of {args.procs} exited with {rc}", file=sys.stderr)
+        _fresh_processes("dobench", args, lambda i: ["--sampler"] if i % 2 else [])
         return
     import contextlib
     import os
@@ -696,12 +702,7 @@ def tl_pick(args, save):
     it timed there pinned on the tl path, --rounds interleaved rounds of graph replay and do_bench (its flush). Rows:
     kind "tuner" (one per autotuner timing, the process's pick beside it) and "pinned" (one per candidate and round)."""
     if not args.worker:
-        for i in range(args.procs):
-            cmd = [sys.executable, __file__, "tl-pick", "--worker", "--rounds", str(args.rounds), "--causal",
-                   str(args.causal), "--N", *map(str, args.Ns)]
-            rc = subprocess.run(cmd).returncode
-            if rc != 0:   # a failed process is reported, the others still run
-                print(f"process {i + 1} of {args.procs} exited with {rc}", file=sys.stderr)
+        _fresh_processes("tl-pick", args)
         return
     import os
 
@@ -709,17 +710,15 @@ def tl_pick(args, save):
     import triton.testing
 
     from fa2lab.interpret import autotuner_of, only_config
-    from fa2lab.provenance import _nvml
+    from fa2lab.provenance import sm_clock_mhz
     from fa2lab.timing import bench_graph_ms
     from fa2lab.versions import load
 
     v7 = load("v7_hopper")
     FA, tuner = v7.FlashAttentionTriton, autotuner_of(v7)
-    nv = _nvml()
-    handle = nv.nvmlDeviceGetHandleByIndex(torch.cuda.current_device()) if nv is not None else None
 
     def clock() -> float:
-        return float(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)) if nv is not None else float("nan")
+        return sm_clock_mhz(torch.cuda.current_device())
 
     picked = {}
     with TuningRecorder(tuner, v7.config_label, clock) as rec:

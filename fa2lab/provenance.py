@@ -136,6 +136,17 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def sm_clock_mhz(device: int = 0) -> float:
+    """The SM clock now (one NVML read), NaN without NVML or when the read fails."""
+    nv = _nvml()
+    if nv is None:
+        return float("nan")
+    try:
+        return float(nv.nvmlDeviceGetClockInfo(nv.nvmlDeviceGetHandleByIndex(device), nv.NVML_CLOCK_SM))
+    except Exception:  # noqa: BLE001 - a failed read is NaN, not fatal
+        return float("nan")
+
+
 class ClockSampler:
     """Samples the SM clock, power and temperature (NVML) in a thread while a block runs.
 

@@ -294,6 +294,27 @@ def test_switch_level_reads_a_level_or_on_and_off(monkeypatch):
     assert default_kernels("FA2_V7_EXP_TURN=1")
 
 
+def test_sm_clock_reads_nvml_once_and_is_nan_without_it(monkeypatch):
+    """fa2lab.provenance.sm_clock_mhz (experiment tl-pick's clock): NVML's SM clock of the device asked for; NaN
+    without NVML or when the read fails."""
+    import math
+    import types
+
+    from fa2lab import provenance
+
+    def clock(handle, which):
+        if handle == "gpu1":
+            raise RuntimeError("read failed")
+        return {("gpu0", "sm"): 1755}[(handle, which)]
+
+    nv = types.SimpleNamespace(NVML_CLOCK_SM="sm", nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+                               nvmlDeviceGetClockInfo=clock)
+    monkeypatch.setattr(provenance, "_nvml", lambda: nv)
+    assert provenance.sm_clock_mhz(0) == 1755.0 and math.isnan(provenance.sm_clock_mhz(1))
+    monkeypatch.setattr(provenance, "_nvml", lambda: None)
+    assert math.isnan(provenance.sm_clock_mhz())
+
+
 def test_default_kernels_tells_rows_of_switched_kernels():
     """The report's profile tables keep rows whose switches leave every kernel switch at its default."""
     from fa2lab.provenance import default_kernels
