@@ -354,6 +354,30 @@ def test_direct_launcher_declines_what_only_tritons_launcher_handles():
     assert DirectLauncher.of(_fake_kernel(undecomposed)) is None             # no TMA metadata
 
 
+def test_spin_ms_spins_only_when_the_settle_calls_leave_too_little_queued():
+    """queued_times' spin: none behind calls the GPU is slower at once they leave the host's time for the timed calls
+    queued, twice that time otherwise (host-paced calls, or too few settle calls)."""
+    from fa2lab.timing import spin_ms
+
+    assert spin_ms(gpu_ms=0.17, host_ms=0.03, settle_calls=235, timed_calls=50) == 0.0
+    assert spin_ms(gpu_ms=0.012, host_ms=0.03, settle_calls=1333, timed_calls=60) == pytest.approx(3.6)
+    assert spin_ms(gpu_ms=0.031, host_ms=0.03, settle_calls=10, timed_calls=60) == pytest.approx(3.6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times a GPU")
+def test_queued_times_holds_the_gpu_busy_for_settle_ms_first():
+    """A call of 200 us on the GPU and little on the host: queued_times takes settle_ms of calls before the
+    timed ones (the wall time shows it) and still times the GPU's 200 us."""
+    from fa2lab.gpu import facts
+    from fa2lab.timing import queued_times
+
+    spin = int(200e-6 * facts(torch.cuda.current_device()).sm_clock_mhz * 1e6)
+    t0 = time.perf_counter()
+    times = queued_times(lambda: torch.cuda._sleep(spin), repeats=5, rounds=2, settle_ms=150)
+    assert time.perf_counter() - t0 >= 0.15
+    assert len(times) == 2 and all(0.1 < t < 0.4 for t in times)
+
+
 def test_queued_quantiles_answers_the_autotuner_in_its_order(monkeypatch):
     """triton.autotune asks do_bench for the quantiles (0.5, 0.2, 0.8) and keeps the least list; v7's
     autotuner is given queued_quantiles."""
