@@ -255,6 +255,32 @@ def test_the_race_keeps_the_launch_that_times_fastest_and_returns_its_output(mon
     assert launch is slow and calls[-1] == "slow"
 
 
+def test_the_race_alternates_its_order_so_a_drift_between_timings_cancels(monkeypatch):
+    """_faster_of over RACE_ROUNDS (even) rounds, the order reversed every other round: a launch 10% faster is
+    kept whichever it is given first, though the second timing of each round reads 50% more (a warming GPU),
+    which decides a single round for the one timed first."""
+    import fa2lab.timing
+
+    assert v7.RACE_ROUNDS % 2 == 0 and v7.RACE_ROUNDS >= 2
+    base, seen = {"slow": 1.1, "fast": 1.0}, []
+
+    def launch_of(name):
+        return lambda Q, K, V, need_l=True: (seen.append(name), (torch.zeros(1), torch.zeros(1)))[1]
+
+    def queued_ms(fn, *args, **kw):
+        fn()
+        second = len(seen) % 2 == 0   # each round times both launches: every second timing is a round's second
+        return base[seen[-1]] + (0.5 if second else 0.0)
+
+    monkeypatch.setattr(fa2lab.timing, "queued_ms", queued_ms)
+    slow, fast = launch_of("slow"), launch_of("fast")
+    x = torch.zeros(1)
+    for order in ((slow, fast), (fast, slow)):
+        seen.clear()
+        assert v7._faster_of(x, x, x, *order)[2] is fast
+        assert len(seen) == 2 * v7.RACE_ROUNDS + 1 and seen[-1] == "fast"
+
+
 def test_the_race_is_on_unless_the_environment_turns_it_off_and_runs_record_it():
     code = ("from fa2lab import versions; from fa2lab.provenance import environment; "
             "print(versions.load('v7_hopper').FlashAttentionTriton.RACE_TL, environment().get('switches', ''))")
