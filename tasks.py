@@ -309,8 +309,8 @@ def experiment(c, name, N="", rounds=5, causal="", only="", D=""):
     dobench (do_bench's spread at small N over fresh processes: the flush's GPU time, host times,
     v7 and SDPA timed in alternating order), items (what a round of work items costs v7's persistent Gluon
     kernel and SDPA beside its key tiles: the same work in 1 to 8 rounds of items per SM), tl-pick (in fresh
-    processes, every timing v7's tl autotuner makes over the harness shapes, with the SM clock, beside each candidate
-    pinned and timed by graph replay and do_bench; default causal N = 4096).
+    processes, every timing v7's tl autotuner and its race make over the harness shapes, with the SM clock, beside
+    each candidate pinned and timed by graph replay and do_bench; default causal N = 4096).
 
     Rows go to results/<gpu>/experiments/<name>.csv."""
     _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")

@@ -849,7 +849,7 @@ EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke e
                    "exp2_poly": "invoke experiment exp2-poly", "grid": "invoke experiment grid",
                    "bwd_modes": "invoke experiment bwd-modes", "gluon": "invoke experiment gluon",
                    "coldstart": "invoke experiment coldstart", "dobench": "invoke experiment dobench",
-                   "items": "invoke experiment items"}
+                   "items": "invoke experiment items", "tl_pick": "invoke experiment tl-pick"}
 EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks")   # not numbers
 
 
@@ -926,7 +926,8 @@ def section_experiments(gpu, root) -> str:
                            "% of SDPA (do_bench)", "% of SDPA (graph)", "SM MHz median"], rows)]
     return "\n".join(text + ["", section_exp2_poly(gpu, root), "", section_grid(gpu, root), "",
                              section_gluon(gpu, root), "", section_coldstart(gpu, root), "",
-                             section_dobench(gpu, root), "", section_items(gpu, root)])
+                             section_dobench(gpu, root), "", section_items(gpu, root), "",
+                             section_tl_pick(gpu, root)])
 
 
 def section_exp2_poly(gpu, root) -> str:
@@ -1161,6 +1162,54 @@ def section_dobench(gpu, root) -> str:
                   "v7 do_bench µs", "SDPA do_bench µs", "% of SDPA"], rows)])
 
 
+TL_PICK_COLUMNS = ("kind", "pid", "N", "causal", "candidate", "picked")
+TL_PICK_TIMES = ("tuner_ms", "race_ms", "graph_ms", "ms", "clock_before_mhz", "clock_after_mhz")
+
+
+def section_tl_pick(gpu, root) -> str:
+    """What v7's tl autotuner and race timed in fresh processes, beside each candidate pinned (experiments/run.py
+    tl-pick): per commit, shape and candidate, how many processes picked it, the autotuner's and the race's timings,
+    and the pinned candidate's graph replay and do_bench, with the SM clock."""
+    path = data.root(root) / gpu / "experiments" / "tl_pick.csv"
+    df = optional(path, TL_PICK_COLUMNS)
+    if df is None:
+        return experiment_not_run("v7's tl autotuner across processes", "tl_pick", path)
+    df = numeric(df, path, ("N", "causal"))
+    for c in TL_PICK_TIMES:
+        df[c] = pd.to_numeric(df[c], errors="coerce") if c in df.columns else np.nan
+    df["cand"] = df.candidate.astype(str).str.removeprefix("tma:")
+    df["pick"] = df.picked.astype(str).str.removeprefix("tma:")
+
+    def us(x):
+        x = x.dropna() * 1e3
+        return span(x.median(), x.min(), x.max(), ".1f") if len(x) else "–"
+
+    rows = []
+    for (commit, N, causal), g in df.groupby(["git_commit", "N", "causal"], sort=False):
+        if not (g.kind == "pinned").any():   # the other harness shapes' timings stay in the file
+            continue
+        picks = g.drop_duplicates("pid").pick
+        for cand in dict.fromkeys(g.cand):
+            c = g[g.cand == cand]
+            tuner, race, pinned = (c[c.kind == k] for k in ("tuner", "race", "pinned"))
+            clocks = (f"{fmt(tuner.clock_before_mhz.median(), '.0f')}→{fmt(tuner.clock_after_mhz.median(), '.0f')}"
+                      if len(tuner) else "–")
+            after = pinned.clock_after_mhz.dropna()
+            rows.append([str(commit)[:7], int(N), "yes" if causal else "no", cand,
+                         f"{int((picks == cand).sum())} of {len(picks)}", us(tuner.tuner_ms), clocks,
+                         us(race.race_ms), us(pinned.graph_ms), us(pinned.ms),
+                         span(after.median(), after.min(), after.max()) if len(after) else "–"])
+    return "\n".join([
+        "v7's tl autotuner and race across fresh processes: v7 called once at every harness shape in each process, "
+        "each timing its tl autotuner made (its kept median, the SM clock before → after, medians over the processes) "
+        "and, from session 31's second form on, each timing of the race between the Gluon and tl launches; then each "
+        "candidate pinned and timed by graph replay and do_bench (its flush), with the SM clock after, µs as median "
+        "(min–max), at the shapes whose candidates were pinned (the others' timings are in the file). picked: the "
+        f"processes whose v7 ran that candidate. Source: `{rel(path)}`.", "",
+        md_table(["commit", "N", "causal", "candidate", "picked", "autotuner µs", "autotuner MHz", "race µs",
+                  "pinned graph µs", "pinned do_bench µs", "pinned MHz after"], rows)])
+
+
 ITEMS_COLUMNS = ("variant", "heads", "N", "rounds_per_sm", "protocol", "ms")
 
 
@@ -1348,8 +1397,19 @@ def section_goal(gpu, root) -> str:
                   "p", "verdict"], rows), "",
         f"Ahead at {len(ahead)} of {len(verdicts)} shapes"
         + (f"; behind at {', '.join(f'N = {n} {data.mask_name(c)}' for n, c in behind)}" if behind else "")
-        + ". The goal (at least as fast at every shape, either mask) is "
-        + ("met." if len(ahead) == len(verdicts) else "not met beyond the noise.")])
+        + ". " + goal_verdict(len(ahead), len(behind), len(verdicts))])
+
+
+def goal_verdict(ahead: int, behind: int, shapes: int) -> str:
+    """The goal's sentence: met beyond the noise only when every shape is ahead; not met when any is behind;
+    otherwise met within the noise only (the level shapes' runs cannot tell the two apart either way)."""
+    goal = "The goal (at least as fast at every shape, either mask) is "
+    if ahead == shapes:
+        return goal + "met: faster beyond the noise at every shape."
+    if behind:
+        return goal + "not met."
+    return (goal + f"met within the noise only: behind at no shape, but at the {shapes - ahead} level shapes these "
+            "runs show neither one faster.")
 
 
 # ---------------------------------------------------------------- the backward (issue 7)

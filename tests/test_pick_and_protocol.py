@@ -175,3 +175,42 @@ def test_tuning_recorder_keeps_every_timing_in_order_and_gives_the_bench_back():
         with run.TuningRecorder(tuner, str, lambda: 0.0):
             tuner.tune([-1])
     assert "_bench" not in tuner.__dict__
+
+
+def test_race_recorder_names_each_raced_launch_and_puts_queued_ms_back(monkeypatch):
+    """experiment tl-pick's RaceRecorder: v7's race (_faster_of, queued_ms looked up per call) run with launches
+    that record nothing: one row per timing, named by the launch's path and label, with its ms and place in the
+    shape's order; fa2lab.timing.queued_ms is the original again afterwards, also when the race raises."""
+    import torch
+
+    import fa2lab.timing
+    from fa2lab import versions
+
+    run = _experiments()
+    v7 = versions.load("v7_hopper")
+    ms = {"gluon": 2.0, "tma": 1.0}
+
+    class FakeLaunch:
+        def __init__(self, path, label):
+            self.path, self.label = path, label
+
+        def __call__(self, Q, K, V, need_l=True):
+            return torch.zeros(1), torch.zeros(1)
+
+    original = fa2lab.timing.queued_ms
+    monkeypatch.setattr(fa2lab.timing, "queued_ms", lambda fn, *a, **kw: ms[fn.__defaults__[0].path])
+    fake = fa2lab.timing.queued_ms
+    gluon, tl = FakeLaunch("gluon", "ws2"), FakeLaunch("tma", "128,128,4,3/p0")
+    x = torch.zeros(1)
+    with run.RaceRecorder(lambda: 1980.0) as race:
+        race.shape = {"N": 4096, "causal": 1}
+        assert v7._faster_of(x, x, x, gluon, tl)[2] is tl
+    assert fa2lab.timing.queued_ms is fake and fake is not original
+    assert len(race.rows) == 2 * v7.RACE_ROUNDS
+    assert [(r["candidate"], r["race_ms"], r["order"]) for r in race.rows[:4]] == [
+        ("gluon:ws2", 2.0, 0), ("tma:128,128,4,3/p0", 1.0, 1), ("tma:128,128,4,3/p0", 1.0, 2), ("gluon:ws2", 2.0, 3)]
+    assert all(r["shape"] == {"N": 4096, "causal": 1} and r["clock_before_mhz"] == 1980.0 for r in race.rows)
+    with pytest.raises(ZeroDivisionError):
+        with run.RaceRecorder(lambda: 0.0):
+            v7._faster_of(x, x, x, FakeLaunch("gluon", "broken"), None) and 1 / 0
+    assert fa2lab.timing.queued_ms is fake

@@ -1021,6 +1021,30 @@ def test_dobench_section_gives_each_process_its_own_ratio(tmp_path):
     assert f"Over the 2 processes v7 ran at 49.6–98.5% of SDPA (median {middle:.1f}%)." in text
 
 
+def test_tl_pick_section_counts_picks_per_candidate_at_the_pinned_shapes(tmp_path):
+    from fa2lab.results import append_rows
+
+    assert report.section_tl_pick(GPU, tmp_path).startswith(f"v7's tl autotuner across processes: {report.NOT_YET}")
+    rows = []
+    for pid, pick in ((1, "tma:128,128/p0"), (2, "tma:64,64/p0"), (3, "gluon:ws2")):
+        base = {"pid": pid, "N": 4096, "causal": 1, "picked": pick, **PROV, "git_commit": "fffffff"}
+        rows += [{**base, "kind": "tuner", "candidate": c, "tuner_ms": t, "clock_before_mhz": 1980.0,
+                  "clock_after_mhz": 1800.0} for c, t in (("64,64/p0", 0.180), ("128,128/p0", 0.170 + pid / 1e3))]
+        rows += [{**base, "kind": "race", "candidate": c, "race_ms": t}
+                 for c, t in (("gluon:ws2", 0.175), ("tma:128,128/p0", 0.171))]
+        rows += [{**base, "kind": "pinned", "candidate": c, "round": 0, "graph_ms": t, "ms": t, "clock_after_mhz": 1900.0}
+                 for c, t in (("64,64/p0", 0.190), ("128,128/p0", 0.172), ("gluon:ws2", 0.175))]
+        rows.append({**base, "N": 512, "causal": 0, "kind": "tuner", "candidate": "64,64/p0", "tuner_ms": 0.01,
+                     "clock_before_mhz": 1980.0, "clock_after_mhz": 1980.0})   # not pinned: left out of the table
+    append_rows(tmp_path / GPU / "experiments" / "tl_pick.csv", rows)
+    text = report.section_tl_pick(GPU, tmp_path)
+    assert "| fffffff | 4096 | yes | 128,128/p0 | 1 of 3 | 172.0 (171.0–173.0) | 1980→1800 | 171.0 (171.0–171.0) | " \
+           "172.0 (172.0–172.0) | 172.0 (172.0–172.0) | 1900 (1900–1900) |" in text
+    assert "| fffffff | 4096 | yes | 64,64/p0 | 1 of 3 | 180.0 (180.0–180.0) | 1980→1800 | – | 190.0" in text
+    assert "| fffffff | 4096 | yes | gluon:ws2 | 1 of 3 | – | – | 175.0 (175.0–175.0) | 175.0" in text
+    assert "| 512 |" not in text
+
+
 SOURCE_PAGE = """"Kernel Name","flash_fwd_gluon_ws",
 "Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_barrier","stall_wait","stall_selected","stall_barrier (Not Issued)"
 "0x10","  MUFU.EX2 R1, R1","6","100","0","4","2","0"
@@ -1117,4 +1141,8 @@ def test_goal_section_calls_each_shape_ahead_level_or_behind_from_the_latest_com
     assert "| 4096 | no | 8 | 102.0% (101.0–104.0%) | 101.0–104.0% | 0 / 8 | 0.008 | ahead |" in text
     assert "| 1024 | no | 8 | 98.5% (97.0–99.0%) | 97.0–99.0% | 8 / 0 | 0.008 | behind |" in text
     assert "| 512 | no | 8 | " in text and text.split("| 512 | no | 8 | ")[1].split("\n")[0].endswith("| level |")
-    assert "Ahead at 1 of 3 shapes; behind at N = 1024 non-causal" in text and "not met beyond the noise" in text
+    assert "Ahead at 1 of 3 shapes; behind at N = 1024 non-causal" in text and text.endswith("is not met.")
+    assert report.goal_verdict(3, 0, 3).endswith("is met: faster beyond the noise at every shape.")
+    assert report.goal_verdict(1, 0, 3).endswith("met within the noise only: behind at no shape, but at the 2 level "
+                                                 "shapes these runs show neither one faster.")
+    assert report.goal_verdict(2, 1, 3).endswith("is not met.")
