@@ -4,7 +4,17 @@ multiply the next; v6 itself wherever that path does not apply.
 
 Measured on the H200 (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), % of SDPA's default backend,
 cuDNN, in the same process, with the Gluon path described below raced against the tl path (every round of the Gluon
-path: the Gluon log, kernels/_shared/gluon_forward_hopper_log.md). Session 30 (c89546f; 15 runs, 5 s pauses), with
+path: the Gluon log, kernels/_shared/gluon_forward_hopper_log.md). Session 31 (19b46bf; 15 runs, 3 s pauses), with
+the candidates of the tl autotuner and of the race timed after 40 ms of calls back to back (fa2lab.timing.SETTLE_MS:
+before, short bursts at boost clock timed 64,64,4,3 and 128,128,4,3 alike at causal 4096, 166 us, where held busy
+they run at 190 and 172 us; experiment tl-pick) and the race over four rounds in alternating order (RACE_ROUNDS):
+  non-causal  N = 512 102.4% (97-107; 98.6-104.9), 1024 101.3% (98-103; 99.5-101.9), 2048 100.0% (99-101; 99.4-100.5),
+              4096 108.1% (107-109)
+  causal      N = 512 100.9% (97-111; 97.5-101.8), 1024 118.3% (116-122), 2048 112.9% (111-114), 4096 106.8% (103-109)
+Ahead at 4 of the 8 shapes, level at the other four, behind at none. At causal 4096 the tl path now runs 128,128 in
+every run it wins; the race gave 4 of 15 runs to the Gluon launch (175 us by graph replay against 171). On a machine
+whose host was slower (8ae17a5: SDPA 29.6 us of host time per call, v7 36.7), N = 512 measured the host: 69% non-causal
+and 86% causal, with the same kernels and graph replay. Session 30 (c89546f; 15 runs, 5 s pauses), with
 the two 128-row D = 64 Gluon candidates running one copy of the consumers' code, inlined once (shared_code 2), and
 causal D = 64 inputs raced on the Gluon path too: the median, min-max, and RESULTS.md's 95% interval for the median:
   non-causal  N = 512 102.5% (14-107*; 102.2-106.6), 1024 101.7% (99-104; 99.4-103.9), 2048 100.1% (99-101; 99.7-100.7),
@@ -556,7 +566,8 @@ def prune_tma_configs(configs, named_args, **kwargs):
 
 # bf16 and fp16 share a tuning entry: the descriptors carry no .dtype for the autotuner's key, and
 # the two types have the same size and tile behaviour (each still compiles its own binary).
-# Candidates are timed with the host queued ahead (fa2lab.timing.queued_quantiles), not by Triton's do_bench.
+# Candidates are timed with the host queued ahead, after SETTLE_MS of calls back to back so that each runs at the
+# clock its own power draw allows (fa2lab.timing.queued_quantiles), not by Triton's do_bench.
 @triton.autotune(configs=tma_autotune_configs(CANDIDATES),
                  key=["N_QUERIES", "N_KEYS", "WINDOW", "D", "is_causal", "HAS_WINDOW", "PERSISTENT"],
                  prune_configs_by={"early_config_prune": prune_tma_configs}, do_bench=queued_quantiles)
