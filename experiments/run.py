@@ -651,17 +651,30 @@ def dobench(args, save):
                       if row["variant"] == n) + " us" for n in calls) + " (* timed first in its round)", flush=True)
 
 
-class TuningRecorder:
-    """Every timing a triton.autotune object makes while installed (`with TuningRecorder(tuner, label, clock):`): its
-    candidate (label(config)), the median it kept (the first of do_bench's quantiles), its place in the order of
-    timing, the SM clock (clock(), MHz) before and after, and its seconds (the first call compiles), tagged with
-    `shape` (a dict the caller updates before each call); `configs` keeps each label's configuration as timed (after
-    the tuner's pruning). The tuner's own _bench is put back on exit."""
+class _ShapeRows:
+    """Rows tagged with `shape` (a dict the caller updates before each call), each with its place among that shape's
+    rows and the SM clock (clock(), MHz) before and after what it records."""
 
-    def __init__(self, tuner, label, clock):
-        self.tuner, self.label, self.clock = tuner, label, clock
+    def __init__(self, clock):
+        self.clock = clock
         self.rows: list[dict] = []
         self.shape: dict = {}
+
+    def _append(self, before: float, **fields) -> None:
+        self.rows.append({"shape": dict(self.shape), "order": sum(r["shape"] == self.shape for r in self.rows),
+                          **fields, "clock_before_mhz": before, "clock_after_mhz": self.clock()})
+
+
+class TuningRecorder(_ShapeRows):
+    """Every timing a triton.autotune object makes while installed (`with TuningRecorder(tuner, label, clock):`): its
+    candidate (label(config)), the median it kept (the first of do_bench's quantiles), its place in the order of
+    timing, the SM clock before and after, and its seconds (the first call compiles), tagged with `shape`
+    (_ShapeRows); `configs` keeps each label's configuration as timed (after the tuner's pruning). The tuner's own
+    _bench is put back on exit."""
+
+    def __init__(self, tuner, label, clock):
+        super().__init__(clock)
+        self.tuner, self.label = tuner, label
         self.configs: dict = {}
 
     def __enter__(self):
@@ -674,11 +687,8 @@ class TuningRecorder:
             t0, before = time.perf_counter(), self.clock()
             times = bench(*args, config=config, **meta)
             kept = times[0] if isinstance(times, (list, tuple)) else times
-            order = sum(r["shape"] == self.shape for r in self.rows)
             self.configs[self.label(config)] = config
-            self.rows.append({"shape": dict(self.shape), "candidate": self.label(config), "tuner_ms": float(kept),
-                              "order": order, "clock_before_mhz": before, "clock_after_mhz": self.clock(),
-                              "bench_s": time.perf_counter() - t0})
+            self._append(before, candidate=self.label(config), tuner_ms=float(kept), bench_s=time.perf_counter() - t0)
             return times
 
         self.tuner._bench = recording
@@ -692,16 +702,11 @@ class TuningRecorder:
         return False
 
 
-class RaceRecorder:
+class RaceRecorder(_ShapeRows):
     """Every timing v7's race makes while installed (`with RaceRecorder(clock):`; v7._faster_of looks
     fa2lab.timing.queued_ms up per call, the Gluon module's own candidate timing does not): the launch timed,
     named "<path>:<label>" from the launch the timed call wraps (its default argument), its ms, its place among the
-    shape's race timings, and the SM clock before and after, tagged with `shape` as TuningRecorder's rows."""
-
-    def __init__(self, clock):
-        self.clock = clock
-        self.rows: list[dict] = []
-        self.shape: dict = {}
+    shape's race timings, and the SM clock before and after, tagged with `shape` (_ShapeRows)."""
 
     def __enter__(self):
         import fa2lab.timing
@@ -712,9 +717,8 @@ class RaceRecorder:
             launch = (fn.__defaults__ or (None,))[0]
             before = self.clock()
             ms = timed(fn, *args, **kw)
-            self.rows.append({"shape": dict(self.shape), "order": sum(r["shape"] == self.shape for r in self.rows),
-                              "candidate": f"{getattr(launch, 'path', 'tma')}:{getattr(launch, 'label', '?')}",
-                              "race_ms": float(ms), "clock_before_mhz": before, "clock_after_mhz": self.clock()})
+            self._append(before, candidate=f"{getattr(launch, 'path', 'tma')}:{getattr(launch, 'label', '?')}",
+                         race_ms=float(ms))
             return ms
 
         fa2lab.timing.queued_ms = recording

@@ -78,24 +78,23 @@ def load(name: str) -> ModuleType:
     PYTHONPATH; scripts that need several versions in one process use this.
     """
     version = get(name)
-    mod_name = f"fa2_kernels_{version.name}"
-    if mod_name in sys.modules:
-        return sys.modules[mod_name]
-    spec = importlib.util.spec_from_file_location(mod_name, version.path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file(f"fa2_kernels_{version.name}", version.path)
 
 
 def load_shared(name: str) -> ModuleType:
     """Import kernels/_shared/<name>.py (kernels that several versions use, e.g. the Triton backward)."""
     mod_name = f"fa2_kernels_shared_{name}"
+    path = KERNELS / "_shared" / f"{name}.py"
+    if mod_name not in sys.modules and not path.exists():
+        raise ValueError(f"no shared kernel module {path}")
+    return load_file(mod_name, path)
+
+
+def load_file(mod_name: str, path: Path) -> ModuleType:
+    """Import the Python file at `path` as module `mod_name`, once per process (kept in sys.modules): a kernel
+    file, or a script that is not part of a package (experiments/run.py, for its tests)."""
     if mod_name in sys.modules:
         return sys.modules[mod_name]
-    path = KERNELS / "_shared" / f"{name}.py"
-    if not path.exists():
-        raise ValueError(f"no shared kernel module {path}")
     spec = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module

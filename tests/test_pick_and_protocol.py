@@ -133,14 +133,9 @@ def test_parts_live_beside_the_merged_csv_and_merge_into_folds_them(tmp_path):
 
 def _experiments():
     """experiments/run.py as a module (it is a script, not a package)."""
-    import importlib.util
-    from pathlib import Path
+    from fa2lab.versions import REPO, load_file
 
-    path = Path(__file__).resolve().parent.parent / "experiments" / "run.py"
-    spec = importlib.util.spec_from_file_location("fa2_experiments_run", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("fa2_experiments_run", REPO / "experiments" / "run.py")
 
 
 def test_tuning_recorder_keeps_every_timing_in_order_and_gives_the_bench_back():

@@ -692,12 +692,9 @@ def test_hopper_path_compiles_to_tma_loads_and_wgmma(compiled_sm90, name):
 
 
 def _ex2_while_wgmma_inflight():
-    import importlib.util
+    from fa2lab.versions import load_file
 
-    spec = importlib.util.spec_from_file_location("v7_feasibility", REPO / "experiments" / "v7_feasibility.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.ex2_while_wgmma_pending
+    return load_file("v7_feasibility", REPO / "experiments" / "v7_feasibility.py").ex2_while_wgmma_pending
 
 
 def test_pipelined_loop_lets_the_softmax_run_under_the_next_qk(compiled_sm90):
