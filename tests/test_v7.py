@@ -281,6 +281,82 @@ def test_the_race_alternates_its_order_so_a_drift_between_timings_cancels(monkey
         assert len(seen) == 2 * v7.RACE_ROUNDS + 1 and seen[-1] == "fast"
 
 
+def test_shortlist_keeps_the_candidates_within_the_margin_fastest_first():
+    """shortlist: of one path's sequential timings, those within SHORTLIST_MARGIN of the fastest, fastest first;
+    nothing from nothing."""
+    m = v7.SHORTLIST_MARGIN
+    timed = [(1.0 + 2 * m, "far"), (1.0 + m / 2, "near"), (1.0, "best"), (1.0 + m * 0.99, "edge")]
+    assert v7.shortlist(timed) == ["best", "near", "edge"]
+    assert v7.shortlist(timed, margin=0.0) == ["best"]
+    assert v7.shortlist([]) == []
+
+
+def test_the_race_makes_the_tl_paths_fastest_launch_its_autotuners_pick(monkeypatch):
+    """_faster_of over launches of which some are the tl path's (they carry the autotuner's key and their
+    configuration): the fastest of those becomes the tuner's cached pick and best_config for that key, also when
+    another path's launch wins the race; the autotuner's first timings had put a slower one first."""
+    import fa2lab.timing
+
+    class Fake:
+        def __init__(self, ms, config=None, key=None):
+            self.ms, self.config, self.tuner_key = ms, config, key
+
+        def __call__(self, Q, K, V, need_l=True):
+            return torch.zeros(1), torch.zeros(1)
+
+    monkeypatch.setattr(fa2lab.timing, "queued_ms", lambda fn, *a, **kw: fn.__defaults__[0].ms)
+    monkeypatch.setattr(TUNER, "cache", {"key": "autotuner's first pick"})
+    monkeypatch.setattr(TUNER, "best_config", "autotuner's first pick", raising=False)
+    gluon, first, better = Fake(1.0), Fake(3.0, "first pick", "key"), Fake(2.0, "raced pick", "key")
+    x = torch.zeros(1)
+    assert v7._faster_of(x, x, x, first, gluon, better)[2] is gluon
+    assert TUNER.cache == {"key": "raced pick"} and TUNER.best_config == "raced pick"
+    assert v7._faster_of(x, x, x, gluon, None)[2] is gluon and TUNER.cache == {"key": "raced pick"}
+
+
+def test_a_single_launch_is_kept_untimed_with_its_own_output(monkeypatch):
+    """_kept: one launch is not raced (no timing), its O and L are returned as they are and its path and
+    configuration recorded; no launch (the interpreter) keeps None."""
+    import fa2lab.timing
+
+    monkeypatch.setattr(fa2lab.timing, "queued_ms", lambda *a, **kw: 1 / 0)
+
+    class Only:
+        path, label = "gluon", "ws2"
+
+    O, L, x = torch.ones(1), torch.zeros(1), torch.zeros(1)
+    only = Only()
+    assert v7._kept(x, x, x, O, L, [only]) == (O, L, only) and (v7.LAST_PATH, v7.LAST_CONFIG) == ("gluon", "ws2")
+    assert v7._kept(x, x, x, O, L, []) == (O, L, None)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="timing the tl path's candidates needs a GPU")
+def test_the_tl_autotuners_shortlist_is_raced_and_the_winner_config_kept(monkeypatch):
+    """On the H200: a first call at a key the tl autotuner has not seen races every candidate it timed within
+    SHORTLIST_MARGIN of its pick (each launch named by its configuration), keeps the race's fastest as the
+    key's pick, and the kept launch repeats it and matches float64."""
+    import fa2lab.timing
+
+    raced, timed = [], fa2lab.timing.queued_ms
+
+    def recording(fn, *args, **kw):
+        raced.append(fn.__defaults__[0].label)
+        return timed(fn, *args, **kw)
+
+    monkeypatch.setattr(fa2lab.timing, "queued_ms", recording)
+    monkeypatch.setattr(FA, "RACE_TL", False)
+    Q, K, V = inputs(2, 1344, 1344, 64, seed=11)   # a length no other test tunes for
+    O = FA.apply(Q, K, V, True)
+    timings = TUNER.configs_timings
+    expected = v7.shortlist((t[0], v7.config_label(c)) for c, t in timings.items())
+    assert sorted(set(raced)) == sorted(expected if len(expected) > 1 else [])
+    assert len(raced) == v7.RACE_ROUNDS * len(expected) * (len(expected) > 1)
+    key = next(k for k in TUNER.cache if 1344 in k)
+    assert v7.LAST_PATH == "tma" and v7.LAST_CONFIG == v7.config_label(TUNER.cache[key])
+    assert relative_error(O.cpu(), attention(Q.cpu(), K.cpu(), V.cpu(), True)[0]) < TOL[torch.bfloat16]
+    assert torch.equal(FA.apply(Q, K, V, True), O) and v7.LAST_CONFIG == v7.config_label(TUNER.cache[key])
+
+
 def test_the_race_is_on_unless_the_environment_turns_it_off_and_runs_record_it():
     code = ("from fa2lab import versions; from fa2lab.provenance import environment; "
             "print(versions.load('v7_hopper').FlashAttentionTriton.RACE_TL, environment().get('switches', ''))")

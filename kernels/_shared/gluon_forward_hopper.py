@@ -2574,7 +2574,8 @@ def best_launch(Q, K, V, is_causal: bool, candidates=None, repeats: int = 20):
     launched once (compiling), then timed by
     fa2lab.timing.queued_ms over `repeats` lean repeats (GPU time with the host queued ahead: at N = 512
     timing host-paced repeats picked the slower candidate, 87% of cuDNN by graph replay where the other
-    made 109%, commit 18ea471). Returns (O, L, the winner's GluonLaunch, {label: ms per call})."""
+    made 109%, commit 18ea471). Returns (O, L, the winner's GluonLaunch, {label: (ms per call, its GluonLaunch)}):
+    v7 races those within its SHORTLIST_MARGIN again, in alternating order."""
     timed = {}
     candidates = candidates_for(Q.shape[2]) if candidates is None else candidates
     for cfg in fitting(for_mask(candidates, is_causal), Q.shape[2], Q.device.index):
@@ -2584,7 +2585,7 @@ def best_launch(Q, K, V, is_causal: bool, candidates=None, repeats: int = 20):
         raise ValueError(f"no Gluon candidate fits a block's shared memory at head dimension {Q.shape[2]}")
     label = min(timed, key=lambda k: timed[k][0])
     O, L = timed[label][1](Q, K, V)
-    return O, L, timed[label][1], {k: v[0] for k, v in timed.items()}
+    return O, L, timed[label][1], timed
 
 
 def compile_offline(cfg: GluonConfig, N: int = 4096, D: int = 64, is_causal: bool = False, heads: int = 32,
