@@ -1,252 +1,34 @@
-"""v7_hopper: v6 with K and V brought in by the Hopper bulk copy engine (TMA) through host tensor
-descriptors, and a key loop written so that the softmax of one tile can run while the tensor cores
-multiply the next; v6 itself wherever that path does not apply.
+"""v7_hopper: v6_longest_first with Q, K, V and O as Hopper TMA tensor descriptors (K and V brought in by the bulk
+copy engine) and a key loop written so that the softmax of one tile can run while the tensor cores multiply the next
+Q K^T; beside it a warp-specialized Gluon path (kernels/_shared/gluon_forward_hopper.py), raced per input signature
+against this tl path; v6 itself wherever neither applies.
 
-Measured on the H200 (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), % of SDPA's default backend,
-cuDNN, in the same process, with the Gluon path described below raced against the tl path (every round of the Gluon
-path: the Gluon log, kernels/_shared/gluon_forward_hopper_log.md). Session 31 (19b46bf; 15 runs, 3 s pauses), with
-the candidates of the tl autotuner and of the race timed after 40 ms of calls back to back (fa2lab.timing.SETTLE_MS:
-before, short bursts at boost clock timed 64,64,4,3 and 128,128,4,3 alike at causal 4096, 166 us, where held busy
-they run at 190 and 172 us; experiment tl-pick) and the race over four rounds in alternating order (RACE_ROUNDS):
-  non-causal  N = 512 102.4% (97-107; 98.6-104.9), 1024 101.3% (98-103; 99.5-101.9), 2048 100.0% (99-101; 99.4-100.5),
-              4096 108.1% (107-109)
-  causal      N = 512 100.9% (97-111; 97.5-101.8), 1024 118.3% (116-122), 2048 112.9% (111-114), 4096 106.8% (103-109)
-Ahead at 4 of the 8 shapes, level at the other four, behind at none. At causal 4096 the tl path now runs 128,128 in
-every run it wins; the race gave 4 of 15 runs to the Gluon launch (175 us by graph replay against 171). On a machine
-whose host was slower (8ae17a5: SDPA 29.6 us of host time per call, v7 36.7), N = 512 measured the host: 69% non-causal
-and 86% causal, with the same kernels and graph replay. Session 30 (c89546f; 15 runs, 5 s pauses), with
-the two 128-row D = 64 Gluon candidates running one copy of the consumers' code, inlined once (shared_code 2), and
-causal D = 64 inputs raced on the Gluon path too: the median, min-max, and RESULTS.md's 95% interval for the median:
-  non-causal  N = 512 102.5% (14-107*; 102.2-106.6), 1024 101.7% (99-104; 99.4-103.9), 2048 100.1% (99-101; 99.7-100.7),
-              4096 109.3% (108-112)
-  causal      N = 512 101.2% (79-107*; 99.5-101.7), 1024 118.0% (115-122), 2048 113.1% (112-115), 4096 104.9% (104-108)
-  (* one run each, 100.4 and 41.2 us by do_bench against 12.2-14.1 in the others, graph replay unchanged at 8.2-8.6)
-Ahead beyond the noise at 5 of the 8 shapes, level at the other three, behind at none. At causal 4096 the tl path's
-autotuner picked 64,64,4,3 in 11 of the 15 runs (104.2%) and 128,128,4,3 in 4 (107.7%; 6% faster by graph replay
-too): a pick, not a kernel, left there (the Gluon log). Session 25 (36f55d8; 18 runs in three protocols, 5 s
-pauses), with the persistent D = 64 Gluon candidate's consumers taking turns
-at their exponentials (exp_turn, after cuDNN's ncu source page; the Gluon log) instead of at the issue of their
-products: the median, min-max, and RESULTS.md's 95% interval for the median:
-  non-causal  N = 512  99.1% (64-108; 97.6-103.4), 1024  99.4% (97-103; 99.1-99.8), 2048 100.8% (99-102; 100.1-101.0),
-              4096 110.1% (108-113)
-  causal      N = 512  98.5% (91-103; 96.7-102.3), 1024 119.0% (114-122), 2048 113.1% (112-115), 4096 107.4% (104-109)
-Ahead beyond the noise at 5 of the 8 shapes (non-causal 2048 now among them: over sessions 21-24's 35 runs 33 were
-below 100%), level at N = 512 with either mask, and 0.6% behind at non-causal 1024 (graph replay: 105%, of which SDPA's
-replayed call costs about 1 us more than its kernel). experiment coldstart (36f55d8), the kernels alone: at 1024 v7
-0.1 us ahead of cuDNN after a spin and 0.2 in graph replay, 0.4 behind after do_bench's flush; at 2048 2.1 and 1.9 ahead,
-0.3 after the flush. The flush costs v7 1.4-2.2 us and cuDNN 0.4-0.9, nearly all of it for cold inputs: with the code
-warm and the inputs cold (the protocol flush_code, which session 25 misread as the reverse) +2.4 against +1.4 us at
-1024, +1.6 against +0.0 at 2048; and experiment items (session 26) puts it at the kernel's start, not in each round
-of work items. Session 26 tried six ways to shorten it for the same default kernels (a key loop that holds one
-softmax, inputs asked into L2 ahead of the slots, work items in query-tile order, the next item's S_0 before the
-epilogue, the TMA descriptors prefetched, the first V on a barrier of its own; none faster, the Gluon
-log) and re-ran tests-v7 on the H200 at bf0251e: 42/42. Session 27 timed the first V's own barrier in a
-second form, waited for after S_0's issue and outside the key loop: level with the default (101.6% of cuDNN at 1024
-against 101.5% in one experiment gluon, 97.8% against 97.8% in another). Session 28 tried the TMA descriptors with
-256 bytes of L2 promotion (Triton encodes 128; fa2lab.tma), 4 slots, and the loader holding its second or third key
-tile back until the first arrived: none shortened the cold start without lengthening the warm line (the Gluon log).
-Nsight Compute at N = 1024 points elsewhere: v7's warps stall for instructions 0.42 cycles per issued instruction
-against cuDNN's 0.13, each of its two consumer partitions running its own inlined copy of the consumer's code. One
-shared copy (shared_code, a non-inlined function) hung on the H200 in its first form; fixed, it ran 11-25% slower,
-since ptxas serialises a called function's wgmma. Session 29 inlined the function once in the PTX (shared_code 2,
-FA2_V7_SHARED_CODE=2): in paired experiment gluon rounds it is 2.4 points of cuDNN ahead of the persistent candidate
-at N = 1024 (both masks) and level or up to 0.8 behind at 2048-4096; session 30 made it the two 128-row D = 64
-candidates' own (the Gluon log; its numbers first, above). The D = 64 kernels' SASS was byte-identical to 36f55d8's
-through session 29 (offline sm_90 compile of every D = 64 candidate, both masks), so session 25's numbers stood until
-then. Session 21, the same kernels (three 5-run protocols, 2eb9943, d321cd1 and 7372fb3, the last with a 5 s
-pause before each run; the median of 15 runs, min-max):
-  non-causal  N = 512   98.3% (47-106)*, 1024  98.8% (96-103), 2048  99.3% (98-100), 4096 110.2% (109-112)
-  causal      N = 512   98.6% (69-103)*, 1024 119.2% (116-125), 2048 113.2% (112-115), 4096 107.1% (103-108)
-  (* at N = 512 v7's do_bench follows the host: in the process of each of the first two protocols whose host was
-  slow (v7 35-40 us a call, SDPA 31; 17-21 in the others) it measured 20.6-26.6 us against 13.0-14.1; its graph
-  replay stayed at 8.7 us, cuDNN's at 9.7-10.0. With the pause no process was slow (v7 18-27 us a call) and N = 512
-  came to 100% (97-106) and 99% (94-102). Experiment dobench, 12 fresh processes: v7 94.6-107.6% of cuDNN by
-  do_bench, median 97.8%.)
-Session 22 added two more 5-run protocols of the same kernels, both with a 5 s pause: 332342c, non-causal 99/99/99/109%
-(95-100, 96-99, 99-100, 108-110), causal 99/117/114/106% (93-104, 116-124, 112-115, 104-107); 5f5b5ad (the default
-kernels' SASS at these shapes is the same at the session's last commit), non-causal 96/100/99/110% (95-104, 98-101,
-98-100, 109-114), causal 102/118/113/108% (94-103, 118-122, 112-114, 103-109). Over all 25 runs: non-causal 98.3
-(47-106) / 99.0 (96-103) / 99.4 (98-100) / 109.8% (108-114), causal 98.8 (69-104) / 118.8 (116-125) / 113.2 (112-115) /
-107.1% (103-109): the same four shapes level. Two more levers on the Gluon path were slower (the Gluon
-log): the row sums of P on the tensor cores (row_sum, 13% fewer instructions but 84.2 us against 80.7 under ncu at
-2048) and key tiles of 64 (82-88% of cuDNN). experiment items located the rest of the gap at 1024 and 2048: per round of
-work items the persistent kernel costs 1.2-1.3 us beside its key tiles and cuDNN's 1.0-1.1, the key tiles themselves the
-same. One key loop across the items (stream) brought that to 0.66 us but made every key tile dearer (94.9/94.9% of cuDNN
-at 1024/2048): not kept. Rebuilt with the item loop kept and only the boundary changed, and timed in session 23: 93.7/
-98.6/100.2% of cuDNN at N = 1024/2048/4096 against the default's 98.0/99.1/100.4% (the Gluon log): not
-kept either. Session 23's 5-run protocol (f8938ac, 5 s pause): non-causal 100/101/99/110%, causal 98/121/113/108%; over
-all 30 runs of sessions 21-23: non-causal 98.7 (47-106) / 99.0 (96-103) / 99.3 (98-100) / 109.7% (108-114), causal
-98.7 (69-106) / 119.2 (116-125) / 113.3 (112-115) / 107.1% (103-109): still the same four shapes level.
-Session 24's 5-run protocol (831f436, 5 s pause; the D = 64 candidates unchanged, their item loop now counting its
-turns): non-causal 101/98/99/108%, causal 99/120/113/108%; over all 35 runs of sessions 21-24: non-causal 98.8 (47-106)
-/ 99.0 (96-103) / 99.3 (98-100) / 109.5% (108-114), causal 98.8 (69-106) / 119.2 (116-125) / 113.2 (112-115) / 107.1%
-(102-109). The session's lever for those shapes, the next tile's scores issued before each softmax (lookahead), was
-slower at D = 64 (75.7-95.9% of cuDNN) and faster at D = 128 (the Gluon log), where it is now v7's
-candidate: 88.7/92.7/96.1% of cuDNN non-causal at N = 1024/2048/4096 (831f436), and causal D = 128 inputs are raced
-between it and the tl path (forced, the Gluon path made 96.1/101.3/101.1% where the tl path made 119.2/103.3/90.1%).
-Three levers tried on the Gluon path in session 21 were slower or unchanged (poly_exp, early_p, mixed: the Gluon
-log); its ncu source pages say why 1024 and 2048 stay level: with 2 consumers the products and the
-exponentials take turns (tensor pipe 47.5%, MUFU 49.1% of cycles at 2048, cuDNN alike), with 3 (N = 4096) they
-overlap (57.8% and 59.7%; cuDNN 51.2% and 52.8%), and 192-row tiles do not fit 1024 or 2048 rows per head evenly
-(mixed, which fills the last round with 128-row items, came to 97.8% of cuDNN at 2048 against ws2's 99.1%).
-On shapes neither version was tuned on, at 7921954: 10 of 10 as fast as v6 or faster (1.02-1.27x).
-Session 20 made unsynced_arrive the Gluon path's default: the key loop's mbarrier arrives and slot wait
-without the bar.sync that Triton 3.6 puts before each (the Gluon log). Eight runs of those kernels
-(commit c2d6761 with FA2_V7_UNSYNCED_ARRIVE=1, 5 runs; 451b289, where it is the default, 3 runs: the call's deadline
-cut the fourth), the median and the runs' min-max:
-  non-causal  N = 512   99.2% (52-105)*, 1024  99.5% (97-101), 2048  99.8% (99-100), 4096 109.6% (108-111)
-  causal      N = 512  100.8% (93-105),  1024 118.4% (111-121), 2048 112.8% (112-114), 4096 107.1% (105-108)
-  (* one run at 52%: 24.5 us by do_bench against 13.0-13.5 in the others, its graph replay unchanged at 8.8 us)
-Without it, session 19's four 5-run protocols (baacd40, 538f1fa: 4 runs, ad1d90a twice; 19 runs) had 99.3/98.5/99.2/
-109.4% non-causal and 98.4/118.8/113.2/107.0% causal, and session 20's one more (28cf1ec) 100.0/98.3/99.7/109.3% and
-98.2/119.4/112.7/107.7%. The harness's graph-replay column puts v7 ahead at all 8 shapes in every protocol of
-these kernels (session 19: medians 111/103/103/109% and 115/139/116/106%; with unsynced_arrive 112/102/103/108% and
-115/139/116/107%): SDPA's replayed call costs about 1 us more than its kernel. Issue 6's goal
-(at least cuDNN at every harness shape, both masks) is met by do_bench beyond the spread at 4 of the 8 shapes
-(non-causal 4096, causal from 1024 up); at N = 512 with either mask and at non-causal 1024 and 2048 v7 and cuDNN are
-level: medians within 1% of 100% and runs on both sides. The kernels alone (torch.profiler's GPU durations, experiment
-coldstart, commit c2d6761, the switch off and then on in one call; cuDNN's from the same runs in brackets): N = 1024
-23.8 -> 23.5 us after a spin (23.0, 23.1), 24.7 -> 24.4 after do_bench's flush (23.9, 24.0), 23.3 -> 23.0 in graph
-replay (22.6, 22.6); N = 2048 78.4 -> 77.4 (77.4, 77.9), 78.5 -> 78.2 (77.8, 78.1), 76.6 -> 76.4 (75.9, 76.1): level with
-cuDNN's at 2048, still 0.3-0.4 us behind at 1024. Eight other attempts on that gap (sessions 18-20; the Gluon
-log) measured no faster: per-thread barrier arrivals, the next work item's first Q K^T issued before the
-epilogue, a prefetch of the TMA descriptors, O written by a TMA store, V on barriers of its own, row maxima folded
-by halves (slower: 78.1 -> 80.9 us at 2048), and on the persistent grid no ping-pong, or the pin of the exponentials
-under the P V product. Causal inputs raced between the two paths (538f1fa) took the tl path at every shape, so they
-stayed on it until session 30 (gluon_applies). The test file passes natively (42 of 42 at ad1d90a and 28cf1ec, at
-c2d6761 with
-FA2_V7_UNSYNCED_ARRIVE=1, the kernels 451b289 runs by default, and at d321cd1, a9f2ff6, 332342c, 5f5b5ad, f8938ac and,
-with the D = 128 candidates, d0f82f9). On shapes neither version was tuned on it is as fast as
-v6 or faster on 10 of 10 at 451b289 (experiments/other_shapes.csv: 1.02-1.25x; 3b7b459: 1.01-1.27x; d0f82f9, with
-the Gluon path at D = 128: 1.01-1.32x).
-Before the Gluon path (commit e0fa889, tl path only): 0.311 ms at N = 4096 non-causal, 96%, and 94-96%
-from N = 1024 up. On shapes neither version was tuned on, with the race, it is as fast as v6 or faster
-on 10 of 10 (experiments/other_shapes.csv, commits e91ce84 and f90d6a6: 1.01-1.27x); B=16 H=4 N=777
-non-causal, 0.964x of v6 on the Gluon path alone, runs the tl path there, 1.02-1.03x. Again at commit
-66aea0c: 9 of 10 at 1.00-1.23x, and B=4 H=8 N=4096 D=128 non-causal (tl path) at 0.995x (0.633 ms,
-rounds 0.603-0.650, against v6's 0.631, 0.622-0.649: level within the rounds' spread; this shape has
-measured 0.98-1.06x since commit 2bf92b9, the tl path's autotuned pick varying between processes). With
-D = 128 it is at 73-78% of cuDNN non-causal (tl path: no Gluon candidate fits there).
+Why (the H200 on v6 before this round): v5/v6 reached 88% of cuDNN non-causal and 85% causal at N = 4096 (0.343 and
+0.216 ms against SDPA's 0.296 and 0.183). Their key loop loads K and V with per-thread cp.async (4 LDGSTS per
+iteration for 128x64 tiles with 8 warps), synchronises the program twice per iteration (2 BAR.SYNC), and waits for
+every outstanding wgmma right after Q K^T is issued (warp_group_dot_wait, pendings = 0), so in SASS no exp2 of the
+softmax is issued while a wgmma is in flight. Nsight Compute at N = 4096 (results/nvidia-h200/ncu/): v6's top stall
+is `wait` (1.38 cycles per issued instruction), the tensor pipe active 44% of the time (43.0% of peak, 336 us);
+v7's is still `wait` but shorter (1.25), the pipe active 48% (46.7% of peak, 311 us); cuDNN's pipe 51% (49.1%,
+295 us) with 3 warpgroups where v6 and v7 run 2 at 254-255 registers and one program per SM.
 
-What the H200 said about v6 before this round: v5/v6 reached 88% of cuDNN non-causal and 85% causal
-at N = 4096 (0.343 and 0.216 ms against SDPA's 0.296 and 0.183). Their key loop loads K and V with
-per-thread asynchronous copies (cp.async: 4 LDGSTS per iteration for 128x64 tiles with 8 warps, 8
-for 64x64 with 4), synchronises the program twice per iteration (2 BAR.SYNC), and waits once per
-iteration for every outstanding warpgroup MMA (one warp_group_dot_wait, pendings = 0, right after
-Q K^T is issued), so in SASS no exp2 of the softmax is issued while a wgmma is in flight. Nsight
-Compute, taken afterwards at N = 4096 (results/nvidia-h200/ncu/), agrees that the wait is what is
-left: v6's top stall is `wait` (1.38 cycles per issued instruction) with the tensor pipe active 44%
-of the time (43.0% of the tensor-core peak, 336 us); v7's is still `wait` but shorter (1.25), the
-pipe active 48% (46.7% of peak, 311 us); cuDNN's pipe 51% (49.1%, 295 us) with 3 warpgroups where
-v6 and v7 run 2 at 254-255 registers and one program per SM.
-
-What changes (evidence: results/offline-sm_90/v7_feasibility/feasibility.md, every variant
-compiled offline for sm_90 with Triton 3.6.0 and read from its SASS):
-- TMA. Q, K, V and O are host-side TensorDescriptors over the (batch*heads, N, D) tensors with
-  (1, tile, D) blocks: the loop loads K and V with 2 UTMALDG per iteration and no LDGSTS, and waits
-  on an mbarrier (SYNCS) instead of cp.async's groups. The 3-D view bounds every copy at its own
-  head, so the ragged last tile is zero-padded and the O store clipped by the hardware, as v6's
-  boundary checks did (a flattened (B*N, D) view would read the next head's rows). Device-side
-  descriptors (tl.make_tensor_descriptor) give the same loop but need triton.set_allocator and 512 B
-  of global scratch per program. Not gained: Triton 3.6 puts 4 BAR.SYNC per iteration around the
-  TMA issue (2 with cp.async).
-- The next Q K^T before this softmax (PIPELINE_QK = 1). Triton 3.6 offers no knob on the wgmma
-  waits: its pipeliner waits for all outstanding MMAs right after each Q K^T, whatever the source
-  order. But with the loop software-pipelined by hand (S of tile j+1 computed before the softmax of
-  tile j, the last tile peeled off), the exp2s of tile j do not depend on the MMA in flight, and
-  ptxas moves 22 to 25 of the 36 MUFU.EX2 of a 128x64 iteration between the Q K^T HGMMAs and their
-  wait (0 to 2 without). This is the overlap issue 6 asks for, obtained from the scheduler rather
-  than asked for. It costs 30 to 50 registers per thread (128x64 with 8 warps: 151 against 116, so
-  one program per SM by registers instead of two), which is why each configuration is also a
-  candidate without it (PIPELINE_QK = 0) and the autotuner, on the H200, decides. It is not offered
-  where it cannot help or does not fit: mma.sync configurations (fewer than 4 warps) and 128x128
-  with 4 warps (two score tiles and O need 320 fp32 registers per thread: 2820 B of spills).
-- Not used, because Triton 3.6 does not compile it for this kernel: tl.range(warp_specialize=True)
-  (ignored at 8 warps, no ttg.warp_specialize in the TTGIR; at 4 warps the Hopper
-  NVGPUWarpSpecialization pass fails, errors quoted in feasibility.md). Gluon (Triton 3.6's
-  experimental lower-level language) can place the waits by hand and compiles; it is not
-  interpreted, so it stays a feasibility sketch in experiments/v7_feasibility.py.
-- A persistent grid compiles (programs on SM slots looping over (head, query tile) work items,
-  longest causal tiles first), FlashAttentionTriton.GRID = "persistent". Measured slower at every
-  shape (commit 3186851, `invoke experiment grid`, results/nvidia-h200/experiments/grid.csv, each
-  variant autotuned on its own, 5 interleaved rounds with SDPA): with 2 programs per SM 0.78-0.98x
-  of one program per tile (N = 4096: 0.353 against 0.318 ms non-causal, 0.208 against 0.169 causal),
-  with 1 per SM 0.62-0.80x. Nothing here overlaps one work item's epilogue with the next one's loads,
-  so the loop only adds its bookkeeping; it stays an option, not the default.
-
-An experiment after v7's round (EXP2_POLY, a constexpr that is 0 in every configuration of this
-version, so the kernel above is the one measured): Nsight Compute on the H200 at N = 4096 non-causal
-has v7's MUFU (the XU pipe) busy 49.5% of the time and the tensor pipe 48.0%, cuDNN 52.8% and 51.1%,
-with issue slots 41.5% used and the FMA pipe 16.4% (results/nvidia-h200/ncu/raw/). At D = 64 a
-128x128 tile needs as many cycles of MUFU.EX2 (16 per cycle per SM) as of HGMMA, and the two take
-turns more than they overlap. EXP2_POLY = 2 or 4 computes 1 column in 2 or 4 of the unmasked tiles'
-exponentials with a degree-3 polynomial on the FMA and integer pipes instead (_exp2_poly; FlashAttention-4
-does the same on Blackwell); offline sm_90 SASS of 128x128/4w/3s: MUFU.EX2 per unmasked iteration 132,
-68, 100, instructions 858, 1307, 1083, no spills, no layout conversion of the score tile.
-Measured (commit 4e2309d, `invoke experiment exp2-poly`, results/nvidia-h200/experiments/exp2_poly.csv:
-the autotuner's pick and two more candidates per shape, N = 2048 and 4096, both masks, 5 interleaved
-rounds): slower in all 12 cases, 0.86-0.92x with EXP2_POLY = 2 and 0.89-0.98x with 4; at N = 4096
-non-causal 128x128 went from 0.320 ms to 0.371 and 0.356. Seven more instructions per emulated
-exponential cost more issue slots and registers than the MUFU time they free, so no version uses it;
-it stays as the recorded negative result (FA2_V7_EXP2_POLY sets it for pinned configurations).
-
-After that, the lever Triton's own language lacks (wgmma waits placed by hand, warp specialization) was
-tried in Gluon, Triton 3.6's lower-level language: kernels/_shared/gluon_forward_hopper.py, measured by
-`invoke experiment gluon` (results/nvidia-h200/experiments/gluon.csv; every configuration first checked
-against float64 on ragged and non-square shapes, both masks, D = 64, and D = 128 where its shared memory
-fits; 11 of the 15 recorded checks, the best configuration's among them, could run D = 64 only; all
-correct). The plain form
-(all warps compute and issue the copies) peaked at 86% of cuDNN at N = 4096 non-causal. The
-warp-specialized form (one loader warp, 2 or 3 consumer warpgroups of 64 rows each, slots released per
-consumer) with 3 consumers, 128-key tiles, 3 slots and P in registers took 0.307 ms (0.304-0.311) against
-cuDNN's 0.303 and this kernel's 0.317 (0.312-0.318) in the same rounds (commit 2aa5f3d): 3% faster than
-v7, level with cuDNN within the spread, not ahead of it. Causal it stays behind this kernel (0.189
-against 0.170 ms). In the offline SASS, with P in registers ptxas waits for P_(j-1) V_(j-1) before the
-first exp2 whatever the source order; with P through shared memory every exp2 runs under that product,
-but the buffers cost the slots that mattered more. A later round (the Gluon log) added
-ping-pong between the consumers and a store that keeps the exp2s under the product (neither gained
-beyond the spread), then, after Nsight Compute showed its SMs idle for a third of the last of 5.33
-waves, a split of that wave's tiles along the keys: 103-106% of cuDNN at N = 4096 non-causal (graph
-replay, 3 runs), but 91% at 2048. Then a persistent grid over work items (the next item loaded while
-this one finishes): 101-109% of cuDNN non-causal at every harness length by graph replay (commit
-e9eed4c), while causal this kernel stays ahead. So v7 has a third path, "gluon", for non-causal bf16 and
-fp16 inputs on Hopper that the Gluon module's rules accept (gluon_applies says why not otherwise): per
-input signature it times the module's three candidates (V7_CANDIDATES: 128-row tiles on a persistent
-grid, the same one program per tile, 192-row tiles with the split tail) and repeats the fastest through
-a lean launch. Through the harness (session 16; logs s16_call*.log) it took N = 4096 from 96% to 108-110%
-and 2048 from 94% to 99%, but at N = 512 it ran at 87% of cuDNN by graph replay, as the 192-row form
-does (88%), where the 128-row one made 109%: its candidates' timing, CUDA events around repeats the host could not keep
-ahead of, measured the host. They are now timed with the queue filled first (fa2lab.timing.queued_ms),
-and v7's autotuner too (queued_quantiles), whose pick at causal 512 and 1024 had changed from process to
-process (the harness's config column: 85% and 90% of cuDNN in the processes that picked differently).
-The small-N harness numbers also depend on the host keeping ahead of do_bench's 256 MB flush: with v7's
-host cost per call near 1.5x SDPA's, 3 of 5 runs at N = 512 measured the host (28-37% of cuDNN,
-commit aafdf46). Calling Triton's C launcher directly with each TMA descriptor encoded once per base address
-(fa2lab.hostpath.DirectLauncher) cut the tl path's launch step from 18.5 to 8.7 us and its whole call to
-24.5 us beside SDPA's 23.1 (hostpath/steps.csv, commit ceeb93d). The path is on by default;
-FlashAttentionTriton.GLUON = False, or FA2_V7_GLUON=0 for a process, turns it off. Where it applies the
-tl path is autotuned too and the faster of the two launches kept (FlashAttentionTriton.RACE_TL, on by
-default; FA2_V7_RACE_TL=0 turns it off): neither path wins everywhere (B=16 H=4 N=777 above).
-At head dimension 128 none of those candidates fits a block's shared memory, and until session 23 v7 ran
-its tl path there at 74-82% of cuDNN non-causal. It now has candidates of its own for D = 128 (the Gluon
-module's candidates_for: 64-key tiles, the persistent 128-row program and 192-row tiles with the split tail,
-the best of eleven that fit; experiment gluon --D 128): 87.2/88.4/95.4% of cuDNN at N = 1024/2048/4096
-in the same rounds as the tl path's 81.9/78.5/74.2% (commit d4c3d43); with lookahead on the 128-row one (session 24)
-88.7/92.7/96.1% (831f436). Causal D = 128 inputs are raced between that path and the tl path (gluon_applies).
-Session 27 added a third D = 128 candidate, 128-key tiles in three slots beside one query-tile buffer with O stored
-from the registers (one_q, direct_store: 229760 bytes of shared memory, how cuDNN's D = 128 kernel spends its 232448),
-its buffer released after each item's last Q K^T and the next item's first key tiles loaded before its queries. With
-the three raced, v7's Gluon path made 88.9/96.4/102.0% of cuDNN non-causal at N = 1024/2048/4096 (experiment gluon
---D 128, ca42f11; the lookahead candidate alone 88.8/93.5/96.3% in the same rounds), Nsight Compute 120.2 us at N = 2048
-against cuDNN's 112.9 (131.5 against 113.3 before) and 414.7 against 409.0 at 4096; experiment other-shapes: (2, 16,
-2048, 128) 0.124 ms non-causal and 0.082 causal (cuDNN 0.117 and 0.087), (4, 8, 4096, 128) 0.463 and 0.270 ms (cuDNN
-0.455 and 0.276), 1.10-1.37x v6; the test file passed natively (42 of 42).
-
-Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
-split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
-nothing outside visited, the head on the grid's first axis and query tiles reversed (longest
-first), -inf masks with O = 0 and L = -inf for rows that see no key, L saved (B, N_q) float32 in
-natural log, the optional causal sliding window, the Triton backward of kernels/_shared.
+What changes (results/offline-sm_90/v7_feasibility/feasibility.md: every variant compiled offline for sm_90 with
+Triton 3.6.0 and read from its SASS):
+- TMA: host-side TensorDescriptors over the (batch*heads, N, D) tensors with (1, tile, D) blocks; K and V arrive by
+  2 UTMALDG per iteration (no LDGSTS) on an mbarrier. The 3-D view bounds each copy at its own head, so the ragged
+  last tile is zero-padded and the O store clipped by the hardware, as v6's boundary checks did. Not gained: Triton
+  3.6 puts 4 BAR.SYNC per iteration around the TMA issue (2 with cp.async).
+- PIPELINE_QK = 1: Triton 3.6 has no knob on the wgmma waits, so the loop is pipelined by hand (S of tile j+1 before
+  the softmax of tile j, the last tile peeled off); ptxas then moves 22 to 25 of the 36 MUFU.EX2 of a 128x64
+  iteration between the Q K^T HGMMAs and their wait (0 to 2 without). It costs 30 to 50 registers per thread, so
+  each configuration is also a candidate with PIPELINE_QK = 0 and the autotuner decides; not offered for mma.sync
+  configurations (fewer than 4 warps) or 128x128 with 4 warps (it spills).
+- Not compiled by Triton 3.6 for this kernel: tl.range(warp_specialize=True) (ignored at 8 warps; at 4 the Hopper
+  NVGPUWarpSpecialization pass fails). Waits placed by hand and warp specialization are what the Gluon path adds.
+- FlashAttentionTriton.GRID = "persistent" (SM slots looping over work items, longest causal tiles first) compiles,
+  measured slower at every shape (0.62-0.98x of one program per tile, commit 3186851): an option, not the default.
+  EXP2_POLY (0 in every configuration) is a recorded negative result: some exp2s by polynomial, slower in all 12
+  cases (commit 4e2309d).
 
 Which path runs (LAST_PATH, or last_path(), says which one the last call took):
 - "gluon": non-causal, or causal raced against the tl path (RACE_TL) or at D = 128, not interpreting,
@@ -264,7 +46,9 @@ Which path runs (LAST_PATH, or last_path(), says which one the last call took):
   through its own autotuner and configurations (under the interpreter, which cannot time, with the
   query and key tiles of v7's first candidate).
 FlashAttentionTriton.FORCE_PATH ("tma", "v6" or "gluon") overrides the choice, for experiments; forcing
-"gluon" where it cannot run is an error naming why.
+"gluon" where it cannot run is an error naming why. FlashAttentionTriton.GLUON = False, or FA2_V7_GLUON=0 for a
+process, turns the Gluon path off; FlashAttentionTriton.RACE_TL (on by default; FA2_V7_RACE_TL=0 turns it off)
+autotunes the tl path too where the Gluon path applies and keeps the faster launch: neither path wins everywhere.
 
 The sm_90 configurations in configs.json come from v7's own sweep on the H200 (commit db5fde1,
 results/nvidia-h200/sweep/v7_hopper.csv: 625 configurations x 8 shapes, each pinned with the
@@ -274,6 +58,22 @@ the single winner, at 448 TFLOP/s non-causal and 405 causal at N = 4096 in the s
 where v6's short list, which v7 used until then, gave it 425 and 397 in the harness. The short list
 (128x64 4w 3s, 64x64 4w 3s, 128x128 4w 3s, 64x256 4w 1s) brings every shape to its best. The sm_89
 entry is v6's Ada one, used only if the TMA path is forced there.
+
+Latest harness result (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), session 31 (19b46bf; 15 runs, 3 s
+pauses; candidates timed after 40 ms of calls back to back, fa2lab.timing.SETTLE_MS, and the race over four rounds
+in alternating order, RACE_ROUNDS), % of SDPA's default backend, cuDNN, in the same process: the median (the runs'
+min-max; at the level shapes, RESULTS.md's 95% interval for the median):
+  non-causal  N = 512 102.4% (97-107; 98.6-104.9), 1024 101.3% (98-103; 99.5-101.9), 2048 100.0% (99-101; 99.4-100.5),
+              4096 108.1% (107-109)
+  causal      N = 512 100.9% (97-111; 97.5-101.8), 1024 118.3% (116-122), 2048 112.9% (111-114), 4096 106.8% (103-109)
+Ahead at 4 of the 8 shapes, level at the other four, behind at none. Every earlier round, with its numbers:
+HISTORY.md beside this file; RESULTS.md; the Gluon log (kernels/_shared/gluon_forward_hopper_log.md).
+
+Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
+split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
+nothing outside visited, the head on the grid's first axis and query tiles reversed (longest
+first), -inf masks with O = 0 and L = -inf for rows that see no key, L saved (B, N_q) float32 in
+natural log, the optional causal sliding window, the Triton backward of kernels/_shared.
 """
 
 import math
