@@ -1138,10 +1138,23 @@ def test_goal_section_calls_each_shape_ahead_level_or_behind_from_the_latest_com
                 + rows("bbbbbbb", [98, 102, 99, 101, 100.5, 99.5, 101, 99], 512))
     text = report.section_goal(GPU, tmp_path)
     assert "(bbbbbbb)" in text and "over the 8 runs" in text
-    assert "| 4096 | no | 8 | 102.0% (101.0–104.0%) | 101.0–104.0% | 0 / 8 | 0.008 | ahead |" in text
-    assert "| 1024 | no | 8 | 98.5% (97.0–99.0%) | 97.0–99.0% | 8 / 0 | 0.008 | behind |" in text
+    assert "| 4096 | no | 8 | 102.0% (101.0–104.0%) | 101.0–104.0% | 0 / 8 | 0.008 | 1 | ahead |" in text
+    assert "| 1024 | no | 8 | 98.5% (97.0–99.0%) | 97.0–99.0% | 8 / 0 | 0.008 | 1 | behind |" in text
     assert "| 512 | no | 8 | " in text and text.split("| 512 | no | 8 | ")[1].split("\n")[0].endswith("| level |")
     assert "Ahead at 1 of 3 shapes; behind at N = 1024 non-causal" in text and text.endswith("is not met.")
+    assert "Every run since" not in text   # the boundary commit is not among these rows: no pooled table
+    # pooled from the boundary commit's first row on: aaaaaaa's 8 runs at 1024 join bbbbbbb's
+    report_since = report.GOAL_KERNELS_SINCE
+    try:
+        report.GOAL_KERNELS_SINCE = "aaaaaaa"
+        pooled = report.section_goal(GPU, tmp_path).split("Every run since commit aaaaaaa")[1]
+    finally:
+        report.GOAL_KERNELS_SINCE = report_since
+    assert "16 runs over 2 commits" in pooled
+    # sorted: eight 90s, then 97, 98 x3, 99 x4; median (90 + 97) / 2; n = 16: P(Bin <= 3) = 0.011 <= 0.025 < P(<= 4),
+    # so the 4th and 13th values, 90 and 99
+    assert "| 1024 | no | 16 | 93.5% (90.0–99.0%) | 90.0–99.0% | 16 / 0 | 0.000 | 1 | behind |" in pooled
+    assert "| 4096 | no | 8 | 102.0% (101.0–104.0%)" in pooled and pooled.endswith("is not met.")
     assert report.goal_verdict(3, 0, 3).endswith("is met: faster beyond the noise at every shape.")
     assert report.goal_verdict(1, 0, 3).endswith("met within the noise only: behind at no shape, but at the 2 level "
                                                  "shapes these runs show neither one faster.")
