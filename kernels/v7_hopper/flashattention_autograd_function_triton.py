@@ -33,9 +33,9 @@ Triton 3.6.0 and read from its SASS):
 Which path runs (LAST_PATH, or last_path(), says which one the last call took):
 - "gluon": non-causal, or causal raced against the tl path (RACE_TL) or at D = 128, not interpreting,
   FlashAttentionTriton.GLUON on (the default), the Gluon module's rules (bf16 or fp16 on Hopper, no sliding
-  window, D = 64 or 128) and a candidate that fits the shared memory at this head dimension: the fastest of its
-  candidates, timed once per input signature, unless the tl path's launch (below), raced against it on the same
-  inputs, is faster (RACE_TL).
+  window, D = 64 or 128) and a candidate that fits the shared memory at this head dimension: per input signature
+  its candidates are timed once each, then those within SHORTLIST_MARGIN of the fastest are raced (_kept), with the
+  tl path's shortlist (below) where RACE_TL races the two paths; the race's fastest launch is kept.
 - "tma": bf16 or fp16 on a Hopper GPU (compute capability 9.x), every base pointer and every
   non-unit stride a multiple of 16 bytes (TMA's rule). Also under Triton's interpreter, which
   implements descriptor loads and stores (bounds per dimension, zero padding, clipped stores), so
@@ -59,15 +59,17 @@ where v6's short list, which v7 used until then, gave it 425 and 397 in the harn
 (128x64 4w 3s, 64x64 4w 3s, 128x128 4w 3s, 64x256 4w 1s) brings every shape to its best. The sm_89
 entry is v6's Ada one, used only if the TMA path is forced there.
 
-Latest harness result (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), session 31 (19b46bf; 15 runs, 3 s
-pauses; candidates timed after 40 ms of calls back to back, fa2lab.timing.SETTLE_MS, and the race over four rounds
-in alternating order, RACE_ROUNDS), % of SDPA's default backend, cuDNN, in the same process: the median (the runs'
-min-max; at the level shapes, RESULTS.md's 95% interval for the median):
-  non-causal  N = 512 102.4% (97-107; 98.6-104.9), 1024 101.3% (98-103; 99.5-101.9), 2048 100.0% (99-101; 99.4-100.5),
-              4096 108.1% (107-109)
-  causal      N = 512 100.9% (97-111; 97.5-101.8), 1024 118.3% (116-122), 2048 112.9% (111-114), 4096 106.8% (103-109)
-Ahead at 4 of the 8 shapes, level at the other four, behind at none. Every earlier round, with its numbers:
-HISTORY.md beside this file; RESULTS.md; the Gluon log (kernels/_shared/gluon_forward_hopper_log.md).
+Latest harness result (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), session 32 (6766e9c; 15 runs, 3 s
+pauses; every candidate a path timed within SHORTLIST_MARGIN of its fastest raced again in alternating order, the tl
+path's autotuner and the Gluon path's together), % of SDPA's default backend, cuDNN, in the same process: the median
+(the runs' min-max; at the level shapes, RESULTS.md's 95% interval for the median):
+  non-causal  N = 512 102.3% (97.5-105.8; 98.3-102.9), 1024 101.6% (99.1-104.1; 99.4-102.0),
+              2048 100.0% (99.2-101.1; 100.0-100.5), 4096 106.8% (104.0-107.7)
+  causal      N = 512 101.6% (96.8-106.3; 97.2-104.1), 1024 117.9% (114.8-121.2), 2048 112.9% (110.6-114.2),
+              4096 107.3% (103.7-108.5)
+Ahead at 4 of the 8 shapes, level at the other four, behind at none; pooled over the 75 runs since c89546f (the same
+D = 64 kernels) ahead at 5, level at non-causal 512 and 2048 (100.0%, 99.8-100.2) and causal 512. Every earlier round,
+with its numbers: HISTORY.md beside this file; RESULTS.md; the Gluon log (kernels/_shared/gluon_forward_hopper_log.md).
 
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
