@@ -1357,15 +1357,12 @@ GOAL_LEVEL = 0.95   # the interval of section_goal's medians
 
 
 def goal_rows(gpu, root) -> tuple[pd.DataFrame | None, Path]:
-    """v7's harness rows (default kernels, every protocol) at its latest commit: the runs that speak for the kernel
-    as it is now."""
+    """v7's harness rows with the default kernels, every protocol and commit (section_goal takes the latest commit's,
+    and every run since GOAL_KERNELS_SINCE)."""
     path = data.root(root) / gpu / "bench" / f"{V7}.csv"
     if not path.exists():
         return None, path
-    df = data.default_rows(data.load(path, data.BENCH_COLUMNS))
-    if "git_commit" in df.columns and len(df):
-        df = df[df.git_commit.astype(str) == str(df.git_commit.iloc[-1])]
-    return df, path
+    return data.default_rows(data.load(path, data.BENCH_COLUMNS)), path
 
 
 # The first commit of the D = 64 kernels v7 runs at the harness shapes today: later commits changed how a pick is
@@ -1400,13 +1397,16 @@ def _goal_summary(verdicts: dict) -> str:
 
 def section_goal(gpu, root) -> str:
     title = "### v7 against SDPA's default backend at every harness shape (issue 6's goal)"
-    df, path = goal_rows(gpu, root)
-    if df is None or not len(df):
+    every, path = goal_rows(gpu, root)
+    if every is None or not len(every):
         return not_yet(title, "invoke bench --kernel v7_hopper --runs 5", path)
+    commits = every.git_commit.astype(str) if "git_commit" in every.columns else None
+    # the runs that speak for the kernel as it is now: its latest commit's
+    df = every if commits is None else every[commits == commits.iloc[-1]]
     header = ["N", "causal", "runs", "% of SDPA", f"{100 * GOAL_LEVEL:.0f}% interval", "below / above 100%", "p",
               "configurations", "verdict"]
     rows, verdicts = _goal_table(df)
-    commit = str(df.git_commit.iloc[-1]) if "git_commit" in df.columns else "?"
+    commit = commits.iloc[-1] if commits is not None else "?"
     out = [
         title,
         f"Each run's own ratio SDPA ms ÷ v7 ms (same process, do_bench with its flush), over the {df.run_id.nunique()} "
@@ -1415,27 +1415,16 @@ def section_goal(gpu, root) -> str:
         "test's two-sided p for a median of 100%, and how many configurations v7 picked across the runs. Ahead: the "
         f"interval lies above 100%; behind: below; level: it holds 100%. Source: `{rel(path)}`.", "",
         md_table(header, rows), "", _goal_summary(verdicts)]
-    pooled = pooled_goal_rows(gpu, root)
+    # every run from the first row of GOAL_KERNELS_SINCE on, where there is one and more commits than the latest
+    since = [] if commits is None else commits.str.startswith(GOAL_KERNELS_SINCE).to_numpy().nonzero()[0]
+    pooled = every.iloc[since[0]:] if len(since) else None
     if pooled is not None and pooled.git_commit.nunique() > 1:
         rows, verdicts = _goal_table(pooled)
         out += ["", f"Every run since commit {GOAL_KERNELS_SINCE}, whose D = 64 kernels v7 still runs here (later "
                 "commits changed how a configuration is picked, not the default candidates' code): "
-                f"{pooled.run_id.nunique()} "
-                f"runs over {pooled.git_commit.nunique()} commits, different machines among them.", "",
-                md_table(header, rows), "", _goal_summary(verdicts)]
+                f"{pooled.run_id.nunique()} runs over {pooled.git_commit.nunique()} commits, different machines among "
+                "them.", "", md_table(header, rows), "", _goal_summary(verdicts)]
     return "\n".join(out)
-
-
-def pooled_goal_rows(gpu, root) -> pd.DataFrame | None:
-    """v7's harness rows (default kernels) from the first row of commit GOAL_KERNELS_SINCE on; None without one."""
-    path = data.root(root) / gpu / "bench" / f"{V7}.csv"
-    if not path.exists():
-        return None
-    df = data.default_rows(data.load(path, data.BENCH_COLUMNS))
-    if "git_commit" not in df.columns:
-        return None
-    since = df.git_commit.astype(str).str.startswith(GOAL_KERNELS_SINCE).to_numpy().nonzero()[0]
-    return df.iloc[since[0]:] if len(since) else None
 
 
 def goal_verdict(ahead: int, behind: int, shapes: int) -> str:
