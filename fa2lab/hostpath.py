@@ -21,7 +21,6 @@ torch.autograd.Function.apply, unchanged.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -29,13 +28,6 @@ from typing import Callable
 import torch
 from triton import knobs
 from triton.runtime import driver
-
-# DirectLauncher hands the C launcher each pointer argument as its address (an int) rather than the tensor: for a
-# tensor, Triton 3.6's launcher calls its data_ptr method and then cuPointerGetAttribute, a driver call that only
-# checks the address is the GPU's (a CPU tensor raises there). Every recorded launch's tensors are CUDA tensors by
-# construction (the inputs pass aligned_cuda for their signature, the outputs are allocated on the inputs' device).
-# FA2_INT_POINTERS=0 passes the tensors instead (the launcher as Triton calls it), for comparing the two.
-INT_POINTERS = os.environ.get("FA2_INT_POINTERS", "1") != "0"
 
 
 class KeptL:
@@ -109,14 +101,11 @@ class DirectLauncher:
     descriptor object and reused while its base address is the same (the recorded launches keep their
     descriptors and change only the base; shapes and strides are fixed by the launch's signature).
 
-    Pointer arguments (the signature's "*" types, from kernel.src) go to the C function as addresses
-    (INT_POINTERS): 4 to 5 per launch where the launcher would call back into Python and the driver for each.
-
     `of` reads the wrapper's closure, so it depends on that Triton's launcher; for any other layout, a
     kernel with scratch, or a descriptor the frontend decomposed itself (no TMA metadata), it returns None
     and run_compiled takes Triton's own launcher."""
 
-    __slots__ = ("c_launch", "expand", "pointers", "function", "packed", "coop", "pdl")
+    __slots__ = ("c_launch", "expand", "function", "packed", "coop", "pdl")
 
     @staticmethod
     def of(kernel):
@@ -149,19 +138,12 @@ class DirectLauncher:
             # (argument position, its metadata), from the back, so expanding one leaves earlier positions put
             self.c_launch = names["launcher"]
             self.expand = tuple(reversed(tuple(zip(sorted(names["tensordesc_indices"]), metas))))
-        signature = getattr(getattr(kernel, "src", None), "signature", None) or {}
-        self.pointers = tuple(i for i, ty in enumerate(signature.values())
-                              if isinstance(ty, str) and ty.startswith("*")) if INT_POINTERS else ()
         self.function, self.packed = kernel.function, kernel.packed_metadata
         self.coop, self.pdl = run.launch_cooperative_grid, run.launch_pdl
 
     def __call__(self, grid, stream, args):   # the per-call hot path
-        if self.expand or self.pointers:
+        if self.expand:
             args = list(args)
-            for i in self.pointers:   # before the expansion below moves later positions
-                a = args[i]
-                if a.__class__ is not int:
-                    args[i] = a.data_ptr()
             for i, meta in self.expand:
                 args[i:i + 1] = self.encoded(args[i], meta)
         self.c_launch(*grid, stream, self.function, self.coop, self.pdl, None, None, self.packed,

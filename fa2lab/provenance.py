@@ -99,16 +99,9 @@ def default_kernels(switches) -> bool:
     return True
 
 
-# Switches of the host path (fa2lab.hostpath), recorded beside the kernel switches: the same kernels, launched
-# differently (default_kernels ignores them).
-HOST_SWITCHES = frozenset({"FA2_INT_POINTERS"})
-
-
 def kernel_switches() -> str:
-    """The kernel-changing environment variables set in this process (and HOST_SWITCHES), as "NAME=value" joined
-    by spaces."""
-    return " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
-                    if k.startswith(SWITCH_PREFIX) or k in HOST_SWITCHES)
+    """The kernel-changing environment variables set in this process, as "NAME=value" joined by spaces."""
+    return " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(SWITCH_PREFIX))
 
 
 @functools.lru_cache(maxsize=None)

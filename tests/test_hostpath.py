@@ -340,33 +340,6 @@ def test_direct_launcher_passes_what_tritons_wrapper_passes_and_encodes_once_per
     assert [e[0] for e in encodes[4:]] == ["k"]
 
 
-@pytest.mark.parametrize("int_pointers", [True, False])
-def test_direct_launcher_passes_pointers_as_addresses(monkeypatch, int_pointers):
-    """With the kernel's signature known (kernel.src), each "*" argument reaches the C launcher as its address,
-    so the launcher neither calls data_ptr nor asks the driver about it (FA2_INT_POINTERS=0: the tensor, as
-    Triton passes it); descriptors are still expanded, and every other argument is passed as it is."""
-    from types import SimpleNamespace
-
-    from triton.backends.nvidia import driver as nv
-
-    from fa2lab import hostpath
-
-    monkeypatch.setattr(nv, "make_tensordesc_arg", lambda desc, meta: [f"map-{desc.name}", *desc.shape])
-    monkeypatch.setattr(hostpath, "INT_POINTERS", int_pointers)
-    launched = []
-    signature = {"q": "tensordesc<bf16[64, 64]>", "o": "*bf16", "l": "*fp32", "n": "i32", "BLOCK": "constexpr"}
-    kernel = _fake_kernel(nv.wrap_handle_tensordesc(lambda *a: launched.append(a), signature, [{"id": 0}]))
-    kernel.src = SimpleNamespace(signature=signature)
-    q = SimpleNamespace(name="q", base=torch.empty(64, 64), shape=[64, 64], strides=[64, 1])
-    o, l = torch.empty(64, 64), torch.empty(64)
-    direct = hostpath.DirectLauncher.of(kernel)
-    direct((1, 1, 1), 99, (q, o, l, 1000, 64))
-    o_arg, l_arg = (o.data_ptr(), l.data_ptr()) if int_pointers else (o, l)
-    assert launched[0][13:] == ("map-q", 64, 64, o_arg, l_arg, 1000, 64)
-    direct((1, 1, 1), 99, (q, o.data_ptr(), l, 1000, 64))   # an address already: passed as it is
-    assert launched[1][13:] == launched[0][13:] if int_pointers else launched[1][16] == o.data_ptr()
-
-
 def test_direct_launcher_declines_what_only_tritons_launcher_handles():
     from triton.backends.nvidia import driver as nv
 

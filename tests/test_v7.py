@@ -367,7 +367,7 @@ def test_the_race_is_on_unless_the_environment_turns_it_off_and_runs_record_it()
 
 def test_kernel_switches_read_and_recorded_alike(monkeypatch):
     """fa2lab.provenance.switch_on (what v7 and the Gluon module read) and kernel_switches (what rows record):
-    set, any value but "0" is on; unset, the default; every FA2_V7_* set is recorded, and FA2_INT_POINTERS."""
+    set, any value but "0" is on; unset, the default; every FA2_V7_* set is recorded."""
     from fa2lab.provenance import kernel_switches, switch_on
 
     for k in [k for k in os.environ if k.startswith("FA2_V7_")]:
@@ -379,12 +379,6 @@ def test_kernel_switches_read_and_recorded_alike(monkeypatch):
     monkeypatch.setenv("FA2_V7_GLUON", "0")
     assert switch_on("TMA_STORE") is True and switch_on("GLUON") is False
     assert kernel_switches() == "FA2_V7_GLUON=0 FA2_V7_TMA_STORE=1"
-    monkeypatch.setenv("FA2_INT_POINTERS", "0")   # the host path's switch is recorded too, the kernels still default
-    monkeypatch.setenv("FA2_OTHER", "1")          # other FA2_ variables are not switches
-    assert kernel_switches() == "FA2_INT_POINTERS=0 FA2_V7_GLUON=0 FA2_V7_TMA_STORE=1"
-    from fa2lab.provenance import default_kernels
-
-    assert default_kernels("FA2_INT_POINTERS=0") and not default_kernels(kernel_switches())
 
 
 def test_switch_level_reads_a_level_or_on_and_off(monkeypatch):

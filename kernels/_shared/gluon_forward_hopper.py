@@ -2454,7 +2454,7 @@ class GluonLaunch(KeptL):
             self.combine_sizes = (tail[2], args[7], args[5], args[6])   # FULL, N_QUERIES, the two strides
 
     def __call__(self, Q, K, V, need_l=True):   # the per-call hot path: no checks here
-        O = torch.empty(self.o_shape, dtype=Q.dtype, device=Q.device)
+        O = torch.empty_like(Q, memory_format=torch.contiguous_format)   # o_shape is Q's: (heads, N_q, D)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
         return self.run(Q, K, V, O, L)
 
