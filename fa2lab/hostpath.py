@@ -30,6 +30,14 @@ from triton import knobs
 from triton.runtime import driver
 
 
+def empty_output(Q: torch.Tensor) -> torch.Tensor:
+    """O for a forward on Q: Q's shape and dtype, contiguous (fa2lab.launch.allocate_outputs on a first call, and
+    every repeat of the launch it recorded, so the two have one layout by construction). torch.empty_like costs
+    the host about 3 us less per call than torch.empty(shape, dtype=..., device=...) on the H200's host:
+    host-steps at N = 512, v7 apply 20.5-22.6 -> 17.3-17.5 us, SDPA 16.5-19.0 in the same processes (session 33)."""
+    return torch.empty_like(Q, memory_format=torch.contiguous_format)
+
+
 class KeptL:
     """A recorded launch's kept L (l_shape float32) for calls whose L nobody reads."""
 
@@ -60,7 +68,7 @@ class Launch(KeptL):
     l_scratch: torch.Tensor | None = field(default=None, repr=False)
 
     def __call__(self, Q, K, V, need_l: bool = True):   # the per-call hot path: no imports or checks here
-        O = torch.empty_strided(self.o_shape, self.o_stride, dtype=Q.dtype, device=Q.device)
+        O = empty_output(Q)   # as the recorded call allocated it (o_shape, o_stride)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
         run_compiled(self.kernel, self.grid, (Q, K, V, O, L, *self.tail), Q.device.index)
         return O, L

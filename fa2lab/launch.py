@@ -7,6 +7,7 @@ import triton
 
 from .budget import Config, fit_stages
 from .gpu import facts, has_gpu, interpreting
+from .hostpath import empty_output
 
 # (kernel, element size, D, config) -> the config that actually launched
 _fitted: dict[tuple, Config] = {}
@@ -22,7 +23,7 @@ def strict_configs(on: bool) -> None:
 
 def allocate_outputs(Q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """O in Q's dtype and L (B, N_q) in float32, natural-log units."""
-    O = torch.empty_like(Q, memory_format=torch.contiguous_format)
+    O = empty_output(Q)   # the same O as a recorded launch's repeats allocate
     L = torch.empty(Q.shape[:2], device=Q.device, dtype=torch.float32)
     return O, L
 

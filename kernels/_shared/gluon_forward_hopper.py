@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from fa2lab.gpu import facts
-from fa2lab.hostpath import KeptL, run_compiled
+from fa2lab.hostpath import KeptL, empty_output, run_compiled
 from fa2lab.provenance import switch_level, switch_on
 from fa2lab.shapes import GLUON_HEAD_DIMS as HEAD_DIMS
 from fa2lab.tma import PROMOTIONS, TRITON_DEFAULT
@@ -2404,7 +2404,7 @@ def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, 
     GluonLaunch that repeats this call (None for the plain form), for inputs `applies` accepted."""
     BH, N_q, D = Q.shape
     if O is None:
-        O = torch.empty((BH, N_q, D), dtype=Q.dtype, device=Q.device)
+        O = empty_output(Q)
     if L is None:
         L = torch.empty((BH, N_q), dtype=torch.float32, device=Q.device)
     kernel, grid, args, num_warps, flags, tail = launch_plan(cfg, Q, K, V, O, L, is_causal,
@@ -2454,7 +2454,7 @@ class GluonLaunch(KeptL):
             self.combine_sizes = (tail[2], args[7], args[5], args[6])   # FULL, N_QUERIES, the two strides
 
     def __call__(self, Q, K, V, need_l=True):   # the per-call hot path: no checks here
-        O = torch.empty_like(Q, memory_format=torch.contiguous_format)   # o_shape is Q's: (heads, N_q, D)
+        O = empty_output(Q)   # as forward allocated it: o_shape is Q's, (heads, N_q, D)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
         return self.run(Q, K, V, O, L)
 

@@ -92,7 +92,7 @@ from fa2lab.budget import Config, accumulator_registers
 from fa2lab.checks import unit_stride, validate_qkv
 from fa2lab.configs import load_table, select
 from fa2lab.gpu import interpreting
-from fa2lab.hostpath import LeanApply, Launch, LaunchCache, compiled_or_none, run_compiled
+from fa2lab.hostpath import LeanApply, Launch, LaunchCache, compiled_or_none, empty_output, run_compiled
 from fa2lab.interpret import only_config
 from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2lab.reference import autograd_backward
@@ -477,7 +477,7 @@ class TmaLaunch(Launch):
 
     def __call__(self, Q, K, V, need_l=True):   # the per-call hot path: no imports here
         global LAST_PATH, LAST_CONFIG
-        O = torch.empty_strided(self.o_shape, self.o_stride, dtype=Q.dtype, device=Q.device)
+        O = empty_output(Q)   # as the recorded call allocated it (o_shape, o_stride)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
         descs = self.descs
         if descs is None:
