@@ -222,7 +222,7 @@ class LeanApply:
     @classmethod
     def apply(cls, *args, **kwargs):
         if torch.is_grad_enabled():
-            for a in args:   # a loop, not any() over a generator: half the host time per call
+            for a in args:   # a loop: no generator built on every call
                 if getattr(a, "requires_grad", False):
                     return super().apply(*args, **kwargs)
         return cls.forward(NoGradContext(), *args, **kwargs)
@@ -256,21 +256,19 @@ class LaunchCache:
         key, no_grad = self.signature(Q, K, V, mode), type(ctx) is NoGradContext
         if ctx is not None and not no_grad:
             ctx.launch_key = key
-        launch = self.entries.get(key) if key is not None else None
-        if launch is not None:   # lookup's hit, inline: no closure for the normal path on every call
-            self.stats["fast"] += 1
-            return launch(Q, K, V, **(_NO_L if no_grad else _KEEP_L))
-        return self.lookup(key, (Q, K, V), lambda: slow(Q, K, V, mode), _NO_L if no_grad else _KEEP_L)
+        # slow's own arguments rather than a closure over them: no closure built on every call, hit or not
+        return self.lookup(key, (Q, K, V), slow, _NO_L if no_grad else _KEEP_L, (Q, K, V, mode))
 
-    def lookup(self, key, fast_args: tuple, slow: Callable, fast_kwargs: dict = _KEEP_L) -> tuple:
-        """`launch(*fast_args, **fast_kwargs)` if `key` has a recorded launch; otherwise `slow()`, which
-        returns (*outputs, launch or None), and the launch is recorded under `key` (unless key is None)."""
+    def lookup(self, key, fast_args: tuple, slow: Callable, fast_kwargs: dict = _KEEP_L,
+               slow_args: tuple = ()) -> tuple:
+        """`launch(*fast_args, **fast_kwargs)` if `key` has a recorded launch; otherwise `slow(*slow_args)`,
+        which returns (*outputs, launch or None), and the launch is recorded under `key` (unless key is None)."""
         launch = self.entries.get(key) if key is not None else None
         if launch is not None:
             self.stats["fast"] += 1
             return launch(*fast_args, **fast_kwargs)
         self.stats["slow"] += 1
-        *outputs, launch = slow()
+        *outputs, launch = slow(*slow_args)
         if key is not None and launch is not None:
             self.entries[key] = launch
         return tuple(outputs)
