@@ -15,7 +15,7 @@ go to results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
                     Function machinery (ctx, apply's dispatch) whatever the kernel
   cache_hit         the cached Launch called directly: signature lookup skipped, 2 allocations + launch
   signature         LaunchCache.signature + the dictionary lookup
-  allocate          torch.empty_strided(O) + torch.empty(L)
+  allocate          fa2lab.hostpath.empty_output(Q) + torch.empty(L): what a recorded launch's repeat allocates
   descriptors       v7's TMA path only: building the four tensor descriptors it needs on every call
   launch            CompiledKernel.run with O and L preallocated: Triton's launcher alone
 
@@ -60,7 +60,7 @@ def step_functions(module, N: int, causal: bool) -> dict:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from fa2lab.hostpath import run_compiled
+    from fa2lab.hostpath import empty_output, run_compiled
 
     cls = module.FlashAttentionTriton
     B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
@@ -82,12 +82,8 @@ def step_functions(module, N: int, causal: bool) -> dict:
         def forward(ctx, Q, K, V, is_causal):
             return torch.empty_like(Q)
 
-    o_stride = getattr(inner, "o_stride", None)   # v7's GluonLaunch allocates O contiguous
-
-    def allocate():
-        O = (torch.empty(inner.o_shape, dtype=q.dtype, device=q.device) if o_stride is None else
-             torch.empty_strided(inner.o_shape, o_stride, dtype=q.dtype, device=q.device))
-        return O, torch.empty(inner.l_shape, dtype=torch.float32, device=q.device)
+    def allocate():   # as every recorded launch's repeat allocates (Launch, TmaLaunch, GluonLaunch: need_l)
+        return empty_output(q), torch.empty(inner.l_shape, dtype=torch.float32, device=q.device)
 
     O, L = allocate()
     fns = {}
