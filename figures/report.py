@@ -1354,6 +1354,12 @@ def section_other_shapes(gpu, root) -> str:
 
 
 GOAL_LEVEL = 0.95   # the interval of section_goal's medians
+# A shape whose interval holds 100% is "not slower" when the interval's low end lies within GOAL_MARGIN points of
+# 100% (v7 slower by at most one part in a thousand), "level" when it reaches further below. On the H200 0.1 points is
+# under three of do_bench's 32 ns timer steps at N = 2048 (82 us) and under a tenth of the narrowest run-to-run spread
+# among the goal shapes (non-causal 2048: 98.5-101.3% over 130 runs); the v7-against-v6 comparison allows 2%
+# (NOT_SLOWER).
+GOAL_MARGIN = 0.1
 
 
 def goal_rows(gpu, root) -> tuple[pd.DataFrame | None, Path]:
@@ -1372,27 +1378,28 @@ GOAL_KERNELS_SINCE = "c89546f"
 
 
 def _goal_table(df) -> tuple[list, dict]:
-    """section_goal's rows, one per shape, and each shape's verdict (ahead / behind / level / too few runs)."""
+    """section_goal's rows, one per shape, and each shape's verdict (ahead / behind / not slower / level / too few
+    runs)."""
     rows, verdicts = [], {}
     for (causal, N), g in df.groupby(["causal", "N"]):
         pct = g.pct_of_sdpa.astype(float)
         lo, hi = data.median_interval(pct, GOAL_LEVEL)
         below, above, p = data.sign_test(pct, 100.0)
         verdict = ("too few runs" if math.isnan(lo) else "ahead" if lo > 100 else "behind" if hi < 100
-                   else "level")
+                   else "not slower" if lo >= 100 - GOAL_MARGIN else "level")
         verdicts[(N, causal)] = verdict
         configs = g.config.nunique() if "config" in g.columns else 1
         rows.append([N, "yes" if causal else "no", len(pct), span(pct.median(), pct.min(), pct.max(), ".1f", "%"),
-                     f"{lo:.1f}–{hi:.1f}%", f"{below} / {above}", f"{p:.3f}", configs, verdict])
+                     f"{lo:.2f}–{hi:.2f}%", f"{below} / {above}", f"{p:.3f}", configs, verdict])
     return rows, verdicts
 
 
 def _goal_summary(verdicts: dict) -> str:
-    ahead = [k for k, v in verdicts.items() if v == "ahead"]
-    behind = [k for k, v in verdicts.items() if v == "behind"]
+    ahead, behind, not_slower = ([k for k, v in verdicts.items() if v == kind] for kind in ("ahead", "behind",
+                                                                                          "not slower"))
     return (f"Ahead at {len(ahead)} of {len(verdicts)} shapes"
             + (f"; behind at {', '.join(f'N = {n} {data.mask_name(c)}' for n, c in behind)}" if behind else "")
-            + ". " + goal_verdict(len(ahead), len(behind), len(verdicts)))
+            + ". " + goal_verdict(len(ahead), len(behind), len(verdicts), len(not_slower)))
 
 
 def section_goal(gpu, root) -> str:
@@ -1413,7 +1420,9 @@ def section_goal(gpu, root) -> str:
         f"runs of v7 at its latest commit ({commit}): the median (min–max), a {100 * GOAL_LEVEL:.0f}% interval for "
         "the median (order statistics, no assumption on the distribution), the runs below / above 100%, the sign "
         "test's two-sided p for a median of 100%, and how many configurations v7 picked across the runs. Ahead: the "
-        f"interval lies above 100%; behind: below; level: it holds 100%. Source: `{rel(path)}`.", "",
+        f"interval lies above 100%; behind: below; not slower: it holds 100% and its low end lies within {GOAL_MARGIN} "
+        f"points of 100% (v7 slower by at most {GOAL_MARGIN / 100:.1%}); level: it reaches further below. Source: "
+        f"`{rel(path)}`.", "",
         md_table(header, rows), "", _goal_summary(verdicts)]
     # every run from the first row of GOAL_KERNELS_SINCE on, where there is one and more commits than the latest
     since = [] if commits is None else commits.str.startswith(GOAL_KERNELS_SINCE).to_numpy().nonzero()[0]
@@ -1427,14 +1436,19 @@ def section_goal(gpu, root) -> str:
     return "\n".join(out)
 
 
-def goal_verdict(ahead: int, behind: int, shapes: int) -> str:
-    """The goal's sentence: met beyond the noise only when every shape is ahead; not met when any is behind;
-    otherwise met within the noise only (the level shapes' runs cannot tell the two apart either way)."""
+def goal_verdict(ahead: int, behind: int, shapes: int, not_slower: int = 0) -> str:
+    """The goal's sentence: met beyond the noise when every shape is ahead; not met when any is behind; met when
+    every other shape is not slower (its interval's low end within GOAL_MARGIN of 100%); otherwise met within the
+    noise only (the level shapes' runs cannot tell the two apart either way, and allow v7 to be slower by more)."""
     goal = "The goal (at least as fast at every shape, either mask) is "
     if ahead == shapes:
         return goal + "met: faster beyond the noise at every shape."
     if behind:
         return goal + "not met."
+    if ahead + not_slower == shapes:
+        return (goal + f"met: faster beyond the noise at {ahead} of {shapes} shapes, and not slower at the other "
+                f"{not_slower} (these runs show neither one faster there, and v7 slower by at most "
+                f"{GOAL_MARGIN / 100:.1%}: the interval's low end within {GOAL_MARGIN} points of 100%).")
     return (goal + f"met within the noise only: behind at no shape, but at the {shapes - ahead} level shapes these "
             "runs show neither one faster.")
 

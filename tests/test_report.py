@@ -1140,8 +1140,8 @@ def test_goal_section_calls_each_shape_ahead_level_or_behind_from_the_latest_com
                 + rows("bbbbbbb", [98, 102, 99, 101, 100.5, 99.5, 101, 99], 512))
     text = report.section_goal(GPU, tmp_path)
     assert "(bbbbbbb)" in text and "over the 8 runs" in text
-    assert "| 4096 | no | 8 | 102.0% (101.0–104.0%) | 101.0–104.0% | 0 / 8 | 0.008 | 1 | ahead |" in text
-    assert "| 1024 | no | 8 | 98.5% (97.0–99.0%) | 97.0–99.0% | 8 / 0 | 0.008 | 1 | behind |" in text
+    assert "| 4096 | no | 8 | 102.0% (101.0–104.0%) | 101.00–104.00% | 0 / 8 | 0.008 | 1 | ahead |" in text
+    assert "| 1024 | no | 8 | 98.5% (97.0–99.0%) | 97.00–99.00% | 8 / 0 | 0.008 | 1 | behind |" in text
     assert "| 512 | no | 8 | " in text and text.split("| 512 | no | 8 | ")[1].split("\n")[0].endswith("| level |")
     assert "Ahead at 1 of 3 shapes; behind at N = 1024 non-causal" in text and text.endswith("is not met.")
     assert "Every run since" not in text   # the boundary commit is not among these rows: no pooled table
@@ -1155,9 +1155,40 @@ def test_goal_section_calls_each_shape_ahead_level_or_behind_from_the_latest_com
     assert "16 runs over 2 commits" in pooled
     # sorted: eight 90s, then 97, 98 x3, 99 x4; median (90 + 97) / 2; n = 16: P(Bin <= 3) = 0.011 <= 0.025 < P(<= 4),
     # so the 4th and 13th values, 90 and 99
-    assert "| 1024 | no | 16 | 93.5% (90.0–99.0%) | 90.0–99.0% | 16 / 0 | 0.000 | 1 | behind |" in pooled
+    assert "| 1024 | no | 16 | 93.5% (90.0–99.0%) | 90.00–99.00% | 16 / 0 | 0.000 | 1 | behind |" in pooled
     assert "| 4096 | no | 8 | 102.0% (101.0–104.0%)" in pooled and pooled.endswith("is not met.")
     assert report.goal_verdict(3, 0, 3).endswith("is met: faster beyond the noise at every shape.")
     assert report.goal_verdict(1, 0, 3).endswith("met within the noise only: behind at no shape, but at the 2 level "
                                                  "shapes these runs show neither one faster.")
     assert report.goal_verdict(2, 1, 3).endswith("is not met.")
+    assert report.goal_verdict(1, 0, 3, not_slower=2).endswith(
+        "is met: faster beyond the noise at 1 of 3 shapes, and not slower at the other 2 (these runs show neither one "
+        "faster there, and v7 slower by at most 0.1%: the interval's low end within 0.1 points of 100%).")
+    assert "within the noise only" in report.goal_verdict(1, 0, 3, not_slower=1)   # one level shape left
+    assert report.goal_verdict(1, 1, 3, not_slower=1).endswith("is not met.")
+
+
+def test_goal_section_calls_a_level_shape_not_slower_only_within_the_margin(tmp_path):
+    from fa2lab.results import append_rows
+
+    path = tmp_path / GPU / "bench" / "v7_hopper.csv"
+    # n = 8: the interval is the 1st and 8th values (P(Bin(8, 1/2) <= 0) = 0.004 <= 0.025 < P(<= 1) = 0.035)
+    low_ends = {512: 99.95, 1024: 99.85, 4096: 100.5}   # within the 0.1-point margin, beyond it, above 100%
+    append_rows(path, [{"version": "v7_hopper", "run_id": f"p/{N}{i}", "N": N, "causal": 0, "ms": 1.0, "tflops": 1.0,
+                        "sdpa_ms": p / 100, "pct_of_sdpa": p, **PROV, "git_commit": "ccccccc"}
+                       for N, low in low_ends.items() for i, p in enumerate([low, 100.2, 100.4, 100.6, 100.8, 101.0,
+                                                                               101.2, 101.4])])
+    text = report.section_goal(GPU, tmp_path)
+    verdict = {N: text.split(f"| {N} | no | 8 | ")[1].split("\n")[0].rsplit("| ", 1)[1].rstrip(" |")
+               for N in low_ends}
+    assert verdict == {512: "not slower", 1024: "level", 4096: "ahead"}
+    assert text.endswith("met within the noise only: behind at no shape, but at the 2 level shapes these runs show "
+                         "neither one faster.")
+    report_margin = report.GOAL_MARGIN
+    try:
+        report.GOAL_MARGIN = 0.2   # a wider margin calls 1024 not slower too, and the goal met
+        assert report.section_goal(GPU, tmp_path).endswith("and not slower at the other 2 (these runs show neither "
+                                                           "one faster there, and v7 slower by at most 0.2%: the "
+                                                           "interval's low end within 0.2 points of 100%).")
+    finally:
+        report.GOAL_MARGIN = report_margin

@@ -59,17 +59,17 @@ where v6's short list, which v7 used until then, gave it 425 and 397 in the harn
 (128x64 4w 3s, 64x64 4w 3s, 128x128 4w 3s, 64x256 4w 1s) brings every shape to its best. The sm_89
 entry is v6's Ada one, used only if the TMA path is forced there.
 
-Latest harness result (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), session 32 (6766e9c; 15 runs, 3 s
-pauses; every candidate a path timed within SHORTLIST_MARGIN of its fastest raced again in alternating order, the tl
-path's autotuner and the Gluon path's together), % of SDPA's default backend, cuDNN, in the same process: the median
-(the runs' min-max; at the level shapes, RESULTS.md's 95% interval for the median):
-  non-causal  N = 512 102.3% (97.5-105.8; 98.3-102.9), 1024 101.6% (99.1-104.1; 99.4-102.0),
-              2048 100.0% (99.2-101.1; 100.0-100.5), 4096 106.8% (104.0-107.7)
-  causal      N = 512 101.6% (96.8-106.3; 97.2-104.1), 1024 117.9% (114.8-121.2), 2048 112.9% (110.6-114.2),
-              4096 107.3% (103.7-108.5)
-Ahead at 4 of the 8 shapes, level at the other four, behind at none; pooled over the 75 runs since c89546f (the same
-D = 64 kernels) ahead at 5, level at non-causal 512 and 2048 (100.0%, 99.8-100.2) and causal 512. Every earlier round,
-with its numbers: HISTORY.md beside this file; RESULTS.md; the Gluon log (kernels/_shared/gluon_forward_hopper_log.md).
+Latest harness result (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), session 34 (4a3517c; 33 runs in two
+calls, 3 s pauses; the kernels as at session 32, the host path at SDPA's cost since session 33), % of SDPA's default
+backend, cuDNN, in the same process: the median (the runs' min-max; RESULTS.md's 95% interval for the median):
+  non-causal  N = 512 103.0% (65.8-112.1; 99.26-105.43), 1024 101.8% (92.8-104.7; 101.31-102.45),
+              2048 100.1% (98.7-101.3; 99.96-100.47), 4096 107.5% (103.3-108.9; 107.05-107.84)
+  causal      N = 512 101.7% (75.4-107.5; 100.46-102.05), 1024 118.4%, 2048 112.7%, 4096 107.3% (each interval
+              above 100%)
+Pooled over the 130 runs since c89546f (the same D = 64 kernels): ahead at 6 shapes, and at non-causal 2048
+(100.1%, interval 99.96-100.23) and causal 512 (101.3%, 100.00-101.65) not slower by more than 0.1% (RESULTS.md's
+GOAL_MARGIN): neither one faster there. Every earlier round, with its numbers: HISTORY.md beside this file;
+RESULTS.md; the Gluon log (kernels/_shared/gluon_forward_hopper_log.md).
 
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
