@@ -61,14 +61,12 @@ class Launch(KeptL):
     kernel: object            # triton.compiler.CompiledKernel
     grid: tuple[int, int, int]
     tail: tuple               # every argument after the five pointers, in signature order
-    o_shape: torch.Size
-    o_stride: tuple
-    l_shape: torch.Size
+    l_shape: torch.Size       # O needs no record: every call allocates it by empty_output(Q)
 
     l_scratch: torch.Tensor | None = field(default=None, repr=False)
 
     def __call__(self, Q, K, V, need_l: bool = True):   # the per-call hot path: no imports or checks here
-        O = empty_output(Q)   # as the recorded call allocated it (o_shape, o_stride)
+        O = empty_output(Q)   # as the recorded call allocated it (allocate_outputs)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
         run_compiled(self.kernel, self.grid, (Q, K, V, O, L, *self.tail), Q.device.index)
         return O, L

@@ -206,7 +206,7 @@ def test_run_compiled_skips_empty_launch_hooks_and_keeps_registered_ones(monkeyp
 
 def test_a_repeat_allocates_o_as_the_recorded_call_did(monkeypatch):
     """A recorded launch's repeat allocates O (empty_output) with the shape and strides the first call's
-    allocate_outputs gave it (o_shape, o_stride: the kernel's O strides are fixed in the launch), in Q's dtype,
+    allocate_outputs gave it (the kernel's O strides are fixed in the launch), in Q's dtype,
     also for a dense but permuted Q, whose own strides differ from O's."""
     import fa2lab.hostpath as hostpath
     from fa2lab.hostpath import Launch
@@ -216,7 +216,7 @@ def test_a_repeat_allocates_o_as_the_recorded_call_did(monkeypatch):
     monkeypatch.setattr(hostpath, "run_compiled", lambda kernel, grid, args, i: launched.append(args))
     Q = torch.zeros(3, 2, 4, dtype=torch.bfloat16).transpose(0, 1)   # (2, 3, 4), strides (4, 8, 1)
     O, L = allocate_outputs(Q)
-    launch = Launch(None, (1, 1, 1), (), O.shape, O.stride(), L.shape)
+    launch = Launch(None, (1, 1, 1), (), L.shape)
     O2, _ = launch(Q, Q, Q)
     assert launched[0][3] is O2 and O2 is not O
     assert (O2.shape, O2.stride(), O2.dtype) == (O.shape, O.stride(), Q.dtype) == ((2, 3, 4), (12, 4, 1), Q.dtype)
@@ -252,7 +252,7 @@ def test_repeats_without_gradient_write_l_to_a_kept_scratch(monkeypatch):
 
     launched = []
     monkeypatch.setattr(hostpath, "run_compiled", lambda kernel, grid, args, i: launched.append(args))
-    launch = Launch(None, (1, 1, 1), (), torch.Size((2, 3, 4)), (12, 4, 1), torch.Size((2, 3)))
+    launch = Launch(None, (1, 1, 1), (), torch.Size((2, 3)))
     Q = torch.zeros(2, 3, 4)
     (_, L1), (_, L2), (_, L3) = launch(Q, Q, Q, need_l=False), launch(Q, Q, Q, need_l=False), launch(Q, Q, Q)
     assert L1 is L2 and L3 is not L1 and L1.shape == (2, 3) and L1.dtype == torch.float32

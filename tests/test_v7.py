@@ -164,7 +164,7 @@ def test_a_repeated_tma_launch_reuses_its_descriptors_with_the_new_tensors(monke
     monkeypatch.setattr(fa2lab.hostpath, "driver",
                         types.SimpleNamespace(active=types.SimpleNamespace(get_current_stream=lambda i: 0)))
     B, N, D = 2, 64, 32
-    launch = v7.TmaLaunch(FakeKernel(), (B, 1, 1), (7,), torch.Size((B, N, D)), (N * D, D, 1), torch.Size((B, N)))
+    launch = v7.TmaLaunch(FakeKernel(), (B, 1, 1), (7,), torch.Size((B, N)))
     launch.blocks = ((1, 64, D), (1, 32, D), (1, 32, D), (1, 64, D))
     calls = [tuple(torch.randn(B, N, D, dtype=torch.bfloat16) for _ in range(3)) for _ in range(2)]
     outs = [launch(*qkv) for qkv in calls]

@@ -235,8 +235,7 @@ def _checked_launch(Q, K, V, mode):
         return O, L, None
     meta = flash_fwd_kernel.best_config.kwargs
     launch = Launch(compiled, (*grid(meta), 1),
-                    (*tail, D, meta["Q_TILE_SIZE"], meta["K_TILE_SIZE"], *flags.values()),
-                    O.shape, O.stride(), L.shape)
+                    (*tail, D, meta["Q_TILE_SIZE"], meta["K_TILE_SIZE"], *flags.values()), L.shape)
     return O, L, launch
 
 

@@ -477,7 +477,7 @@ class TmaLaunch(Launch):
 
     def __call__(self, Q, K, V, need_l=True):   # the per-call hot path: no imports here
         global LAST_PATH, LAST_CONFIG
-        O = empty_output(Q)   # as the recorded call allocated it (o_shape, o_stride)
+        O = empty_output(Q)   # as the recorded call allocated it (allocate_outputs)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
         descs = self.descs
         if descs is None:
@@ -532,7 +532,7 @@ def _tma_launch(Q, K, V, is_causal, window, grid_mode):
     if compiled_or_none(compiled) is None:  # the interpreter launches no binary
         return O, L, []
     pick = flash_fwd_kernel.best_config
-    launches = [_recorded_tma_launch(compiled, pick, grid, tail, D, flags, descs, O, L)]
+    launches = [_recorded_tma_launch(compiled, pick, grid, tail, D, flags, descs, L)]
     tuned = set(flash_fwd_kernel.cache) - keys_before   # the autotuner's key, where it timed its candidates just now
     if tuned:
         timings = flash_fwd_kernel.configs_timings
@@ -543,19 +543,18 @@ def _tma_launch(Q, K, V, is_causal, window, grid_mode):
             descs2 = _descriptors(Q, K, V, O2)
             with only_config(flash_fwd_kernel, cfg):
                 compiled = flash_fwd_kernel[grid](*descs2, L2, *tail, D=D, **flags)
-            launches.append(_recorded_tma_launch(compiled, cfg, grid, tail, D, flags, descs2, O2, L2))
+            launches.append(_recorded_tma_launch(compiled, cfg, grid, tail, D, flags, descs2, L2))
         flash_fwd_kernel.best_config = pick   # as the autotuner left it (only_config's runs set their own)
         for launch in launches:
             launch.tuner_key = next(iter(tuned))
     return O, L, launches
 
 
-def _recorded_tma_launch(compiled, cfg, grid, tail, D, flags, descs, O, L) -> "TmaLaunch":
-    """The TmaLaunch that repeats `compiled` (configuration cfg, launched on descs, O and L) on other tensors
-    of the same signature."""
+def _recorded_tma_launch(compiled, cfg, grid, tail, D, flags, descs, L) -> "TmaLaunch":
+    """The TmaLaunch that repeats `compiled` (configuration cfg, launched on descs, O's among them, and L) on other
+    tensors of the same signature."""
     g = grid(cfg.kwargs)
-    launch = TmaLaunch(compiled, (*g, *([1] * (3 - len(g)))), launch_tail(tail, D, cfg.kwargs, flags),
-                       O.shape, O.stride(), L.shape)
+    launch = TmaLaunch(compiled, (*g, *([1] * (3 - len(g)))), launch_tail(tail, D, cfg.kwargs, flags), L.shape)
     launch.blocks = tuple(tuple(d.block_shape) for d in descs)
     launch.label, launch.config = config_label(cfg), cfg
     return launch
