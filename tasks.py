@@ -190,9 +190,16 @@ def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
 
 @task
 def list_versions(c):
-    """List the kernel versions: name, round, and what changed."""
+    """Print the version registry (fa2lab/versions.py), in the article's round order: each round's label, the
+    version it made (Round 2 profiles and makes none), and what changed. Writes nothing; no GPU needed."""
+    made = {}
     for v in versions.VERSIONS:
-        print(f"{v.name:<16} round {v.round}  {'autotuned ' if v.autotuned else ''}{v.changed}")
+        made.setdefault(v.round_label, []).append(v)
+    print(f"{'round':<10} {'version':<17}what changed")
+    for label, title in versions.ROUNDS:
+        for v in made.get(label) or [None]:
+            what = f"{v.name:<17}{'autotuned  ' if v.autotuned else ''}{v.changed}" if v else f"{'-':<17}({title})"
+            print(f"{label:<10} {what}")
 
 
 @task(help={"kernel": KERNEL_HELP, "quick": "only the small subset CI runs",
