@@ -50,9 +50,10 @@ def _xdist_args(workers: int) -> list[str]:
             "workers": "pytest-xdist processes per test run (needs pytest-xdist; 0 or 1: one process). "
                        "On a GPU most of the time is compiling and autotuning, which parallelises well"})
 def test(c, kernel="all", unit=True, k="", workers=0):
-    """Run the test file for each chosen version (its folder on PYTHONPATH), then the unit tests.
+    """Run the test file for each chosen version (its folder on PYTHONPATH), then the unit tests (tests/).
 
-    Without a GPU the kernels run on the CPU under Triton's interpreter (TRITON_INTERPRET=1).
+    Writes nothing. GPU: optional; without one the kernels run on the CPU under Triton's interpreter
+    (TRITON_INTERPRET=1), and the tests that need one are skipped.
     """
     from fa2lab.protocol import TEST_FILE, version_env
 
@@ -88,7 +89,10 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
     """Run the unchanged harness for one or more versions and print medians of the per-run ratio to SDPA.
 
     With several versions or runs this is the article's protocol: fresh processes, versions
-    interleaved across runs, a pause before each. Rows go to results/<gpu>/bench/<version>.csv.
+    interleaved across runs, a pause before each. The harness reports ms, TFLOP/s, % of SDPA (default and
+    FLASH_ATTENTION backends), CUDA-graph replay, do_bench without its cache flush and host time per call.
+    Writes results/<gpu>/bench/<version>.csv (--mode bwd: results/<gpu>/bench_bwd/<version>.csv), one row per
+    shape and run. Needs a GPU.
     """
     _need_gpu("invoke bench", "`invoke test` runs every version on the CPU under the interpreter, and "
               "`invoke report` / `invoke figures` read the committed H200 results")
@@ -121,7 +125,11 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
             "graph_max_n": "also record CUDA-graph replay time at N up to this (pick-configs then ranks by it)"})
 def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0, fresh=False, max_configs=0,
           graph_max_n=0):
-    """Sweep 625 tile/warp/stage configurations at the harness shapes; resumable, appends as it goes."""
+    """Sweep 625 tile/warp/stage configurations at the harness shapes; resumable, appends as it goes.
+
+    v0_baseline for Round 1, v4_exp2 for Round 5; v7_hopper re-sweeps an autotuned body pinned to one
+    configuration at a time. Writes results/<gpu>/sweep/<version>.csv (a status per row: ok, wrong,
+    out_of_smem, skipped_registers, compile_error). Needs a GPU."""
     _need_gpu("invoke sweep", "the committed results/<gpu>/sweep/*.csv feed `invoke pick-configs` and `invoke figures`")
     cmd = [sys.executable, "sweeps/sweep.py", "--kernel", kernel, "--causal", causal]
     cmd += ["--N", *N.split(",")] if N else []
@@ -144,9 +152,10 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
                     "N = 2048 up, correct at every shape) as this GPU's backward default in "
                     "kernels/_shared/backward_configs.json (no GPU needed)"})
 def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0, stages="", configs="", pick=False):
-    """Sweep the Triton backward's tiles, warps and stages at the harness shapes (issue 7); resumable,
-    one row per measurement in results/<gpu>/sweep_bwd/flash_backward_triton.csv. --pick turns a
-    finished sweep into the backward's default for that GPU."""
+    """Sweep the Triton backward's tiles, warps and stages at the harness shapes, each checked against SDPA's
+    gradients; resumable. Writes one row per measurement to results/<gpu>/sweep_bwd/flash_backward_triton.csv;
+    needs a GPU. --pick (no GPU) turns a finished sweep into that GPU's backward default in
+    kernels/_shared/backward_configs.json."""
     if pick:
         if _run([sys.executable, "sweeps/sweep_backward.py", "--pick", "--dq-mode", dq_mode]) != 0:
             raise Exit("no backward configuration picked", code=1)
@@ -168,7 +177,8 @@ def pick_configs(c, kernel="v4_exp2", gpu="", dry_run=False):
     """Write the tuned versions' configs.json entries from a sweep CSV (winner, per-shape, 1% short list).
 
     The single winner (v1, v3, v4), the per-shape winners (v2) and the greedy short list that keeps
-    every shape within 1% of its best (v5, v6), for the sweep's GPU architecture."""
+    every shape within 1% of its best (v5, v6), for the sweep's GPU architecture. Writes the versions'
+    configs.json and results/<gpu>/sweep/<version>.picks.csv (what it chose, from which CSV). No GPU needed."""
     cmd = [sys.executable, "sweeps/pick_configs.py", "--kernel", kernel] + (["--gpu", gpu] if gpu else [])
     cmd += ["--dry-run"] if dry_run else []
     if _run(cmd) != 0:
@@ -178,9 +188,10 @@ def pick_configs(c, kernel="v4_exp2", gpu="", dry_run=False):
 @task(help={"configs": "semicolon-separated Q,K,WARPS,STAGES (default: the article's budget-table rows)",
             "kernel": "version whose kernel is compiled", "D": "head dimension", "dtype": "bf16, fp16 or fp32"})
 def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
-    """Print the shared-memory budget table on this GPU: formula, prediction and compiled bytes.
+    """Print the shared-memory budget table on this GPU: formula, Hopper-aware prediction and compiled bytes.
 
-    Also programs per SM by shared memory and by registers, registers and spills."""
+    Also programs per SM by shared memory and by registers, registers and spills. Prints only (the committed
+    table is results/<gpu>/budget/<kernel>.csv). Needs a GPU."""
     _need_gpu("invoke budget", "fa2lab.budget.formula_shared_bytes gives the formula side on any machine")
     cmd = [sys.executable, "sweeps/budget_table.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype]
     cmd += ["--configs", configs] if configs else []
@@ -210,7 +221,9 @@ def check_nonsquare(c, kernel="all", quick=False, save=False, jobs=1):
 
     Queries longer and shorter than keys, ragged lengths, D 16 to 128, bf16 and fp32, through apply
     and explicit tile configurations. Without a GPU it runs under the interpreter (slow: use --quick).
-    With --jobs N, N processes share the GPU, each version split into shards of its cases.
+    With --jobs N, N processes share the GPU, each version split into shards of its cases. Writes
+    results/<gpu>/checks/nonsquare.csv with --save (GPU only, resumed case by case), else nothing.
+    GPU: optional.
     """
     cmd = [sys.executable, "harness/check_nonsquare.py", "--kernel", kernel, "--jobs", str(jobs)]
     cmd += (["--quick"] if quick else []) + (["--save"] if save else [])
@@ -225,8 +238,8 @@ def inspect(c, kernel="v1_tiles", config="", causal=False, D=64, dtype="bf16", a
     """Compile one configuration without launching it and summarise what the compiler made.
 
     Writes registers, spills, shared bytes, TTGIR, PTX, SASS and a one-screen summary (MMA layout,
-    loop contents, key instruction counts) under results/. Works without a GPU by compiling for an
-    explicit target (offline)."""
+    loop contents, key instruction counts) under results/<gpu>/inspect/ (offline: results/offline-<arch>/inspect/).
+    No GPU needed: without one it compiles offline for sm_90 (or --arch); nothing is run."""
     cmd = [sys.executable, "profiling/inspect_kernel.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype,
            "--causal", str(int(causal))]
     cmd += (["--config", config] if config else []) + (["--arch", arch] if arch else [])
@@ -248,7 +261,9 @@ def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", m
     """Profile versions next to SDPA at the harness shape (Nsight Compute, nsys or torch.profiler).
 
     ncu runs the full section set with clocks left alone and a fresh Triton cache, and its numbers
-    are exported to results/<gpu>/ncu/*.csv; nsys and torch give a timeline."""
+    are exported to results/<gpu>/ncu/*.csv (--source: results/<gpu>/ncu/source/; --mode bwd:
+    results/<gpu>/ncu_bwd/); nsys and torch give a timeline (results/<gpu>/nsys/, results/<gpu>/torch/).
+    Needs a GPU (--dry-run does not)."""
     if not dry_run:
         _need_gpu("invoke profile", "`invoke profile --dry-run` prints the commands; `invoke inspect` works offline")
     cmd = [sys.executable, "profiling/run_profile.py", "--tool", tool, "--kernel", kernel, "--N", str(N), "--D", str(D)]
@@ -261,7 +276,7 @@ def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", m
 
 @task(help={"gpu": "results folder to draw (default: every GPU under results/)"})
 def figures(c, gpu=""):
-    """Draw every figure from results/ alone (nothing is measured) into figures/out/<gpu>/."""
+    """Draw every figure from results/ alone (nothing is measured) into figures/out/<gpu>/. No GPU needed."""
     cmd = [sys.executable, "figures/make_all.py"] + (["--gpu", gpu] if gpu else [])
     if _run(cmd) != 0:
         raise Exit("no figure could be drawn", code=1)
@@ -272,7 +287,7 @@ def compile_cost(c, counts="1,2,4,8,16", sweep=""):
     """Round 3: first-call, new-N and first-causal time of @triton.autotune over K configurations.
 
     Fresh processes, empty then warm TRITON_CACHE_DIR, with and without cache_results=True;
-    rows to results/<gpu>/tuning/compile_cost.csv."""
+    rows to results/<gpu>/tuning/compile_cost.csv. Needs a GPU."""
     _need_gpu("invoke compile-cost", "results/<gpu>/tuning/compile_cost.csv holds the committed measurements")
     if _run([sys.executable, "sweeps/compile_cost.py", "--counts", counts] + (["--sweep", sweep] if sweep else [])):
         raise Exit("compile-cost failed", code=1)
@@ -282,7 +297,7 @@ def compile_cost(c, counts="1,2,4,8,16", sweep=""):
             "N": "sequence length", "causal": "causal attention"})
 def autotune_bias(c, processes=10, pause=20.0, N=512, causal=False):
     """Round 3: which candidate the autotuner picks after an idle GPU, with and without a warm-up
-    and with longer timing, against careful timings; rows to results/<gpu>/tuning/autotune_bias.csv."""
+    and with longer timing, against careful timings; rows to results/<gpu>/tuning/autotune_bias.csv. Needs a GPU."""
     _need_gpu("invoke autotune-bias", "results/<gpu>/tuning/autotune_bias.csv holds the committed measurements")
     cmd = [sys.executable, "sweeps/autotune_bias.py", "--processes", str(processes), "--pause", str(pause),
            "--N", str(N), "--causal", str(int(causal))]
@@ -307,19 +322,20 @@ def report(c, out="RESULTS.md"):
                     "EXPERIMENT_CONFIGS; items': the persistent 128-row candidate)",
             "D": "gluon: head dimension, 64 (default, the harness's) or 128"})
 def experiment(c, name, N="", rounds=5, causal="", only="", D=""):
-    """Experiments beyond the harness: pcast (where P is rounded), launch-order (v6), timing (small N),
-    other-shapes (v7 against v6 and SDPA where neither was tuned), exp2-poly (v7 with part of the
-    softmax's exp2 on the FMA pipe instead of the MUFU), grid (v7's persistent grid against one program
-    per tile), bwd-modes (the backward's separate and fused dQ modes: GPU, host and do_bench times),
-    gluon (the Gluon forward's configurations, checked against float64 and timed beside v7 and SDPA),
-    coldstart (what do_bench's cache flush costs v7 and SDPA: cold inputs or cold kernel code),
-    dobench (do_bench's spread at small N over fresh processes: the flush's GPU time, host times,
-    v7 and SDPA timed in alternating order), items (what a round of work items costs v7's persistent Gluon
-    kernel and SDPA beside its key tiles: the same work in 1 to 8 rounds of items per SM), tl-pick (in fresh
-    processes, every timing v7's tl autotuner and its race make over the harness shapes, with the SM clock, beside
-    each candidate pinned and timed by graph replay and do_bench; default causal N = 4096).
+    """Experiments beyond the harness, one question each; docs/experiments.md has every answer with its numbers.
 
-    Rows go to results/<gpu>/experiments/<name>.csv."""
+    pcast: where P is rounded (time and error against float64). launch-order: v6's launch orders.
+    timing: small-N do_bench against CUDA-graph replay. other-shapes: v7 against v6 and SDPA on shapes neither
+    was tuned on. exp2-poly, grid: part of v7's exp2 on the FMA pipe, and v7's persistent grid (measured
+    negatives whose code is retired; docs/experiments.md names the last commit with it). bwd-modes: the backward's dQ modes timed apart.
+    gluon: the Gluon forward's configurations (--only labels, --D 128), checked against float64 and timed
+    beside v7's tl path and SDPA. coldstart: what do_bench's cache flush costs v7 and SDPA (cold inputs or
+    cold code), with each kernel's own GPU time. dobench: do_bench's spread at small N over fresh processes.
+    items: what a round of work items costs v7's persistent Gluon kernel and SDPA beside its key tiles.
+    tl-pick: every timing v7's tl autotuner and its race make over the harness shapes, with the SM clock,
+    beside each candidate pinned.
+
+    Rows go to results/<gpu>/experiments/<name>.csv. Needs a GPU."""
     _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")
     cmd = [sys.executable, "experiments/run.py", name, "--rounds", str(rounds)]
     cmd += ["--N", *N.split(",")] if N else []
@@ -335,7 +351,7 @@ def experiment(c, name, N="", rounds=5, causal="", only="", D=""):
 def host_steps(c, kernel="v5_final,v6_longest_first,v7_hopper", N="512", repeats=5):
     """Where a forward call's host time goes (issue 8): SDPA, apply, an empty autograd.Function, the cached
     launch, its signature lookup, the allocations, v7's descriptors and Triton's launcher, each timed alone;
-    rows to results/<gpu>/hostpath/steps.csv."""
+    rows to results/<gpu>/hostpath/steps.csv. Needs a GPU."""
     _need_gpu("invoke host-steps", "results/<gpu>/hostpath/steps.csv holds the committed measurements")
     if _run([sys.executable, "profiling/host_steps.py", "--kernel", kernel, "--N", *N.split(","),
              "--repeats", str(repeats)]) != 0:
@@ -346,7 +362,8 @@ def host_steps(c, kernel="v5_final,v6_longest_first,v7_hopper", N="512", repeats
                    "tensor-pipe counters and the roofline numbers to results/<gpu>/ceilings/matmul_S8192.csv"})
 def ceilings(c, ncu=False):
     """The Round 2 matmul peak table (bf16, fp16, tf32 with fp32 accumulation; fp16 with fp16; int8)
-    and METHOD.md's two ceilings (copy bandwidth, torch bf16 matmul); rows to results/<gpu>/ceilings/."""
+    and the two ceilings (copy bandwidth, torch bf16 matmul); rows to results/<gpu>/ceilings/
+    (--ncu: the tensor-pipe counters, results/<gpu>/ceilings/matmul_S8192.csv). Needs a GPU."""
     _need_gpu("invoke ceilings", "results/<gpu>/ceilings/matmul_peak.csv holds the committed measurements")
     cmd = [sys.executable, "profiling/matmul_peak.py"]
     if ncu:   # the same as `invoke profile --tool ncu --kernel matmul`
