@@ -34,7 +34,7 @@ def empty_output(Q: torch.Tensor) -> torch.Tensor:
     """O for a forward on Q: Q's shape and dtype, contiguous (fa2lab.launch.allocate_outputs on a first call, and
     every repeat of the launch it recorded, so the two have one layout by construction). torch.empty_like costs
     the host about 3 us less per call than torch.empty(shape, dtype=..., device=...) on the H200's host:
-    host-steps at N = 512, v7 apply 20.5-22.6 -> 17.3-17.5 us, SDPA 16.5-19.0 in the same processes (session 33)."""
+    host-steps at N = 512, v7 apply 20.5-22.6 -> 17.3-17.5 us, SDPA 16.5-19.0 in the same processes."""
     return torch.empty_like(Q, memory_format=torch.contiguous_format)
 
 
@@ -103,7 +103,7 @@ class DirectLauncher:
     allocates scratch (none for these kernels) and wrap_handle_tensordesc turns every host TensorDescriptor
     into a CUtensorMap on every launch (cuTensorMapEncodeTiled through fill_tma_descriptor). With four
     descriptors that is most of v7's launch step, 18.5 us per call against v6's 6.9 without descriptors
-    (results/nvidia-h200/hostpath/steps.csv, commit 539291c). Here each descriptor's expansion is kept on the
+    (results/nvidia-h200/hostpath/steps.csv). Here each descriptor's expansion is kept on the
     descriptor object and reused while its base address is the same (the recorded launches keep their
     descriptors and change only the base; shapes and strides are fixed by the launch's signature).
 

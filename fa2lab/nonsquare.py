@@ -89,7 +89,7 @@ def _run(module, cfg: Config | None, Q, K, V, causal, on_gpu: bool):
 def brief_autotuning(tuner):
     """While checking, an autotuned version's `apply` times its candidates for about a millisecond each
     instead of do_bench's 25 + 100: every new shape of the check autotunes, which made v2 take 3 to 5 s
-    a case on the H200 (98 of 448 cases in 5 minutes, commit 2bf92b9). The check is about what the
+    a case on the H200 (98 of 448 cases in 5 minutes). The check is about what the
     chosen configuration computes (every candidate is also checked explicitly), not which one wins."""
     if tuner is None:
         yield

@@ -48,11 +48,11 @@ def bench_noflush_ms(fn, warmup_ms: float = 25, rep_ms: float = 100) -> float:
 
 def queued_ms(fn, repeats: int = 20, rounds: int = 3) -> float:
     """GPU time per call of fn with the host queued ahead and the clock settled (queued_times): the
-    median of `rounds` batches of `repeats` calls, each batch between two events. Until session 31 a
-    spin twice as long as a batch (host and GPU) preceded each batch, so a long call was timed at a
-    third of the duty it runs at (and at the clock that allows: SETTLE_MS). Events around calls the
+    median of `rounds` batches of `repeats` calls, each batch between two events. A spin twice as long as a
+    batch (host and GPU) before each batch, as an earlier form had it, timed a long call at a third of
+    the duty it runs at (and at the clock that allows): hence SETTLE_MS. Events around calls the
     host cannot keep up with time the host instead: at N = 512 a lean Gluon launch costs the host about
-    30 us and the GPU about 12 (the harness's host_us and graph_ms, commit 18ea471), so a ranking of
+    30 us and the GPU about 12 (the harness's host_us and graph_ms), so a ranking of
     candidates there needs the queue filled first."""
     import statistics
 
@@ -63,7 +63,7 @@ def queued_quantiles(fn, quantiles=(0.5, 0.2, 0.8), repeats: int = 10, rounds: i
     """queued_ms as triton.autotune's `do_bench` (it asks for the quantiles (0.5, 0.2, 0.8) and keeps the
     least): the autotuner's own do_bench, a 256 MB flush before each call launched through Triton's front
     end, is paced by the host at small N, and v7's pick then changed from process to process (the
-    harness's config column at N = 512 and 1024 causal, commit ceeb93d: 85% and 90% of cuDNN in the
+    harness's config column at N = 512 and 1024 causal: 85% and 90% of cuDNN in the
     processes that picked differently, 98-120% in the others)."""
     import statistics
 
@@ -75,7 +75,7 @@ def queued_quantiles(fn, quantiles=(0.5, 0.2, 0.8), repeats: int = 10, rounds: i
 # Calls run back to back for this long before the timed ones (queued_times): the SM clock then sits where
 # the call's own power draw holds it. Without it, v7's tl autotuner timed 64,64,4,3 and 128,128,4,3 at 166 us
 # each at causal N = 4096 (1980 MHz, bursts of 10 calls behind an idle spin), and took either; held busy, 64,64
-# ran at 1665-1890 MHz and 190 us, 128,128 at 1845-1965 MHz and 172 us (experiment tl-pick, commit 6e57db1).
+# ran at 1665-1890 MHz and 190 us, 128,128 at 1845-1965 MHz and 172 us (experiment tl-pick).
 SETTLE_MS = 40.0
 
 

@@ -114,7 +114,7 @@ def host_columns(fns: dict) -> dict:
     """Issue 8's host split for the backward: per prefix ('' for ours, 'sdpa_', 'sdpa_flash_'), the
     host's time per backward call with the GPU queue never drained (bwd_host_us). Where it exceeds
     the GPU's time, do_bench's bwd_ms measures the host. (CUDA-graph replay of forward + backward
-    through autograd was tried at commit a153d21 and not kept: with torch 2.11 the capture was
+    through autograd was tried and not kept: with torch 2.11 the capture was
     invalidated, 'AccumulateGrad node's stream does not match', for ours and SDPA alike, and the
     failed capture left the CUDA generator unusable in the process.)"""
     from fa2lab import timing
