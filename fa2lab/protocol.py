@@ -3,6 +3,7 @@ run, several runs, and per-version medians of each run's own ratio to SDPA."""
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import subprocess
@@ -64,17 +65,51 @@ def summarise(rows, protocol_id: str | None = None) -> list[dict]:
             "sdpa_ms": statistics.median(float(r["sdpa_ms"]) for r in rs),
             "pct_of_sdpa": statistics.median(pct), "pct_min": min(pct), "pct_max": max(pct),
             "pct_of_sdpa_flash": statistics.median(pct_fa) if pct_fa else float("nan"),
+            **peer_summary(rs),
         })
     return out
 
 
+def _finite(values) -> list[float]:
+    out = []
+    for v in values:
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(x):
+            out.append(x)
+    return out
+
+
+def peer_summary(rows) -> dict:
+    """Per registered peer with a measured pct_of_<peer> (fa2lab.peers: 100 * the peer's ms / ours, each run's
+    own ratio): its median over the runs and the spread (pct_of_<peer>, <peer>_pct_min, <peer>_pct_max)."""
+    from .peers import REGISTRY
+
+    out = {}
+    for name in REGISTRY:
+        pct = _finite(r.get(f"pct_of_{name}") for r in rows)
+        if pct:
+            out.update({f"pct_of_{name}": statistics.median(pct), f"{name}_pct_min": min(pct),
+                        f"{name}_pct_max": max(pct)})
+    return out
+
+
 def format_summary(summary: list[dict]) -> str:
+    from .peers import REGISTRY
+
+    peers = [n for n in REGISTRY if any(f"pct_of_{n}" in s for s in summary)]
     lines = [f"{'version':<16}{'N':>6}{'causal':>7}{'runs':>5}{'ms':>9}{'TFLOP/s':>9}{'% SDPA':>8}"
-             f"{'spread':>14}{'% FA2':>7}"]
+             f"{'spread':>14}{'% FA2':>7}" + "".join(f"{'% ' + n:>8}{'spread':>14}" for n in peers)]
     for s in summary:
-        lines.append(f"{s['version']:<16}{s['N']:>6}{'yes' if s['causal'] else 'no':>7}{s['runs']:>5}"
-                     f"{s['ms']:9.3f}{s['tflops']:9.1f}{s['pct_of_sdpa']:7.0f}%"
-                     f"{s['pct_min']:7.0f}-{s['pct_max']:.0f}%{s['pct_of_sdpa_flash']:6.0f}%")
+        line = (f"{s['version']:<16}{s['N']:>6}{'yes' if s['causal'] else 'no':>7}{s['runs']:>5}"
+                f"{s['ms']:9.3f}{s['tflops']:9.1f}{s['pct_of_sdpa']:7.0f}%"
+                f"{s['pct_min']:7.0f}-{s['pct_max']:.0f}%{s['pct_of_sdpa_flash']:6.0f}%")
+        for n in peers:
+            line += (f"{s[f'pct_of_{n}']:7.1f}%{s[f'{n}_pct_min']:7.1f}-{s[f'{n}_pct_max']:.1f}%" if f"pct_of_{n}" in s
+                     else f"{'-':>8}{'':>14}")
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -295,3 +295,18 @@ def test_peers_command_lists_the_statuses():
     out = subprocess.run([sys.executable, "-m", "fa2lab.peers"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[:3] == ["fa4", "flash-attn-4", "sm90"]
+
+
+def test_protocol_summary_takes_the_median_of_per_run_ratios_to_the_peer():
+    from fa2lab.protocol import format_summary, summarise
+
+    rows = [{"version": "v7_hopper", "N": 4096, "causal": 1, "run_id": f"p1/{r}", "ms": 0.3, "tflops": 1,
+             "sdpa_ms": 0.3, "pct_of_sdpa": 100.0, "pct_of_sdpa_flash": "nan", "pct_of_fa4": pct}
+            for r, pct in enumerate(["93.0", "96.5", "95.0", "nan"])]   # csv strings; a run without the peer
+    (s,) = summarise(rows, "p1")
+    assert (s["pct_of_fa4"], s["fa4_pct_min"], s["fa4_pct_max"]) == (95.0, 93.0, 96.5)
+    assert "% fa4" in format_summary([s]) and "93.0-96.5%" in format_summary([s])
+    for r in rows:
+        r.pop("pct_of_fa4")
+    (bare,) = summarise(rows, "p1")
+    assert "pct_of_fa4" not in bare and "% fa4" not in format_summary([bare])
