@@ -25,6 +25,10 @@ a153d21 with the timing lane pinned to 4 CPUs: 35.2 us per apply against SDPA's 
 gradient-requiring input, through autograd: 49.9), of which allocating O and L took 12.2 and the
 launch 12.9. Since then a repeat without gradient writes L to a kept scratch buffer (nobody reads
 it) and the launch skips Triton 3.6's empty launch-hook chains (fa2lab.hostpath).
+
+Tuning per bucket of lengths (issue 40, not in the article): with BUCKETS (on by default) the first length
+of a power-of-two bucket of N_q and N_k is tuned as before and later lengths of the bucket launch its pick,
+kept on disk for later processes (fa2lab.buckets); a bucket's top (the harness lengths) is tuned at itself.
 """
 
 import math
@@ -34,6 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fa2lab.buckets import PickCache, bucket_key
 from fa2lab.checks import unit_stride, validate_qkv
 from fa2lab.configs import load_table, select
 from fa2lab.hostpath import LeanApply, Launch, LaunchCache, compiled_or_none
@@ -185,7 +190,12 @@ def _checked_launch(Q, K, V, is_causal):
     # supplies the tiles, warps and stages, so none of them is passed here.
     grid = lambda meta: (triton.cdiv(N_q, meta["Q_TILE_SIZE"]), B)  # noqa: E731
     tail = (*strides(Q, K, V, O, L), N_q, K.shape[1], 1.0 / math.sqrt(D))
-    compiled = flash_fwd_kernel[grid](Q, K, V, O, L, *tail, D=D, is_causal=is_causal)
+    launch = lambda: flash_fwd_kernel[grid](Q, K, V, O, L, *tail, D=D, is_causal=is_causal)  # noqa: E731
+    if FlashAttentionTriton.BUCKETS:   # the bucket's pick, pinned; a new bucket is tuned as before (fa2lab.buckets)
+        compiled = FlashAttentionTriton.picks.autotuned(flash_fwd_kernel, bucket_key(Q, K, is_causal), launch,
+                                                        Q.device.index)
+    else:
+        compiled = launch()
     if compiled_or_none(compiled) is None:  # the interpreter launches no binary
         return O, L, None
     cfg = flash_fwd_kernel.best_config
@@ -195,6 +205,12 @@ def _checked_launch(Q, K, V, is_causal):
 
 
 class FlashAttentionTriton(LeanApply, torch.autograd.Function):
+
+    # Tune once per bucket of lengths (powers of two of N_q and N_k) and reuse the pick for every other length
+    # of the bucket, kept across processes by `picks` (fa2lab.buckets; its directory: picks.cache_dir, else
+    # FA2_PICK_CACHE, else ~/.cache/fa2lab). False: tune every (N_q, N_k) of a new signature, as before.
+    BUCKETS = True
+    picks = PickCache("v5_final", files=(Path(__file__), Path(__file__).with_name("configs.json")))
 
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
     launches = LaunchCache()
