@@ -84,8 +84,11 @@ def test(c, kernel="all", unit=True, k="", workers=0):
             "causal": "both, 0 or 1", "graphs": "also time CUDA-graph replay and host time per call",
             "mode": "fwd (the article's harness) or bwd (forward+backward and backward-only, issue 7)",
             "dq_mode": "with --mode bwd: default, auto, separate, atomic or fused (how the Triton backward computes dQ; "
-                       "fused: the whole backward in one launch; auto: fused for small problems, else separate)"})
-def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=True, mode="fwd", dq_mode="default"):
+                       "fused: the whole backward in one launch; auto: fused for small problems, else separate)",
+            "varlen": "run the variable-length benchmark instead (harness/bench_varlen.py: first-call cost of 32 random N)",
+            "varlen_args": "with --varlen: more arguments for harness/bench_varlen.py, e.g. '--cache-dir warm --compare-tuned'"})
+def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=True, mode="fwd", dq_mode="default",
+          varlen=False, varlen_args=""):
     """Run the unchanged harness for one or more versions and print medians of the per-run ratio to SDPA.
 
     With several versions or runs this is the article's protocol: fresh processes, versions
@@ -96,6 +99,13 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
     """
     _need_gpu("invoke bench", "`invoke test` runs every version on the CPU under the interpreter, and "
               "`invoke report` / `invoke figures` read the committed H200 results")
+    if varlen:   # its own fresh processes, rows in results/<gpu>/varlen/ (python harness/bench_varlen.py --help)
+        import shlex
+
+        cmd = [sys.executable, "harness/bench_varlen.py", "--kernel", kernel, *shlex.split(varlen_args)]
+        if _run(cmd) != 0:
+            raise Exit("the variable-length benchmark failed", code=1)
+        return
     from fa2lab.protocol import HARNESS_BWD, format_summary, read_bench_rows, run_protocol, summarise
     from fa2lab.results import gpu_dir
 
