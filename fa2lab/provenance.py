@@ -60,27 +60,33 @@ def driver_version() -> str:
 SWITCH_PREFIX = "FA2_V7_"   # environment variables that change what a version runs (FA2_V7_GLUON, FA2_V7_RACE_TL)
 
 
-# The kernel switches that are on when unset (v7's Gluon path and its race against the tl path; the Gluon key loop's
-# arrivals without Triton's bar.sync, on since session 20; the D = 128 candidate's lookahead, since session 24; the
-# persistent D = 64 candidate's exp_turn, since session 25); every other switch is off when unset.
-SWITCHES_ON_BY_DEFAULT = frozenset({"GLUON", "RACE_TL", "UNSYNCED_ARRIVE", "LOOKAHEAD", "EXP_TURN"})
+# The kernel switches that are on when unset: v7's Gluon path and its race against the tl path (read by
+# kernels/v7_hopper); every other switch is off when unset.
+SWITCHES_ON_BY_DEFAULT = frozenset({"GLUON", "RACE_TL"})
+
+# Switches of retired options, which no kernel reads any more (the Gluon log's "Retired options"): what each meant when
+# unset, so that older rows' `switches` still say whether they ran the default kernels. "1": on by default, "0": off,
+# None: a switch with levels, whose every value departed from the default kernels.
+RETIRED_SWITCHES = {
+    "UNSYNCED_ARRIVE": "1", "LOOKAHEAD": "1", "EXP_TURN": "1", "SHARED_CODE": None,
+    **dict.fromkeys(("THREAD_ARRIVE", "ITEM_OVERLAP", "TMA_PREFETCH", "TMA_STORE", "V_BARRIER", "TREE_MAX", "ROW_SUM",
+                     "STREAM", "FOLD_FIRST", "L2_PREFETCH", "Q_MAJOR", "V_FIRST", "L2_256"), "0"),
+}
 
 
 def switch_on(name: str) -> bool:
     """Whether the kernel switch SWITCH_PREFIX + name is on for this process: set, any value but "0" turns it
-    on; unset, its default (SWITCHES_ON_BY_DEFAULT). What kernel_switches records is what these read."""
+    on; unset, its default (SWITCHES_ON_BY_DEFAULT, or for a retired switch what it was). What kernel_switches
+    records is what these read."""
     value = os.environ.get(SWITCH_PREFIX + name)
-    return name in SWITCHES_ON_BY_DEFAULT if value is None else value != "0"
-
-
-# Switches with levels (FA2_V7_SHARED_CODE). Unset, each base candidate keeps its own level (shared_code 2 on the
-# D = 64 128-row candidates since session 30); set to any value, even 0, they depart from the default kernels.
-LEVEL_SWITCHES = frozenset({"SHARED_CODE"})
+    if value is None:
+        return name in SWITCHES_ON_BY_DEFAULT or RETIRED_SWITCHES.get(name) == "1"
+    return value != "0"
 
 
 def switch_level(name: str) -> int | None:
-    """A switch with levels (FA2_V7_SHARED_CODE=0, 1, 2 or 3): its value when that is a whole number, 1 for any other
-    value that switch_on takes as on, and None when unset (the base candidates' own levels)."""
+    """A switch with levels read as a whole number where its value is one, 1 for any other value that switch_on takes
+    as on, and None when unset. No kernel reads one any more (FA2_V7_SHARED_CODE was the last); older rows record it."""
     value = os.environ.get(SWITCH_PREFIX + name)
     if value is None:
         return None
@@ -89,12 +95,19 @@ def switch_level(name: str) -> int | None:
 
 def default_kernels(switches) -> bool:
     """Whether a row's `switches` (kernel_switches' "NAME=value ..."; empty or missing: none set) leave every kernel
-    switch as it is when unset: rows of the default kernels, which the report's profile tables show."""
+    switch as it is when unset: rows of the default kernels, which the report's profile tables show. A retired switch
+    counts by what it was: set to its old default it changed nothing, a level switch set to anything did."""
     for item in (switches if isinstance(switches, str) else "").split():
         name, _, value = item.partition("=")
+        if not name.startswith(SWITCH_PREFIX):
+            continue
         key = name[len(SWITCH_PREFIX):]
-        switched = key in LEVEL_SWITCHES or (value != "0") != (key in SWITCHES_ON_BY_DEFAULT)
-        if name.startswith(SWITCH_PREFIX) and switched:
+        if key in RETIRED_SWITCHES:
+            was = RETIRED_SWITCHES[key]
+            switched = was is None or (value != "0") != (was == "1")
+        else:
+            switched = (value != "0") != (key in SWITCHES_ON_BY_DEFAULT)
+        if switched:
             return False
     return True
 

@@ -249,11 +249,11 @@ def test_compare_driver_dry_run():
 def test_profile_driver_gluon_ranges():
     """--gluon adds one NVTX range per Gluon configuration, between the versions and SDPA, and names an
     unknown label with the known ones."""
-    p = _driver("profile_driver.py", "--kernel", "v7_hopper", "--gluon", "ws3x64x128/4s/preg/pp/split", "--dry-run")
+    p = _driver("profile_driver.py", "--kernel", "v7_hopper", "--gluon", "ws3x64x128/4s/preg/pp/split/persist/ua", "--dry-run")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert ("[v7_hopper N=4096 causal=0, gluon:ws3x64x128/4s/preg/pp/split N=4096 causal=0, sdpa N=4096 causal=0]"
+    assert ("[v7_hopper N=4096 causal=0, gluon:ws3x64x128/4s/preg/pp/split/persist/ua N=4096 causal=0, sdpa N=4096 causal=0]"
             in p.stdout)
-    assert "--gluon ws3x64x128/4s/preg/pp/split" in p.stdout
+    assert "--gluon ws3x64x128/4s/preg/pp/split/persist/ua" in p.stdout
     bad = _driver("profile_driver.py", "--kernel", "v7_hopper", "--gluon", "ws9x64", "--dry-run")
     assert bad.returncode != 0 and "unknown configuration(s) ws9x64" in bad.stderr + bad.stdout
 
