@@ -33,6 +33,11 @@ Triton's interpreter (fake timings, nothing compiled) only an explicit `cache_di
 atomically (a temporary file in the same directory, then os.replace); a corrupt file, or one whose environment
 is not this one, is ignored with a one-line warning (PickCacheWarning) and replaced on the next write.
 
+Use: an autotuned kernel calls `picks.autotuned(autotuner, bucket_key(Q, K, causal), launch, device_index)`
+around its launch (v5); a host path that picks some other way (a race between paths) calls
+`picks.choose(key, tune, reuse)`: tune() -> (result, a JSON-able pick, or None to keep nothing), and
+reuse(pick) -> result, raising StalePick when the pick cannot serve this call.
+
 Not thread-safe: pinning swaps the autotuner's candidate list for the duration of one call (as
 fa2lab.interpret.only_config does).
 """
