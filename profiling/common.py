@@ -41,6 +41,9 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--gluon", default="", help="comma-separated labels of the Gluon forward's configurations "
                     "(kernels/_shared/gluon_forward_hopper.py, EXPERIMENT_CONFIGS) to run beside the versions, each "
                     "in its own range ('gluon:<label> N=...'); forward mode only")
+    ap.add_argument("--peer", default="", help="comma-separated peer backends (fa2lab.peers, e.g. fa4 = flash-attn-4 "
+                    "sm90) to run beside the versions on the same inputs, each call in its own range ('fa4-fwd N=...'; "
+                    "with --mode bwd, its backward on a kept graph: 'fa4-bwd N=...')")
     ap.add_argument("--dry-run", action="store_true", help="print what would run and exit, without CUDA")
     ap.add_argument("--torch-trace", default="", help="also capture the region with torch.profiler (CUPTI) and "
                     "write a Chrome/Perfetto trace here: the timeline where nsys is not available")
@@ -105,10 +108,50 @@ def gluon_configs(labels: str) -> list:
         raise SystemExit(f"--gluon: {e}") from None
 
 
+def peer_list(names: str) -> list:
+    """The peers named by --peer (comma-separated, checked by name; '' for none)."""
+    if not names:
+        return []
+    from fa2lab.peers import chosen
+
+    try:
+        return chosen(names)
+    except ValueError as e:
+        raise SystemExit(f"--peer: {e}") from None
+
+
+def peer_range(peer: str, direction: str, N: int, causal: bool) -> str:
+    """A peer's NVTX range: '<peer>-fwd N=... causal=...' or '<peer>-bwd ...' (ncu names its kernels by it)."""
+    return range_name(f"{peer}-{direction}", N, causal)
+
+
+def peer_calls(names: str, inputs: tuple, N: int, causal: bool, backward: bool = False) -> list[Call]:
+    """Each --peer's call on the shared inputs (q, k, v[, dO]) in our layout, converted to its layout here, once,
+    outside the captured region: its forward, or (backward) autograd.grad through it on a graph kept from one
+    forward."""
+    import torch
+
+    B, H = shapes.BATCH, shapes.HEADS
+    calls = []
+    for p in peer_list(names):
+        if not p.enabled:
+            raise SystemExit(f"--peer {p.name} ({p.label}): {p.status()}")
+        q, k, v = inputs[:3]
+        if not backward:
+            prepared = p.prepare(q, k, v, B, H)
+            calls.append(Call(peer_range(p.name, "fwd", N, causal), lambda p=p, a=prepared: p.call(a, causal)))
+            continue
+        leaves, dO = p.prepare(q, k, v, B, H, requires_grad=True), p.to_peer(inputs[3], B, H)
+        O = p.call(leaves, causal)
+        calls.append(Call(peer_range(p.name, "bwd", N, causal),
+                          lambda O=O, leaves=leaves, dO=dO: torch.autograd.grad(O, leaves, dO, retain_graph=True)))
+    return calls
+
+
 def build_calls(modules: dict, N: int, causal: bool, sdpa: bool, gluon: str = "",
-                D: int = shapes.HEAD_DIM) -> list[Call]:
+                D: int = shapes.HEAD_DIM, peer: str = "") -> list[Call]:
     """The calls of one iteration: each version's FlashAttentionTriton.apply, each --gluon configuration,
-    then SDPA, on shared inputs of head dimension D."""
+    each --peer, then SDPA, on shared inputs of head dimension D."""
     import torch.nn.functional as F
 
     (q, k, v), (q4, k4, v4) = make_inputs(N, D)
@@ -120,13 +163,15 @@ def build_calls(modules: dict, N: int, causal: bool, sdpa: bool, gluon: str = ""
         G = load_shared("gluon_forward_hopper")
         calls += [Call(range_name(f"gluon:{cfg.label}", N, causal), lambda cfg=cfg: G.forward(q, k, v, causal, cfg))
                   for cfg in gluon_configs(gluon)]
+    calls += peer_calls(peer, (q, k, v), N, causal)
     if sdpa:
         calls.append(Call(range_name("sdpa", N, causal),
                           lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)))
     return calls
 
 
-def build_backward_calls(modules: dict, N: int, causal: bool, sdpa: bool, D: int = shapes.HEAD_DIM) -> list[Call]:
+def build_backward_calls(modules: dict, N: int, causal: bool, sdpa: bool, D: int = shapes.HEAD_DIM,
+                         peer: str = "") -> list[Call]:
     """The backward's calls (--mode bwd): for each version with the Triton backward, its recorded
     launches (one per dQ mode, each kernel in its own NVTX range, so the ncu export names them), then
     autograd.grad through SDPA's default and FLASH_ATTENTION backends on a kept graph."""
@@ -153,6 +198,7 @@ def build_backward_calls(modules: dict, N: int, causal: bool, sdpa: bool, D: int
             launch = fb.LAUNCHES.entries[fb.backward_signature(*args)]
             calls.append(Call("", lambda launch=launch, label=name: launch(q, k, v, O_, L, dO,
                                                                             ranges=(label, range_name("", N, causal)))))
+    calls += peer_calls(peer, (q, k, v, dO), N, causal, backward=True)
     if sdpa:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -238,16 +284,19 @@ def plan(script: str, names: list[str], args, log: list[str]) -> str:
     if getattr(args, "mode", "fwd") == "bwd":
         ranges = [range_name(f"{n}:bwd_{k}", args.N, causal) for n in names
                   for k in ("preprocess", "dkdv", "dq", "preprocess", "atomic_dkdv")]
+        ranges += [peer_range(p.name, "bwd", args.N, causal) for p in peer_list(getattr(args, "peer", ""))]
         ranges += [range_name(s, args.N, causal) for s in ("sdpa-bwd", "sdpa_flash-bwd") if args.sdpa]
     else:
         gluon = [f"gluon:{cfg.label}" for cfg in gluon_configs(args.gluon)]
-        ranges = [range_name(n, args.N, causal) for n in names + gluon + (["sdpa"] if args.sdpa else [])]
+        peers = [f"{p.name}-fwd" for p in peer_list(getattr(args, "peer", ""))]
+        ranges = [range_name(n, args.N, causal) for n in names + gluon + peers + (["sdpa"] if args.sdpa else [])]
     which = f"--kernel {names[0]}" if script == "profile_driver.py" else f"--kernels {','.join(names)}"
     cmd = f"python profiling/{script} {which} --N {args.N} --causal {args.causal}"
     cmd += f" --D {args.D}" if args.D != shapes.HEAD_DIM else ""
     cmd += f" --config {args.config}" if args.config else ""
     cmd += " --mode bwd" if getattr(args, "mode", "fwd") == "bwd" else ""
     cmd += f" --gluon {args.gluon}" if args.gluon else ""
+    cmd += f" --peer {args.peer}" if getattr(args, "peer", "") else ""
     tag = names[0] if len(names) == 1 else "compare"
     lines = [
         f"{script}: B={shapes.BATCH} H={shapes.HEADS} N={args.N} D={args.D} bf16, causal={args.causal}",
@@ -281,9 +330,9 @@ def run(script: str, names: list[str], args) -> int:
         if args.gluon:
             print("--gluon profiles the Gluon forward: forward mode only")
             return 2
-        calls = build_backward_calls(modules, args.N, bool(args.causal), bool(args.sdpa), args.D)
+        calls = build_backward_calls(modules, args.N, bool(args.causal), bool(args.sdpa), args.D, args.peer)
     else:
-        calls = build_calls(modules, args.N, bool(args.causal), bool(args.sdpa), args.gluon, args.D)
+        calls = build_calls(modules, args.N, bool(args.causal), bool(args.sdpa), args.gluon, args.D, args.peer)
     rounds = warm_up(calls, args.warmup_s)
     print(f"warm-up: {rounds} rounds after the first (compiling) one", flush=True)
     capture(calls, args.iters)

@@ -6,6 +6,9 @@
     python profiling/run_profile.py --tool torch --kernel all        # timeline where nsys does not work
     python profiling/run_profile.py --tool ncu --kernel matmul       # tensor-pipe counter vs roofline, per input type
     python profiling/run_profile.py --tool ncu --kernel v7_hopper --mode bwd   # the Triton backward beside SDPA's
+    python profiling/run_profile.py --tool ncu --kernel v7_hopper --peer fa4 --D 64 128 --causal both
+        # flash-attn-4's sm90 kernels beside v7 (ranges 'fa4-fwd N=...'; --mode bwd: 'fa4-bwd'), one ncu run per
+        # (D, mask), each with its own file (v7_hopper_fa4_N4096_causal_D128.csv, ...)
 
 ncu runs with the full section set, source import, capture limited to the profiler range,
 clocks left alone (--clock-control none) and an empty TRITON_CACHE_DIR (so source lines
@@ -41,6 +44,17 @@ def find_nsys() -> str | None:
     return bundled[-1] if bundled else None
 
 
+def kernel_functions(raw_csv: str) -> dict[str, str]:
+    """ID -> the kernel's own name, from a raw page exported without --print-nvtx-rename ('' for a malformed one)."""
+    import csv
+
+    rows = list(csv.reader(line for line in raw_csv.splitlines() if not line.startswith("==")))
+    if not rows or "ID" not in rows[0] or "Kernel Name" not in rows[0]:
+        return {}
+    i, k = rows[0].index("ID"), rows[0].index("Kernel Name")
+    return {r[i]: r[k][:200] for r in rows[2:] if len(r) > max(i, k)}
+
+
 def driver_command(names: list[str], args, extra: list[str]) -> list[str]:
     script = "compare_driver.py" if len(names) > 1 else "profile_driver.py"
     which = ["--kernels", ",".join(names)] if len(names) > 1 else ["--kernel", names[0]]
@@ -49,6 +63,7 @@ def driver_command(names: list[str], args, extra: list[str]) -> list[str]:
     cmd += ["--D", str(args.D)] if getattr(args, "D", shapes.HEAD_DIM) != shapes.HEAD_DIM else []
     cmd += ["--mode", args.mode] if getattr(args, "mode", "fwd") != "fwd" else []
     cmd += ["--gluon", args.gluon] if getattr(args, "gluon", "") else []
+    cmd += ["--peer", args.peer] if getattr(args, "peer", "") else []
     return cmd + (["--config", args.config] if args.config else []) + extra
 
 
@@ -58,14 +73,19 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel", default="v5_final",
                     help="a version, a comma-separated list, 'all', or 'matmul' (the Round 2 matmul peak table, ncu)")
     ap.add_argument("--N", type=int, default=4096)
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--D", type=int, choices=shapes.HEAD_DIMS, default=shapes.HEAD_DIM,
-                    help=f"head dimension (default {shapes.HEAD_DIM}, the harness's; another adds _D<D> to the tag)")
+    ap.add_argument("--causal", nargs="?", const="1", default="0", choices=("0", "1", "both"),
+                    help="causal attention (--causal alone: 1); both: one run per mask")
+    ap.add_argument("--D", type=int, nargs="+", choices=shapes.HEAD_DIMS, default=[shapes.HEAD_DIM],
+                    help=f"head dimension(s) (default {shapes.HEAD_DIM}, the harness's; another adds _D<D> to the tag); "
+                         "several: one run per head dimension")
+    ap.add_argument("--peer", default="", help="comma-separated peer backends (fa2lab.peers, e.g. fa4) profiled beside "
+                    "the versions, each call in its own NVTX range ('fa4-fwd N=...', with --mode bwd 'fa4-bwd N=...'); "
+                    "the tag gains _<peer>")
     ap.add_argument("--config", default="", help="Q,K,WARPS,STAGES for every version profiled")
     ap.add_argument("--mode", choices=("fwd", "bwd"), default="fwd",
                     help="bwd: the Triton backward's kernels in both dQ modes beside SDPA's backward (issue 7)")
     ap.add_argument("--gluon", default="", help="comma-separated labels of the Gluon forward's configurations to "
-                    "profile beside the versions (experiment gluon's labels, e.g. ws3x64x128/4s/preg/pp)")
+                    "profile beside the versions (experiment gluon's labels, e.g. ws3x64x128/4s/preg/pp/split/persist/ua)")
     ap.add_argument("--source", action="store_true",
                     help="ncu: also export the source page (every SASS instruction with its executions and sampled "
                          "warp stalls) to results/<gpu>/ncu/source/")
@@ -73,7 +93,27 @@ def main(argv=None) -> int:
                     "of other --gluon labels at the same shape keeps the earlier file")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
+    if args.peer:
+        from fa2lab.peers import chosen
 
+        try:
+            chosen(args.peer)
+        except ValueError as e:
+            ap.error(f"--peer: {e}")
+    if args.kernel == "matmul":
+        return profile_one(argparse.Namespace(**{**vars(args), "D": shapes.HEAD_DIM, "causal": False}))
+    runs = [(D, causal) for D in dict.fromkeys(args.D) for causal in shapes.masks_from(args.causal)]
+    worst = 0
+    for D, causal in runs:
+        if len(runs) > 1:
+            print(f"=== D={D} {'causal' if causal else 'non-causal'} ({runs.index((D, causal)) + 1}/{len(runs)})",
+                  flush=True)
+        worst = max(worst, profile_one(argparse.Namespace(**{**vars(args), "D": D, "causal": causal})))
+    return worst
+
+
+def profile_one(args) -> int:
+    """One profile at one head dimension and mask (args.D an int, args.causal a bool)."""
     matmul = args.kernel == "matmul"
     if matmul:
         if args.tool != "ncu":
@@ -85,7 +125,7 @@ def main(argv=None) -> int:
         if args.kernel == "all":   # v2 runs v1's kernel with v1's configurations (the article leaves it out too)
             names = [n for n in names if n != "v2_autotune"]
         tag = (names[0] if len(names) == 1 else "all") + ("_bwd" if args.mode == "bwd" else "") \
-            + ("_gluon" if args.gluon else "") \
+            + ("_gluon" if args.gluon else "") + "".join(f"_{p}" for p in args.peer.split(",") if p) \
             + f"_N{args.N}_{'causal' if args.causal else 'noncausal'}" \
             + (f"_D{args.D}" if args.D != shapes.HEAD_DIM else "") + (f"_{args.suffix}" if args.suffix else "")
     if not args.dry_run:
@@ -117,10 +157,13 @@ def main(argv=None) -> int:
         # ("v4_exp2 N=4096 causal=0", "sdpa N=4096 causal=0"): the drivers wrap every call in one.
         export = ["ncu", "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base",
                   "--print-nvtx-rename", "kernel"]
+        # The same page with each kernel's own name (the range renames it): a range may hold several kernels
+        # (SDPA's, a peer's), and the rows' `function` column tells them apart.
+        functions = export[:-2]
         # --source: every kernel's per-instruction counters (executions, sampled stalls), SASS view
         source = export[:3] + ["--csv", "--page", "source", "--print-source", "sass", "--print-nvtx-rename", "kernel"]
-        print("+", " ".join(cmd), "\n+", " ".join(export), "> RAW.csv", *(["\n+", " ".join(source), "> SOURCE.csv"]
-                                                                         if args.source else []))
+        print("+", " ".join(cmd), "\n+", " ".join(export), "> RAW.csv", "\n+", " ".join(functions), "> FUNCTIONS.csv",
+              *(["\n+", " ".join(source), "> SOURCE.csv"] if args.source else []))
         if args.dry_run:
             return 0
         if subprocess.run(cmd, env=env).returncode != 0:
@@ -139,8 +182,10 @@ def main(argv=None) -> int:
         raw_path.write_text(raw.stdout)
         rows = summarise_raw(raw_path, N=args.N, causal=args.causal, config=args.config, D=args.D,
                              predicted_flops=2 * MATMUL_SIZE**3 if matmul else None)
-        rows = [{**r, "run_id": run_id, "raw_export": str(raw_path.relative_to(REPO)), "date": run_id,
-                 **environment()} for r in rows]
+        named = subprocess.run(functions, capture_output=True, text=True)
+        by_id = kernel_functions(named.stdout) if named.returncode == 0 else {}
+        rows = [{**r, "function": by_id.get(str(r.get("ncu_id", "")), ""), "run_id": run_id,
+                 "raw_export": str(raw_path.relative_to(REPO)), "date": run_id, **environment()} for r in rows]
         dest = append_rows(out / f"{tag}.csv", rows)
         print(f"wrote {len(rows)} kernel rows to {dest} (raw export: {raw_path})")
         if args.source:

@@ -310,3 +310,48 @@ def test_protocol_summary_takes_the_median_of_per_run_ratios_to_the_peer():
         r.pop("pct_of_fa4")
     (bare,) = summarise(rows, "p1")
     assert "pct_of_fa4" not in bare and "% fa4" not in format_summary([bare])
+
+
+# ------------------------------------------------------------------------------------------- profiling (--peer)
+
+def _profiling(script: str, *args: str) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, f"profiling/{script}", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+
+
+def test_profile_driver_puts_the_peer_in_its_own_ranges():
+    fwd = _profiling("profile_driver.py", "--kernel", "v7_hopper", "--peer", "fa4", "--N", "4096", "--D", "128",
+                     "--causal", "1", "--dry-run")
+    assert fwd.returncode == 0, fwd.stdout + fwd.stderr
+    assert "[v7_hopper N=4096 causal=1, fa4-fwd N=4096 causal=1, sdpa N=4096 causal=1]" in fwd.stdout
+    assert "--D 128 --peer fa4" in fwd.stdout
+    bwd = _profiling("profile_driver.py", "--kernel", "v7_hopper", "--peer", "fa4", "--mode", "bwd", "--dry-run")
+    assert bwd.returncode == 0 and "fa4-bwd N=4096 causal=0, sdpa-bwd N=4096 causal=0" in bwd.stdout, bwd.stderr
+    bad = _profiling("profile_driver.py", "--kernel", "v7_hopper", "--peer", "fa3", "--dry-run")
+    assert bad.returncode != 0 and "--peer: unknown peer(s) fa3" in bad.stderr
+
+
+def test_one_profile_call_covers_both_head_dimensions_and_masks():
+    out = _profiling("run_profile.py", "--tool", "ncu", "--kernel", "v7_hopper", "--peer", "fa4", "--D", "64", "128",
+                     "--causal", "both", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    reports = [line.split(" -o ")[1].split()[0].rsplit("/", 1)[1] for line in out.stdout.splitlines()
+               if line.startswith("+ ncu --set full")]
+    assert reports == ["v7_hopper_fa4_N4096_noncausal", "v7_hopper_fa4_N4096_causal",
+                       "v7_hopper_fa4_N4096_noncausal_D128", "v7_hopper_fa4_N4096_causal_D128"]
+    assert out.stdout.count("--peer fa4") == 4 and "> FUNCTIONS.csv" in out.stdout
+    one = _profiling("run_profile.py", "--tool", "ncu", "--kernel", "v7_hopper", "--causal", "--dry-run")
+    assert one.returncode == 0 and one.stdout.count("+ ncu --set full") == 1 and "_N4096_causal " in one.stdout
+    bad = _profiling("run_profile.py", "--tool", "ncu", "--kernel", "v7_hopper", "--peer", "fa3", "--dry-run")
+    assert bad.returncode == 2 and "unknown peer(s) fa3" in bad.stderr
+
+
+def test_kernel_functions_name_each_kernel_of_a_range():
+    from profiling.run_profile import kernel_functions
+
+    raw = ('==PROF== Connected\n"ID","Process ID","Kernel Name","gpu__time_duration.sum"\n"","","","usecond"\n'
+           '"0","1","flash_bwd_preprocess","3"\n"1","1","FlashAttentionBackwardSm90","300"\n')
+    assert kernel_functions(raw) == {"0": "flash_bwd_preprocess", "1": "FlashAttentionBackwardSm90"}
+    assert kernel_functions("not,a,raw,page\n") == {}
