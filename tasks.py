@@ -86,9 +86,12 @@ def test(c, kernel="all", unit=True, k="", workers=0):
             "dq_mode": "with --mode bwd: default, auto, separate, atomic or fused (how the Triton backward computes dQ; "
                        "fused: the whole backward in one launch; auto: fused for small problems, else separate)",
             "varlen": "run the variable-length benchmark instead (harness/bench_varlen.py: first-call cost of 32 random N)",
-            "varlen_args": "with --varlen: more arguments for harness/bench_varlen.py, e.g. '--cache-dir warm --compare-tuned'"})
+            "varlen_args": "with --varlen: more arguments for harness/bench_varlen.py, e.g. '--cache-dir warm --compare-tuned'",
+            "peers": "peer backends timed beside SDPA in the same process (fa2lab.peers, e.g. fa4 = flash-attn-4 sm90), "
+                     "comma-separated; all (default: one that cannot run here gets NaN and its status) or none",
+            "D": "head dimension (default 64, the harness's; 128 for the wide-head rows)"})
 def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=True, mode="fwd", dq_mode="default",
-          varlen=False, varlen_args=""):
+          varlen=False, varlen_args="", peers="all", D=64):
     """Run the unchanged harness for one or more versions and print medians of the per-run ratio to SDPA.
 
     With several versions or runs this is the article's protocol: fresh processes, versions
@@ -111,7 +114,16 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
 
     if mode not in ("fwd", "bwd"):
         raise Exit(f"--mode must be fwd or bwd, not {mode!r}", code=2)
-    args = ["--causal", causal] + (["--N", *N.split(",")] if N else [])
+    from fa2lab import peers as peer_registry
+    from fa2lab.shapes import HEAD_DIMS
+
+    try:
+        peer_registry.chosen(peers)
+    except ValueError as e:
+        raise Exit(f"--peers: {e}", code=2) from None
+    if int(D) not in HEAD_DIMS:
+        raise Exit(f"--D must be one of {', '.join(map(str, HEAD_DIMS))}, not {D}", code=2)
+    args = ["--causal", causal] + (["--N", *N.split(",")] if N else []) + ["--peers", peers, "--D", str(D)]
     chosen = versions.resolve(kernel)
     from fa2lab.sweep_backward import DQ_CHOICES
 
@@ -265,9 +277,13 @@ def inspect(c, kernel="v1_tiles", config="", causal=False, D=64, dtype="bf16", a
             "source": "ncu: also export every SASS instruction's executions and sampled stalls "
                       "(results/<gpu>/ncu/source/)",
             "dry_run": "print the commands only",
-            "D": "head dimension (default 64, the harness's; another adds _D<D> to the results' file name)"})
+            "D": "head dimension (default 64, the harness's; another adds _D<D> to the results' file name); "
+                 "comma-separated: one run per head dimension (64,128)",
+            "masks": "both, 0 or 1 (instead of --causal): both gives one run per mask",
+            "peer": "comma-separated peer backends (fa2lab.peers, e.g. fa4 = flash-attn-4 sm90) profiled beside the "
+                    "versions, each in its own NVTX range (fa4-fwd; with --mode bwd fa4-bwd); the file name gains _<peer>"})
 def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", mode="fwd", gluon="", source=False,
-            dry_run=False, D=64):
+            dry_run=False, D="64", masks="", peer=""):
     """Profile versions next to SDPA at the harness shape (Nsight Compute, nsys or torch.profiler).
 
     ncu runs the full section set with clocks left alone and a fresh Triton cache, and its numbers
@@ -276,8 +292,10 @@ def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", m
     Needs a GPU (--dry-run does not)."""
     if not dry_run:
         _need_gpu("invoke profile", "`invoke profile --dry-run` prints the commands; `invoke inspect` works offline")
-    cmd = [sys.executable, "profiling/run_profile.py", "--tool", tool, "--kernel", kernel, "--N", str(N), "--D", str(D)]
-    cmd += (["--causal"] if causal else []) + (["--config", config] if config else [])
+    cmd = [sys.executable, "profiling/run_profile.py", "--tool", tool, "--kernel", kernel, "--N", str(N),
+           "--D", *str(D).split(",")]
+    cmd += (["--causal", masks] if masks else ["--causal"] if causal else []) + (["--config", config] if config else [])
+    cmd += ["--peer", peer] if peer else []
     cmd += (["--mode", mode] if mode != "fwd" else []) + (["--gluon", gluon] if gluon else [])
     cmd += (["--source"] if source else []) + (["--dry-run"] if dry_run else [])
     if _run(cmd) != 0:
