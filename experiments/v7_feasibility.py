@@ -21,6 +21,11 @@ beside v6_longest_first's own kernel (v6_reference), v7_hopper's own kernel (v7_
 v7_hopper_plain), and a minimal Gluon forward (triton.experimental.gluon) whose wgmma waits are
 placed by hand (gluon_*), for (d).
 
+What the kernels ship is imported, not copied: the online-softmax update and, for the (B, N, D) descriptors
+(LOADS 2) without WS or LOOP_STAGES, the whole key loop are v7_hopper's (_online_softmax_step, _attend_key_tiles);
+the Gluon sketch's TMA issue and P operand are kernels/_shared/gluon_forward_hopper.py's. The other loads (block
+pointers, flattened and device descriptors), WS, LOOP_STAGES and PERSISTENT exist only here, as experiments.
+
 Each row is compiled OFFLINE for sm_90 (GPUTarget("cuda", 90, 32); no GPU, nothing loaded or run),
 in a child process so that the compiler's own error text is captured when it fails, and read from
 its TTGIR and SASS: TMA loads (UTMALDG, UBLKCP), HGMMA, LDGSTS, BAR.SYNC, SYNCS (mbarrier) and
@@ -47,6 +52,12 @@ sys.path.insert(0, str(REPO))
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from fa2lab.versions import load  # noqa: E402
+
+_V7 = load("v7_hopper")
+_v7_softmax_step = _V7._online_softmax_step   # v6's update; HAS_WINDOW = False here
+_v7_key_tiles = _V7._attend_key_tiles         # v7's key loop over (B, N, D) descriptors, PIPELINE_QK 0 or 1
+
 
 # --------------------------------------------------------------------------- the kernel
 
@@ -69,32 +80,13 @@ def _load_tile(src, b, row, N, stride_row, TILE: tl.constexpr, D: tl.constexpr, 
 
 
 @triton.jit
-def _step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, qk_scale,
-          K_TILE: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
-    """The online-softmax update of v6 for one tile of scores."""
-    if MASKED:
-        k_pos = (k_start + tl.arange(0, K_TILE))[None, :]
-        keep = k_pos < N_KEYS
-        if CAUSAL:
-            keep = keep & (k_pos <= q_pos)
-        S_ij = tl.where(keep, S_ij, float("-inf"))
-    m_new = tl.maximum(m_acc, tl.max(S_ij, axis=1, keep_dims=True) * qk_scale)
-    if MASKED:
-        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-    else:
-        m_sub = m_new
-    P_ij = tl.math.exp2(S_ij * qk_scale - m_sub)
-    alpha = tl.math.exp2(m_acc - m_sub)
-    l_acc = alpha * l_acc + tl.sum(P_ij, axis=1, keep_dims=True)
-    O_acc = alpha * O_acc
-    O_acc = tl.dot(P_ij.to(V_j.dtype), V_j, acc=O_acc)
-    return O_acc, l_acc, m_new
-
-
-@triton.jit
 def _key_loop(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_KEYS, stride_kk, stride_vk,
               qk_scale, D: tl.constexpr, K_TILE: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
               LOADS: tl.constexpr, WS: tl.constexpr, LOOP_STAGES: tl.constexpr, PIPELINE_QK: tl.constexpr):
+    if LOADS == 2 and not WS and LOOP_STAGES == 0:   # v7_hopper's own key loop
+        return _v7_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_KEYS, 0, qk_scale,
+                             D=D, K_TILE_SIZE=K_TILE, MASKED=MASKED, is_causal=CAUSAL, HAS_WINDOW=False,
+                             PIPELINE_QK=PIPELINE_QK)
     if LOADS == 0:   # v6: block pointers made once per loop, advanced by one tile per iteration
         K_it = tl.make_block_ptr(K_src, shape=(N_KEYS, D), strides=(stride_kk, 1), offsets=(start, 0),
                                  block_shape=(K_TILE, D), order=(1, 0))
@@ -117,19 +109,19 @@ def _key_loop(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_K
                     V_it = tl.advance(V_it, (K_TILE, 0))
                 K_n = _load_tile(K_it, b, k_start + K_TILE, N_KEYS, stride_kk, K_TILE, D, LOADS, MASKED)
                 S_next = tl.dot(Q_i, tl.trans(K_n))
-                O_acc, l_acc, m_acc = _step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, qk_scale,
-                                            K_TILE, MASKED, CAUSAL)
+                O_acc, l_acc, m_acc = _v7_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, 0,
+                                                       qk_scale, K_TILE, MASKED, CAUSAL, False)
                 S_ij = S_next
             V_j = _load_tile(V_it, b, last, N_KEYS, stride_vk, K_TILE, D, LOADS, MASKED)
-            O_acc, l_acc, m_acc = _step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, last, N_KEYS, qk_scale,
-                                        K_TILE, MASKED, CAUSAL)
+            O_acc, l_acc, m_acc = _v7_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, last, N_KEYS, 0, qk_scale,
+                                                   K_TILE, MASKED, CAUSAL, False)
     elif WS:
         for k_start in tl.range(start, stop, K_TILE, warp_specialize=True):
             K_j = _load_tile(K_it, b, k_start, N_KEYS, stride_kk, K_TILE, D, LOADS, MASKED)
             V_j = _load_tile(V_it, b, k_start, N_KEYS, stride_vk, K_TILE, D, LOADS, MASKED)
             S_ij = tl.dot(Q_i, tl.trans(K_j))
-            O_acc, l_acc, m_acc = _step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, qk_scale,
-                                        K_TILE, MASKED, CAUSAL)
+            O_acc, l_acc, m_acc = _v7_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, 0,
+                                                   qk_scale, K_TILE, MASKED, CAUSAL, False)
             if LOADS == 0:
                 K_it = tl.advance(K_it, (K_TILE, 0))
                 V_it = tl.advance(V_it, (K_TILE, 0))
@@ -138,8 +130,8 @@ def _key_loop(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_K
             K_j = _load_tile(K_it, b, k_start, N_KEYS, stride_kk, K_TILE, D, LOADS, MASKED)
             V_j = _load_tile(V_it, b, k_start, N_KEYS, stride_vk, K_TILE, D, LOADS, MASKED)
             S_ij = tl.dot(Q_i, tl.trans(K_j))
-            O_acc, l_acc, m_acc = _step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, qk_scale,
-                                        K_TILE, MASKED, CAUSAL)
+            O_acc, l_acc, m_acc = _v7_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, 0,
+                                                   qk_scale, K_TILE, MASKED, CAUSAL, False)
             if LOADS == 0:
                 K_it = tl.advance(K_it, (K_TILE, 0))
                 V_it = tl.advance(V_it, (K_TILE, 0))
@@ -148,8 +140,8 @@ def _key_loop(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_K
             K_j = _load_tile(K_it, b, k_start, N_KEYS, stride_kk, K_TILE, D, LOADS, MASKED)
             V_j = _load_tile(V_it, b, k_start, N_KEYS, stride_vk, K_TILE, D, LOADS, MASKED)
             S_ij = tl.dot(Q_i, tl.trans(K_j))
-            O_acc, l_acc, m_acc = _step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, qk_scale,
-                                        K_TILE, MASKED, CAUSAL)
+            O_acc, l_acc, m_acc = _v7_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, 0,
+                                                   qk_scale, K_TILE, MASKED, CAUSAL, False)
             if LOADS == 0:
                 K_it = tl.advance(K_it, (K_TILE, 0))
                 V_it = tl.advance(V_it, (K_TILE, 0))
@@ -325,13 +317,23 @@ except ImportError:  # pragma: no cover - older Triton
     HAVE_GLUON = False
 
 if HAVE_GLUON:
-    # The TMA issue and P's operand are the shared Gluon forward's (kernels/_shared/gluon_forward_hopper.py,
-    # which grew out of this sketch): one slot's K and V on its mbarrier; P in registers or a shared buffer.
+    # The TMA issue is the shared Gluon forward's (kernels/_shared/gluon_kernel.py, which grew out of this sketch):
+    # one slot's K and V on its mbarrier; P in registers or a shared buffer (below).
     from fa2lab.versions import load_shared as _load_shared
 
-    _GLUON_FORWARD = _load_shared("gluon_forward_hopper")
-    _gl_issue_kv = _GLUON_FORWARD._issue_kv
-    _gl_p_operand = _GLUON_FORWARD._p_operand
+    _gl_issue_kv = _load_shared("gluon_kernel")._issue_kv
+
+    @gluon.jit
+    def _gl_p_operand(p, p_smem, buf_index, p_layout: gl.constexpr, P_SMEM: gl.constexpr):
+        """P as the A operand of P V: registers, or shared buffer buf_index (the caller alternates two). The shared
+        form is this experiment's own: the Gluon forward keeps P in registers."""
+        if P_SMEM:
+            buf = p_smem.index(buf_index)
+            buf.store(p.to(p_smem.dtype))
+            fence_async_shared()
+            return buf
+        else:
+            return gl.convert_layout(p.to(p_smem.dtype), p_layout)
 
     @gluon.jit
     def fa_fwd_gluon(q_desc, k_desc, v_desc, o_desc, N, qk_scale,
@@ -613,8 +615,8 @@ def compile_v7(q_tile, k_tile, num_warps, num_stages, causal, pipeline_qk, N=409
     from fa2lab.versions import load
 
     module = load("v7_hopper")
-    args, extra = module.offline_compile_args(N, D, "bf16", BH, Config(q_tile, k_tile, num_warps, num_stages), causal)
-    extra["PIPELINE_QK"] = pipeline_qk
+    args, extra = module.offline_compile_args(N, D, "bf16", BH, Config(q_tile, k_tile, num_warps, num_stages), causal,
+                                              pipeline_qk=pipeline_qk)
     return compile_for_target(module.flash_fwd_kernel, args, arch=90, num_warps=num_warps, num_stages=num_stages,
                               D=D, Q_TILE_SIZE=q_tile, K_TILE_SIZE=k_tile, is_causal=causal, **extra)
 

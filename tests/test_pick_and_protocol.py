@@ -132,10 +132,15 @@ def test_parts_live_beside_the_merged_csv_and_merge_into_folds_them(tmp_path):
 
 
 def _experiments():
-    """experiments/run.py as a module (it is a script, not a package)."""
-    from fa2lab.versions import REPO, load_file
+    """experiments/tl_pick.py, the experiment whose recorders these tests check."""
+    import importlib
+    import sys
 
-    return load_file("fa2_experiments_run", REPO / "experiments" / "run.py")
+    from fa2lab.versions import REPO
+
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    return importlib.import_module("experiments.tl_pick")
 
 
 def test_tuning_recorder_keeps_every_timing_in_order_and_gives_the_bench_back():

@@ -585,67 +585,32 @@ def test_lean_launch_repeats_every_argument_in_signature_order():
     """The lean host path (fa2lab.hostpath) hands the compiled kernel every argument after the five
     tensors, constexprs included; a missing PIPELINE_QK would shift them (it cannot run without a GPU)."""
     names = TUNER.fn.arg_names          # the JIT function's, through v7's descriptor-fitting wrapper
-    tail = (1, 2, 100, 90, 0, 3, 0.125)
-    meta = {"Q_TILE_SIZE": 64, "K_TILE_SIZE": 32, "PIPELINE_QK": 0, "EXP2_POLY": 4}
-    flags = {"is_causal": True, "HAS_WINDOW": False, "PERSISTENT": False}
+    tail = (1, 2, 100, 90, 0, 0.125)
+    meta = {"Q_TILE_SIZE": 64, "K_TILE_SIZE": 32, "PIPELINE_QK": 0}
+    flags = {"is_causal": True, "HAS_WINDOW": False}
     got = v7.launch_tail(tail, 64, meta, flags)
     assert len(got) == len(names) - 5
     named = dict(zip(names[5:], got))
     assert named["D"] == 64 and named["Q_TILE_SIZE"] == 64 and named["K_TILE_SIZE"] == 32
-    assert named["is_causal"] is True and named["PERSISTENT"] is False and named["PIPELINE_QK"] == 0
-    assert named["EXP2_POLY"] == 4
-    assert named["N_QUERIES"] == 100 and named["N_KEYS"] == 90 and named["BH"] == 3 and named["scale"] == 0.125
+    assert named["is_causal"] is True and named["HAS_WINDOW"] is False and named["PIPELINE_QK"] == 0
+    assert named["N_QUERIES"] == 100 and named["N_KEYS"] == 90 and named["scale"] == 0.125
 
 
-# --------------------------------------------------------------------------- EXP2_POLY (the experiment)
+def test_a_pinned_configuration_takes_pipeline_qk_by_the_rule_or_by_keyword(monkeypatch):
+    """config_kwargs (fa2lab.launch.pin_config, the sweep, the offline compiles): PIPELINE_QK by pipelining_applies
+    unless pipeline_qk says otherwise; no environment variable moves it, and a value other than 0 or 1 is refused."""
+    from fa2lab.budget import Config
 
-@pytest.mark.skipif(ON_GPU, reason="a small standalone kernel under the interpreter")
-def test_polynomial_exp2_is_accurate_and_split_covers_the_asked_fraction():
-    """_exp2_poly within 7.5e-5 of 2^x over the softmax's range (x <= 0; far below it, a value of
-    2^-126 or less instead of 0), and _exp2_split puts exactly 1 column in EXP2_POLY on it."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def probe(X, Y, Q: tl.constexpr, K: tl.constexpr, E: tl.constexpr):
-        r = tl.arange(0, Q)[:, None] * K + tl.arange(0, K)[None, :]
-        x = tl.load(X + r)
-        tl.store(Y + r, v7._exp2_split(x, Q, K, E) if E else v7._exp2_poly(x))
-
-    x = -torch.rand(32, 64, generator=torch.Generator().manual_seed(0)) * 40
-    x[0, :6] = torch.tensor([0.0, -0.5, -1.0, -126.0, -500.0, float("-inf")])
-    exact = torch.exp2(x.double())
-    y = torch.empty_like(x)
-    probe[(1,)](x, y, Q=32, K=64, E=0)
-    live = x > -120
-    assert ((y.double() - exact).abs() / exact)[live].max() < 7.6e-5
-    assert (y[~live] >= 0).all() and (y[~live] <= 2.0 ** -125).all()
-    for e in (2, 4):
-        probe[(1,)](x, y, Q=32, K=64, E=e)
-        rel = (y.double() - exact).abs() / exact
-        assert rel[live].max() < 7.6e-5
-        on_poly = rel[live] > 1e-6          # the MUFU path is exact here; the polynomial is not
-        assert abs(on_poly.float().mean().item() - 1 / e) < 0.02, e
-
-
-@pytest.mark.parametrize("exp2_poly", [2, 4])
-def test_exp2_poly_gives_the_same_attention(exp2_poly, monkeypatch):
-    """With part of the unmasked tiles' exp2 on the polynomial, the output stays within the bf16
-    tolerance of float64 and within a few bf16 steps of EXP2_POLY = 0, masked tiles and rows included."""
-    for causal, n in ((False, 200), (True, 256)):
-        Q, K, V = inputs(2, n, n, 64, seed=n)
-        base = candidate(64, 64, 1)
-        O0 = run(Q, K, V, causal, cfg=base)
-        FA.launches.entries.clear()
-        poly = type(base)({**base.kwargs, "EXP2_POLY": exp2_poly}, num_warps=base.num_warps,
-                          num_stages=base.num_stages)
-        O = run(Q, K, V, causal, cfg=poly)
-        FA.launches.entries.clear()
-        assert v7.LAST_PATH == "tma"
-        ref, _ = attention(Q.cpu(), K.cpu(), V.cpu(), causal)
-        assert relative_error(O.cpu(), ref) < TOL[torch.bfloat16]
-        assert relative_error(O.cpu(), O0.cpu()) < 5e-3
-        assert not torch.equal(O, O0) or causal and n <= 64, "EXP2_POLY changed nothing: not compiled in?"
+    pipelined, spills = Config(64, 64, 4, 3), Config(128, 128, 4, 3)
+    assert v7.pipelining_applies(pipelined) and not v7.pipelining_applies(spills)
+    monkeypatch.setenv("FA2_V7_PIPELINE_QK", "0")
+    assert v7.config_kwargs(pipelined) == {"PIPELINE_QK": 1} and v7.config_kwargs(spills) == {"PIPELINE_QK": 0}
+    assert v7.config_kwargs(pipelined, 64, pipeline_qk=0) == {"PIPELINE_QK": 0}
+    assert v7.config_kwargs(spills, 64, pipeline_qk=1) == {"PIPELINE_QK": 1}
+    assert v7.offline_compile_args(256, 64, "bf16", 2, pipelined, False, pipeline_qk=0)[1] == {
+        "HAS_WINDOW": False, "PIPELINE_QK": 0}
+    with pytest.raises(ValueError, match="pipeline_qk must be None, 0 or 1"):
+        v7.config_kwargs(pipelined, 64, pipeline_qk=2)
 
 
 # --------------------------------------------------------------------------- the TMA path's masking
@@ -661,10 +626,8 @@ CASES = [  # (B, n_q, n_k, D, causal, window)
 
 
 @pytest.mark.parametrize("pipeline_qk", [1, 0], ids=["pipelined", "v6_order"])
-@pytest.mark.parametrize("grid", ["per_tile", "persistent"])
 @pytest.mark.parametrize("B,n_q,n_k,D,causal,window", CASES)
-def test_tma_path_matches_float64_reference(B, n_q, n_k, D, causal, window, grid, pipeline_qk, monkeypatch):
-    monkeypatch.setattr(FA, "GRID", grid)
+def test_tma_path_matches_float64_reference(B, n_q, n_k, D, causal, window, pipeline_qk):
     Q, K, V = inputs(B, n_q, n_k, D, seed=n_q + n_k + D)
     Q.requires_grad_(True)
     O = run(Q, K, V, causal, window, candidate(64, 16, pipeline_qk))
@@ -739,13 +702,15 @@ def compiled_sm90(tmp_path_factory):
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["TRITON_CACHE_DIR"] = str(root / "triton-cache")
     out = {}
-    for name, causal, pipeline, poly in (("causal0", 0, 1, 0), ("causal1", 1, 1, 0), ("plain", 0, 0, 0),
-                                         ("poly2", 0, 1, 2)):
+    # inspect_kernel's --config has no field for PIPELINE_QK: the child pins it through config_kwargs's keyword
+    code = ("import sys; from fa2lab.versions import load; m = load('v7_hopper'); own = m.config_kwargs; "
+            "m.config_kwargs = lambda cfg, D=64, pipeline_qk=None: own(cfg, D, int(sys.argv[1])); "
+            "from profiling import inspect_kernel; sys.exit(inspect_kernel.main(sys.argv[2:]))")
+    for name, causal, pipeline in (("causal0", 0, 1), ("causal1", 1, 1), ("plain", 0, 0)):
         args = ["--kernel", "v7_hopper", "--config", "128,64,8,4", "--causal", str(causal), "--offline", "--arch",
                 "sm_90", "--quiet", "--out", str(root / name)]
-        p = subprocess.run([sys.executable, "profiling/inspect_kernel.py", *args], cwd=REPO, capture_output=True,
-                           text=True, timeout=240,
-                           env=dict(env, FA2_V7_PIPELINE_QK=str(pipeline), FA2_V7_EXP2_POLY=str(poly)))
+        p = subprocess.run([sys.executable, "-c", code, str(pipeline), *args], cwd=REPO, capture_output=True,
+                           text=True, timeout=240, env=env)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         out[name] = (json.loads((root / name / "summary.json").read_text()), (root / name / "kernel.sass").read_text())
     return out
@@ -788,18 +753,3 @@ def test_pipelined_loop_lets_the_softmax_run_under_the_next_qk(compiled_sm90):
     assert ex2_1 == ex2_0 == 36                  # the same softmax per iteration in both orders (and in v6)
     assert ov1 >= 18 and ov0 <= 4, seen
     assert regs1 > regs0, seen
-
-
-def test_exp2_poly_moves_half_the_unmasked_exponentials_off_the_mufu(compiled_sm90):
-    """EXP2_POLY = 2 in the offline sm_90 SASS: the unmasked loop issues half the softmax's MUFU.EX2
-    (18 of 36 per 128x64 iteration with 8 warps, plus alpha's), the masked loop all of them, with no
-    spills and no layout conversion of the score tile."""
-    s, _ = compiled_sm90["poly2"]
-    base, _ = compiled_sm90["causal0"]
-    hot = [lp for lp in s["sass"]["loops"] if lp["innermost"] and lp["counts"].get("HGMMA")]
-    ref = [lp for lp in base["sass"]["loops"] if lp["innermost"] and lp["counts"].get("HGMMA")]
-    unmasked, masked = hot[0]["counts"], hot[1]["counts"]
-    assert masked["MUFU.EX2"] == ref[1]["counts"]["MUFU.EX2"]
-    assert unmasked["MUFU.EX2"] < ref[0]["counts"]["MUFU.EX2"] * 0.6, (unmasked, ref[0]["counts"])
-    assert s["registers"]["n_spills"] == 0
-

@@ -3,7 +3,7 @@ copy engine) and a key loop written so that the softmax of one tile can run whil
 Q K^T; beside it a warp-specialized Gluon path (kernels/_shared/gluon_forward_hopper.py), raced per input signature
 against this tl path; v6 itself wherever neither applies.
 
-Why (the H200 on v6 before this round): v5/v6 reached 88% of cuDNN non-causal and 85% causal at N = 4096 (0.343 and
+What the profile said (the H200 on v6): v5/v6 reached 88% of cuDNN non-causal and 85% causal at N = 4096 (0.343 and
 0.216 ms against SDPA's 0.296 and 0.183). Their key loop loads K and V with per-thread cp.async (4 LDGSTS per
 iteration for 128x64 tiles with 8 warps), synchronises the program twice per iteration (2 BAR.SYNC), and waits for
 every outstanding wgmma right after Q K^T is issued (warp_group_dot_wait, pendings = 0), so in SASS no exp2 of the
@@ -12,7 +12,7 @@ is `wait` (1.38 cycles per issued instruction), the tensor pipe active 44% of th
 v7's is still `wait` but shorter (1.25), the pipe active 48% (46.7% of peak, 311 us); cuDNN's pipe 51% (49.1%,
 295 us) with 3 warpgroups where v6 and v7 run 2 at 254-255 registers and one program per SM.
 
-What changes (results/offline-sm_90/v7_feasibility/feasibility.md: every variant compiled offline for sm_90 with
+The change (results/offline-sm_90/v7_feasibility/feasibility.md: every variant compiled offline for sm_90 with
 Triton 3.6.0 and read from its SASS):
 - TMA: host-side TensorDescriptors over the (batch*heads, N, D) tensors with (1, tile, D) blocks; K and V arrive by
   2 UTMALDG per iteration (no LDGSTS) on an mbarrier. The 3-D view bounds each copy at its own head, so the ragged
@@ -21,14 +21,25 @@ Triton 3.6.0 and read from its SASS):
 - PIPELINE_QK = 1: Triton 3.6 has no knob on the wgmma waits, so the loop is pipelined by hand (S of tile j+1 before
   the softmax of tile j, the last tile peeled off); ptxas then moves 22 to 25 of the 36 MUFU.EX2 of a 128x64
   iteration between the Q K^T HGMMAs and their wait (0 to 2 without). It costs 30 to 50 registers per thread, so
-  each configuration is also a candidate with PIPELINE_QK = 0 and the autotuner decides; not offered for mma.sync
-  configurations (fewer than 4 warps) or 128x128 with 4 warps (it spills).
+  each configuration is also a candidate with PIPELINE_QK = 0 and the autotuner decides (a pinned configuration
+  takes it from config_kwargs); not offered for mma.sync configurations (fewer than 4 warps) or where the second
+  score tile does not fit (PIPELINE_REGISTER_LIMIT: 128x128 with 4 warps spills).
+- One program per (head, query tile), v6's longest-first order. Dropped, measured on the H200: a persistent grid of
+  SM slots looping over the work items, 0.62-0.98x of one program per tile (results/nvidia-h200/experiments/grid.csv);
+  part of the unmasked tiles' exp2 by a cubic polynomial on the FMA pipe, slower in all 12 cases, 0.86-0.98x
+  (results/nvidia-h200/experiments/exp2_poly.csv).
 - Not compiled by Triton 3.6 for this kernel: tl.range(warp_specialize=True) (ignored at 8 warps; at 4 the Hopper
   NVGPUWarpSpecialization pass fails). Waits placed by hand and warp specialization are what the Gluon path adds.
-- FlashAttentionTriton.GRID = "persistent" (SM slots looping over work items, longest causal tiles first) compiles,
-  measured slower at every shape (0.62-0.98x of one program per tile, commit 3186851): an option, not the default.
-  EXP2_POLY (0 in every configuration) is a recorded negative result: some exp2s by polynomial, slower in all 12
-  cases (commit 4e2309d).
+
+The measurement: the sm_90 configurations in configs.json come from v7's own sweep on the H200
+(results/nvidia-h200/sweep/v7_hopper.csv: 625 configurations x 8 shapes, each pinned with the PIPELINE_QK that
+pipelining_applies gives it, 4248 of 5000 ran). It moved the best tiles: 128x128 with 4 warps and 3 stages (no
+pipelined Q K^T: it does not fit there) wins 5 of the 8 shapes and is the single winner, at 448 TFLOP/s non-causal
+and 405 causal at N = 4096 in the sweep's do_bench, where v6's short list, which v7 used until then, gave it 425 and
+397 in the harness. The short list (128x64 4w 3s, 64x64 4w 3s, 128x128 4w 3s, 64x256 4w 1s) brings every shape to
+its best. The sm_89 entry is v6's Ada one, used only if the TMA path is forced there. v7's harness results against
+cuDNN, with a 95% interval for each median, are in RESULTS.md; every round, with its numbers, in HISTORY.md beside
+this file and the Gluon log (kernels/_shared/gluon_forward_hopper_log.md).
 
 Which path runs (LAST_PATH, or last_path(), says which one the last call took):
 - "gluon": non-causal, or causal raced against the tl path (RACE_TL) or at D = 128, not interpreting,
@@ -46,30 +57,12 @@ Which path runs (LAST_PATH, or last_path(), says which one the last call took):
   through its own autotuner and configurations (under the interpreter, which cannot time, with the
   query and key tiles of v7's first candidate).
 FlashAttentionTriton.FORCE_PATH ("tma", "v6" or "gluon") overrides the choice, for experiments; forcing
-"gluon" where it cannot run is an error naming why. FlashAttentionTriton.GLUON = False, or FA2_V7_GLUON=0 for a
-process, turns the Gluon path off; FlashAttentionTriton.RACE_TL (on by default; FA2_V7_RACE_TL=0 turns it off)
-autotunes the tl path too where the Gluon path applies and keeps the faster launch: neither path wins everywhere.
-
-The sm_90 configurations in configs.json come from v7's own sweep on the H200 (commit db5fde1,
-results/nvidia-h200/sweep/v7_hopper.csv: 625 configurations x 8 shapes, each pinned with the
-PIPELINE_QK that pipelining_applies gives it, 4248 of 5000 ran). It moved the best tiles: 128x128
-with 4 warps and 3 stages (no pipelined Q K^T: it does not fit there) wins 5 of the 8 shapes and is
-the single winner, at 448 TFLOP/s non-causal and 405 causal at N = 4096 in the sweep's do_bench,
-where v6's short list, which v7 used until then, gave it 425 and 397 in the harness. The short list
-(128x64 4w 3s, 64x64 4w 3s, 128x128 4w 3s, 64x256 4w 1s) brings every shape to its best. The sm_89
-entry is v6's Ada one, used only if the TMA path is forced there.
-
-Latest harness result (RESULTS.md; results/nvidia-h200/bench/v7_hopper.csv), session 34 (4a3517c; 33 runs in two
-calls, 3 s pauses; the kernels as at session 32, the host path at SDPA's cost since session 33), % of SDPA's default
-backend, cuDNN, in the same process: the median (the runs' min-max; RESULTS.md's 95% interval for the median):
-  non-causal  N = 512 103.0% (65.8-112.1; 99.26-105.43), 1024 101.8% (92.8-104.7; 101.31-102.45),
-              2048 100.1% (98.7-101.3; 99.96-100.47), 4096 107.5% (103.3-108.9; 107.05-107.84)
-  causal      N = 512 101.7% (75.4-107.5; 100.46-102.05), 1024 118.4%, 2048 112.7%, 4096 107.3% (each interval
-              above 100%)
-Pooled over the 130 runs since c89546f (the same D = 64 kernels): ahead at 6 shapes, and at non-causal 2048
-(100.1%, interval 99.96-100.23) and causal 512 (101.3%, 100.00-101.65) not slower by more than 0.1% (RESULTS.md's
-GOAL_MARGIN): neither one faster there. Every earlier round, with its numbers: HISTORY.md beside this file;
-RESULTS.md; the Gluon log (kernels/_shared/gluon_forward_hopper_log.md).
+"gluon" where it cannot run is an error naming why. Two switches reproduce the headline comparison (read once, at
+import, through fa2lab.provenance.switch_on; the class attributes set them per process too):
+  FA2_V7_GLUON=0     FlashAttentionTriton.GLUON = False: the Gluon path off (the tl path's numbers alone)
+  FA2_V7_RACE_TL=0   FlashAttentionTriton.RACE_TL = False: no race; where the Gluon path applies it runs alone
+                     (causal D = 64 inputs then stay on the tl path). On, the tl path is autotuned too there and the
+                     faster launch kept: neither path wins everywhere.
 
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
@@ -79,7 +72,6 @@ natural log, the optional causal sliding window, the Triton backward of kernels/
 """
 
 import math
-import os
 import statistics
 from pathlib import Path
 
@@ -107,7 +99,6 @@ GLUON = load_shared("gluon_forward_hopper")   # the non-causal path (FlashAttent
 PATHS = ("tma", "v6", "gluon")
 LAST_PATH = None                       # the path the last forward call took: "tma", "v6" or "gluon"
 LAST_CONFIG = None                     # and the configuration it ran (config_label)
-GRIDS = ("per_tile", "persistent")
 TMA_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -130,35 +121,9 @@ def config_label(cfg: triton.Config) -> str:
 
 
 @triton.jit
-def _exp2_poly(x):
-    """2^x for x <= 0 without the MUFU: Cody-Waite range reduction and a degree-3 polynomial
-    (relative error 7.5e-5, far under bf16's 3.9e-3), on the FMA and integer pipes."""
-    x = tl.maximum(x, -126.0)
-    t = x + 12582912.0                   # 1.5 * 2^23: x rounded to an integer j, in t's low bits
-    f = x - (t - 12582912.0)             # x - j, in [-0.5, 0.5]
-    p = f * 0.055171663240339314 + 0.24261112177263144
-    p = p * f + 0.693260986536644
-    p = p * f + 0.9999280735913126
-    bits = p.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)   # times 2^j
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _exp2_split(X, Q_TILE: tl.constexpr, K_TILE: tl.constexpr, EXP2_POLY: tl.constexpr):
-    """2^X with 1 column in EXP2_POLY (2 or 4) on the polynomial, the rest on the MUFU."""
-    Xa, Xb = tl.split(tl.reshape(X, (Q_TILE, K_TILE // 2, 2)))        # even, odd columns
-    if EXP2_POLY == 2:
-        Pb = _exp2_poly(Xb)
-    else:
-        Xb0, Xb1 = tl.split(tl.permute(tl.reshape(Xb, (Q_TILE, 2, K_TILE // 4)), (0, 2, 1)))
-        Pb = tl.reshape(tl.permute(tl.join(tl.math.exp2(Xb0), _exp2_poly(Xb1)), (0, 2, 1)), (Q_TILE, K_TILE // 2))
-    return tl.reshape(tl.join(tl.math.exp2(Xa), Pb), (Q_TILE, K_TILE))
-
-
-@triton.jit
 def _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, WINDOW, qk_scale,
                          K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
-                         HAS_WINDOW: tl.constexpr, EXP2_POLY: tl.constexpr = 0):
+                         HAS_WINDOW: tl.constexpr):
     """Fold one tile of raw scores S_ij (and its V tile) into the running (O, l, m) state: v6's update.
 
     The unmasked copy (MASKED=False) has no compare or select; the masked copy sets invisible scores
@@ -180,10 +145,7 @@ def _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS,
         m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_sub = m_new
-    if EXP2_POLY and not MASKED:
-        P_ij = _exp2_split(S_ij * qk_scale - m_sub, S_ij.shape[0], K_TILE_SIZE, EXP2_POLY)
-    else:
-        P_ij = tl.math.exp2(S_ij * qk_scale - m_sub)
+    P_ij = tl.math.exp2(S_ij * qk_scale - m_sub)
     alpha = tl.math.exp2(m_acc - m_sub)
     l_acc = alpha * l_acc + tl.sum(P_ij, axis=1, keep_dims=True)   # sum the fp32 P,
     O_acc = alpha * O_acc
@@ -195,7 +157,7 @@ def _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS,
 def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
                       start, stop, N_KEYS, WINDOW, qk_scale,
                       D: tl.constexpr, K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
-                      HAS_WINDOW: tl.constexpr, PIPELINE_QK: tl.constexpr, EXP2_POLY: tl.constexpr = 0):
+                      HAS_WINDOW: tl.constexpr, PIPELINE_QK: tl.constexpr):
     """Fold the key tiles in [start, stop) into the running (O, l, m) state.
 
     K and V arrive by TMA: one descriptor load per tile, bounded by this head's N_KEYS (the
@@ -218,12 +180,11 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
                 S_next = tl.dot(Q_i, tl.trans(K_n))                    # the next tile's scores, issued first
                 O_acc, l_acc, m_acc = _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS,
                                                            WINDOW, qk_scale, K_TILE_SIZE, MASKED, is_causal,
-                                                           HAS_WINDOW, EXP2_POLY)
+                                                           HAS_WINDOW)
                 S_ij = S_next
             V_j = V_desc.load([head, last, 0]).reshape(K_TILE_SIZE, D)
             O_acc, l_acc, m_acc = _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, last, N_KEYS,
-                                                       WINDOW, qk_scale, K_TILE_SIZE, MASKED, is_causal, HAS_WINDOW,
-                                                       EXP2_POLY)
+                                                       WINDOW, qk_scale, K_TILE_SIZE, MASKED, is_causal, HAS_WINDOW)
     else:
         for k_start in range(start, stop, K_TILE_SIZE):
             K_j = K_desc.load([head, k_start, 0]).reshape(K_TILE_SIZE, D)
@@ -231,7 +192,7 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
             S_ij = tl.dot(Q_i, tl.trans(K_j))                          # raw scores, (Q_TILE, K_TILE) fp32
             O_acc, l_acc, m_acc = _online_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS,
                                                        WINDOW, qk_scale, K_TILE_SIZE, MASKED, is_causal,
-                                                       HAS_WINDOW, EXP2_POLY)
+                                                       HAS_WINDOW)
     return O_acc, l_acc, m_acc
 
 
@@ -239,8 +200,7 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
 def _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, head, query_tile_index,
                        stride_lb, stride_lq, N_QUERIES, N_KEYS, WINDOW, qk_scale,
                        D: tl.constexpr, Q_TILE_SIZE: tl.constexpr, K_TILE_SIZE: tl.constexpr,
-                       is_causal: tl.constexpr, HAS_WINDOW: tl.constexpr, PIPELINE_QK: tl.constexpr,
-                       EXP2_POLY: tl.constexpr = 0):
+                       is_causal: tl.constexpr, HAS_WINDOW: tl.constexpr, PIPELINE_QK: tl.constexpr):
     """One (head, query tile) work item: v6's program body, with descriptor loads and stores."""
     q_start = query_tile_index * Q_TILE_SIZE
     Q_i = Q_desc.load([head, q_start, 0]).reshape(Q_TILE_SIZE, D)   # rows past N_QUERIES read as 0
@@ -275,7 +235,7 @@ def _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, head, query_tile_i
     O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
                                             full_start, diag_start, N_KEYS, WINDOW, qk_scale,
                                             D=D, K_TILE_SIZE=K_TILE_SIZE, MASKED=False, is_causal=is_causal,
-                                            HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK, EXP2_POLY=EXP2_POLY)
+                                            HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK)
     O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_desc, V_desc, head,
                                             diag_start, stop, N_KEYS, WINDOW, qk_scale,
                                             D=D, K_TILE_SIZE=K_TILE_SIZE, MASKED=True, is_causal=is_causal,
@@ -321,7 +281,7 @@ def fit_descriptor_blocks(named: dict) -> None:
             desc.block_shape = [1, tile, D]
 
 
-# The Hopper short list (configs.json; provisional until v7's own sweep), each wgmma configuration
+# The Hopper short list (configs.json, from v7's own sweep), each wgmma configuration
 # with and without the hand-pipelined key loop: the registers it costs (30 to 50 more per thread,
 # one 8-warp program per SM instead of two) against the softmax it hides is for the autotuner, and
 # the GPU session, to weigh. The pipelined form comes first, so the interpreter's tests, which check
@@ -371,7 +331,7 @@ def prune_tma_configs(configs, named_args, **kwargs):
 # Candidates are timed with the host queued ahead, after SETTLE_MS of calls back to back so that each runs at the
 # clock its own power draw allows (fa2lab.timing.queued_quantiles), not by Triton's do_bench.
 @triton.autotune(configs=tma_autotune_configs(CANDIDATES),
-                 key=["N_QUERIES", "N_KEYS", "WINDOW", "D", "is_causal", "HAS_WINDOW", "PERSISTENT"],
+                 key=["N_QUERIES", "N_KEYS", "WINDOW", "D", "is_causal", "HAS_WINDOW"],
                  prune_configs_by={"early_config_prune": prune_tma_configs}, do_bench=queued_quantiles)
 @_FitDescriptors
 @triton.jit
@@ -381,7 +341,7 @@ def flash_fwd_kernel(
     # strides of L (batch, sequence)
     stride_lb, stride_lq,
     # sizes
-    N_QUERIES, N_KEYS, WINDOW, BH,
+    N_QUERIES, N_KEYS, WINDOW,
     scale,
     # compile-time meta-parameters
     D: tl.constexpr,
@@ -389,27 +349,16 @@ def flash_fwd_kernel(
     K_TILE_SIZE: tl.constexpr,
     is_causal: tl.constexpr,
     HAS_WINDOW: tl.constexpr,   # WINDOW is used (causal band)
-    PERSISTENT: tl.constexpr,   # grid of SM slots looping over work items, instead of one program per item
     PIPELINE_QK: tl.constexpr = 1,  # key loops issue the next Q K^T before this tile's softmax (a config choice)
-    EXP2_POLY: tl.constexpr = 0,    # 0; 2 or 4: 1 column in 2 or 4 of the unmasked tiles' exp2 by polynomial
 ):
     qk_scale = scale * 1.4426950408889634
     n_tiles = tl.cdiv(N_QUERIES, Q_TILE_SIZE)
-    if PERSISTENT:
-        # Work item w is query tile n_tiles - 1 - w // BH of head w % BH: every head's longest
-        # causal tiles first, as v6's launch order, handed out round-robin to the programs.
-        for w in range(tl.program_id(0), n_tiles * BH, tl.num_programs(0)):
-            _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, w % BH, n_tiles - 1 - w // BH,
-                               stride_lb, stride_lq, N_QUERIES, N_KEYS, WINDOW, qk_scale,
-                               D=D, Q_TILE_SIZE=Q_TILE_SIZE, K_TILE_SIZE=K_TILE_SIZE, is_causal=is_causal,
-                               HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK, EXP2_POLY=EXP2_POLY)
-    else:
-        # v6's longest-first order: the head on axis 0, query tiles reversed on axis 1.
-        _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, tl.program_id(0),
-                           n_tiles - 1 - tl.program_id(1),
-                           stride_lb, stride_lq, N_QUERIES, N_KEYS, WINDOW, qk_scale,
-                           D=D, Q_TILE_SIZE=Q_TILE_SIZE, K_TILE_SIZE=K_TILE_SIZE, is_causal=is_causal,
-                           HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK, EXP2_POLY=EXP2_POLY)
+    # v6's longest-first order: the head on axis 0, query tiles reversed on axis 1. (A persistent grid of SM
+    # slots looping over the same work items measured 0.62-0.98x of this: experiments/grid.csv.)
+    _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, tl.program_id(0), n_tiles - 1 - tl.program_id(1),
+                       stride_lb, stride_lq, N_QUERIES, N_KEYS, WINDOW, qk_scale,
+                       D=D, Q_TILE_SIZE=Q_TILE_SIZE, K_TILE_SIZE=K_TILE_SIZE, is_causal=is_causal,
+                       HAS_WINDOW=HAS_WINDOW, PIPELINE_QK=PIPELINE_QK)
 
 
 # --------------------------------------------------------------------------- path selection
@@ -440,17 +389,6 @@ def select_path(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, force: str | 
         if capability is None or capability[0] != 9:
             return "v6"
     return "tma" if all(tma_ok(t) for t in (Q, K, V)) else "v6"
-
-
-def persistent_programs(work_items: int, device: torch.device) -> int:
-    """Programs of the persistent grid: PERSISTENT_PROGRAMS_PER_SM per SM (a small fixed number
-    under the interpreter, enough for several work items per program), never more than the work."""
-    if interpreting() or device.type != "cuda":
-        slots = 3
-    else:
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-        slots = sms * FlashAttentionTriton.PERSISTENT_PROGRAMS_PER_SM
-    return max(1, min(work_items, slots))
 
 
 # --------------------------------------------------------------------------- launches
@@ -505,7 +443,7 @@ class _MarkedLaunch:
         return out
 
 
-def _tma_launch(Q, K, V, is_causal, window, grid_mode):
+def _tma_launch(Q, K, V, is_causal, window):
     """The tl path: O and L of its autotuner's pick, and a list of recorded launches for the race (_kept): the
     pick's TmaLaunch, then, where the autotuner timed its candidates in this call, those of the others it timed
     within SHORTLIST_MARGIN of the pick (compiled already: each launched once, pinned). Under the interpreter
@@ -514,14 +452,12 @@ def _tma_launch(Q, K, V, is_causal, window, grid_mode):
     N_k = K.shape[1]
     O, L = allocate_outputs(Q)
     descs = _descriptors(Q, K, V, O)
-    persistent = grid_mode == "persistent"
 
     def grid(meta):
-        tiles = triton.cdiv(N_q, meta["Q_TILE_SIZE"])
-        return (persistent_programs(B * tiles, Q.device),) if persistent else (B, tiles)
+        return (B, triton.cdiv(N_q, meta["Q_TILE_SIZE"]))
 
-    tail = (*L.stride(), N_q, N_k, window, B, 1.0 / math.sqrt(D))
-    flags = dict(is_causal=is_causal, HAS_WINDOW=window > 0, PERSISTENT=persistent)
+    tail = (*L.stride(), N_q, N_k, window, 1.0 / math.sqrt(D))
+    flags = dict(is_causal=is_causal, HAS_WINDOW=window > 0)
     keys_before = set(flash_fwd_kernel.cache)
     if interpreting() and len(flash_fwd_kernel.configs) > 1:
         # The interpreter cannot time candidates: run the first (the tests pin the one they check).
@@ -554,7 +490,7 @@ def _recorded_tma_launch(compiled, cfg, grid, tail, D, flags, descs, L) -> "TmaL
     """The TmaLaunch that repeats `compiled` (configuration cfg, launched on descs, O's among them, and L) on other
     tensors of the same signature."""
     g = grid(cfg.kwargs)
-    launch = TmaLaunch(compiled, (*g, *([1] * (3 - len(g)))), launch_tail(tail, D, cfg.kwargs, flags), L.shape)
+    launch = TmaLaunch(compiled, (*g, 1), launch_tail(tail, D, cfg.kwargs, flags), L.shape)
     launch.blocks = tuple(tuple(d.block_shape) for d in descs)
     launch.label, launch.config = config_label(cfg), cfg
     return launch
@@ -564,7 +500,7 @@ def launch_tail(tail: tuple, D: int, meta: dict, flags: dict) -> tuple:
     """Every argument of flash_fwd_kernel after the five tensors, constexprs included, in signature
     order: what the compiled kernel's launcher takes on the lean path."""
     return (*tail, D, meta["Q_TILE_SIZE"], meta["K_TILE_SIZE"], flags["is_causal"], flags["HAS_WINDOW"],
-            flags["PERSISTENT"], meta.get("PIPELINE_QK", 1), meta.get("EXP2_POLY", 0))
+            meta.get("PIPELINE_QK", 1))
 
 
 def _v6_launch(Q, K, V, is_causal, window):
@@ -676,7 +612,7 @@ def _checked_launch(Q, K, V, mode):
     """The normal path: check, choose the path, allocate, autotune (first time per key), launch.
     Returns O, L and the launch that repeats it (see fa2lab.hostpath)."""
     global LAST_PATH, LAST_CONFIG
-    is_causal, window, grid_mode, force, _, race_tl = mode
+    is_causal, window, force, _, race_tl = mode
     validate_qkv(Q, K, V)
     Q, K, V = (unit_stride(t) for t in (Q, K, V))
     why_not_gluon = gluon_applies(Q, K, V, is_causal, window, force)
@@ -684,22 +620,20 @@ def _checked_launch(Q, K, V, mode):
         O, L, _, timed = GLUON.best_launch(Q, K, V, is_causal)
         launches = [_MarkedLaunch(launch, "gluon", launch.label) for launch in shortlist(timed.values())]
         if race_tl and force is None and select_path(Q, K, V, None) == "tma":
-            launches += _tma_launch(Q, K, V, is_causal, window, grid_mode)[2]
+            launches += _tma_launch(Q, K, V, is_causal, window)[2]
         return _kept(Q, K, V, O, L, launches)
     if force == "gluon":
         raise ValueError(f"FORCE_PATH='gluon' cannot run these inputs: {why_not_gluon}")
     path = select_path(Q, K, V, force)
     LAST_PATH, LAST_CONFIG = path, None   # the configuration stays None under the interpreter
     if path == "tma":
-        return _kept(Q, K, V, *_tma_launch(Q, K, V, is_causal, window, grid_mode))
+        return _kept(Q, K, V, *_tma_launch(Q, K, V, is_causal, window))
     O, L, launch = _v6_launch(Q, K, V, is_causal, window)
     LAST_CONFIG = getattr(launch, "label", None)
     return O, L, launch
 
 
 class FlashAttentionTriton(LeanApply, torch.autograd.Function):
-    GRID = "per_tile"                # "persistent": SM slots loop over work items (an experiment)
-    PERSISTENT_PROGRAMS_PER_SM = 2   # programs per SM of the persistent grid (2 beat 1: experiments/grid.csv)
     FORCE_PATH = None                # None (the rules above), "tma", "v6" or "gluon"
     # The Gluon path for non-causal inputs (kernels/_shared/gluon_forward_hopper.py, V7_CANDIDATES), on
     # where it applies; FA2_V7_GLUON=0 turns it off for a process (the tl path's numbers before it).
@@ -719,10 +653,8 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
         if window_size is not None and (window < 1 or not is_causal):
             raise ValueError(f"window_size={window_size!r}: a sliding window is a causal band of at least one "
                              "key (query i sees keys i - window < j <= i); pass is_causal=True and window_size >= 1")
-        if FlashAttentionTriton.GRID not in GRIDS:
-            raise ValueError(f"GRID must be one of {', '.join(GRIDS)}")
-        mode = (bool(is_causal), window, FlashAttentionTriton.GRID, FlashAttentionTriton.FORCE_PATH,
-                FlashAttentionTriton.GLUON, FlashAttentionTriton.RACE_TL)
+        mode = (bool(is_causal), window, FlashAttentionTriton.FORCE_PATH, FlashAttentionTriton.GLUON,
+                FlashAttentionTriton.RACE_TL)
         O, L = FlashAttentionTriton.launches(Q, K, V, mode, _checked_launch, ctx)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = bool(is_causal)
@@ -742,11 +674,11 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
 
 # --------------------------------------------------------------------------- offline compiles
 
-def offline_compile_args(N: int, D: int, dtype: str, batch: int, cfg, causal: bool):
+def offline_compile_args(N: int, D: int, dtype: str, batch: int, cfg, causal: bool, pipeline_qk: int | None = None):
     """For profiling/inspect_kernel.py: flash_fwd_kernel's positional arguments for contiguous
     (batch, N, D) tensors, as descriptors over 'meta' tensors (no memory, no GPU) with the
-    configuration's block shapes, and the constexprs beyond D, tiles and is_causal: the default grid,
-    no window, and config_kwargs's PIPELINE_QK (inspect_kernel's --config has no field for it)."""
+    configuration's block shapes, and the constexprs beyond D, tiles and is_causal: no window, and
+    config_kwargs's PIPELINE_QK (pipeline_qk, else the rule; inspect_kernel's --config has no field for it)."""
     from fa2lab.compile_offline import DTYPES
 
     tdt = getattr(torch, DTYPES[dtype])
@@ -755,13 +687,16 @@ def offline_compile_args(N: int, D: int, dtype: str, batch: int, cfg, causal: bo
     descs = _descriptors(Q, K, V, O)
     fit_descriptor_blocks({"Q_desc": descs[0], "K_desc": descs[1], "V_desc": descs[2], "O_desc": descs[3],
                            "D": D, "Q_TILE_SIZE": cfg.q_tile, "K_TILE_SIZE": cfg.k_tile})
-    args = (*descs, L, *L.stride(), N, N, 0, batch, 1.0 / math.sqrt(D))
-    return args, {"HAS_WINDOW": False, "PERSISTENT": False, **config_kwargs(cfg, D)}
+    args = (*descs, L, *L.stride(), N, N, 0, 1.0 / math.sqrt(D))
+    return args, {"HAS_WINDOW": False, **config_kwargs(cfg, D, pipeline_qk)}
 
 
-def config_kwargs(cfg, D: int = 64) -> dict:
+def config_kwargs(cfg, D: int = 64, pipeline_qk: int | None = None) -> dict:
     """The constexprs beyond the tiles that one pinned configuration needs (fa2lab.launch.pin_config:
-    the profile drivers' --config and the sweep): PIPELINE_QK = 1 where pipelining_applies, else 0,
-    unless FA2_V7_PIPELINE_QK says otherwise (so a sweep can be run once with each)."""
-    return {"PIPELINE_QK": int(os.environ.get("FA2_V7_PIPELINE_QK", int(pipelining_applies(cfg, D)))),
-            "EXP2_POLY": int(os.environ.get("FA2_V7_EXP2_POLY", 0))}   # 0: v7 as measured (see EXP2_POLY)
+    the profile drivers' --config and the sweep): PIPELINE_QK = pipeline_qk if given (0 or 1), else 1 where
+    pipelining_applies and 0 elsewhere, the rule by which the autotuner's candidates are made."""
+    if pipeline_qk is None:
+        pipeline_qk = int(pipelining_applies(cfg, D))
+    if pipeline_qk not in (0, 1):
+        raise ValueError(f"pipeline_qk must be None, 0 or 1, got {pipeline_qk!r}")
+    return {"PIPELINE_QK": int(pipeline_qk)}
