@@ -341,8 +341,10 @@ def report(c, out="RESULTS.md"):
         raise Exit("report failed", code=1)
 
 
-@task(help={"name": "pcast, launch-order, timing, other-shapes, exp2-poly, grid, bwd-modes, gluon, coldstart, "
-                    "dobench, items or tl-pick",
+import experiments  # noqa: E402  (the experiments' registry: experiments/__init__.py)
+
+
+@task(help={"name": "the experiment (listed above)",
             "N": "comma-separated sequence lengths",
             "rounds": "interleaved timing rounds",
             "causal": "0, 1 or 2 (both); default: the experiment's own",
@@ -352,26 +354,25 @@ def report(c, out="RESULTS.md"):
 def experiment(c, name, N="", rounds=5, causal="", only="", D=""):
     """Experiments beyond the harness, one question each; docs/experiments.md has every answer with its numbers.
 
-    pcast: where P is rounded (time and error against float64). launch-order: v6's launch orders.
-    timing: small-N do_bench against CUDA-graph replay. other-shapes: v7 against v6 and SDPA on shapes neither
-    was tuned on. exp2-poly, grid: part of v7's exp2 on the FMA pipe, and v7's persistent grid (measured
-    negatives whose code is retired; docs/experiments.md names the last commit with it). bwd-modes: the backward's dQ modes timed apart.
-    gluon: the Gluon forward's configurations (--only labels, --D 128), checked against float64 and timed
-    beside v7's tl path and SDPA. coldstart: what do_bench's cache flush costs v7 and SDPA (cold inputs or
-    cold code), with each kernel's own GPU time. dobench: do_bench's spread at small N over fresh processes.
-    items: what a round of work items costs v7's persistent Gluon kernel and SDPA beside its key tiles.
-    tl-pick: every timing v7's tl autotuner and its race make over the harness shapes, with the SM clock,
-    beside each candidate pinned.
-
-    Rows go to results/<gpu>/experiments/<name>.csv. Needs a GPU."""
+    One module each, experiments/<module>.py (python experiments/<module>.py --help for its options), registered
+    in experiments/__init__.py; retired ones (measured negatives whose code is gone; docs/experiments.md names the
+    last commit with it) are listed and refused. Rows go to results/<gpu>/experiments/<name>.csv. Needs a GPU.
+    The experiments:"""
+    try:
+        module = experiments.module_of(name)
+    except ValueError as e:
+        raise Exit(str(e), code=2)
     _need_gpu(f"invoke experiment {name}", "results/<gpu>/experiments/ holds the committed runs")
-    cmd = [sys.executable, "experiments/run.py", name, "--rounds", str(rounds)]
+    cmd = [sys.executable, module.__file__, "--rounds", str(rounds)]
     cmd += ["--N", *N.split(",")] if N else []
     cmd += ["--causal", str(causal)] if str(causal) != "" else []
     cmd += ["--only", *only.split(",")] if only else []
     cmd += ["--D", str(D)] if str(D) != "" else []
     if _run(cmd) != 0:
         raise Exit(f"experiment {name} failed", code=1)
+
+
+experiment.__doc__ += "\n" + experiments.describe().replace("\n  ", "\n    ").replace("  ", "    ", 1)
 
 
 @task(help={"kernel": "versions with the lean host path (comma-separated)", "N": "comma-separated sequence lengths",

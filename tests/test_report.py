@@ -949,7 +949,7 @@ def test_every_reported_experiment_has_its_cli_and_refuses_without_a_gpu():
         assert task == f"invoke experiment {cli}" and cli in help_text, name
     if torch.cuda.is_available():
         return
-    for cli in ("grid", "bwd-modes"):
+    for cli in ("pcast", "bwd-modes"):
         p = subprocess.run([sys.executable, str(script), cli], capture_output=True, text=True, timeout=120)
         assert p.returncode == 2 and f"experiment {cli} needs a CUDA GPU" in p.stderr
 
