@@ -392,12 +392,28 @@ def warm_up(peers: list[Peer], shapes, backward: bool = False, device: str = "cu
 
 # ----------------------------------------------------------------------------------------- python -m fa2lab.peers
 
+def _one_call_ms(fn, device: str) -> float:
+    """One call's time: by CUDA events on the GPU, by the wall clock (synchronised) elsewhere."""
+    import torch
+
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    t0 = time.perf_counter()
+    _synced(fn)
+    return 1e3 * (time.perf_counter() - t0)
+
+
 def check(peers: list[Peer], B: int = 4, H: int = 8, N: int = 2048, head_dims=(64, 128),
-          tolerance: float = 2e-2) -> int:
-    """On the GPU: per peer, (D, causal) one forward against SDPA (max abs and relative error) and its
-    backward against SDPA's (relative error of dQ, dK, dV), the first call's wall time (compiling) and one
-    more call's time by CUDA events. Returns 0 if every peer ran and every relative error is below
-    `tolerance`, else 1."""
+          tolerance: float = 2e-2, device: str = "cuda") -> int:
+    """Per peer and (D, causal): one forward against SDPA (max abs and relative error) and one forward +
+    backward against SDPA's gradients (relative error of dQ, dK, dV), each first call's wall time (it compiles)
+    and one more call's time. Prints a line per case; returns 0 if every peer ran and every relative error is
+    below `tolerance`, else 1."""
     import torch
     import torch.nn.functional as F
 
@@ -405,41 +421,41 @@ def check(peers: list[Peer], B: int = 4, H: int = 8, N: int = 2048, head_dims=(6
 
     bad = 0
     for p in peers:
-        print(f"{p.name} ({p.label}): {p.status()}; {p.versions() or 'no distribution found'}")
+        print(f"{p.name} ({p.label}): {p.status()}; {p.versions() or 'no distribution found'}", flush=True)
         if not p.enabled:
             bad += 1
             continue
         for D in head_dims:
             for causal in (False, True):
-                q, k, v, dO = (torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+                q, k, v, dO = (torch.randn(B * H, N, D, device=device, dtype=torch.bfloat16) for _ in range(4))
                 q4, k4, v4 = (t.detach().view(B, H, N, D).requires_grad_() for t in (q, k, v))
                 ref = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
                 ref_grads = torch.autograd.grad(ref, (q4, k4, v4), dO.view(B, H, N, D))
+                ref = ref.detach().reshape(B * H, N, D)
                 where = f"  D={D} causal={int(causal)} N={N}:"
                 try:
                     prepared = p.prepare(q, k, v, B, H)
                     t0 = time.perf_counter()
                     out = _synced(lambda: p.call(prepared, causal))
-                    first_s = time.perf_counter() - t0
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    p.call(prepared, causal)
-                    end.record()
-                    end.synchronize()
+                    fwd_first_s = time.perf_counter() - t0
+                    fwd_ms = _one_call_ms(lambda: p.call(prepared, causal), device)
                     O = p.to_ours(out, B, H)
-                    err = (O.float() - ref.detach().reshape(B * H, N, D).float()).abs().max().item()
-                    rel = relative_error(O, ref.detach().reshape(B * H, N, D))
-                    _, *grads = p.forward_backward(q, k, v, dO, causal, B, H)
+                    err, rel = (O.float() - ref.float()).abs().max().item(), relative_error(O, ref)
+                    t0 = time.perf_counter()
+                    _, *grads = _synced(lambda: p.forward_backward(q, k, v, dO, causal, B, H))
+                    bwd_first_s = time.perf_counter() - t0
+                    leaves, pdO = p.prepare(q, k, v, B, H, requires_grad=True), p.to_peer(dO, B, H)
+                    fb_ms = _one_call_ms(lambda: torch.autograd.grad(p.call(leaves, causal), leaves, pdO), device)
                     grad_rel = [relative_error(g.view(B, H, N, D), r) for g, r in zip(grads, ref_grads)]
                 except Exception as e:  # noqa: BLE001 - reported, and counted
-                    print(where, failure("check", e))
+                    print(where, failure("check", e), flush=True)
                     bad += 1
                     continue
                 worst = max(rel, *grad_rel)
                 bad += not worst < tolerance
-                print(where, f"max abs err vs SDPA {err:.2e}, rel err {rel:.2e}; "
-                      f"grads rel err dq {grad_rel[0]:.2e} dk {grad_rel[1]:.2e} dv {grad_rel[2]:.2e}; "
-                      f"first call {first_s:.1f} s, one call {start.elapsed_time(end):.3f} ms "
+                print(where, f"forward: max abs err vs SDPA {err:.2e}, rel err {rel:.2e}, "
+                      f"first call {fwd_first_s:.1f} s, one call {fwd_ms:.3f} ms; backward: rel err dq {grad_rel[0]:.2e} dk {grad_rel[1]:.2e} "
+                      f"dv {grad_rel[2]:.2e}, first call {bwd_first_s:.1f} s, forward + backward {fb_ms:.3f} ms "
                       f"({'ok' if worst < tolerance else f'WRONG: above {tolerance:g}'})", flush=True)
     return 1 if bad else 0
 

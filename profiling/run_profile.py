@@ -76,8 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--causal", nargs="?", const="1", default="0", choices=("0", "1", "both"),
                     help="causal attention (--causal alone: 1); both: one run per mask")
     ap.add_argument("--D", type=int, nargs="+", choices=shapes.HEAD_DIMS, default=[shapes.HEAD_DIM],
-                    help=f"head dimension(s) (default {shapes.HEAD_DIM}, the harness's; another adds _D<D> to the tag); "
-                         "several: one run per head dimension")
+                    help=f"head dimension(s) (default {shapes.HEAD_DIM}, the harness's; another adds _D<D> to the "
+                         "tag); several: one run per head dimension")
     ap.add_argument("--peer", default="", help="comma-separated peer backends (fa2lab.peers, e.g. fa4) profiled beside "
                     "the versions, each call in its own NVTX range ('fa4-fwd N=...', with --mode bwd 'fa4-bwd N=...'); "
                     "the tag gains _<peer>")

@@ -355,3 +355,22 @@ def test_kernel_functions_name_each_kernel_of_a_range():
            '"0","1","flash_bwd_preprocess","3"\n"1","1","FlashAttentionBackwardSm90","300"\n')
     assert kernel_functions(raw) == {"0": "flash_bwd_preprocess", "1": "FlashAttentionBackwardSm90"}
     assert kernel_functions("not,a,raw,page\n") == {}
+
+
+def test_the_gpu_smoke_check_passes_a_right_peer_and_fails_a_wrong_one(capsys):
+    """python -m fa2lab.peers --check, on the CPU with stand-in peers: one line per (D, causal), exit status 1 for
+    a peer that ignores the mask, one that raises, or one that is not installed."""
+    small = dict(B=1, H=2, N=32, head_dims=(16,), device="cpu")
+    assert peers.check([stand_in()], **small) == 0
+    out = capsys.readouterr().out
+    assert out.count("(ok)") == 2 and "D=16 causal=1 N=32: forward: max abs err vs SDPA" in out
+    assert peers.check([stand_in(lambda q, k, v, causal: sdpa_bnhd(q, k, v, False))], **small) == 1
+    assert "WRONG: above 0.02" in capsys.readouterr().out
+
+    def raises(q, k, v, causal=False):
+        raise RuntimeError("unsupported head dimension 16")
+
+    assert peers.check([stand_in(raises)], **small) == 1
+    assert "check failed: RuntimeError: unsupported head dimension 16" in capsys.readouterr().out
+    assert peers.check([stand_in(packages=("no_such_module_for_fa2lab",))], **small) == 1
+    assert "fa4 (stand-in): not installed" in capsys.readouterr().out
