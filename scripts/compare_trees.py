@@ -54,7 +54,7 @@ def child(tree: Path, shapes: list[tuple[int, int, bool]]) -> None:
         print("ROW " + json.dumps(row), flush=True)
 
 
-def drive(trees: list[tuple[str, Path]], rounds: int, shapes: list[tuple[int, int, bool]]) -> int:
+def drive(trees: list[tuple[str, Path]], rounds: int, shapes: list[tuple[int, int, bool]], first: int = 1) -> int:
     sys.path.insert(0, str(REPO))
     from fa2lab.provenance import environment, now
     from fa2lab.results import append_rows, gpu_dir
@@ -62,11 +62,11 @@ def drive(trees: list[tuple[str, Path]], rounds: int, shapes: list[tuple[int, in
     env = environment()
     out = gpu_dir() / "experiments" / CSV_NAME
     spec = ";".join(f"{n},{d},{int(c)}" for n, d, c in shapes)
-    for r in range(rounds):
+    for r in range(first - 1, first - 1 + rounds):
         order = trees if r % 2 == 0 else trees[::-1]
         for label, tree in order:
             commit = os.environ.get(f"FA2_TREE_COMMIT_{label.upper()}", "")
-            print(f"[round {r + 1}/{rounds}] {label} ({tree})", flush=True)
+            print(f"[round {r + 1}] {label} ({tree})", flush=True)
             proc = subprocess.run([sys.executable, __file__, "--child", str(tree), "--shapes", spec],
                                   capture_output=True, text=True, cwd=tree)
             rows = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("ROW ")]
@@ -106,6 +106,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH", help="a checkout (two of them)")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--first-round", type=int, default=1, help="number of the first round (to go on in a later call)")
     ap.add_argument("--N", default="512,1024,2048,4096")
     ap.add_argument("--D", default="64,128")
     ap.add_argument("--summary", action="store_true", help="print the ratios from the committed rows")
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
     if len(trees) != 2:
         ap.error("give two --tree LABEL=PATH")
     shapes = [(int(n), int(d), c) for d in args.D.split(",") for c in (False, True) for n in args.N.split(",")]
-    return drive(trees, args.rounds, shapes)
+    return drive(trees, args.rounds, shapes, args.first_round)
 
 
 if __name__ == "__main__":
