@@ -333,11 +333,13 @@ def autotune_bias(c, processes=10, pause=20.0, N=512, causal=False):
         raise Exit("autotune-bias failed", code=1)
 
 
-@task(help={"out": "where to write the report"})
-def report(c, out="RESULTS.md"):
-    """Write RESULTS.md from results/ alone: the article's tables for each measured GPU beside the
-    article's Ada numbers, and a ledger of the article's claims with the numbers that decide them."""
-    if _run([sys.executable, "figures/report.py", "--out", out]) != 0:
+@task(help={"readme": "also rewrite README.md's generated block, between its <!-- report:... --> markers "
+                      "(default; --no-readme skips it)"})
+def report(c, readme=True):
+    """Write RESULTS.md, its pages docs/results/*.md and README.md's generated block from results/ alone: a
+    one-screen summary, the article's rounds beside its Ada numbers, v7 against cuDNN, the backward, the claims
+    ledger, and one page per experiment (python -m figures.report)."""
+    if _run([sys.executable, "-m", "figures.report", *(["--readme", "README.md"] if readme else [])]) != 0:
         raise Exit("report failed", code=1)
 
 

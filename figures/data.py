@@ -93,9 +93,9 @@ def shape_rows(df: pd.DataFrame, path: Path, N: int | None, causal: bool) -> pd.
     return rows
 
 
-def bench(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, list[Path]]:
-    """Every version's bench rows from its latest protocol run of the default kernels (default_rows), in registry
-    order.
+def bench(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM) -> tuple[pd.DataFrame, list[Path]]:
+    """Every version's bench rows at head dimension D (at_head_dim) from its latest protocol run of the default
+    kernels (default_rows), in registry order.
 
     Versions without a file are left out (and named on stderr); none at all is a ResultsError
     naming the folder. A file with several protocols keeps the latest (see latest_protocol)."""
@@ -106,7 +106,11 @@ def bench(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, list[Path]]:
         if not path.exists():
             missing.append(path)
             continue
-        frames.append(latest_protocol(default_rows(load(path, BENCH_COLUMNS))))
+        rows = default_rows(at_head_dim(load(path, BENCH_COLUMNS), D))
+        if not len(rows):   # only other head dimensions' rows
+            missing.append(path)
+            continue
+        frames.append(latest_protocol(rows))
         paths.append(path)
     if not frames:
         raise ResultsError(f"results file {missing[0]} does not exist (nor any other version's in {folder})")

@@ -1,0 +1,212 @@
+"""The one-screen summary that opens RESULTS.md, and the numbers README's generated block prints.
+
+Each number here comes from one function, and each table says in a phrase what it pools: `headline` (every version
+at N = 4096 against SDPA and against the FA3-class peer), `goal_pools` (v7 against cuDNN at the harness shapes),
+`backward_headline` (the backward at N = 4096) and `peer_goal` (v7 against the peer from N = 2048 up).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from fa2lab import shapes, versions
+from figures import data
+from figures.report.backward import backward_summary
+from figures.report.goal import GOAL_LEVEL, _goal_table, goal_pools, goal_rows, goal_verdict
+from figures.report.tables import NOT_YET, PEER, fmt, md_table, peer_rows, rel
+
+HEADLINE_N = 4096
+PEER_GOAL_MIN_N = 2048         # the peer goal's shapes: N from here up, D = 64 and 128, both masks
+PEER_GOAL_D = (64, 128)
+
+
+@dataclass
+class Spread:
+    """A median of per-run ratios (%), with its min, max and how many runs it pools; NaN where none."""
+    median: float
+    lo: float
+    hi: float
+    runs: int
+
+    def text(self, spec: str = ".0f") -> str:
+        if not self.runs:
+            return "–"
+        return f"{fmt(self.median, spec, '%')} ({fmt(self.lo, spec)}–{fmt(self.hi, spec, '%')})"
+
+
+def spread(rows: pd.DataFrame, col: str) -> Spread:
+    v = pd.to_numeric(rows[col], errors="coerce").dropna() if col in rows else pd.Series(dtype=float)
+    if not len(v):
+        return Spread(float("nan"), float("nan"), float("nan"), 0)
+    runs = rows.loc[v.index, "run_id"].nunique() if "run_id" in rows else len(v)
+    return Spread(float(v.median()), float(v.min()), float(v.max()), int(runs))
+
+
+def headline(gpu, root, N: int = HEADLINE_N) -> tuple[list[dict], str, list]:
+    """Per version (registry order) at N: each mask's median (min–max) of the per-run % of SDPA's default backend
+    and, over the rows whose peer was measured, of the per-run % of the peer; the phrase saying what it pools; the
+    files. README's block and RESULTS.md's summary both print this."""
+    df, paths = data.bench(gpu, root)
+    out = []
+    for v in versions.VERSIONS:
+        rows = df[(df.version == v.name) & (df.N == N)]
+        if not len(rows):
+            continue
+        peer = peer_rows(rows)
+        out.append({"version": v.name, "round": getattr(v, "round_label", None) or str(v.round),
+                    **{f"sdpa_{c}": spread(rows[rows.causal == c], "pct_of_sdpa") for c in (0, 1)},
+                    **{f"peer_{c}": spread(peer[peer.causal == c], "pct_of_fa4") for c in (0, 1)}})
+    pooling = (f"each version's latest harness protocol in `results/{gpu}/bench/` (default kernels, "
+               f"D = {shapes.HEAD_DIM}): the median (min–max) over its runs of each run's own ratio")
+    return out, pooling, paths
+
+
+def peer_measured(rows: list[dict]) -> bool:
+    return any(r[f"peer_{c}"].runs for r in rows for c in (0, 1))
+
+
+def versions_table(rows: list[dict]) -> str:
+    peer = peer_measured(rows)
+    body = []
+    for r in rows:
+        line = [f"`{r['version']}`", r["round"], r["sdpa_0"].text(), r["sdpa_1"].text(),
+                f"{r['sdpa_0'].runs} / {r['sdpa_1'].runs}"]
+        line += ([r["peer_0"].text(), r["peer_1"].text()] if peer else [NOT_YET])
+        body.append(line)
+    header = ["version", "round", "% of SDPA, non-causal", "% of SDPA, causal", "runs"]
+    header += [f"% of {PEER}, non-causal", f"% of {PEER}, causal"] if peer else [f"% of {PEER}"]
+    return md_table(header, body)
+
+
+def goal_cells(gpu, root) -> tuple[list[tuple[str, dict, dict]], object]:
+    """Per pool of goal_pools: (what it pools, {(N, causal 'no'/'yes'): (median, interval, verdict)}, the verdicts by
+    (N, causal)), and v7's harness file. README's block and the summary both print these cells."""
+    pools, path = goal_pools(gpu, root)
+    tables = []
+    for _, what, df in pools:
+        rows, verdicts = _goal_table(df)
+        tables.append((what, {(r[0], r[1]): (r[3].split(" ")[0], r[4], r[8]) for r in rows}, verdicts))
+    return tables, path
+
+
+def goal_compact(gpu, root) -> tuple[str, str]:
+    """(v7 against cuDNN at every harness shape, one row per shape: median, interval and verdict for each pool of
+    goal_pools; the goal's sentence for the widest pool), or (a line saying it is not measured yet, '')."""
+    tables, path = goal_cells(gpu, root)
+    if not tables:
+        return f"v7 against cuDNN: {NOT_YET} (`invoke bench --kernel v7_hopper` writes `{rel(path)}`).", ""
+    keys = list(tables[0][1])
+    body = [[N, c] + [x for _, cells, _ in tables for x in cells.get((N, c), ("–", "–", "–"))] for N, c in keys]
+    what = "; ".join(f"{chr(65 + i)}: {w}" for i, (w, _, _) in enumerate(tables))
+    header = ["N", "causal"] + [h for i in range(len(tables)) for h in (f"{chr(65 + i)}: median", "interval",
+                                                                        "verdict")]
+    verdicts = tables[-1][2]
+    ahead = sum(v == "ahead" for v in verdicts.values())
+    behind = sum(v == "behind" for v in verdicts.values())
+    not_slower = sum(v == "not slower" for v in verdicts.values())
+    sentence = (f"Pooled over {tables[-1][0]}: ahead at {ahead} of {len(verdicts)} shapes, behind at {behind}. "
+                + goal_verdict(ahead, behind, len(verdicts), not_slower))
+    return (f"Each run's own ratio SDPA ms ÷ v7 ms, median and its {100 * GOAL_LEVEL:.0f}% interval, pooled over {what} "
+            f"(`{rel(path)}`; the verdict as in the goal section below).\n\n" + md_table(header, body)), sentence
+
+
+def backward_headline(gpu, root, N: int = HEADLINE_N) -> tuple[list[dict], str]:
+    """Per version with backward rows, its most recently measured dQ mode at N: the median over the runs of that
+    mode's latest protocol of each run's backward-only % of SDPA's default backend, of its FLASH_ATTENTION backend,
+    and of the peer where measured; and the phrase saying what it pools."""
+    summary, paths, folder = backward_summary(gpu, root)
+    if summary is None:
+        return [], f"{NOT_YET} (`invoke bench --mode bwd` writes `{rel(folder)}/<version>.csv`)"
+    out = []
+    for v in versions.NAMES:
+        g = summary[(summary.version == v) & (summary.N == N)]
+        if not len(g):
+            continue
+        mode = g.sort_values("protocol").dq_mode.iloc[-1]   # protocols are '<UTC time>-<id>': the latest sorts last
+        g = g[g.dq_mode == mode]
+        row = {"version": v, "dq_mode": mode, "runs": int(g.runs.max())}
+        for c in (0, 1):
+            r = g[g.causal == c]
+            row[f"b_{c}"] = float(r.b_pct.iloc[0]) if len(r) else float("nan")
+            row[f"b_fa_{c}"] = float(r.b_pct_fa.iloc[0]) if len(r) else float("nan")
+            row[f"peer_{c}"] = float(r.b_pct_peer.iloc[0]) if len(r) and "b_pct_peer" in r else float("nan")
+        out.append(row)
+    pooling = (f"each version's most recently measured dQ mode, the latest protocol of that mode in `{rel(folder)}/` "
+               "(D = 64): the median over its runs of each run's own backward-only ratio")
+    return out, pooling
+
+
+def backward_table(rows: list[dict]) -> str:
+    peer = any(pd.notna(r[f"peer_{c}"]) for r in rows for c in (0, 1))
+    body = [[f"`{r['version']}`", r["dq_mode"], r["runs"], fmt(r["b_0"], ".0f", "%"), fmt(r["b_1"], ".0f", "%"),
+             fmt(r["b_fa_0"], ".0f", "%"), fmt(r["b_fa_1"], ".0f", "%")]
+            + ([fmt(r["peer_0"], ".0f", "%"), fmt(r["peer_1"], ".0f", "%")] if peer else [NOT_YET]) for r in rows]
+    return md_table(["backward", "dQ", "runs", "% of cuDNN, non-causal", "causal", "% of FLASH, non-causal", "causal"]
+                    + ([f"% of {PEER}, non-causal", "causal"] if peer else [f"% of {PEER}"]), body)
+
+
+def peer_goal(gpu, root) -> tuple[list[list], str] | None:
+    """v7 against the peer at N >= PEER_GOAL_MIN_N, D = 64 and 128, both masks: per shape the runs, the median
+    (min–max) of each run's % of the peer, its interval and the verdict (ahead: the interval above 100%; behind:
+    below; level: it holds 100%, within the spread). Pooled over every v7 run of the default kernels whose peer was
+    measured, at the latest commit with such runs. None while no row has fa4_status == 'ok'."""
+    every, path = goal_rows(gpu, root)
+    if every is None:
+        return None
+    df = data.load(path, data.BENCH_COLUMNS)
+    df = peer_rows(data.default_rows(df))
+    if "pct_of_fa4" not in df.columns or not len(df):
+        return None
+    if "git_commit" in df.columns:
+        df = df[df.git_commit.astype(str) == df.git_commit.astype(str).iloc[-1]]
+    D = pd.to_numeric(df["D"], errors="coerce").fillna(shapes.HEAD_DIM) if "D" in df else shapes.HEAD_DIM
+    df = df.assign(D=D)
+    df = df[(df.N >= PEER_GOAL_MIN_N) & df.D.isin(PEER_GOAL_D)]
+    rows = []
+    for (d, causal, N), g in df.groupby(["D", "causal", "N"]):
+        pct = pd.to_numeric(g.pct_of_fa4, errors="coerce").dropna()
+        lo, hi = data.median_interval(pct, GOAL_LEVEL)
+        verdict = ("too few runs" if pd.isna(lo) else "ahead" if lo > 100 else "behind" if hi < 100
+                   else "level within the spread")
+        rows.append([int(N), int(d), "yes" if causal else "no", g.run_id.nunique(),
+                     f"{fmt(pct.median(), '.1f', '%')} ({fmt(pct.min(), '.1f')}–{fmt(pct.max(), '.1f', '%')})",
+                     f"{fmt(lo, '.2f')}–{fmt(hi, '.2f', '%')}", verdict])
+    pooling = (f"every v7 run of the default kernels whose peer was measured (fa4_status ok), at the latest commit "
+               f"with such runs, in `{rel(path)}`")
+    return rows, pooling
+
+
+def section_peer_goal(gpu, root) -> str:
+    found = peer_goal(gpu, root)
+    if found is None:
+        return ""
+    rows, pooling = found
+    return "\n".join([f"### v7's forward against the FA3-class peer ({PEER}), N ≥ {PEER_GOAL_MIN_N}",
+                      f"Each run's own ratio {PEER} ms ÷ v7 ms, pooled over {pooling}: the median (min–max), a "
+                      f"{100 * GOAL_LEVEL:.0f}% interval for the median, and the verdict (ahead: the interval above "
+                      "100%; behind: below; level within the spread: it holds 100%).", "",
+                      md_table(["N", "D", "causal", "runs", f"% of {PEER}", "interval", "verdict"], rows)])
+
+
+def section_summary(gpu, root, claims) -> str:
+    """RESULTS.md's first screen for one GPU."""
+    rows, pooling, _ = headline(gpu, root)
+    goal, sentence = goal_compact(gpu, root)
+    bwd, bwd_pooling = backward_headline(gpu, root)
+    held = sum(c.verdict.startswith("holds") for c in claims)
+    pending = sum(c.verdict == NOT_YET for c in claims)
+    out = ["### Summary",
+           f"Every version at N = {HEADLINE_N} against SDPA's default backend (cuDNN here) and {PEER}; pooled over "
+           f"{pooling}.", "", versions_table(rows), "",
+           "v7 against cuDNN at every harness shape. " + goal, ""]
+    if sentence:
+        out += [sentence, ""]
+    out += [f"The backward at N = {HEADLINE_N}; pooled over {bwd_pooling}.", ""]
+    out += [backward_table(bwd), ""] if bwd else []
+    peer = section_peer_goal(gpu, root)
+    out += [peer, ""] if peer else []
+    out += [f"Claims ledger: {held} of the article's claims hold here, {len(claims) - held - pending} do not "
+            f"(or only partly), {pending} not measured yet ([the ledger](#claims-ledger))."]
+    return "\n".join(out)
