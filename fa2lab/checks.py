@@ -1,10 +1,14 @@
-"""Input checks for the host wrappers: a clear error instead of a crash deep in Triton."""
+"""Input checks for the host wrappers: a clear error instead of a crash deep in Triton.
+
+validate_qkv is also where the interpreter's workarounds are installed (fa2lab.interpret), as every
+version calls it before it launches anything; it does so only when interpreting."""
 
 from __future__ import annotations
 
 import torch
 
 from .gpu import interpreting
+from .interpret import install_if_interpreting
 from .shapes import HEAD_DIMS
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -12,7 +16,8 @@ SUPPORTED_HEAD_DIMS = HEAD_DIMS
 
 
 def validate_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> None:
-    """Raise TypeError or ValueError naming the problem with Q, K, V."""
+    """Raise TypeError or ValueError naming the problem with Q, K, V. Inputs that pass, under
+    TRITON_INTERPRET: install the interpreter's workarounds (fa2lab.interpret.install_if_interpreting)."""
     for name, t in (("Q", Q), ("K", K), ("V", V)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -24,7 +29,11 @@ def validate_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> None:
         raise TypeError(f"Q, K and V must share one dtype, got {Q.dtype}, {K.dtype}, {V.dtype}")
     if not (Q.device == K.device == V.device):
         raise ValueError(f"Q, K and V must be on one device, got {Q.device}, {K.device}, {V.device}")
-    if Q.device.type != "cuda" and not interpreting():
+    device = Q.device.type
+    if device not in ("cuda", "cpu"):   # meta, mps, xpu, ...: nothing to launch on, nothing to interpret
+        raise ValueError(f"Q, K and V are on device '{Q.device}': the Triton kernel needs CUDA tensors, or "
+                         "CPU tensors with TRITON_INTERPRET=1 (Triton's interpreter)")
+    if device == "cpu" and not interpreting():
         raise ValueError(f"Q, K and V are on {Q.device}: the Triton kernel needs CUDA tensors "
                          "(or TRITON_INTERPRET=1 to run it on the CPU under the interpreter)")
     if not (Q.shape[0] == K.shape[0] == V.shape[0]):
@@ -39,6 +48,7 @@ def validate_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> None:
                          f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))}")
     if Q.shape[1] == 0 or K.shape[1] == 0 or Q.shape[0] == 0:
         raise ValueError(f"empty input: Q {tuple(Q.shape)}, K {tuple(K.shape)}")
+    install_if_interpreting()
 
 
 def unit_stride(t: torch.Tensor) -> torch.Tensor:

@@ -1,13 +1,25 @@
-"""Workarounds for gaps in Triton 3.6's CPU interpreter (TRITON_INTERPRET=1), test side only.
+"""Workarounds for two gaps in Triton 3.6's CPU interpreter (TRITON_INTERPRET=1), so that a user can
+import any version and call `apply()` on CPU tensors.
 
-Nothing here changes what a kernel does on a GPU:
-- bf16 `tl.dot`: the interpreter stores bf16 as uint16 and numpy multiplies the raw
-  bit patterns (upstream treats bf16 as unsupported there, triton 3.6.0). The patch
-  upcasts bf16 operands to float32 before the product, which is what the tensor
-  cores do (exact products, fp32 accumulation).
-- `@triton.autotune` cannot time candidates there (no active driver). `only_config`
-  leaves an autotuner one candidate, which it then runs without timing, so a test
-  can check every configuration of the list in turn.
+When: fa2lab.checks.validate_qkv, which every version's host wrapper (and the shared backward) calls
+before it launches anything, ends with `install_if_interpreting()`: it installs both patches, once per
+process, when fa2lab.gpu.interpreting() says TRITON_INTERPRET is on, and does nothing otherwise.
+tests/conftest.py and tests/test_backward.py call `patch_interpreter()` themselves, for the kernels
+some tests launch directly.
+
+What, and why nothing changes on a GPU:
+- bf16 `tl.dot`: the interpreter stores bf16 as uint16 and numpy multiplies the raw bit patterns
+  (upstream treats bf16 as unsupported there, triton 3.6.0), so bf16 outputs were garbage. The patch
+  upcasts bf16 operands to float32 before the product, which is what the tensor cores do (exact
+  products, fp32 accumulation). It replaces a method of the interpreter's builder, which only the
+  interpreter uses.
+- `@triton.autotune` cannot time candidates there: its benchmark asks Triton's driver, and without a
+  GPU there is none ("0 active drivers"). fa2lab.launch.prune_to_fit leaves an autotuned version its
+  first candidate when interpreting, but Triton 3.6's autotuner still times a pruned list of one; the
+  patch makes Autotuner._bench return equal times without running anything while interpreting() is
+  true, checked on every call, so a process that is not interpreting times as Triton does.
+- `only_config` leaves an autotuner one candidate, which it then runs without pruning or timing, so a
+  test can check every configuration of the list in turn (tile_candidates).
 """
 
 from __future__ import annotations
@@ -16,6 +28,8 @@ import contextlib
 
 import numpy as np
 
+from .gpu import interpreting
+
 _patched = False
 
 
@@ -23,13 +37,23 @@ def _bf16_to_f32(data: np.ndarray) -> np.ndarray:
     return (data.astype(np.uint32) << 16).view(np.float32)
 
 
+def install_if_interpreting() -> bool:
+    """Install the patches when interpreting (idempotent); on a GPU run, nothing. Returns whether it did."""
+    if not interpreting():
+        return False
+    patch_interpreter()
+    return True
+
+
 def patch_interpreter() -> None:
-    """Install the bf16 tl.dot fix into the interpreter's builder (idempotent)."""
+    """Install both patches, whatever the environment says (idempotent): the bf16 tl.dot fix into the
+    interpreter's builder, and untimed autotuning while interpreting."""
     global _patched
     if _patched:
         return
     import triton.language as tl
     from triton.runtime import interpreter
+    from triton.runtime.autotuner import Autotuner
 
     original = interpreter.InterpreterBuilder.create_dot
 
@@ -42,6 +66,15 @@ def patch_interpreter() -> None:
         return original(self, a, b, d, input_precision, max_num_imprecise_acc)
 
     interpreter.InterpreterBuilder.create_dot = create_dot
+
+    bench = Autotuner._bench
+
+    def _bench(self, *args, config, **meta):
+        if interpreting():   # equal "timings": the autotuner keeps the first of what prune_to_fit left
+            return [0.0, 0.0, 0.0]   # the median and the 20/80 quantiles Autotuner._bench returns
+        return bench(self, *args, config=config, **meta)
+
+    Autotuner._bench = _bench
     _patched = True
 
 

@@ -76,10 +76,13 @@ def autotune_configs(configs: list[Config]) -> list[triton.Config]:
 
 def prune_to_fit(configs, named_args, **kwargs):
     """early_config_prune for @triton.autotune: fit each candidate to this GPU's shared memory
-    by dropping stages (duplicates removed), so no candidate fails with OutOfResources."""
+    by dropping stages (duplicates removed), so no candidate fails with OutOfResources.
+
+    Under the interpreter (no shared-memory limit): the first candidate only, as it cannot time them
+    (fa2lab.interpret makes the autotuner's timing of that one a no-op)."""
     limit = smem_limit()
     if limit is None:
-        return configs
+        return configs[:1] if interpreting() else configs
     q = named_args.get("Q_ptr")
     elem_bytes = q.element_size() if q is not None else 2
     D = kwargs.get("D", named_args.get("D", 64))

@@ -1,7 +1,9 @@
 """Unit tests run without a GPU: kernels loaded here run under Triton's CPU interpreter.
 
-TRITON_INTERPRET must be set before a kernel module is imported (@triton.jit reads it), and
-the interpreter's bf16 tl.dot gap is patched (fa2lab.interpret)."""
+TRITON_INTERPRET must be set before a kernel module is imported (@triton.jit reads it). A version's
+apply() installs the interpreter's workarounds itself (fa2lab.checks.validate_qkv ->
+fa2lab.interpret); they are installed here too for the tests that launch a kernel directly, without
+a version's checks (the Round 2 matmul's bf16 variant, for one)."""
 
 import os
 
