@@ -12,6 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
+from .buckets import ENV_VAR, OFF
 from .versions import REPO, Version
 
 HARNESS = REPO / "harness" / "bench_flashattention.py"
@@ -20,10 +21,13 @@ TEST_FILE = REPO / "harness" / "test_flashattention_triton.py"
 
 
 def version_env(version: Version, **extra) -> dict:
-    """The environment that selects one version: its folder first on PYTHONPATH."""
+    """The environment that selects one version: its folder first on PYTHONPATH. The tuning picks' disk cache
+    (fa2lab.buckets) is off, whatever the caller's FA2_PICK_CACHE: each fresh process tunes for itself, as the
+    protocol says, and no pick of one run reaches the next (`extra` may still set it)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(version.folder), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
+    env[ENV_VAR] = OFF
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

@@ -64,6 +64,16 @@ import, through fa2lab.provenance.switch_on; the class attributes set them per p
                      (causal D = 64 inputs then stay on the tl path). On, the tl path is autotuned too there and the
                      faster launch kept: neither path wins everywhere.
 
+Tuning per bucket of lengths (issue 40, not in the article): with FlashAttentionTriton.BUCKETS (on by default) the
+first signature of a bucket is tuned and raced as above, and every later one launches the pick untimed (the Gluon
+candidate of that label, or the tl or v6 autotuner pinned to that configuration). The bucket key: dtype, D, mask, the
+power-of-two buckets of N_q, N_k and of the batch times heads, the paths the rules above try, the window, FORCE_PATH,
+GLUON and RACE_TL. A bucket's top (the harness lengths) is tuned at itself, and a pinned tl configuration is launched
+as it is. Picks are kept in memory and in a JSON file of FlashAttentionTriton.picks (fa2lab.buckets: picks.cache_dir,
+else FA2_PICK_CACHE, else ~/.cache/fa2lab), keyed by the GPU, torch's and triton's versions and the hashes of this
+file, its configs.json, the Gluon modules and v6's kernel. FA2_PICK_CACHE=off (what the protocol's processes get:
+fa2lab.protocol.version_env) keeps them in memory only; BUCKETS = False tunes and races every new signature.
+
 Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
 split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
 nothing outside visited, the head on the grid's first axis and query tiles reversed (longest
@@ -80,6 +90,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from fa2lab.buckets import PickCache, StalePick, bucket, bucket_key, config_from_json, config_to_json, pinned
 from fa2lab.budget import Config, accumulator_registers
 from fa2lab.checks import unit_stride, validate_qkv
 from fa2lab.configs import load_table, select
@@ -609,28 +620,89 @@ def _kept(Q, K, V, O, L, launches: list):
 
 
 def _checked_launch(Q, K, V, mode):
-    """The normal path: check, choose the path, allocate, autotune (first time per key), launch.
-    Returns O, L and the launch that repeats it (see fa2lab.hostpath)."""
-    global LAST_PATH, LAST_CONFIG
-    is_causal, window, force, _, race_tl = mode
+    """The normal path: check, choose the path, allocate, autotune or race (first time per bucket of lengths, or per
+    key with BUCKETS off), launch. Returns O, L and the launch that repeats it (see fa2lab.hostpath)."""
+    is_causal, window, force, gluon, race_tl = mode
     validate_qkv(Q, K, V)
     Q, K, V = (unit_stride(t) for t in (Q, K, V))
+    route = _route(Q, K, V, is_causal, window, force, race_tl)
+    tune = lambda: _tune(Q, K, V, is_causal, window, route)  # noqa: E731
+    picks = FlashAttentionTriton.picks
+    if not FlashAttentionTriton.BUCKETS:
+        return tune()[0]
+    if route != "gluon" and len(_autotuner_of(route).configs) <= 1:
+        # a pinned tl or v6 configuration (fa2lab.launch.pin_config, the tests' only_config): it times nothing,
+        # so there is nothing to bucket, and its one candidate is not a pick
+        picks.last = "pinned"
+        return tune()[0]
+    key = bucket_key(Q, K, is_causal, extra=(route, f"BH<={bucket(Q.shape[0])}", window, force, gluon, race_tl))
+    return picks.choose(key, tune, lambda pick: _reuse(Q, K, V, is_causal, window, route, pick), Q.device.index)
+
+
+def _route(Q, K, V, is_causal, window, force, race_tl) -> str:
+    """Which paths a first call of these inputs tries: "gluon" (the Gluon candidates raced), "gluon+tma" (raced
+    against the tl path too: RACE_TL), "tma" or "v6"."""
     why_not_gluon = gluon_applies(Q, K, V, is_causal, window, force)
-    if why_not_gluon is None:   # each candidate timed once per input signature, the shortlist raced (_kept)
-        O, L, _, timed = GLUON.best_launch(Q, K, V, is_causal)
-        launches = [_MarkedLaunch(launch, "gluon", launch.label) for launch in shortlist(timed.values())]
-        if race_tl and force is None and select_path(Q, K, V, None) == "tma":
-            launches += _tma_launch(Q, K, V, is_causal, window)[2]
-        return _kept(Q, K, V, O, L, launches)
+    if why_not_gluon is None:
+        return "gluon+tma" if race_tl and force is None and select_path(Q, K, V, None) == "tma" else "gluon"
     if force == "gluon":
         raise ValueError(f"FORCE_PATH='gluon' cannot run these inputs: {why_not_gluon}")
-    path = select_path(Q, K, V, force)
-    LAST_PATH, LAST_CONFIG = path, None   # the configuration stays None under the interpreter
-    if path == "tma":
-        return _kept(Q, K, V, *_tma_launch(Q, K, V, is_causal, window))
-    O, L, launch = _v6_launch(Q, K, V, is_causal, window)
-    LAST_CONFIG = getattr(launch, "label", None)
-    return O, L, launch
+    return select_path(Q, K, V, force)
+
+
+def _autotuner_of(route: str):
+    return V6.flash_fwd_kernel if route == "v6" else flash_fwd_kernel
+
+
+def _tune(Q, K, V, is_causal, window, route):
+    """A first call on `route`: the Gluon candidates each timed once, the shortlist raced (_kept), with the tl
+    path's where the route says so; or the tl path's autotuner and race; or v6's autotuner. Returns ((O, L, the
+    launch kept), its pick for fa2lab.buckets: {"path", "label", "config": the triton.Config as JSON, or None for the
+    Gluon path}, or None when no launch was made: the interpreter)."""
+    global LAST_PATH, LAST_CONFIG
+    if route.startswith("gluon"):   # each candidate timed once per first call, the shortlist raced (_kept)
+        O, L, _, timed = GLUON.best_launch(Q, K, V, is_causal)
+        launches = [_MarkedLaunch(launch, "gluon", launch.label) for launch in shortlist(timed.values())]
+        if route == "gluon+tma":
+            launches += _tma_launch(Q, K, V, is_causal, window)[2]
+        out = _kept(Q, K, V, O, L, launches)
+    elif route == "tma":
+        LAST_PATH, LAST_CONFIG = "tma", None   # the configuration stays None under the interpreter
+        out = _kept(Q, K, V, *_tma_launch(Q, K, V, is_causal, window))
+    else:
+        LAST_PATH, LAST_CONFIG = "v6", None
+        out = _v6_launch(Q, K, V, is_causal, window)
+        LAST_CONFIG = getattr(out[2], "label", None)
+    launch = out[2]
+    if launch is None:
+        return out, None
+    config = V6.flash_fwd_kernel.best_config if launch.path == "v6" else getattr(launch, "config", None)
+    return out, {"path": launch.path, "label": launch.label,
+                 "config": None if config is None else config_to_json(config)}
+
+
+def _reuse(Q, K, V, is_causal, window, route, pick):
+    """The launch of a pick that _tune made for this bucket, untimed: the Gluon candidate of that label, or the tl
+    (v6) autotuner pinned to its configuration. StalePick where the pick does not serve this route any more."""
+    global LAST_PATH, LAST_CONFIG
+    path = pick.get("path") if isinstance(pick, dict) else None
+    if path == "gluon" and route.startswith("gluon"):
+        D = Q.shape[2]
+        cfg = next((c for c in GLUON.fitting(GLUON.candidates_for(D), D, Q.device.index)
+                    if c.label == pick.get("label")), None)
+        if cfg is None:
+            raise StalePick(f"no Gluon candidate {pick.get('label')!r} at head dimension {D}")
+        O, L, launch = GLUON.forward(Q, K, V, is_causal, cfg)
+        LAST_PATH, LAST_CONFIG = "gluon", cfg.label
+        return O, L, _MarkedLaunch(launch, "gluon", cfg.label)
+    if (path, route) not in (("tma", "tma"), ("tma", "gluon+tma"), ("v6", "v6")):
+        raise StalePick(f"a pick of the {path!r} path for inputs on the {route!r} route")
+    try:
+        config = config_from_json(pick["config"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise StalePick(e) from None
+    with pinned(_autotuner_of(route), config):
+        return _tune(Q, K, V, is_causal, window, path)[0]
 
 
 class FlashAttentionTriton(LeanApply, torch.autograd.Function):
@@ -644,6 +716,15 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     RACE_TL = switch_on("RACE_TL")
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
+    # Tune and race once per bucket of lengths and reuse the pick for every other length of the bucket, kept across
+    # processes by `picks` (fa2lab.buckets; its directory: picks.cache_dir, else FA2_PICK_CACHE, else
+    # ~/.cache/fa2lab). False: tune and race every new signature, as before.
+    BUCKETS = True
+    picks = PickCache("v7_hopper", files=(
+        Path(__file__), Path(__file__).with_name("configs.json"),
+        *(Path(GLUON.__file__).with_name(f"{m}.py") for m in ("gluon_forward_hopper", "gluon_kernel", "gluon_configs",
+                                                               "gluon_ptx")),
+        Path(V6.__file__), Path(V6.__file__).with_name("configs.json")))
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
     launches = LaunchCache()
 
