@@ -1,5 +1,5 @@
-"""v7_hopper's tuning per bucket of lengths (issue 40) on the CPU: the Gluon race with a stand-in for the Gluon module
-(Gluon is not interpreted) and the tl path's pinned pick under the interpreter. The first length of a bucket tunes
+"""v7_hopper's tuning per bucket of lengths (issue 40): the Gluon race with a stand-in for the Gluon module (Gluon is
+not interpreted; on a GPU too) and the tl path's pinned pick under the interpreter. The first length of a bucket tunes
 and races, a second one reuses the pick; a stale pick falls back to tuning; picks round-trip through the disk cache;
 the protocol's processes keep no pick on disk."""
 
@@ -14,6 +14,7 @@ import torch
 
 from fa2lab import protocol, versions
 from fa2lab.buckets import ENV_VAR, PickCache, PickCacheWarning, StalePick, config_to_json
+from fa2lab.gpu import interpreting
 from fa2lab.hostpath import LaunchCache
 from fa2lab.interpret import autotuner_of, only_config
 from fa2lab.reference import attention, relative_error
@@ -23,10 +24,10 @@ v7 = versions.load("v7_hopper")
 FA = v7.FlashAttentionTriton
 TUNER = autotuner_of(v7)
 bench = versions.load_file("fa2_bench_varlen", REPO / "harness" / "bench_varlen.py")
-pytestmark = [
-    pytest.mark.skipif(torch.cuda.is_available(), reason="stand-ins for the CPU: on a GPU the real race runs"),
-    pytest.mark.filterwarnings("ignore:divide by zero encountered in log2:RuntimeWarning"),
-]
+DEVICE = "cpu" if interpreting() else "cuda"
+pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered in log2:RuntimeWarning")
+# the tl path's tests run its kernel under the interpreter, where it makes no launch to keep (a GPU times and keeps)
+interpreted = pytest.mark.skipif(not interpreting(), reason="the interpreter's tl path: a stand-in pick is kept")
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ class FakeGluon:
 
     def launch(self, label):
         def run(Q, K, V, need_l=True):
-            return torch.full_like(Q, float("abc".index(label) + 1)), torch.zeros(Q.shape[:2])
+            return torch.full_like(Q, float("abc".index(label) + 1)), torch.zeros(Q.shape[:2], device=Q.device)
         run.label = label
         return run
 
@@ -101,7 +102,7 @@ def spy(monkeypatch, name):
 
 def qkv(N, D=64, B=1, seed=0, dtype=torch.bfloat16):
     g = torch.Generator().manual_seed(seed + N)
-    return [torch.randn(B, N, D, generator=g).to(dtype) for _ in range(3)]
+    return [torch.randn(B, N, D, generator=g).to(DEVICE, dtype) for _ in range(3)]
 
 
 def label_of(O):
@@ -222,12 +223,14 @@ def tl_picks(picks, monkeypatch):
     return chosen, seen
 
 
+@interpreted
 def test_under_the_interpreter_nothing_is_raced_or_kept(picks):
     FA.apply(*qkv(100, D=16), True)
     FA.apply(*qkv(120, D=16, dtype=torch.float32), True)   # the v6 path
     assert picks.entries == {} and picks.last == "tuned" and not picks.path().exists()
 
 
+@interpreted
 def test_the_tl_paths_pick_is_launched_pinned_for_the_next_length_and_matches_float64(tl_picks, picks):
     chosen, seen = tl_picks
     FA.apply(*qkv(100, D=16), True)
@@ -239,6 +242,7 @@ def test_the_tl_paths_pick_is_launched_pinned_for_the_next_length_and_matches_fl
     assert relative_error(O, attention(Q, K, V, True)[0]) < 1.5e-2
 
 
+@interpreted
 def test_a_pinned_tl_configuration_is_launched_as_it_is_not_the_buckets_pick(tl_picks, picks):
     chosen, seen = tl_picks
     FA.apply(*qkv(100, D=16), True)
