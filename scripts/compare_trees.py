@@ -115,7 +115,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child(Path(args.child), [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")])
+        shapes = [(int(n), int(d), c == "1") for n, d, c in (s.split(",") for s in args.shapes.split(";"))]
+        child(Path(args.child), shapes)
         return 0
     if args.summary:
         sys.path.insert(0, str(REPO))
