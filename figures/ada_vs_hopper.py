@@ -3,7 +3,10 @@ as % of the bf16-in, fp32-accumulate tensor-core peak. Ada's come from the artic
 (results/reference/rtx4070super/, transcribed), ours from results/<gpu>/bench/.
 
 Both GPUs are treated alike: median ms per version and shape, SDPA pooled over every version's runs,
-% of SDPA = SDPA's median / the version's median. Ada's peak is the article's 72.2 TFLOP/s at
+% of SDPA = SDPA's median / the version's median. Ours are each version's latest harness protocol, so SDPA's
+median pools the runs of every version's protocol (at different commits); RESULTS.md's tables take the median of
+each run's own ratio, SDPA from the same run, and can differ from this where SDPA's time differed between
+protocols. The footnote names the runs pooled. Ada's peak is the article's 72.2 TFLOP/s at
 2.52 GHz; ours is TENSOR_FLOP_PER_CLK_PER_SM x sm_count x the median SM clock of the rows."""
 
 from __future__ import annotations
@@ -59,8 +62,30 @@ def our_table(gpu_slug: str, results_root=None) -> pd.DataFrame:
     sdpa_ms = t[t["version"] == data.SDPA].set_index(KEYS)["ms"]
     t["pct_of_sdpa"] = 100 * t.set_index(KEYS).index.map(sdpa_ms).to_numpy() / t["ms"]
     t.attrs["runs"] = style.runs_text(df.groupby("version")["run_id"].nunique())
+    t.attrs["pooling"], t.attrs["pooled_runs"] = pooling(df)
     t.attrs["peak"] = f"{t['peak'].min():.0f}–{t['peak'].max():.0f} TFLOP/s at the rows' median SM clocks"
     return t
+
+
+def _span(short: list[str]) -> str:
+    """'v0–v4' for three or more versions in a row of the registry, else 'v5, v6'."""
+    ranks = [[n.split("_")[0] for n in versions.NAMES].index(s) for s in short]
+    if len(short) >= 3 and ranks == list(range(ranks[0], ranks[0] + len(ranks))):
+        return f"{short[0]}–{short[-1]}"
+    return ", ".join(short)
+
+
+def pooling(df: pd.DataFrame) -> tuple[str, int]:
+    """(which runs our table pools, e.g. 'v0–v4: 3 runs each at 260ca6e; v7: 18 runs at 4a3517c', and how many
+    runs that is in all), from the rows: versions in registry order, grouped by run count and commit(s)."""
+    groups: dict[tuple[int, str], list[str]] = {}
+    for v, g in df.groupby("version", sort=False):
+        recorded = g["git_commit"].dropna() if "git_commit" in g.columns else []
+        commits = ", ".join(sorted({str(c)[:7] for c in recorded})) or "an unrecorded commit"
+        groups.setdefault((g["run_id"].nunique(), commits), []).append(v.split("_")[0])
+    text = "; ".join(f"{_span(vs)}: {n} run{'s' if n > 1 else ''}{' each' if len(vs) > 1 else ''} at {c}"
+                     for (n, c), vs in groups.items())
+    return text, int(df.groupby("version")["run_id"].nunique().sum())
 
 
 def _panel(ax, ada, ours, order, metric, title):
@@ -75,7 +100,7 @@ def _panel(ax, ada, ours, order, metric, title):
     ax.grid(axis="x", visible=False)
 
 
-def _figure(ada, ours, metric, ylabel, order, gpu_slug, ours_label, note, out_dir, name):
+def _figure(ada, ours, metric, ylabel, order, gpu_slug, ours_label, note, out_dir, name, title_tail=""):
     fig, axes = style.figure(len(shapes.MASKS), len(shapes.SEQ_LENS), panel=(3.6, 2.9), sharey=True)
     for i, causal in enumerate(shapes.MASKS):
         for j, N in enumerate(shapes.SEQ_LENS):
@@ -90,19 +115,21 @@ def _figure(ada, ours, metric, ylabel, order, gpu_slug, ours_label, note, out_di
     style.outer_labels_only(axes)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, [lab.replace("ours", ours_label) for lab in labels], loc="outside right upper")
-    fig.suptitle(f"{ylabel}: the article's RTX 4070 SUPER beside {gpu_slug}, per version and shape")
-    style.footnote(fig, note)
-    return style.save(fig, out_dir, name)
+    fig.suptitle(f"{ylabel}: the article's RTX 4070 SUPER beside {gpu_slug}, per version and shape{title_tail}")
+    return style.finish(fig, out_dir, name, note)
 
 
 def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
     ada, ours = ada_table(results_root), our_table(gpu_slug, results_root)
     order = [v for v in versions.NAMES if v in set(ours["version"])]
-    note = ("RTX 4070 SUPER: results/reference/rtx4070super/results.csv (the article's Results table, medians of "
-            f"10 runs); ours: results/{gpu_slug}/bench/ (medians of {ours.attrs['runs']}).\n"
-            "% of SDPA = SDPA's median ms / the version's median ms, SDPA pooled over every version's runs "
-            "(the article's own % column is a median of per-run ratios).")
-    paths = _figure(ada, ours, "pct_of_sdpa", "% of SDPA", order, gpu_slug, gpu_slug, note, out_dir, f"{NAME}_sdpa")
+    note = ["RTX 4070 SUPER: the article's table, results/reference/rtx4070super/results.csv (medians of 10 runs). "
+            f"{gpu_slug}: each version's latest harness protocol, results/{gpu_slug}/bench/ "
+            f"({ours.attrs['pooling']}).",
+            f"% of SDPA = SDPA's median ms pooled over all {ours.attrs['pooled_runs']} of those runs / the version's "
+            "median ms (both GPUs); RESULTS.md's tables and the article's own % column: the median of each run's own "
+            "ratio, SDPA from the same run."]
+    paths = _figure(ada, ours, "pct_of_sdpa", "% of SDPA", order, gpu_slug, gpu_slug, note, out_dir, f"{NAME}_sdpa",
+                    "\nSDPA's median pooled over every version's latest harness runs (footnote)")
     note_peak = (f"Tensor-core peak, bf16 in, fp32 accumulate: RTX 4070 SUPER {ada.attrs['peak']} (the article's "
                  f"figure; the harness ran at 2.61–2.68 GHz); {gpu_slug} {ours.attrs['peak']}.\n"
                  "TFLOP/s = the harness's FLOP count / median ms.")

@@ -116,8 +116,7 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
             "Our configurations are the sweep's top k by geometric mean over shapes (fa2lab.tuning.ranked_configs),",
             "the article's are its top k by how close each comes to the best on every shape. Ours time each call "
             "with time.perf_counter, inputs made inside the call (fa2lab.tuning)."]
-    style.footnote(fig, "\n".join(note))
-    return style.save(fig, out_dir, NAME)
+    return style.finish(fig, out_dir, NAME, note)
 
 
 def main(argv=None) -> int:

@@ -59,8 +59,7 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
         ax.legend(fontsize=6.5, loc="best")
     fig.suptitle(f"The Gluon forward's rounds on {gpu_slug} (B=4, H=8, D=64, bf16): % of SDPA's graph-replay "
                  "time in the same interleaved rounds")
-    style.footnote(fig, style.provenance_line(df, path))
-    return style.save(fig, out_dir, NAME)
+    return style.finish(fig, out_dir, NAME, style.provenance_line(df, path))
 
 
 def main(argv=None) -> int:

@@ -60,10 +60,9 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
     same_folder = len({p.parent for _, p in tables}) == 1
     files = ("{" + ",".join(p.stem for _, p in tables) + "}.csv" if same_folder
              else ", ".join(f"{p.parent.name}/{p.name}" for _, p in tables))
-    style.footnote(fig, style.provenance_line(both, tables[0][1], files)
-                   + f"; protocol {', '.join(sorted(both['run_id'].astype(str).str.rsplit('/', n=1).str[0].unique()))}"
-                   + "\nSDPA is the one timed in the same processes as the kernel")
-    return style.save(fig, out_dir, NAME)
+    protocols = ", ".join(sorted(both["run_id"].astype(str).str.rsplit("/", n=1).str[0].unique()))
+    return style.finish(fig, out_dir, NAME, [style.provenance_line(both, tables[0][1], files) + f"; protocol {protocols}",
+                                             "SDPA is the one timed in the same processes as the kernel"])
 
 
 def main(argv=None) -> int:

@@ -10,10 +10,11 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from figures import (ada_vs_hopper, compile_cost, data, gluon_rounds, host_vs_graph, qtile_warps,  # noqa: E402
-                     roofline, style, tile_heatmap, timeline, versions_bench, warps_stages)
+from figures import (ada_vs_hopper, compile_cost, data, gluon_rounds, host_vs_graph, roofline,  # noqa: E402
+                     style, sweep_grids, tile_heatmap, timeline, versions_bench)
 
-FIGURES = (tile_heatmap, qtile_warps, warps_stages, versions_bench, ada_vs_hopper, host_vs_graph,
+# Each a figure module, or one view of a module that draws several (NAME and draw(gpu, out_dir, results_root)).
+FIGURES = (tile_heatmap, *sweep_grids.VIEWS, versions_bench, ada_vs_hopper, host_vs_graph,
            roofline, compile_cost, timeline, gluon_rounds)
 
 

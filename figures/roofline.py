@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 import sys
-import textwrap
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: make the repository importable
@@ -62,7 +61,7 @@ def label_rows(df: pd.DataFrame, path: Path) -> pd.DataFrame:
     SDPA starts the next run (run_profile appends every run to the same file). Files written since
     run_profile names kernels by their NVTX range carry `version` and `run_id`: those are used instead."""
     if {"version", "run_id"} <= set(df.columns) and df["version"].notna().all() and (df["version"] != "").all():
-        last = df[df["run_id"] == df["run_id"].iloc[-1]]
+        last = df[df["run_id"] == df["run_id"].iloc[-1]].copy()   # the copy: a wide read_csv frame is fragmented
         return last.assign(who=last["version"].astype(str), run=0)
     m = TAG.match(path.name.removesuffix(".csv"))
     if not m or (m["who"] != "all" and m["who"] not in versions.NAMES):
@@ -136,11 +135,12 @@ def _first(rows: pd.DataFrame, *columns):
     return None, None
 
 
-def roof(rows: pd.DataFrame, path: Path, gpu_slug: str, results_root=None) -> tuple[float | None, str]:
-    """(tensor-core peak in TFLOP/s or None, how it was obtained) for the labelled ncu rows: architecture and
-    SM count from the rows' provenance columns (or the export's device__attribute_* metrics), else from this
-    GPU's harness rows; the clock is the median sm__cycles_elapsed.avg.per_second ncu measured, else the
-    rows' max_sm_clock_mhz."""
+def roof_parts(rows: pd.DataFrame, path: Path, gpu_slug: str, results_root=None) -> dict:
+    """What the tensor-core roof is made of, for the labelled ncu rows: arch and sms from the rows' provenance
+    columns (or the export's device__attribute_* metrics), else from this GPU's harness rows (facts_path says which
+    file); clock_mhz, the median sm__cycles_elapsed.avg.per_second ncu measured (clock_range: its min and max), else
+    the rows' max_sm_clock_mhz (clock_range None); peak (TFLOP/s) and rate (FLOP/clock/SM), or peak None and
+    `why`."""
     arch, _ = _first(rows, "arch")
     major, minor = (data.metric(rows, path, f"device__attribute_compute_capability_{x}", required=False)
                     for x in ("major", "minor"))
@@ -150,34 +150,49 @@ def roof(rows: pd.DataFrame, path: Path, gpu_slug: str, results_root=None) -> tu
     count = data.metric(rows, path, "device__attribute_multiprocessor_count", required=False)
     if sms is None and count is not None and count.notna().any():
         sms = count.dropna().iloc[-1]
-    facts_note = ""
+    facts_path = None
     if arch is None or sms is None:
         facts, facts_path = data.device_facts(gpu_slug, results_root)
         arch = arch if arch is not None else facts.get("arch")
         sms = sms if sms is not None else facts.get("sm_count")
-        if facts_path is not None:
-            facts_note = f"; architecture and SM count from results/{gpu_slug}/bench/{facts_path.name} (same GPU)"
     clock_hz = data.metric(rows, path, CLOCK, required=False)
+    clock_range = None
     if clock_hz is not None and clock_hz.notna().any():
         clock_mhz = float(clock_hz.median()) / 1e6
-        clock_note = (f"{clock_mhz:.0f} MHz, the median SM clock Nsight Compute measured during these kernels "
-                      f"({clock_hz.min() / 1e6:.0f}–{clock_hz.max() / 1e6:.0f} MHz)")
+        clock_range = (float(clock_hz.min()) / 1e6, float(clock_hz.max()) / 1e6)
     else:
         clock_mhz, _ = _first(rows, "max_sm_clock_mhz")
         if clock_mhz is None:
             clock_mhz = data.device_facts(gpu_slug, results_root)[0].get("max_sm_clock_mhz")
-        clock_note = f"{float(clock_mhz):.0f} MHz, the GPU's maximum SM clock (NVML)" if clock_mhz else ""
+    parts = {"arch": arch, "sms": sms, "clock_mhz": float(clock_mhz) if clock_mhz else None,
+             "clock_range": clock_range, "facts_path": facts_path, "peak": None, "rate": None}
     if arch is None or sms is None or not clock_mhz:
-        return None, ("No tensor-core roof: the export has no architecture, SM count or SM clock, "
-                      "and no harness rows of this GPU give them")
+        return {**parts, "why": "the export has no architecture, SM count or SM clock, and no harness rows of this "
+                                "GPU give them"}
     try:
         peak = data.tensor_peak_tflops(str(arch), float(sms), float(clock_mhz))
     except data.ResultsError as e:
-        return None, f"No tensor-core roof: {e}"
+        return {**parts, "why": str(e)}
     m = re.fullmatch(r"sm_(\d+)(\d)", str(arch))
-    rate = gpu.TENSOR_FLOP_PER_CLK_PER_SM[(int(m[1]), int(m[2]))]
-    return peak, (f"Tensor-core peak (bf16 in, fp32 accumulate) {peak:.0f} TFLOP/s = {rate} FLOP/clock/SM "
-                  f"({arch}, fa2lab.gpu) × {int(sms)} SMs × {clock_note}{facts_note}")
+    return {**parts, "peak": peak, "rate": gpu.TENSOR_FLOP_PER_CLK_PER_SM[(int(m[1]), int(m[2]))]}
+
+
+def roof(rows: pd.DataFrame, path: Path, gpu_slug: str, results_root=None) -> tuple[float | None, str]:
+    """(tensor-core peak in TFLOP/s or None, how it was obtained, in a sentence) for the labelled ncu rows
+    (roof_parts)."""
+    r = roof_parts(rows, path, gpu_slug, results_root)
+    if r["peak"] is None:
+        return None, f"No tensor-core roof: {r['why']}"
+    if r["clock_range"] is not None:
+        lo, hi = r["clock_range"]
+        clock_note = (f"{r['clock_mhz']:.0f} MHz, the median SM clock Nsight Compute measured during these kernels "
+                      f"({lo:.0f}–{hi:.0f} MHz)")
+    else:
+        clock_note = f"{r['clock_mhz']:.0f} MHz, the GPU's maximum SM clock (NVML)"
+    facts_note = ("" if r["facts_path"] is None else f"; architecture and SM count from "
+                  f"results/{gpu_slug}/bench/{r['facts_path'].name} (same GPU)")
+    return r["peak"], (f"Tensor-core peak (bf16 in, fp32 accumulate) {r['peak']:.0f} TFLOP/s = {r['rate']} "
+                       f"FLOP/clock/SM ({r['arch']}, fa2lab.gpu) × {int(r['sms'])} SMs × {clock_note}{facts_note}")
 
 
 def bandwidths(rows: pd.DataFrame, path: Path) -> dict[str, float]:
@@ -194,52 +209,142 @@ def bandwidths(rows: pd.DataFrame, path: Path) -> dict[str, float]:
 
 
 def _who_label(who: str) -> str:
-    return style.label(who) if who in versions.NAMES or who == data.SDPA else who
+    return style.label_with_round(who) if who in versions.NAMES or who == data.SDPA else who
 
 
-def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
+ROOF_GID = "roof"     # gid of the roof labels' text artists: roof:tensor, roof:<level>
+ROOF_GAP = 3.0        # every slope enters its panel at least this factor below the tensor-core roof
+ENTRY_ROOM = 2.5      # and this factor above the panel's bottom (room for its label under the entry)
+LABEL_PAD_PX = 3      # the least gap between two roof labels (pixels, at the figure's dpi)
+
+
+def panel_kernels(who) -> str:
+    """What one panel holds, for its title: 'every version but v2 (it runs v1's kernel), and SDPA', or 'only
+    v7 hopper and SDPA profiled at this shape'."""
+    kernels = [w for w in who if w != data.SDPA]
+    sdpa = data.SDPA in who
+    if set(ALL) <= set(kernels):
+        return "every version but v2 (it runs v1's kernel)" + (", and SDPA" if sdpa else "")
+    names = [style.label(w) if w in versions.NAMES else w for w in kernels] + (["SDPA"] if sdpa else [])
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"only {listed} profiled at this shape"
+
+
+def roof_labels(ax) -> list:
+    """The roof labels (text artists) drawn in one panel: the tensor-core roof's first, then one per slope."""
+    texts = [t for t in ax.texts if str(t.get_gid() or "").startswith(ROOF_GID + ":")]
+    return sorted(texts, key=lambda t: t.get_gid() != f"{ROOF_GID}:tensor")
+
+
+def separate_labels(fig):
+    """In the drawn layout, move any slope label that would overlap a roof label above it (or the tensor-core
+    roof's) down until it does not: labels are placed at the slopes' entries, which two close bandwidths put
+    within a text height of each other."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        labels = roof_labels(ax)
+        if not labels:
+            continue
+        fixed = [t for t in labels if t.get_gid() == f"{ROOF_GID}:tensor"]
+        placed = [t.get_window_extent(renderer) for t in fixed]
+        for t in sorted((t for t in labels if t not in fixed), key=lambda t: -t.get_window_extent(renderer).y1):
+            box = t.get_window_extent(renderer)
+            while hit := [b for b in placed if box.overlaps(b)]:
+                x, y = ax.transData.transform(t.get_position())
+                dy = box.y1 - min(b.y0 for b in hit) + LABEL_PAD_PX
+                t.set_position(ax.transData.inverted().transform((x, y - dy)))
+                box = t.get_window_extent(renderer)
+            placed.append(box)
+
+
+def _panel_points(p: pd.DataFrame, order) -> list[tuple[str, str, float, float]]:
+    """(who, marker, intensity, TFLOP/s) of every point one panel draws."""
+    out = []
+    for who in order:
+        r = p[p["who"] == who]
+        for level, marker, *_ in LEVELS:
+            if not r.empty and np.isfinite(r[f"intensity_{level}"].iloc[0]):
+                out.append((who, marker, float(r[f"intensity_{level}"].iloc[0]), float(r["tflops"].iloc[0])))
+    return out
+
+
+def _footnote(gpu_slug: str, parts: dict, bw: dict, paths: list[Path], rows: pd.DataFrame) -> str:
+    """Two lines: what the axes and markers count; where the roofs and the points come from."""
+    what = ("Bytes: L1 = loads into registers through L1 (LSU writeback; not wgmma's operands from shared memory: "
+            "the far-right triangles), L2 = L2 → SM reads, DRAM = reads + writes; FLOP = 4·B·H·N²·D, halved for causal.")
+    if parts["peak"] is None:
+        roofs = f"No tensor-core roof: {parts['why']}"
+    else:
+        clock = "median SM clock under ncu" if parts["clock_range"] is not None else "the GPU's maximum SM clock"
+        roofs = (f"Roof: {parts['peak']:.0f} TFLOP/s = {parts['rate']} FLOP/clock/SM ({parts['arch']}) × "
+                 f"{int(parts['sms'])} SMs × {parts['clock_mhz']:.0f} MHz ({clock})")
+    missing = [lev for lev, *_ in LEVELS if lev not in bw]
+    roofs += "; slopes: ncu's peak bandwidths" + (f" (none for {', '.join(missing)}: not in the export)"
+                                                  if missing else "") + "."
+    named = {"version", "run_id"} <= set(rows.columns)
+    prov = [part for part in style.provenance_line(rows, paths[0]).split("; ")[1:]
+            if part.split(" ", 1)[0] in ("triton", "torch")]
+    source = (f"Source: results/{gpu_slug}/ncu/ ({len(paths)} file{'s' if len(paths) > 1 else ''}, last run of "
+              f"each, kernels by {'NVTX range' if named else 'launch order'})")
+    return what + "\n" + roofs + " " + "; ".join([source, *prov])
+
+
+def build(gpu_slug: str, results_root=None):
+    """The roofline figure, not yet saved: a grid of panels (two a row), one per profiled shape."""
     pts, paths, rows = load(gpu_slug, results_root)
-    peak, roof_note = roof(rows, paths[0], gpu_slug, results_root)
+    parts = roof_parts(rows, paths[0], gpu_slug, results_root)
+    peak = parts["peak"]
     bw = bandwidths(rows, paths[0])
     shapes_ = sorted(set(zip(pts["N"], pts["causal"])))
-    fig, axes = style.figure(1, len(shapes_), panel=(max(6.6, 13.0 / len(shapes_)), 4.6), sharey=True)
     order = [w for w in (*versions.NAMES, data.SDPA) if w in set(pts["who"])]
-    for ax, (N, causal) in zip(axes[0], shapes_):
+    panels = []
+    for N, causal in shapes_:
         p = pts[(pts["N"] == N) & (pts["causal"] == causal)]
-        xs, ys = [], []
-        for who in order:
-            r = p[p["who"] == who]
-            if r.empty:
-                continue
-            for level, marker, *_ in LEVELS:
-                x = r[f"intensity_{level}"].iloc[0]
-                if np.isfinite(x):
-                    ax.plot(x, r["tflops"].iloc[0], marker=marker, linestyle="none", markersize=7,
-                            color=style.colour(who), markeredgecolor="white", markeredgewidth=0.6)
-                    xs.append(x)
-                    ys.append(r["tflops"].iloc[0])
+        drawn = _panel_points(p, order)
+        xs = [x for *_, x, _ in drawn]
         lo, hi = min(xs) / 4, max(xs) * 4
+        if peak is not None and bw:   # every slope enters from the left edge, well under the roof
+            lo = min(lo, peak * 1e12 / (ROOF_GAP * max(bw.values())))
+        panels.append((N, causal, drawn, lo, hi))
+    ys = [y for *_, drawn, _, _ in panels for *_, y in drawn] + ([peak] if peak is not None else [])
+    ymin = min(ys) / 3
+    if bw:
+        ymin = min([ymin] + [min(bw.values()) * lo / 1e12 / ENTRY_ROOM for *_, lo, _ in panels])
+    ylim = (ymin, max(ys) * 1.8)
+
+    ncols = 1 if len(panels) == 1 else 2
+    nrows = -(-len(panels) // ncols)
+    fig, axes = style.figure(nrows, ncols, panel=(6.8, 4.4), sharey=True)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    label_box = {"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
+    for ax, (N, causal, drawn, lo, hi) in zip(axes.flat, panels):
+        for who, marker, x, y in drawn:
+            ax.plot(x, y, marker=marker, linestyle="none", markersize=7, color=style.colour(who),
+                    markeredgecolor="white", markeredgewidth=0.6)
         if peak is not None:
             ax.axhline(peak, color="0.2", linewidth=1.6)
-            ax.text(lo * 1.1, peak * 1.06, f"tensor-core peak {peak:.0f} TFLOP/s", fontsize=8, va="bottom")
-            ys.append(peak)
+            ax.text(hi / 1.15, peak * 1.05, f"tensor-core peak {peak:.0f} TFLOP/s", fontsize=8, ha="right",
+                    va="bottom", gid=f"{ROOF_GID}:tensor", in_layout=False)
         for level, bytes_per_s in bw.items():
-            x = np.geomspace(lo, hi, 50)
+            x = np.geomspace(lo, hi, 200)
             y = bytes_per_s * x / 1e12
             keep = y <= (peak if peak is not None else np.inf)
             ax.plot(x[keep], y[keep], color="0.45", linestyle="--", linewidth=1)
-            if keep.any():
-                ax.text(x[keep][0] * 1.1, y[keep][0] * 1.15, f"{level} peak {bytes_per_s / 1e12:.1f} TB/s (ncu)",
-                        fontsize=7.5, color="0.3", rotation=0)
+            if keep.any():   # under the slope's entry at the left edge
+                ax.text(x[keep][0] * 1.12, y[keep][0], f"{level} peak {bytes_per_s / 1e12:.1f} TB/s (ncu)",
+                        fontsize=7.5, color="0.3", ha="left", va="top", bbox=label_box, gid=f"{ROOF_GID}:{level}",
+                        in_layout=False)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
-        ax.set_ylim(min(ys) / 3, max(ys) * 1.8)
+        ax.set_ylim(*ylim)
         ax.set_xlabel("arithmetic intensity (algorithm's FLOP / byte)")
         ax.set_ylabel("achieved TFLOP/s (algorithm's FLOPs / ncu duration)")
         config = sorted({str(c) for c in rows[(rows["N"] == N) & (rows["causal"].astype(int) == causal)]
                          .get("config", pd.Series(dtype=object)).dropna() if str(c).strip()})
-        ax.set_title(f"N = {N}, {data.mask_name(causal)}"
+        ax.set_title(f"N = {N}, {data.mask_name(causal)}\n{panel_kernels(dict.fromkeys(w for w, *_ in drawn))}"
                      + (f"\nconfiguration {', '.join(config)} pinned" if config else ""))
     style.outer_labels_only(axes)
     handles = [Line2D([], [], color=style.colour(w), marker="o", linestyle="none", markersize=7,
@@ -249,29 +354,13 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
     fig.legend(handles=handles, loc="outside right center")
     fig.suptitle(f"Roofline of each kernel under Nsight Compute on {gpu_slug} "
                  f"(B={shapes.BATCH}, H={shapes.HEADS}, D={shapes.HEAD_DIM}, bf16)")
-    missing_bw = [lev for lev, *_ in LEVELS if lev not in bw]
-    notes = [
-        "Operations are the algorithm's FLOP count (predicted_flops: 4·B·H·N²·D, halved for causal), not the "
-        "tensor-core operations ncu counted; time is gpu__time_duration.sum under ncu (clocks not locked).",
-        "Bytes: L1 = derived__l1tex__lsu_writeback_bytes_mem_lgds (loads into registers through L1, ncu's L1 "
-        "roofline level; wgmma's operands read straight from shared memory are not in it, hence the far-right "
-        "triangles of the TMA/wgmma kernels), L2 = l1tex__m_xbar2l1tex_read_bytes.sum (L2 → SMs), "
-        "DRAM = dram__bytes_read.sum + dram__bytes_write.sum.",
-        roof_note + ".",
-    ]
-    if missing_bw:
-        notes.append(f"No {' or '.join(missing_bw)} bandwidth slope: the export has no peak-bandwidth metrics for "
-                     "it (e.g. dram__bytes.sum.peak_sustained × dram__cycles_elapsed.avg.per_second), "
-                     "and none is assumed.")
-    named = {"version", "run_id"} <= set(rows.columns)
-    notes.append(("Kernels named by the NVTX range each ran in" if named else
-                  "Kernels matched to versions by launch order (every Triton version's kernel is flash_fwd_kernel)")
-                 + f"; the last run in each file. source: {', '.join(f'results/{gpu_slug}/ncu/{p.name}' for p in paths)}")
-    prov = style.provenance_line(rows, paths[0]).split("; ", 1)
-    if len(prov) > 1:
-        notes[-1] += "; " + prov[1]
-    style.footnote(fig, "\n".join(textwrap.fill(n, 175, break_on_hyphens=False) for n in notes))
-    return style.save(fig, out_dir, NAME)
+    style.footnote(fig, _footnote(gpu_slug, parts, bw, paths, rows))
+    separate_labels(fig)
+    return fig
+
+
+def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
+    return style.save(build(gpu_slug, results_root), out_dir, NAME)
 
 
 def main(argv=None) -> int:

@@ -44,10 +44,38 @@ def label(version: str) -> str:
     return "SDPA" if version == data.SDPA else versions.get(version).label
 
 
+def round_label(version: str) -> str:
+    """The registry's round label of a version ("0", "4a", "beyond: 6"), as README and RESULTS.md print it."""
+    return versions.get(version).round_label
+
+
+def round_text(version: str) -> str:
+    """'round 4a', or the label itself where it is not a round of the article ('beyond: 6')."""
+    r = round_label(version)
+    return r if versions.get(version).beyond_article else f"round {r}"
+
+
+def label_with_round(version: str) -> str:
+    """'v3 causal skip (round 4a)'; 'SDPA' for SDPA."""
+    return "SDPA" if version == data.SDPA else f"{label(version)} ({round_text(version)})"
+
+
+# The version whose configurations each sweep chose (its round is the sweep's): Round 1 swept v0_baseline's
+# body for v1, Round 5 v4_exp2's for v5, and v7 re-swept its own.
+SWEEP_FOR = {"v0_baseline": "v1_tiles", "v4_exp2": "v5_final", "v7_hopper": "v7_hopper"}
+
+
+def sweep_title(version: str, gpu_slug: str) -> str:
+    """'v0_baseline sweep (round 1) on <gpu>' for a sweep figure's title."""
+    chose = SWEEP_FOR.get(version)
+    return f"{version} sweep{f' ({round_text(chose)})' if chose else ''} on {gpu_slug}"
+
+
 def figure(nrows: int, ncols: int, panel=(4.0, 3.2), **kw):
-    """A figure of nrows x ncols panels of the given size, with constrained layout."""
+    """A figure of nrows x ncols panels of the given size, with constrained layout, at the dpi it is saved at (text
+    measured while drawing, as roofline.separate_labels does, then has the size it is saved with)."""
     return plt.subplots(nrows, ncols, figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained",
-                        squeeze=False, **kw)
+                        squeeze=False, dpi=DPI, **kw)
 
 
 def save(fig, out_dir: str | Path, name: str, svg: bool = True) -> list[Path]:
@@ -146,7 +174,8 @@ def provenance_line(df, path, name: str | None = None) -> str:
     parts = ["source: results/" + "/".join(parts[:-1] + ((name,) if name else parts[-1:]))]
     for col in ("gpu", "triton", "torch", "git_commit"):
         if col in df.columns and df[col].notna().any():
-            parts.append(f"{col.replace('git_', '')} {', '.join(sorted(map(str, df[col].dropna().unique())))}")
+            values = {str(v)[:7] if col == "git_commit" else str(v) for v in df[col].dropna().unique()}   # short hashes
+            parts.append(f"{col.replace('git_', '')} {', '.join(sorted(values))}")
     if "date" in df.columns and df["date"].notna().any():
         parts.append(str(df["date"].dropna().astype(str).min())[:10])   # text: NaN beside dates breaks pandas 2's min
     return "; ".join(parts)
@@ -154,6 +183,12 @@ def provenance_line(df, path, name: str | None = None) -> str:
 
 def footnote(fig, text: str):
     fig.text(0.0, -0.01, text, fontsize=7.5, color="0.35", ha="left", va="top", transform=fig.transFigure)
+
+
+def finish(fig, out_dir, name: str, notes) -> list[Path]:
+    """The end of every figure: its footnote (a string, or lines joined one per line) under it, then save()."""
+    footnote(fig, notes if isinstance(notes, str) else "\n".join(notes))
+    return save(fig, out_dir, name)
 
 
 def parse_cli(description: str, argv=None) -> tuple[list[str], Path, str | None]:

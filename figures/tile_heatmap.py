@@ -45,10 +45,9 @@ def _draw_one(gpu_slug: str, out_dir, results_root, version: str) -> list[Path]:
                                   "query tile (Q_TILE_SIZE)")
     style.outer_labels_only(axes)
     style.grid_colorbar(fig, im, axes)
-    fig.suptitle(f"{version} sweep on {gpu_slug}: best TFLOP/s over num_warps × num_stages per tile "
+    fig.suptitle(f"{style.sweep_title(version, gpu_slug)}: best TFLOP/s over num_warps × num_stages per tile "
                  "(red box: the shape's winner)")
-    style.footnote(fig, style.provenance_line(df, path) + "\n" + style.HOST_NOTE)
-    return style.save(fig, out_dir, f"{NAME}_{version}")
+    return style.finish(fig, out_dir, f"{NAME}_{version}", [style.provenance_line(df, path), style.HOST_NOTE])
 
 
 def main(argv=None) -> int:

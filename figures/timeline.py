@@ -205,8 +205,7 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
             f"kernels: {names}",
             "A CPU range ends when its call returns; launches are asynchronous, so the GPU bars, not the CPU ones, "
             "are the kernels' time."]
-    style.footnote(fig, "\n".join(note))
-    return style.save(fig, out_dir, NAME)
+    return style.finish(fig, out_dir, NAME, note)
 
 
 def main(argv=None) -> int:

@@ -22,7 +22,7 @@ def series(df: pd.DataFrame) -> list[tuple[str, str, str, pd.DataFrame]]:
     """(key, label, colour, median/min/max TFLOP/s per N and mask) for every version and both SDPAs.
     SDPA is pooled over every version's runs (it ran in each of them)."""
     flop = data.flops(df)
-    out = [(v, style.label(v), style.colour(v), data.spread(g, data.flops(g) / (g["ms"] * 1e-3) / 1e12))
+    out = [(v, style.label_with_round(v), style.colour(v), data.spread(g, data.flops(g) / (g["ms"] * 1e-3) / 1e12))
            for v, g in df.groupby("version", sort=False)]
     out.append((data.SDPA, "SDPA (default backend)", style.SDPA_COLOUR,
                 data.spread(df, flop / (df["sdpa_ms"] * 1e-3) / 1e12)))
@@ -49,7 +49,7 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
             style.errorbar(top, s["N"], s, offset[key], color=col, label=lab, **dashed)
         for v, s in summary[summary["causal"] == int(causal)].groupby("version", sort=False):
             s = s.rename(columns={"pct_of_sdpa": "median", "pct_min": "min", "pct_max": "max"})
-            style.errorbar(bottom, s["N"], s, offset[v], color=style.colour(v), label=style.label(v))
+            style.errorbar(bottom, s["N"], s, offset[v], color=style.colour(v), label=style.label_with_round(v))
         bottom.axhline(100, color=style.SDPA_COLOUR, linestyle="--", linewidth=1)
         top.set_title(f"{data.mask_name(causal)}")
         style.log_axis(top)
@@ -61,9 +61,7 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
     axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(f"Every version against SDPA on {gpu_slug} (B=4, H=8, D=64, bf16): "
                  f"median of {style.runs_text(runs)} per version, bars min–max")
-    style.footnote(fig, style.provenance_line(df, paths[0], "<version>.csv")
-                   + "\n" + style.HOST_NOTE)
-    return style.save(fig, out_dir, NAME)
+    return style.finish(fig, out_dir, NAME, [style.provenance_line(df, paths[0], "<version>.csv"), style.HOST_NOTE])
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,8 @@
 """The figure scripts on small fixture CSVs (no GPU, no real results needed except the transcribed
-reference): every figure is written as a valid PNG, the heatmap matrix, the roofline points, the
-compile-cost lines and the timeline's attribution are what the fixtures imply, and a missing or
-malformed results file is an error that names the file."""
+reference): every figure is written as a valid PNG, the heatmap matrices, the roofline points, the
+compile-cost lines and the timeline's attribution are what the fixtures imply, the roofline's roof labels do
+not overlap in any panel, round labels are the registry's, and a missing or malformed results file is an
+error that names the file."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import pandas as pd
 import pytest
 
 from fa2lab import shapes, versions
-from figures import (ada_vs_hopper, compile_cost, data, make_all, report, roofline, tile_heatmap, timeline,
-                     versions_bench)
+from figures import (ada_vs_hopper, compile_cost, data, make_all, report, roofline, style, sweep_grids,
+                     tile_heatmap, timeline, versions_bench)
 
 REPO = Path(__file__).resolve().parent.parent
 GPU = "test-gpu"
@@ -319,6 +320,47 @@ def test_tile_matrix_is_what_the_fixture_implies(results_root):
     assert tflops.loc[128, 64] == pytest.approx(200.0 / 4 / 2)
 
 
+def test_sweep_grids_views_are_what_the_fixture_implies(results_root, tmp_path):
+    df, path = data.sweep(GPU, results_root=results_root)
+    tflops, why, cell, title, *_ = sweep_grids.qtile_warps_grid(df, path, False)
+    assert tflops.loc[64, 8] == 150.0 and tflops.loc[64, 4] == 100.0 and tflops.loc[128, 4] == 50.0
+    assert tflops.loc[64, 2] != tflops.loc[64, 2]           # only the wrong 999 ran there: NaN, not 999
+    assert why.loc[64, 2] == "wrong" and cell == (128, 8) and title == "N = 4096, non-causal"
+    tflops, _, cell, title, *_ = sweep_grids.warps_stages_grid(df, path, True)
+    assert cell == (8, 4) and tflops.notna().sum().sum() == 2 and "tile 128×64" in title   # the winner's tile only
+    assert tflops.loc[8, 4] == pytest.approx(100.0) and tflops.loc[4, 2] == pytest.approx(25.0)
+    with pytest.raises(data.ResultsError, match=f"{path} has no ok configuration at N=4096 causal"):
+        sweep_grids.warps_stages_grid(df[df["status"] != "ok"], path, True)
+    # one module, both views: its main draws both, one file per sweep
+    assert sweep_grids.main(["--gpu", GPU, "--results", str(results_root), "--out", str(tmp_path)]) == 0
+    for view in sweep_grids.VIEWS:
+        _assert_png(tmp_path / GPU / f"{view.NAME}_v4_exp2.png")
+
+
+def test_round_labels_in_the_figures_are_the_registry_s(results_root, tmp_path):
+    for v in versions.VERSIONS:
+        text = style.label_with_round(v.name)
+        assert text.startswith(v.label) and text.endswith(f"{v.round_label})")
+        assert text.endswith(f"(round {v.round_label})") != v.beyond_article   # 'beyond: 6', not 'round beyond: 6'
+    # each sweep's round is the round of the version it chose the configurations of
+    assert style.sweep_title("v0_baseline", "g") == f"v0_baseline sweep (round {versions.get('v1_tiles').round_label}) on g"
+    assert style.sweep_title("v4_exp2", "g") == f"v4_exp2 sweep (round {versions.get('v5_final').round_label}) on g"
+    assert style.sweep_title("v7_hopper", "g") == f"v7_hopper sweep ({versions.get('v7_hopper').round_label}) on g"
+    # the versions figure's legend carries them
+    import matplotlib.pyplot as plt
+
+    saved = plt.close
+    figs = []
+    try:
+        plt.close = figs.append          # keep the figure style.save would close
+        versions_bench.draw(GPU, tmp_path, results_root)
+    finally:
+        plt.close = saved
+    legend = [t.get_text() for ax in figs[0].axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert {style.label_with_round(v) for v in versions.NAMES} <= set(legend)
+    plt.close(figs[0])
+
+
 def test_tile_matrix_with_nothing_ok_has_no_winner(results_root):
     df, _ = data.sweep(GPU, results_root=results_root)
     tflops, why, winner = tile_heatmap.tile_matrix(df[df["status"] != "ok"], 4096, False)
@@ -427,6 +469,18 @@ def test_a_later_protocol_made_with_a_kernel_switch_on_is_not_the_default_kernel
     _write(path, rows + later + default)
     bench, _ = data.bench(GPU, tmp_path)
     assert set(bench.run_id.str[:22]) == {"20261129T000000-aaaaaa"} and bench["ms"].max() < 1
+
+
+def test_ada_figure_names_the_runs_it_pools(results_root):
+    df, _ = data.bench(GPU, results_root)
+    df = df.assign(git_commit=["bbbbbbb0" if v == "v7_hopper" else "aaaaaaa0" for v in df["version"]])
+    assert ada_vs_hopper.pooling(df) == ("v0–v6: 3 runs each at aaaaaaa; v7: 3 runs at bbbbbbb", 3 * len(versions.NAMES))
+    df = df.assign(git_commit=["ccccccc0" if v in ("v5_final", "v6_longest_first") else c
+                               for v, c in zip(df["version"], df["git_commit"])])
+    assert ada_vs_hopper.pooling(df)[0] == ("v0–v4: 3 runs each at aaaaaaa; v5, v6: 3 runs each at ccccccc; "
+                                            "v7: 3 runs at bbbbbbb")
+    ours = ada_vs_hopper.our_table(GPU, results_root)
+    assert ours.attrs["pooled_runs"] == 3 * len(versions.NAMES) and "an unrecorded commit" in ours.attrs["pooling"]
 
 
 def test_ada_and_ours_tables(results_root):
@@ -567,6 +621,63 @@ def test_roofline_with_one_shape_no_dram_and_no_roof(results_root, tmp_path):
     assert pts["intensity_L2"].notna().all() and pts["intensity_DRAM"].isna().all()
     paths = roofline.draw(GPU, tmp_path, results_root)
     _assert_png(paths[0])
+
+
+def _roof_label_boxes(fig) -> list[tuple[object, list]]:
+    """(panel, the window extents of its roof labels) for every drawn panel, in the layout it is saved with."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return [(ax, [t.get_window_extent(renderer) for t in roofline.roof_labels(ax)])
+            for ax in fig.axes if ax.get_visible()]
+
+
+def _assert_roof_labels_apart(fig, n_labels: int):
+    import matplotlib.pyplot as plt
+
+    panels = _roof_label_boxes(fig)
+    assert panels
+    for ax, boxes in panels:
+        assert len(boxes) == n_labels, ax.get_title()        # every roof is labelled
+        inside = ax.get_window_extent()
+        for i, a in enumerate(boxes):
+            assert inside.x0 <= a.x0 and a.x1 <= inside.x1 and inside.y0 <= a.y0 and a.y1 <= inside.y1, ax.get_title()
+            for b in boxes[i + 1:]:
+                assert not a.overlaps(b), (ax.get_title(), a, b)
+    footnote = fig.texts[-1]
+    assert footnote.get_text().count("\n") <= 1              # at most two lines
+    plt.close(fig)
+
+
+def test_roofline_roof_labels_do_not_overlap_in_any_panel(results_root, monkeypatch):
+    _, paths, rows = roofline.load(GPU, results_root)
+    _assert_roof_labels_apart(roofline.build(GPU, results_root), 1 + len(roofline.bandwidths(rows, paths[0])))
+    # two bandwidths within a few percent put their slopes' labels on one another until they are moved apart
+    monkeypatch.setattr(roofline, "bandwidths", lambda rows, path: {"L1": 10.4e12, "L2": 10.2e12, "DRAM": 10.0e12})
+    _assert_roof_labels_apart(roofline.build(GPU, results_root), 4)
+
+
+def test_roofline_of_the_committed_results_keeps_labels_apart_and_names_each_panel_s_kernels():
+    """The committed H200 profile, where the L1 slope's label once lay on the tensor-core roof's at N <= 2048."""
+    gpu = "nvidia-h200"
+    if not (REPO / "results" / gpu / "ncu").is_dir():
+        pytest.skip(f"no committed results/{gpu}/ncu/")
+    pts, paths, rows = roofline.load(gpu)
+    fig = roofline.build(gpu)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert len(titles) == len(set(zip(pts["N"], pts["causal"])))
+    for title in titles:
+        assert "every version but v2" in title or title.split("\n")[1].startswith("only ")
+    rows_, cols = fig.axes[0].get_subplotspec().get_gridspec().get_geometry()
+    assert cols <= 2 and rows_ * cols >= len(titles)          # a grid, not one long row
+    footnote = fig.texts[-1].get_window_extent(fig.canvas.get_renderer())
+    assert footnote.width <= fig.bbox.width                  # the footnote does not widen the figure
+    _assert_roof_labels_apart(fig, 1 + len(roofline.bandwidths(rows, paths[0])))
+
+
+def test_roofline_panel_titles_name_the_kernels():
+    assert roofline.panel_kernels([*roofline.ALL, "sdpa"]) == "every version but v2 (it runs v1's kernel), and SDPA"
+    assert roofline.panel_kernels(["v7_hopper", "sdpa"]) == "only v7 hopper and SDPA profiled at this shape"
+    assert roofline.panel_kernels(["v5_final"]) == "only v5 final profiled at this shape"
 
 
 def test_compile_cost_lines_are_what_the_fixture_implies(results_root):
