@@ -115,22 +115,6 @@ def test_split_plan_fills_the_last_wave(tiles, sms, key_tiles, plan):
     assert splits == 1 or key_tiles // splits >= 2
 
 
-@pytest.mark.parametrize("tiles, sms, key_tiles, plan", [
-    (704, 132, 32, (660, 3)),    # N = 4096, 192-row tiles: 44 in the last wave, 3 splits fill it
-    (352, 132, 16, (264, 3)),    # N = 2048: 88 left, 2 splits would take 2 waves of T / 2, 3 take 2 of T / 3
-    (192, 132, 8, (132, 2)),     # N = 1024: 60 left
-    (264, 132, 16, (264, 1)),    # whole waves: nothing to split
-    (96, 132, 4, (96, 1)),       # one partial wave, 4 key tiles: 2 splits still take a whole T
-    (96, 132, 16, (0, 4)),       # ... with 16 key tiles, 4 splits fill 3 waves of T / 4
-])
-def test_split_plan_fills_the_last_wave(tiles, sms, key_tiles, plan):
-    full, splits = G.split_plan(tiles, sms, key_tiles)
-    assert (full, splits) == plan
-    if splits > 1:   # the tail's programs take less than a whole tile's time
-        assert math.ceil((tiles - full) * splits / sms) / splits < 1
-    assert splits == 1 or key_tiles // splits >= 2
-
-
 def test_launch_plan_splits_only_the_non_causal_tail_and_persists_on_request():
     Q = torch.empty(32, 4096, 64, dtype=torch.bfloat16, device="meta")
     L = torch.empty(32, 4096, dtype=torch.float32, device="meta")
