@@ -21,13 +21,14 @@ from experiments.common import parser, run, fresh_processes, inputs, masks  # no
 
 def dobench(args, save):
     """Where the harness's spread at N = 512 comes from (issue 6: v7 non-causal 58-99% of cuDNN by do_bench over five
-    fresh processes, commit 2eb9943, while its graph replay stayed at 8.7 us against cuDNN's 9.8 in all five). In each
-    of --procs fresh processes (this script again, --worker): the GPU time of do_bench's flush (256 MB zeroed, events
-    around it), each call's host time (back to back, fa2lab.timing.host_us_per_call), and --rounds do_bench rounds of v7
-    and SDPA, the one timed first alternating, with each round's median, 10th and 90th percentile. A process-wide
-    cause (host, clocks, memory placement) moves both calls' rounds in that process; the order shows in `position`.
-    Every second process times its rounds as the harness does, inside its NVML clock sampler (a thread polling
-    clocks, power and temperature every 20 ms: column `sampler`), the others without it."""
+    fresh processes in a 5-run harness protocol, results/nvidia-h200/bench/v7_hopper.csv, while its graph replay stayed
+    at 8.7 us against cuDNN's 9.8 in all five). In each of --procs fresh processes (this script again, --worker): the
+    GPU time of do_bench's flush (256 MB zeroed, events around it), each call's host time (back to back,
+    fa2lab.timing.host_us_per_call), and --rounds do_bench rounds of v7 and SDPA, the one timed first alternating, with
+    each round's median, 10th and 90th percentile. A process-wide cause (host, clocks, memory placement) moves both
+    calls' rounds in that process; the order shows in `position`. Every second process times its rounds as the harness
+    does, inside its NVML clock sampler (a thread polling clocks, power and temperature every 20 ms: column `sampler`),
+    the others without it."""
     if not args.worker:
         fresh_processes(__file__, args, lambda i: ["--sampler"] if i % 2 else [])
         return

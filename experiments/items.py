@@ -21,8 +21,8 @@ from experiments.common import parser, run, inputs, kernel_ms, spin_cycles, spre
 # per SM on 132 SMs, each round 64 key tiles of 128 in all
 ITEM_SHAPES = ((2, 8192), (8, 4096), (32, 2048), (128, 1024))
 
-# v7's Gluon candidate at N = 1024 and 2048 (/et1 from session 25, with one inlined copy of the consumers' code, /sc2,
-# since session 30)
+# v7's Gluon candidate at N = 1024 and 2048 (kernels/_shared/gluon_configs.V7_CANDIDATES' first: the consumers take
+# turns at their exponentials, /et1, and run one inlined copy of their code, /sc2)
 ITEM_CONFIG = "ws2x64x128/3s/preg/persist/ua/et1/sc2"
 
 def items(args, save):

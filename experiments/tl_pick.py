@@ -98,16 +98,17 @@ class RaceRecorder(_ShapeRows):
 
 def tl_pick(args, save):
     """Why v7's tl path picks differently from process to process (issue 6: at causal N = 4096 its autotuner took
-    64,64,4,3 in 16 of 31 harness runs, sessions 30's two commits, and 128,128,4,3 in the other 15, though 128,128 is
-    6% faster there by graph replay and by do_bench without the flush). In each of --procs fresh processes (this script
-    again, --worker): v7 called once at every harness shape in the harness's order (non-causal, then causal, N up; v7's
-    defaults, the Gluon path and the race on), each timing its tl autotuner makes recorded (TuningRecorder: candidate,
-    kept median, order, SM clock before and after, seconds) and each timing of its race (RaceRecorder), then at the --N
-    shapes and --causal masks every candidate it timed there pinned on the tl path, and the Gluon path's pick where it
-    ran in the race, --rounds interleaved rounds of graph replay and do_bench (its flush). Rows: kind "tuner" (one per
-    autotuner timing, the process's pick beside it), "race" (one per race timing) and "pinned" (one per candidate and
-    round). Session 31's first run (6e57db1) found the cause: the autotuner timed 64,64 and 128,128 at 166 us each at
-    1980 MHz, while held busy they ran at 190 and 172 us, 64,64 at a lower clock (fa2lab.timing.SETTLE_MS)."""
+    64,64,4,3 in 16 of 31 harness runs, two protocols of 16 and 15 in results/nvidia-h200/bench/v7_hopper.csv, and
+    128,128,4,3 in the other 15, though 128,128 is 6% faster there by graph replay and by do_bench without the flush).
+    In each of --procs fresh processes (this script again, --worker): v7 called once at every harness shape in the
+    harness's order (non-causal, then causal, N up; v7's defaults, the Gluon path and the race on), each timing its tl
+    autotuner makes recorded (TuningRecorder: candidate, kept median, order, SM clock before and after, seconds) and
+    each timing of its race (RaceRecorder), then at the --N shapes and --causal masks every candidate it timed there
+    pinned on the tl path, and the Gluon path's pick where it ran in the race, --rounds interleaved rounds of graph
+    replay and do_bench (its flush). Rows: kind "tuner" (one per autotuner timing, the process's pick beside it), "race"
+    (one per race timing) and "pinned" (one per candidate and round). The experiment's first run (the earliest rows of
+    results/nvidia-h200/experiments/tl_pick.csv) found the cause: the autotuner timed 64,64 and 128,128 at 166 us each
+    at 1980 MHz, while held busy they ran at 190 and 172 us, 64,64 at a lower clock (fa2lab.timing.SETTLE_MS)."""
     if not args.worker:
         fresh_processes(__file__, args)
         return

@@ -40,43 +40,45 @@ Configuration. Without an explicit config, `default_config` takes this GPU's pic
 backward_configs.json (written by `invoke sweep-backward --pick` from the sweep of
 results/<gpu>/sweep_bwd/) for 16-bit inputs with D <= 64, and the built-in defaults below otherwise.
 On the H200 the pick (64-row tiles in both kernels, 4 warps, 3 stages; least total time over the
-harness shapes from N = 2048 up, and correct at all 8) took the backward at N = 4096 from 1.166 to 1.001 ms non-causal and from 0.766 to
-0.572 ms causal (3-run protocols, commits 260ca6e and 2bf92b9): 82% and 87% of cuDNN's backward,
-130% and 142% of the FLASH_ATTENTION backend's. Nsight Compute with the pick (commit a35daa0,
-results/nvidia-h200/ncu_bwd/): at N = 4096 non-causal dK/dV takes 591 us (48.5% of the tensor peak,
-213 registers, 12.5% occupancy, top stall `wait`), dQ 351 us (64.6%), Delta 11 us: 952 us against
-cuDNN's 775 and FLASH's 1245; causal 563 against 499 and 767. The dK/dV kernel is what is left.
-Deeper pipelines do not help it: the sweep ranked 1 < 2 < 3 stages for every tile shape, so stages 4
-and 5 were swept too (commit bafe7ba, 36 configurations x 8 shapes, all correct), and from N = 1024 up
+harness shapes from N = 2048 up, and correct at all 8) took the backward at N = 4096 from 1.166 to
+1.001 ms non-causal and from 0.766 to 0.572 ms causal (3-run protocols before and after the pick,
+results/nvidia-h200/bench_bwd/): 82% and 87% of cuDNN's backward, 130% and 142% of the
+FLASH_ATTENTION backend's. Nsight Compute with the pick (results/nvidia-h200/ncu_bwd/): at N = 4096
+non-causal dK/dV takes 591 us (48.5% of the tensor peak, 213 registers, 12.5% occupancy, top stall
+`wait`), dQ 351 us (64.6%), Delta 11 us: 952 us against cuDNN's 775 and FLASH's 1245; causal 563
+against 499 and 767. The dK/dV kernel is what is left. Deeper pipelines do not help it: the sweep
+ranked 1 < 2 < 3 stages for every tile shape, so stages 4 and 5 were swept too
+(results/nvidia-h200/sweep_bwd/, 36 configurations x 8 shapes, all correct), and from N = 1024 up
 the best with 4 or 5 stages is 1.5-6% slower than the best with 3 (N = 4096: 1.015 against 0.993 ms
 non-causal, 0.595 against 0.569 causal). The pick scores only N >= 2048 (`--min-n`): below that the
-sweep times the host, and one noisy 0.17 ms row at N = 512 from an earlier session had just made
-4 stages the "least total time". Nor do dQ tiles chosen apart from dK/dV's (7 configurations with
-dK/dV at 64x64, commit bf72509, `--configs`): the mirrored 64x64 keeps the least total over the long
+sweep times the host, and one noisy 0.17 ms row at N = 512 in an earlier sweep made 4 stages the
+"least total time". Nor do dQ tiles chosen apart from dK/dV's (7 configurations with dK/dV at 64x64,
+`--configs`, results/nvidia-h200/sweep_bwd/): the mirrored 64x64 keeps the least total over the long
 shapes (2.005 ms against 2.023-3.531); dQ at 128x64 is 1.6% faster at N = 4096 non-causal and 7%
 slower causal.
 At N <= 1024 the harness measures the host: the autograd call through this backward costs 150-230 us
 per call on that machine's CPU against 105-160 for SDPA's whole backward. A Python
 torch.autograd.Function whose backward launches nothing already costs 88-92 us there (host_steps'
-backward_nop, commit 64288ed); this module's checks, allocations and three launches add 50-85 us
-(backward_direct). dQ by atomics was slower at every N >= 2048 (1.225 against 1.001 ms at N = 4096
-non-causal).
+backward_nop, results/nvidia-h200/hostpath/steps.csv); this module's checks, allocations and three
+launches add 50-85 us (backward_direct). dQ by atomics was slower at every N >= 2048 (1.225 against
+1.001 ms at N = 4096 non-causal).
 
-dq_mode="fused" (`_bwd_fused_kernel`) is the answer for small N: one launch in which the dK/dV programs
-and the dQ programs run side by side, each computing Delta from O, so no preprocessing kernel and no
-Delta buffer. `invoke experiment bwd-modes` timed the two modes apart (commit 3186851,
-results/nvidia-h200/experiments/bwd_modes.csv, 5 interleaved rounds): on the GPU alone (graph replay)
-fused costs the same as separate causal at N <= 1024 (24.8 and 62.6 us against 24.8 and 63.0) and
-more elsewhere (non-causal 31 against 25 us at N = 512, 93 against 78 at 1024; 1252 against 995 at
-4096: O is read once more per key tile), while on the host it saves 16-120 us per autograd backward.
-So dq_mode="auto", v6's and v7's default, runs fused up to AUTO_FUSED_MAX_WORK_PER_SM (the harness's
-N <= 1024 on the H200's 132 SMs) and separate above. Autograd's call also keys its cached launch on
-the forward's own cache key plus dO (backward_after_forward: 3 us for key and lookup, host_steps'
-backward_key), and gradients of one shape come from one allocation (gradient_buffers). With all
-three, the host time per backward at N <= 1024 is 156-190 us against 183-218 for SDPA's
-FLASH_ATTENTION backend in the same process (host_steps, commit 76ac24f, one GPU, no other work).
-The harness with "auto" (5-run protocol, commit c412e84, v7's forward): bwd at 108-149% of FLASH's
-at every harness shape (medians; single runs at N <= 1024 range 56-159%, the host's noise) and 81.6%
+dq_mode="fused" (`_bwd_fused_kernel`) is the answer for small N: one launch in which the dK/dV
+programs and the dQ programs run side by side, each computing Delta from O, so no preprocessing
+kernel and no Delta buffer. `invoke experiment bwd-modes` timed the two modes apart
+(results/nvidia-h200/experiments/bwd_modes.csv, 5 interleaved rounds): on the GPU alone (graph
+replay) fused costs the same as separate causal at N <= 1024 (24.8 and 62.6 us against 24.8 and
+63.0) and more elsewhere (non-causal 31 against 25 us at N = 512, 93 against 78 at 1024; 1252
+against 995 at 4096: O is read once more per key tile), while on the host it saves 16-120 us per
+autograd backward. So dq_mode="auto", v6's and v7's default, runs fused up to
+AUTO_FUSED_MAX_WORK_PER_SM (the harness's N <= 1024 on the H200's 132 SMs) and separate above.
+Autograd's call also keys its cached launch on the forward's own cache key plus dO
+(backward_after_forward: 3 us for key and lookup, host_steps' backward_key), and gradients of one
+shape come from one allocation (gradient_buffers). With all three, the host time per backward at
+N <= 1024 is 156-190 us against 183-218 for SDPA's FLASH_ATTENTION backend in the same process
+(host_steps, results/nvidia-h200/hostpath/steps.csv, one GPU, no other work). The harness with
+"auto" (5-run protocol, results/nvidia-h200/bench_bwd/, v7's forward): bwd at 108-149% of FLASH's at
+every harness shape (medians; single runs at N <= 1024 range 56-159%, the host's noise) and 81.6%
 (non-causal) and 86.5% (causal) of cuDNN's at N = 4096; v6 107-150% and 80.7% / 86.3%.
 
 Tiling notes (GPU): every product is a tl.dot with fp32 accumulation; P and dS are cast
@@ -651,7 +653,7 @@ class BackwardLaunch:
     compiled kernels with their grids and the arguments after their tensors. A repeat is three or
     four allocations and two or three launches, without the checks, the configuration choice or
     Triton's argument binding, which made the H200's backward cost about 0.3 ms per call on the
-    host whatever N (commit 260ca6e, bench_bwd at N = 512 to 2048)."""
+    host whatever N (results/nvidia-h200/bench_bwd/, N = 512 to 2048)."""
 
     preprocess: object | None  # None in dq_mode="fused" (dkdv is then the fused kernel)
     dkdv: object

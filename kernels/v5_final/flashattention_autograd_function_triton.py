@@ -17,14 +17,15 @@ Host path (issue 8, not in the article): on the H200 the host spent 75 to 120 us
 call (checks, Triton's argument binding, the autotuner's key) against a 10 us kernel at
 N = 512, so do_bench timed Python there. After the first call for an input signature,
 fa2lab.hostpath.LaunchCache launches the compiled kernel directly; the kernel and what it
-computes are unchanged. Measured then (results/nvidia-h200/hostpath/steps.csv, commit 2bf92b9,
+computes are unchanged. With the launch cache alone (results/nvidia-h200/hostpath/steps.csv,
 N = 512 non-causal): 31 us per apply against SDPA's 18, of which torch.autograd.Function's own
-machinery was 7. So `apply` (fa2lab.hostpath.LeanApply) now calls forward directly when no input
-needs a gradient, as in the harness; with one that does, it is autograd's apply. Measured at commit
-a153d21 with the timing lane pinned to 4 CPUs: 35.2 us per apply against SDPA's 27.9 (apply with a
-gradient-requiring input, through autograd: 49.9), of which allocating O and L took 12.2 and the
-launch 12.9. Since then a repeat without gradient writes L to a kept scratch buffer (nobody reads
-it) and the launch skips Triton 3.6's empty launch-hook chains (fa2lab.hostpath).
+machinery was 7. So `apply` (fa2lab.hostpath.LeanApply) calls forward directly when no input
+needs a gradient, as in the harness; with one that does, it is autograd's apply. With LeanApply and
+the timing lane pinned to 4 CPUs (the same file's first rows with an apply_grad step): 35.2 us per
+apply against SDPA's 27.9 (apply with a gradient-requiring input, through autograd: 49.9), of which
+allocating O and L took 12.2 and the launch 12.9. Beyond what those rows measured, a repeat without
+gradient writes L to a kept scratch buffer (nobody reads it) and the launch skips Triton 3.6's empty
+launch-hook chains (fa2lab.hostpath).
 
 Tuning per bucket of lengths (issue 40, not in the article): with BUCKETS (on by default) the first length
 of a power-of-two bucket of N_q and N_k is tuned as before and later lengths of the bucket launch its pick,

@@ -295,7 +295,7 @@ def fit_descriptor_blocks(named: dict) -> None:
 # The Hopper short list (configs.json, from v7's own sweep), each wgmma configuration
 # with and without the hand-pipelined key loop: the registers it costs (30 to 50 more per thread,
 # one 8-warp program per SM instead of two) against the softmax it hides is for the autotuner, and
-# the GPU session, to weigh. The pipelined form comes first, so the interpreter's tests, which check
+# the measurements on the GPU, to weigh. The pipelined form comes first, so the interpreter's tests, which check
 # the first candidate of each tile pair, check it; tests/test_v7.py checks the other.
 CONFIG_TABLE = load_table(Path(__file__).with_name("configs.json"))
 ARCH, CANDIDATES = select(CONFIG_TABLE, smem_limit=smem_limit())
@@ -415,7 +415,8 @@ class TmaLaunch(Launch):
     and afterwards only their base tensors change: the cache key fixes every shape and stride, and
     the launcher turns each descriptor into a kernel parameter when it launches, so nothing keeps
     the old base. Building four TensorDescriptors (with their checks) on every call is what the
-    H200's host times pointed at: v7 49-72 us per call against v6's 28-32 (commit 260ca6e)."""
+    H200's host times pointed at: v7 49-72 us per call against v6's 28-32 (the harness's host_us, medians
+    of a 3-run protocol in results/nvidia-h200/bench/)."""
 
     blocks: tuple = ()
     descs: list | None = None
@@ -541,17 +542,19 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     rules (gluon_forward_hopper.applies), and one of its candidates fits the GPU's shared memory at this head
     dimension (D = 64 on the H200).
 
-    Causal inputs at D = 64 stayed on the tl path from commit 538f1fa to session 30: raced against it, the tl path
-    won at every causal harness shape in 4 harness runs and at every causal shape of experiment other-shapes (the
-    first call of each signature compiling and timing three Gluon kernels more). Since session 30 they are raced
-    again: with one inlined copy of the consumers' code (shared_code 2) the one-program-per-tile candidate made
-    101.3% of cuDNN at N = 512 by do_bench (median of 4 rounds; graph replay 117.2-118.3%) where the tl path made
-    89.3% (72.8-98.1%; graph 113.7-115.7%), and v7 made 98.5% there in 16 harness runs on the tl path (experiment
-    gluon, 075c6a5; bench, 62e4238); from N = 1024 the tl path stays ahead (graph 138% against 123% at 1024) and
-    wins the race. Without the race (FA2_V7_RACE_TL=0) they stay on the tl path. At D = 128 they take the
+    Causal inputs at D = 64 take the race too. Without the consumers' shared code, raced against the tl path, the
+    Gluon candidates lost at every causal harness shape in 4 harness runs (results/nvidia-h200/bench/v7_hopper.csv)
+    and at every causal shape of experiment other-shapes, while the first call of each signature compiled and timed
+    three Gluon kernels more. With one inlined copy of the consumers' code (shared_code, "/sc2") the
+    one-program-per-tile candidate made 101.3% of cuDNN at N = 512 by do_bench (median of 4 rounds; graph replay
+    117.2-118.3%) where the tl path made 89.3% (72.8-98.1%; graph 113.7-115.7%) (experiment gluon,
+    results/nvidia-h200/experiments/gluon.csv), and v7 made 98.5% there in 16 harness runs on the tl path
+    (results/nvidia-h200/bench/v7_hopper.csv); from N = 1024 the tl path stays ahead (graph 138% against 123% at
+    1024) and wins the race. Without the race (FA2_V7_RACE_TL=0) they stay on the tl path. At D = 128 they take the
     Gluon path, raced against the tl path (RACE_TL): its lookahead candidate made 96.1/101.3/101.1% of cuDNN at
-    N = 1024/2048/4096 where the tl path made 119.2/103.3/90.1% (experiment gluon --D 128 --causal 1, 831f436), and
-    the one_q candidate 103.6/107.2/106.0% (197d2ab; the tl path 117.5/104.4/90.7% in the same rounds)."""
+    N = 1024/2048/4096 where the tl path made 119.2/103.3/90.1% (experiment gluon --D 128 --causal 1,
+    results/nvidia-h200/experiments/gluon.csv), and the one_q candidate 103.6/107.2/106.0% (a later run of the same
+    experiment in the same file; the tl path 117.5/104.4/90.7% in the same rounds)."""
     if force not in (None, "gluon") or (force is None and not FlashAttentionTriton.GLUON):
         return "not asked for"
     if is_causal and force is None and Q.shape[2] < 128 and not FlashAttentionTriton.RACE_TL:
@@ -567,13 +570,14 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
 
 # Rounds of the race (_faster_of), the launches' order reversed every other round. At causal N = 4096, timed once
 # each, the Gluon launch (175 us by graph replay) won 4 races in 15 harness runs over the tl path's (171 us)
-# (commit 8ae17a5); an even count gives each launch each position equally often, so a drift between the
-# first and the second timing (the GPU warming) cancels in the medians.
+# (results/nvidia-h200/bench/v7_hopper.csv); an even count gives each launch each position equally often, so a
+# drift between the first and the second timing (the GPU warming) cancels in the medians.
 RACE_ROUNDS = 4
 # A path's candidates timed one after another drift with the clock: at causal N = 4096 the tl autotuner's first
-# candidate ran at 1935-1965 MHz and its fourth at 1710-1860 (experiment tl-pick, 99d4e5d), so one process in six
-# kept 64,64,4,3/p1 (189 us by graph replay) over 128,128,4,3/p0 (173 us), and the Gluon path's harness picks
-# changed from run to run at non-causal 4096 (301 against 283 us, 3 runs in 15) as the tl path's did at causal 2048.
+# candidate ran at 1935-1965 MHz and its fourth at 1710-1860 (experiment tl-pick,
+# results/nvidia-h200/experiments/tl_pick.csv), so one process in six kept 64,64,4,3/p1 (189 us by graph replay)
+# over 128,128,4,3/p0 (173 us), and the Gluon path's harness picks changed from run to run at non-causal 4096 (301
+# against 283 us, 3 runs in 15) as the tl path's did at causal 2048.
 # Every candidate whose own first timing came within this fraction of its path's fastest is timed again in the
 # race (shortlist): the true best came within 4.3% in each of those processes.
 SHORTLIST_MARGIN = 0.10
@@ -712,7 +716,8 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     GLUON = switch_on("GLUON")
     # Where the Gluon path applies, also autotune the tl path and keep whichever launch is faster
     # (_faster_of): at B=16 H=4 N=777 the tl path won, 1.03x v6 where the Gluon path alone made 0.96x
-    # (experiment other-shapes, commits 025f35e and e91ce84). FA2_V7_RACE_TL=0 turns it off for a process.
+    # (experiment other-shapes, results/nvidia-h200/experiments/other_shapes.csv). FA2_V7_RACE_TL=0 turns it off
+    # for a process.
     RACE_TL = switch_on("RACE_TL")
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
