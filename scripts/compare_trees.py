@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -85,20 +84,14 @@ def drive(trees: list[tuple[str, Path]], rounds: int, shapes: list[tuple[int, in
 
 
 def summary(path: Path, a: str, b: str) -> int:
-    import pandas as pd
+    """Print figures.report.compare_trees's table (the report's page prints the same)."""
+    sys.path.insert(0, str(REPO))
+    from figures.report import compare_trees
 
-    df = pd.read_csv(path)
-    print(f"{b} / {a}, medians of per-round ratios (min-max) over the rounds of {path.name}")
-    print("| N | D | causal | rounds | ms ratio | % of cuDNN ratio | graph ratio |")
-    print("|---|---|---|---|---|---|---|")
-    for (N, D, c), g in df.groupby(["N", "D", "causal"]):
-        per = g.pivot_table(index="round", columns="tree", values=["ms", "pct_of_sdpa", "graph_ms"])
-        per = per.dropna()
-        ms = (per["ms"][b] / per["ms"][a]).tolist()
-        pct = (per["pct_of_sdpa"][b] / per["pct_of_sdpa"][a]).tolist()
-        gr = (per["graph_ms"][b] / per["graph_ms"][a]).tolist()
-        cell = lambda xs: f"{statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})"  # noqa: E731
-        print(f"| {N} | {D} | {'yes' if c else 'no'} | {len(ms)} | {cell(ms)} | {cell(pct)} | {cell(gr)} |")
+    df = compare_trees.load(path)
+    a, b = compare_trees.labels(df, a, b)
+    print(f"{b} / {a}, medians of per-round ratios (min-max) over the complete rounds of {path.name}")
+    print(compare_trees.table(compare_trees.ratios(df, a, b), b))
     return 0
 
 

@@ -61,8 +61,11 @@ from figures.report.ledger import (  # noqa: F401
 )
 from figures.report.summary import (  # noqa: F401
     HEADLINE_N, PEER_GOAL_D, PEER_GOAL_MIN_N, Spread, backward_headline, backward_table, goal_cells, goal_compact,
-    headline, peer_goal, peer_measured, section_peer_goal, section_summary, spread, versions_table
+    headline, peer_goal, peer_goal_rounds, peer_measured, rounds_verdict, section_peer_goal, section_summary, spread,
+    versions_table
 )
+from figures.report.varlen import section_varlen, varlen_brief, varlen_table  # noqa: F401
+from figures.report.compare_trees import section_compare_trees, within_count  # noqa: F401
 from figures.report.readme import (  # noqa: F401
     BLOCKS, ReadmeError, _span, between, blocks, differences, has_markers, markers, results_block, rewrite,
     versions_block, write

@@ -20,6 +20,7 @@ from figures.report import readme
 from figures.report.backward import (section_backward, section_backward_brief, section_backward_profile,
                                      section_backward_sweep, section_bwd_modes)
 from figures.report.checks import section_nonsquare, section_pending
+from figures.report.compare_trees import section_compare_trees, within_count
 from figures.report.experiments import section_exp2_poly, section_grid, section_launch_order, section_pcast, section_timing
 from figures.report.experiments_v7 import section_coldstart, section_dobench, section_gluon, section_items, section_tl_pick
 from figures.report.goal import section_goal, section_other_shapes
@@ -31,6 +32,7 @@ from figures.report.summary import section_summary
 from figures.report.sweeps import SWEEPS, SMALL_N_NOTE, section_budget, section_one_sweep
 from figures.report.tables import NOT_YET, REPO, ada, bench_summary
 from figures.report.tuning import section_autotune_bias, section_compile_cost
+from figures.report.varlen import section_varlen, varlen_brief
 
 PAGES_DIR = "docs/results"   # relative to the output root: one page per experiment or detail table
 WRAP = 240                    # prose lines longer than this are wrapped (tables and headings never)
@@ -68,6 +70,8 @@ def heading(text: str) -> Part:
 # RESULTS.md, per GPU: the summary, the article's rounds in its order, beyond the article, the ledger.
 SECTIONS: list[Part] = [
     lambda c: section_summary(c.gpu, c.root, c.claims),
+    lambda c: varlen_brief(c.gpu, c.root),
+    lambda c: within_count(c.gpu, c.root),
     heading("## The article's rounds, in its order, beside Ada's numbers"),
     lambda c: section_versions(c.gpu, c.root, c.summary, c.paths, c.ref, c.ref_path),
     lambda c: section_rounds(c.gpu, c.root, c.summary, c.paths, c.ref),
@@ -141,6 +145,10 @@ PAGES: list[Page] = [
          (gpu_part(section_backward_sweep),)),
     Page("backward-profile", "The backward under Nsight Compute", "the backward's kernels against cuDNN's",
          (gpu_part(section_backward_profile),)),
+    Page("varlen", "Variable-length workloads", "what a new sequence length costs, cold and warm, against the goals",
+         (gpu_part(section_varlen),)),
+    Page("compare_trees", "The refactor's no-regression check", "v7 after a refactor against before, round by round",
+         (gpu_part(section_compare_trees),)),
     Page("nonsquare", "The non-square causal check", "every version on non-square causal inputs",
          (gpu_part(section_nonsquare),)),
 ]

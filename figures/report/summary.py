@@ -2,7 +2,8 @@
 
 Each number here comes from one function, and each table says in a phrase what it pools: `headline` (every version
 at N = 4096 against SDPA and against the FA3-class peer), `goal_pools` (v7 against cuDNN at the harness shapes),
-`backward_headline` (the backward at N = 4096) and `peer_goal` (v7 against the peer from N = 2048 up).
+`backward_headline` (the backward at N = 4096) and `peer_goal_rounds` (v7 against the peer from N = 2048 up, from
+the interleaved experiment's rounds; `peer_goal` from the harness's runs where that experiment has no rows).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from fa2lab import shapes, versions
 from figures import data
 from figures.report.backward import backward_summary
 from figures.report.goal import GOAL_LEVEL, _goal_table, goal_pools, goal_rows, goal_verdict
-from figures.report.tables import NOT_YET, PEER, fmt, md_table, peer_rows, rel
+from figures.report.tables import NOT_YET, PEER, fmt, md_table, numeric, peer_rows, rel
 
 HEADLINE_N = 4096
 PEER_GOAL_MIN_N = 2048         # the peer goal's shapes: N from here up, D = 64 and 128, both masks
@@ -178,7 +179,62 @@ def peer_goal(gpu, root) -> tuple[list[list], str] | None:
     return rows, pooling
 
 
+PEER_GOAL_COLUMNS = ("round", "N", "D", "causal", "fa4_status", "pct_of_fa4", "graph_pct_of_fa4", "pct_of_sdpa",
+                     "graph_pct_of_sdpa")
+
+
+def rounds_verdict(s: Spread) -> str:
+    """Ahead when even the worst round is above 100%, behind when even the best is below, level otherwise."""
+    return "–" if not s.runs else "ahead" if s.lo > 100 else "behind" if s.hi < 100 else "level"
+
+
+def last_process(g: pd.DataFrame) -> pd.DataFrame:
+    """One shape's rows of one process: from the last restart of its round numbers on (file order)."""
+    r = pd.to_numeric(g["round"], errors="coerce").to_numpy()
+    starts = [0] + [i for i in range(1, len(r)) if not r[i] > r[i - 1]]
+    return g.iloc[starts[-1]:]
+
+
+def peer_goal_rounds(gpu, root) -> tuple[list[list], str] | None:
+    """v7 against the peer from experiments/peer_goal.py's rows (one per round and shape, one process): per shape
+    the rounds, the median (min–max) of the per-round % of the peer by do_bench and by graph replay with a verdict
+    each (rounds_verdict), of the % of cuDNN by both, and the commit. Rows at the latest commit with fa4_status ok,
+    the last process's rounds per shape; None while the file has no such row."""
+    path = data.root(root) / gpu / "experiments" / "peer_goal.csv"
+    if not path.exists():
+        return None
+    df = numeric(peer_rows(data.load(path, PEER_GOAL_COLUMNS)), path, [c for c in PEER_GOAL_COLUMNS if c != "fa4_status"])
+    if not len(df):
+        return None
+    commit = df.git_commit.astype(str).iloc[-1] if "git_commit" in df.columns else "–"
+    if "git_commit" in df.columns:
+        df = df[df.git_commit.astype(str) == commit]
+    rows, counts = [], set()
+    for (d, causal, N), g in df.groupby(["D", "causal", "N"]):
+        g = last_process(g)
+        cells = {c: spread(g.assign(run_id=range(len(g))), c) for c in PEER_GOAL_COLUMNS[5:]}
+        counts.add(len(g))
+        rows.append([int(N), int(d), "yes" if causal else "no", len(g), cells["pct_of_fa4"].text(".1f"),
+                     rounds_verdict(cells["pct_of_fa4"]), cells["graph_pct_of_fa4"].text(".1f"),
+                     rounds_verdict(cells["graph_pct_of_fa4"]), cells["pct_of_sdpa"].text(".1f"),
+                     cells["graph_pct_of_sdpa"].text(".1f"), f"`{commit}`"])
+    n = "–".join(str(c) for c in sorted(counts)) if len(counts) > 1 else str(counts.pop())
+    pooling = (f"the {n} interleaved rounds in one process (v7, the peer and cuDNN on the same inputs, the order "
+               f"rotating each round) at the commit in the last column, `{rel(path)}`")
+    return rows, pooling
+
+
 def section_peer_goal(gpu, root) -> str:
+    rounds = peer_goal_rounds(gpu, root)
+    if rounds is not None:
+        rows, pooling = rounds
+        return "\n".join([
+            f"### v7's forward against the FA3-class peer ({PEER}), N ≥ {PEER_GOAL_MIN_N}",
+            f"Each round's own ratio {PEER} ms ÷ v7 ms (and cuDNN ms ÷ v7 ms), pooled over {pooling}: the median "
+            "(min–max) over the rounds; verdict: ahead when every round is above 100%, behind when every round is "
+            "below, level otherwise (within the spread).", "",
+            md_table(["N", "D", "causal", "rounds", f"% of {PEER}", "verdict", "graph replay", "verdict",
+                      "% of cuDNN", "graph replay", "commit"], rows)])
     found = peer_goal(gpu, root)
     if found is None:
         return ""

@@ -1,0 +1,189 @@
+"""The report's interleaved peer goal, variable-length workloads and the refactor's no-regression check, each built
+from synthetic rows in a temporary results folder: the pooled numbers, the verdicts and what is left out."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from figures import data
+from figures.report import compare_trees, summary, varlen
+from test_figures import GPU, PROV, _bench_rows, _write
+
+build = importlib.import_module("figures.report.build")   # the module (figures.report.build is also its function)
+REPO = Path(__file__).resolve().parent.parent
+NAMES = ["v0_baseline", "v1_tiles", "v2_autotune", "v3_causal_skip", "v4_exp2", "v5_final", "v6_longest_first",
+         "v7_hopper"]
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = tmp_path / "results"
+    shutil.copytree(REPO / "results" / "reference", r / "reference")
+    for i, v in enumerate(NAMES):
+        _write(r / GPU / "bench" / f"{v}.csv", [{**row, "git_commit": "aaaaaaa"} for row in _bench_rows(i, v)])
+    return r
+
+
+def summary_part(root) -> str:
+    text = build.build(root, width=None)
+    return text[:text.index("## The article's rounds")]
+
+
+# ---------------------------------------------------------------- the peer goal from the interleaved rounds
+
+def peer_rounds(pct: dict, commit="1234abc", status="ok", rounds=5):
+    """One row per round and shape as experiments/peer_goal.py writes them; pct[(N, D, causal)] -> per-round %."""
+    rows = []
+    for (N, D, c), f in pct.items():
+        for r in range(1, rounds + 1):
+            p = f(r)
+            rows.append({"round": r, "B": 4, "H": 8, "N": N, "D": D, "causal": c, "ms": 1.0, "fa4_ms": p / 100,
+                         "sdpa_ms": 1.1, "graph_ms": 1.0, "fa4_graph_ms": 1.0, "sdpa_graph_ms": 1.0,
+                         "pct_of_fa4": p, "graph_pct_of_fa4": p - 10, "pct_of_sdpa": 110.0 + r,
+                         "graph_pct_of_sdpa": 100.0, "fa4_status": status, "git_commit": commit, **PROV})
+    return rows
+
+
+def test_peer_goal_prefers_the_interleaved_rounds(root):
+    shapes = {(2048, 64, 0): lambda r: 100.5 + r, (4096, 64, 0): lambda r: 90.0 + r,
+              (2048, 128, 1): lambda r: 98.5 + r, (4096, 128, 1): lambda r: 101.0 + r}
+    path = root / GPU / "experiments" / "peer_goal.csv"
+    # an older process at the same commit first: only the last process's rounds per shape count
+    _write(path, peer_rounds({k: (lambda r: 50.0) for k in shapes}) + peer_rounds(shapes))
+    rows, pooling = summary.peer_goal_rounds(GPU, root)
+    by = {(r[0], r[1], r[2]): r for r in rows}
+    assert by[(2048, 64, "no")][3:6] == [5, "103.5% (101.5–105.5%)", "ahead"]
+    assert by[(4096, 64, "no")][4:6] == ["93.0% (91.0–95.0%)", "behind"]
+    assert by[(2048, 128, "yes")][4:6] == ["101.5% (99.5–103.5%)", "level"]   # the median above, one round below
+    # graph replay 10 points lower: its own verdict; % of cuDNN pooled the same way; the commit in its column
+    assert by[(4096, 128, "yes")][5:9] == ["ahead", "94.0% (92.0–96.0%)", "behind", "113.0% (111.0–115.0%)"]
+    assert by[(4096, 128, "yes")][-1] == "`1234abc`"
+    assert "5 interleaved rounds in one process" in pooling
+    s = summary_part(root)
+    assert "5 interleaved rounds in one process" in s and "| 2048 | 64 | no | 5 | 103.5% (101.5–105.5%) | ahead |" in s
+    assert "1234abc" not in "\n".join(line for line in s.split("\n") if not line.startswith("|"))
+
+
+def test_peer_goal_falls_back_to_the_harness_without_ok_rounds(root):
+    _write(root / GPU / "experiments" / "peer_goal.csv",
+           peer_rounds({(2048, 64, 0): lambda r: 101.0}, status="not installed"))
+    assert summary.peer_goal_rounds(GPU, root) is None
+    path = root / GPU / "bench" / "v7_hopper.csv"
+    rows = [{**r, "git_commit": "bbbbbbb", "fa4_status": "ok", "pct_of_fa4": 104.0}
+            for r in _bench_rows(7, "v7_hopper")]
+    _write(path, rows)
+    s = summary_part(root)
+    assert "interleaved rounds" not in s and "| N | D | causal | runs | % of flash-attn-4 | interval | verdict |" in s
+
+
+# ---------------------------------------------------------------- variable-length workloads
+
+def varlen_run(version, run_id, cache, first_s, pct=100.0, total=True, compare=()):
+    """A bench_varlen.py run: one call row per first-call seconds, the "total" row over all calls unless cut short,
+    and "compare" rows with the given pct_of_tuned."""
+    base = {"version": version, "run_id": run_id, "triton_cache": cache, "pick_cache": cache, "git_commit": "ccccccc",
+            **PROV}
+    rows = [{**base, "row": "call", "index": i, "N": 300 + i, "D": 64, "causal": 0, "first_call_s": s,
+             "pct_of_sdpa": pct} for i, s in enumerate(first_s)]
+    if total:
+        first = sorted(first_s)
+        rows.append({**base, "row": "total", "group": "all", "calls": len(first_s),
+                     "total_first_call_s": sum(first_s), "median_first_call_s": first[len(first) // 2],
+                     "max_first_call_s": max(first_s), "median_pct_of_sdpa": pct})
+    rows += [{**base, "row": "compare", "index": i, "N": 300 + i, "D": 64, "causal": 0, "pct_of_tuned": p}
+             for i, p in enumerate(compare)]
+    return rows
+
+
+def test_varlen_pools_complete_runs_against_the_goals(root):
+    folder = root / GPU / "varlen"
+    _write(folder / "v5_final.csv", varlen_run("v5_final", "a", "cold", [30.0, 20.0, 5.0])
+           + varlen_run("v5_final", "a", "warm", [0.5, 0.05, 0.01], pct=90.0))
+    _write(folder / "v7_hopper.csv", varlen_run("v7_hopper", "b", "cold", [50.0, 15.0, 0.5], pct=105.0)
+           + varlen_run("v7_hopper", "b", "warm", [2.0, 0.2, 0.01], pct=106.0)
+           + varlen_run("v7_hopper", "cut", "warm", [9.0, 9.0], total=False))
+    rows, cut, tuned = varlen.varlen_table(GPU, root)
+    by = {(r[0], r[1]): r for r in rows}
+    assert set(by) == {("`v5_final`", "cold"), ("`v5_final`", "warm"), ("`v7_hopper`", "cold"), ("`v7_hopper`", "warm")}
+    assert by[("`v5_final`", "cold")][2:8] == [1, "3", "55.0", "20.000", "30.00", "100.0%"]
+    assert by[("`v5_final`", "cold")][8] == "total met (55.0 s ≤ 60.0 s)"
+    assert by[("`v7_hopper`", "cold")][8] == "total missed (65.5 s > 60.0 s)"
+    assert by[("`v5_final`", "warm")][8] == "largest met (0.50 s ≤ 1.00 s); median met (0.050 s ≤ 0.100 s)"
+    assert by[("`v7_hopper`", "warm")][8] == "largest missed (2.00 s > 1.00 s); median missed (0.200 s > 0.100 s)"
+    # the run cut short is listed, not pooled (its 9 s calls would miss the warm goal)
+    assert cut == [("v7_hopper", "cut", "warm", "warm", 2)] and by[("`v7_hopper`", "warm")][2] == 1
+    assert tuned.startswith("not measured")
+    page = build.build_all(root)["docs/results/varlen.md"]
+    assert "Incomplete runs" in page and "| `v7_hopper` | `cut` | warm | warm | 2 |" in page
+    assert "Variable-length workloads ([the page](docs/results/varlen.md))" in build.build(root, width=None)
+
+
+def test_varlen_compare_rows_decide_the_tuned_goal(root):
+    _write(root / GPU / "varlen" / "v7_hopper.csv",
+           varlen_run("v7_hopper", "b", "warm", [0.5, 0.01], compare=(99.0, 97.5)))
+    assert varlen.varlen_table(GPU, root)[2] == ("1 of 2 compared calls at ≥ 98% of tuning that N alone (least 97.5%): "
+                                                 "missed")
+    _write(root / GPU / "varlen" / "v7_hopper.csv",
+           varlen_run("v7_hopper", "b", "warm", [0.5, 0.01], compare=(99.0, 98.5)))
+    assert varlen.varlen_table(GPU, root)[2].endswith("(least 98.5%): met")
+
+
+def test_varlen_malformed_file_is_named(root):
+    path = _write(root / GPU / "varlen" / "v7_hopper.csv", [{"version": "v7_hopper", "row": "call"}])
+    with pytest.raises(data.ResultsError, match="v7_hopper.csv"):
+        varlen.varlen_table(GPU, root)
+    path.unlink()
+
+
+# ---------------------------------------------------------------- the refactor's no-regression check
+
+def tree_rows(rounds=3, slow=1.05):
+    """Two shapes: one level (after / before 1.002), one whose graph replay is `slow` times before's; an extra round
+    where only before ran."""
+    rows = []
+    for r in range(1, rounds + 2):
+        for tree, commit in (("before", "dddddd1"), ("after", "eeeeee2")):
+            if r == rounds + 1 and tree == "after":
+                continue   # the incomplete round
+            for N, f in ((1024, 1.002), (4096, slow)):
+                k = f if tree == "after" else 1.0
+                ms = (1.0 + 0.01 * r) * (1.002 if tree == "after" else 1.0)
+                rows.append({"N": N, "D": 64, "causal": 0, "round": r, "tree": tree, "tree_commit": commit, "ms": ms,
+                             "sdpa_ms": 1.0, "graph_ms": 0.5 * k, "sdpa_graph_ms": 0.5, "pct_of_sdpa": 100.0 / ms,
+                             **PROV})
+    return rows
+
+
+def test_compare_trees_ratios_over_complete_rounds(root, capsys):
+    path = _write(root / GPU / "experiments" / "compare_trees.csv", tree_rows())
+    _, a, b, rows = compare_trees.compare(GPU, root)
+    assert (a, b) == ("before", "after") and [r["rounds"] for r in rows] == [3, 3]
+    level, slow = rows
+    assert compare_trees.verdict(level) == "within 1%"
+    assert compare_trees.verdict(slow) == "graph replay: after slower by 5.0%"
+    assert compare_trees.cell(slow["graph_ms"]) == "1.050 (1.050–1.050)"
+    assert "at 1 of 2 shapes" in compare_trees.within_count(GPU, root)
+    page = build.build_all(root)["docs/results/compare_trees.md"]
+    assert "| before | `dddddd1` | 4 |" in page and "| after | `eeeeee2` | 3 |" in page
+    assert "| 4096 | 64 | no | 3 |" in page and "graph replay: after slower by 5.0%" in page
+    assert "at 1 of 2 shapes" in build.build(root, width=None)
+    # the script's --summary prints the report's table: one implementation
+    spec = importlib.util.spec_from_file_location("compare_trees_script", REPO / "scripts" / "compare_trees.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.summary(path, "before", "after") == 0
+    assert compare_trees.table(rows) in capsys.readouterr().out
+
+
+def test_compare_trees_faster_and_unknown_labels(root):
+    _write(root / GPU / "experiments" / "compare_trees.csv", tree_rows(slow=0.9))
+    rows = compare_trees.compare(GPU, root)[3]
+    assert compare_trees.verdict(rows[1]) == "graph replay: after faster by 10.0%"
+    df = compare_trees.load(root / GPU / "experiments" / "compare_trees.csv")
+    with pytest.raises(data.ResultsError, match="no tree 'later'"):
+        compare_trees.labels(df, "before", "later")
