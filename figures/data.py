@@ -98,7 +98,8 @@ def bench(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM) -> tuple[p
     kernels (default_rows), in registry order.
 
     Versions without a file are left out (and named on stderr); none at all is a ResultsError
-    naming the folder. A file with several protocols keeps the latest (see latest_protocol)."""
+    naming the folder. A file with several protocols keeps the latest of at least MIN_PROTOCOL_RUNS runs (see
+    latest_protocol)."""
     folder = root(results_root) / gpu_slug / "bench"
     frames, paths, missing = [], [], []
     for v in versions.VERSIONS:
@@ -110,7 +111,7 @@ def bench(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM) -> tuple[p
         if not len(rows):   # only other head dimensions' rows
             missing.append(path)
             continue
-        frames.append(latest_protocol(rows))
+        frames.append(latest_protocol(rows, MIN_PROTOCOL_RUNS))
         paths.append(path)
     if not frames:
         raise ResultsError(f"results file {missing[0]} does not exist (nor any other version's in {folder})")
@@ -133,13 +134,50 @@ def default_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["switches"].map(default_kernels)] if "switches" in df.columns else df
 
 
-def latest_protocol(df: pd.DataFrame) -> pd.DataFrame:
+# A protocol of fewer runs than this (a one-off run for the peer column, say) does not replace the latest full one in
+# the harness tables; a file with no protocol that long keeps its latest of any length.
+MIN_PROTOCOL_RUNS = 3
+
+
+def latest_protocol(df: pd.DataFrame, min_runs: int = 1) -> pd.DataFrame:
     """The rows of the latest protocol in a harness file: run ids are '<protocol>/<run>' (or a bare
-    label); the protocol whose newest row has the latest date wins (by row order without dates)."""
+    label); the protocol whose newest row has the latest date wins (by row order without dates), among those of at
+    least `min_runs` runs where there are any."""
     protocol = df["run_id"].astype(str).str.rsplit("/", n=1).str[0]
     order = df["date"] if "date" in df.columns else pd.Series(range(len(df)), index=df.index)
     newest = order.groupby(protocol).max()
+    if min_runs > 1:
+        runs = df["run_id"].astype(str).groupby(protocol).nunique().reindex(newest.index)
+        if (runs >= min_runs).any():
+            newest = newest[runs >= min_runs]
     return df[protocol == newest.idxmax()]
+
+
+def peer_measured_rows(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM) -> pd.DataFrame:
+    """Every version's bench rows at head dimension D of the default kernels whose peer was measured (fa4_status
+    'ok'), at the latest commit that has such rows for that version: the runs the peer column pools, whatever
+    protocol they belong to."""
+    folder = root(results_root) / gpu_slug / "bench"
+    frames = []
+    for v in versions.VERSIONS:
+        path = folder / f"{v.name}.csv"
+        if not path.exists():
+            continue
+        rows = default_rows(at_head_dim(load(path, BENCH_COLUMNS), D))
+        if "fa4_status" not in rows.columns:
+            continue
+        rows = latest_commit(rows[rows["fa4_status"].astype(str).str.strip() == "ok"])
+        if len(rows):
+            frames.append(rows)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["version", "N", "causal"])
+
+
+def latest_commit(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows measured at the commit of the newest row (by date; by row order without dates)."""
+    if not len(df) or "git_commit" not in df.columns:
+        return df
+    order = df["date"] if "date" in df.columns else pd.Series(range(len(df)), index=df.index)
+    return df[df["git_commit"] == df.loc[order.idxmax(), "git_commit"]]
 
 
 HOSTPATH_VERSIONS = ("v5_final", "v6_longest_first", "v7_hopper")   # the versions with the lean host path
@@ -155,9 +193,9 @@ def hostpath(gpu_slug: str, version: str, results_root=None) -> tuple[pd.DataFra
         if all(c in df.columns for c in HOSTPATH_COLUMNS):
             timed = df.dropna(subset=["graph_ms", "host_us", "sdpa_graph_ms", "sdpa_host_us"])
             if len(timed):
-                return latest_protocol(timed), bench
+                return latest_protocol(timed, MIN_PROTOCOL_RUNS), bench
     path = root(results_root) / gpu_slug / "hostpath" / f"{version}.csv"
-    return latest_protocol(load(path, HOSTPATH_COLUMNS)), path
+    return latest_protocol(load(path, HOSTPATH_COLUMNS), MIN_PROTOCOL_RUNS), path
 
 
 def hostpath_tables(gpu_slug: str, results_root=None) -> list[tuple[str, pd.DataFrame, Path]]:

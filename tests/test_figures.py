@@ -782,3 +782,21 @@ def test_host_vs_graph_draws_the_no_flush_timing_only_where_every_row_has_it():
     new = old.assign(noflush_ms=[0.3, 0.4], sdpa_noflush_ms=[0.2, 0.3])
     assert measures(new) == MEASURES + (NOFLUSH,)
     assert measures(new.assign(sdpa_noflush_ms=[0.2, None])) == MEASURES   # a gap: not drawn as if measured
+
+
+def test_a_later_run_shorter_than_a_protocol_does_not_replace_it(tmp_path):
+    """A one-off run (a bare run id, e.g. one harness run for the peer column) appended after a 3-run protocol leaves
+    the harness tables on the protocol, and its peer rows still reach the peer column's pool; a file with only short
+    runs keeps its latest."""
+    path = tmp_path / GPU / "bench" / "v7_hopper.csv"
+    rows = _bench_rows(7, "v7_hopper")
+    one = [{**r, "run_id": "peer-D64", "date": "2026-11-30T00:00:00+00:00", "ms": 3 * r["ms"],
+            "fa4_status": "ok", "pct_of_fa4": 95.0, "git_commit": "1234567"} for r in rows if r["run_id"].endswith("/1")]
+    _write(path, rows + one)
+    bench, _ = data.bench(GPU, tmp_path)
+    assert set(bench.run_id.str[:22]) == {"20261129T000000-abcdef"}
+    peer = data.peer_measured_rows(GPU, tmp_path)
+    assert set(peer.run_id) == {"peer-D64"} and len(peer) == len(one)
+    _write(path, one)
+    bench, _ = data.bench(GPU, tmp_path)
+    assert set(bench.run_id) == {"peer-D64"}

@@ -96,6 +96,14 @@ def test_readme_block_is_what_the_report_computes():
     assert readme.differences(REPO / "README.md") == []
 
 
+def test_readme_is_a_landing_page():
+    """README.md, generated blocks included: at most 120 lines, none over 300 characters, no path outside the repo."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 120, len(lines)
+    assert [n for n, line in enumerate(lines, 1) if len(line) > 300] == []
+    assert not [line for line in lines if "../" in line]
+
+
 def test_readme_writer_touches_only_the_blocks_and_catches_a_hand_edit(root, tmp_path):
     path = tmp_path / "README.md"
     before, middle, after = "# Title\n\nProse 4096 before.\n\n", "\n\nProse between.\n\n", "\n\n## Tasks\nafter\n"

@@ -60,7 +60,7 @@ def backward_summary(gpu, root):
         # the latest protocol of each dQ mode (bench --mode bwd --dq-mode atomic appends its own protocol)
         modes = df["dq_mode"].fillna("separate").astype(str) if "dq_mode" in df else pd.Series("separate", df.index)
         for mode in sorted(set(modes), key=lambda m: (m != "separate", m)):
-            latest = data.latest_protocol(df[modes == mode])
+            latest = data.latest_protocol(df[modes == mode], data.MIN_PROTOCOL_RUNS)
             g = latest.groupby(["causal", "N"])
             out = g.agg(runs=("run_id", "nunique"), fwd_bwd_ms=("fwd_bwd_ms", "median"), bwd_ms=("bwd_ms", "median"),
                         sdpa_fwd_bwd_ms=("sdpa_fwd_bwd_ms", "median"), sdpa_bwd_ms=("sdpa_bwd_ms", "median"),
@@ -68,7 +68,7 @@ def backward_summary(gpu, root):
             for c, name in zip(BWD_FLASH + BWD_HOST, ("fb_pct_fa", "b_pct_fa", "host_us", "sdpa_host_us",
                                                        "flash_host_us")):
                 out[name] = pd.to_numeric(g[c].median(), errors="coerce") if c in latest.columns else float("nan")
-            peer = peer_rows(latest)
+            peer = data.latest_commit(peer_rows(df[modes == mode]))   # the peer's own runs, whatever protocol
             out["b_pct_peer"] = (pd.to_numeric(peer["bwd_pct_of_fa4"], errors="coerce").groupby(
                 [peer.causal, peer.N]).median() if len(peer) and "bwd_pct_of_fa4" in peer else float("nan"))
             # dq_mode "auto" resolves per shape (the harness's dq_mode_ran column, since commit 3186851)

@@ -32,7 +32,7 @@ def results_block(root=None) -> str:
     if gpu is None:
         raise data.ResultsError(f"no measured GPU under {data.root(root)}: nothing to report")
     rows, pooling, _ = headline(gpu, root)
-    out = [f"On the {gpu} at N = {HEADLINE_N}, % of SDPA's default backend (cuDNN) and of {PEER} (above 100%: faster), "
+    out = [f"{gpu}, N = {HEADLINE_N}: % of SDPA's default backend (cuDNN) and of {PEER} (over 100%: faster), "
            f"pooled over {pooling}:", "", versions_table(rows)]
     pools, path = goal_cells(gpu, root)
     if pools:
@@ -46,7 +46,8 @@ def results_block(root=None) -> str:
     bwd, _ = backward_headline(gpu, root)
     if bwd:   # the last version with a backward: one line (RESULTS.md's summary has every version's)
         r = bwd[-1]
-        peer = (f"{fmt(r['peer_0'], '.0f', '%')} / {fmt(r['peer_1'], '.0f', '%')} of {PEER}'s"
+        peer = (f"{fmt(r['peer_0'], '.0f', '%')} / {fmt(r['peer_1'], '.0f', '%')} of {PEER}'s (its runs at the "
+                f"latest commit that measured it)"
                 if r["peer_0"] == r["peer_0"] or r["peer_1"] == r["peer_1"] else f"{PEER}: {NOT_YET}")
         out += ["", f"The backward of `{r['version']}` at N = {HEADLINE_N} (non-causal / causal; {r['dq_mode']} dQ, "
                 f"{r['runs']} runs of its latest protocol, medians of per-run ratios): {fmt(r['b_0'], '.0f', '%')} / "

@@ -50,17 +50,19 @@ def headline(gpu, root, N: int = HEADLINE_N) -> tuple[list[dict], str, list]:
     and, over the rows whose peer was measured, of the per-run % of the peer; the phrase saying what it pools; the
     files. README's block and RESULTS.md's summary both print this."""
     df, paths = data.bench(gpu, root)
+    measured = data.peer_measured_rows(gpu, root)
     out = []
     for v in versions.VERSIONS:
         rows = df[(df.version == v.name) & (df.N == N)]
         if not len(rows):
             continue
-        peer = peer_rows(rows)
+        peer = peer_rows(measured[(measured.version == v.name) & (measured.N == N)])
         out.append({"version": v.name, "round": getattr(v, "round_label", None) or str(v.round),
                     **{f"sdpa_{c}": spread(rows[rows.causal == c], "pct_of_sdpa") for c in (0, 1)},
                     **{f"peer_{c}": spread(peer[peer.causal == c], "pct_of_fa4") for c in (0, 1)}})
-    pooling = (f"each version's latest harness protocol in `results/{gpu}/bench/` (default kernels, "
-               f"D = {shapes.HEAD_DIM}): the median (min–max) over its runs of each run's own ratio")
+    pooling = (f"each version's latest protocol of ≥ {data.MIN_PROTOCOL_RUNS} runs (`results/{gpu}/bench/`, "
+               f"D = {shapes.HEAD_DIM}; the peer: its runs at the latest commit that measured it), the median (min–max) "
+               f"of each run's ratio")
     return out, pooling, paths
 
 
