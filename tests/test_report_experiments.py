@@ -187,3 +187,11 @@ def test_compare_trees_faster_and_unknown_labels(root):
     df = compare_trees.load(root / GPU / "experiments" / "compare_trees.csv")
     with pytest.raises(data.ResultsError, match="no tree 'later'"):
         compare_trees.labels(df, "before", "later")
+
+
+def test_compare_trees_calls_a_ratio_whose_rounds_straddle_one_level():
+    """A median off by more than 1% whose rounds' min-max holds 1 is noise: level, not slower or faster."""
+    r = {"rounds": 3, "graph_ms": [0.97, 1.03, 1.05], "pct_of_sdpa": [1.0, 1.0, 1.0], "ms": [1.0, 1.0, 1.0]}
+    assert compare_trees.verdict(r) == "graph replay: level (the spread holds 1)"
+    r["graph_ms"] = [1.02, 1.03, 1.05]
+    assert compare_trees.verdict(r) == "graph replay: after slower by 3.0%"

@@ -59,17 +59,23 @@ def cell(xs: list[float], spec: str = ".3f") -> str:
 
 
 def verdict(r: dict, b: str = "after") -> str:
-    """'within 1%' when the median ratio is within 1% by graph replay and by % of cuDNN, else what each says."""
+    """'within 1%' when the median ratio is within 1% by graph replay and by % of cuDNN; else, for each measure off by
+    more, 'level (spread)' when its rounds' min-max holds 1 (a difference under the spread is noise), or by how much
+    B is slower or faster."""
     if not r["rounds"]:
         return "no complete round"
     graph, pct = statistics.median(r["graph_ms"]), statistics.median(r["pct_of_sdpa"])
     if abs(graph - 1) <= LEVEL and abs(pct - 1) <= LEVEL:
         return f"within {100 * LEVEL:.0f}%"
     said = []
-    if abs(graph - 1) > LEVEL:   # a time ratio above 1: B slower
-        said.append(f"graph replay: {b} {'slower' if graph > 1 else 'faster'} by {100 * abs(graph - 1):.1f}%")
-    if abs(pct - 1) > LEVEL:     # a % of cuDNN ratio below 1: B slower
-        said.append(f"% of cuDNN: {b} {'slower' if pct < 1 else 'faster'} by {100 * abs(pct - 1):.1f}%")
+    for name, values, m, slower in (("graph replay", r["graph_ms"], graph, graph > 1),      # a time ratio > 1: slower
+                                    ("% of cuDNN", r["pct_of_sdpa"], pct, pct < 1)):       # a % ratio < 1: slower
+        if abs(m - 1) <= LEVEL:
+            continue
+        if min(values) <= 1 <= max(values):
+            said.append(f"{name}: level (the spread holds 1)")
+        else:
+            said.append(f"{name}: {b} {'slower' if slower else 'faster'} by {100 * abs(m - 1):.1f}%")
     return "; ".join(said)
 
 
