@@ -1151,6 +1151,12 @@ def test_goal_section_calls_each_shape_ahead_level_or_behind_from_the_latest_com
     assert "| 512 | no | 8 | " in text and text.split("| 512 | no | 8 | ")[1].split("\n")[0].endswith("| level |")
     assert "Ahead at 1 of 3 shapes; behind at N = 1024 non-causal" in text and text.endswith("is not met.")
     assert "Pooled over" not in text   # the boundary commit is not among these rows: no pooled table
+    # a later one-off run (one harness run for the peer column, say) does not become "the latest commit's runs"
+    append_rows(path, rows("ccccccc", [50], 4096))
+    assert "over the 8 runs at v7's latest commit with at least 3 runs" in report.section_goal(GPU, tmp_path)
+    import pandas as pd
+
+    pd.read_csv(path).iloc[:-1].to_csv(path, index=False)   # back to the rows above
     # pooled from the boundary commit's first row on: aaaaaaa's 8 runs at 1024 join bbbbbbb's
     from figures.report import goal
 

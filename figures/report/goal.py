@@ -126,7 +126,12 @@ def goal_pools(gpu, root) -> tuple[list[tuple[str, str, pd.DataFrame]], Path]:
         return [], path
     commits = every.git_commit.astype(str) if "git_commit" in every.columns else None
     latest = every if commits is None else every[commits == commits.iloc[-1]]
-    pools = [("latest", f"the {latest.run_id.nunique()} runs at v7's latest commit", latest)]
+    if commits is not None and latest.run_id.nunique() < data.MIN_PROTOCOL_RUNS:   # a one-off run: the last commit
+        runs = every.groupby(commits, sort=False).run_id.nunique()                # with a protocol's worth of runs
+        full = [c for c in commits.drop_duplicates() if runs[c] >= data.MIN_PROTOCOL_RUNS]
+        latest = every[commits == full[-1]] if full else latest
+    pools = [("latest", f"the {latest.run_id.nunique()} runs at v7's latest commit with at least "
+                        f"{data.MIN_PROTOCOL_RUNS} runs", latest)]
     since = [] if commits is None else commits.str.startswith(GOAL_KERNELS_SINCE).to_numpy().nonzero()[0]
     pooled = every.iloc[since[0]:] if len(since) else None
     if pooled is not None and pooled.git_commit.nunique() > 1:
