@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from fa2lab import versions
 from figures import data, report
 from figures.report import readme, summary
 from test_figures import GPU, PROV, _bench_rows, _write
 
 build = importlib.import_module("figures.report.build")   # the module (figures.report.build is also its function)
 REPO = Path(__file__).resolve().parent.parent
-NAMES = ["v0_baseline", "v1_tiles", "v2_autotune", "v3_causal_skip", "v4_exp2", "v5_final", "v6_longest_first",
-         "v7_hopper"]
+NAMES = list(versions.NAMES)
 
 
 @pytest.fixture

@@ -3,9 +3,7 @@ from synthetic rows in a temporary results folder: the pooled numbers, the verdi
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,20 +11,9 @@ import pytest
 from figures import data
 from figures.report import compare_trees, summary, varlen
 from test_figures import GPU, PROV, _bench_rows, _write
+from test_report_build import build, root  # noqa: F401 - root is the shared fixture: every version's bench rows
 
-build = importlib.import_module("figures.report.build")   # the module (figures.report.build is also its function)
 REPO = Path(__file__).resolve().parent.parent
-NAMES = ["v0_baseline", "v1_tiles", "v2_autotune", "v3_causal_skip", "v4_exp2", "v5_final", "v6_longest_first",
-         "v7_hopper"]
-
-
-@pytest.fixture
-def root(tmp_path):
-    r = tmp_path / "results"
-    shutil.copytree(REPO / "results" / "reference", r / "reference")
-    for i, v in enumerate(NAMES):
-        _write(r / GPU / "bench" / f"{v}.csv", [{**row, "git_commit": "aaaaaaa"} for row in _bench_rows(i, v)])
-    return r
 
 
 def summary_part(root) -> str:

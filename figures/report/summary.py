@@ -162,8 +162,7 @@ def peer_goal(gpu, root) -> tuple[list[list], str] | None:
     df = peer_rows(data.default_rows(df))
     if "pct_of_fa4" not in df.columns or not len(df):
         return None
-    if "git_commit" in df.columns:
-        df = df[df.git_commit.astype(str) == df.git_commit.astype(str).iloc[-1]]
+    df = data.latest_commit(df)
     D = pd.to_numeric(df["D"], errors="coerce").fillna(shapes.HEAD_DIM) if "D" in df else shapes.HEAD_DIM
     df = df.assign(D=D)
     df = df[(df.N >= PEER_GOAL_MIN_N) & df.D.isin(PEER_GOAL_D)]
@@ -208,9 +207,8 @@ def peer_goal_rounds(gpu, root) -> tuple[list[list], str] | None:
     df = numeric(peer_rows(data.load(path, PEER_GOAL_COLUMNS)), path, [c for c in PEER_GOAL_COLUMNS if c != "fa4_status"])
     if not len(df):
         return None
-    commit = df.git_commit.astype(str).iloc[-1] if "git_commit" in df.columns else "–"
-    if "git_commit" in df.columns:
-        df = df[df.git_commit.astype(str) == commit]
+    df = data.latest_commit(df)
+    commit = df.git_commit.astype(str).iloc[0] if "git_commit" in df.columns else "–"
     rows, counts = [], set()
     for (d, causal, N), g in df.groupby(["D", "causal", "N"]):
         g = last_process(g)
