@@ -156,7 +156,7 @@ def test_compare_trees_ratios_over_complete_rounds(root, capsys):
     assert compare_trees.cell(slow["graph_ms"]) == "1.050 (1.050–1.050)"
     assert "at 1 of 2 shapes" in compare_trees.within_count(GPU, root)
     page = build.build_all(root)["docs/results/compare_trees.md"]
-    assert "| before | `dddddd1` | 4 |" in page and "| after | `eeeeee2` | 3 |" in page
+    assert "| before | `dddddd1` | 3 |" in page and "| after | `eeeeee2` | 3 |" in page   # round 4 had no after
     assert "| 4096 | 64 | no | 3 |" in page and "graph replay: after slower by 5.0%" in page
     assert "at 1 of 2 shapes" in build.build(root, width=None)
     # the script's --summary prints the report's table: one implementation
@@ -165,6 +165,18 @@ def test_compare_trees_ratios_over_complete_rounds(root, capsys):
     spec.loader.exec_module(script)
     assert script.summary(path, "before", "after") == 0
     assert compare_trees.table(rows) in capsys.readouterr().out
+
+
+def test_compare_trees_pools_only_the_latest_after_commit(root):
+    """Rounds against an earlier checkout of `after` are history: a later commit's rounds replace them in the pool."""
+    old = tree_rows(slow=1.05)
+    new = [dict(r, round=r["round"] + 10, tree_commit="ffffff3" if r["tree"] == "after" else r["tree_commit"])
+           for r in tree_rows(rounds=5, slow=0.9)]
+    _write(root / GPU / "experiments" / "compare_trees.csv", old + new)
+    df, _, _, rows = compare_trees.compare(GPU, root)
+    assert [r["rounds"] for r in rows] == [5, 5]
+    assert compare_trees.verdict(rows[1]) == "graph replay: after faster by 10.0%"
+    assert set(df.tree_commit) == {"dddddd1", "ffffff3"} and df["round"].min() == 11
 
 
 def test_compare_trees_faster_and_unknown_labels(root):

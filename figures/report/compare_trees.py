@@ -38,11 +38,22 @@ def labels(df: pd.DataFrame, a: str | None = None, b: str | None = None) -> tupl
     return a, b
 
 
+def pooled(df: pd.DataFrame, b: str) -> pd.DataFrame:
+    """The rounds that measured B at its latest commit (the last in file order): a later checkout of B starts a new
+    comparison, and the rounds of an earlier one are history, not pooled with it."""
+    mine = df[df.tree == b]
+    if not len(mine):
+        return df
+    rounds = set(mine[mine.tree_commit == mine.tree_commit.iloc[-1]]["round"])
+    return df[df["round"].isin(rounds)]
+
+
 def ratios(df: pd.DataFrame, a: str, b: str) -> list[dict]:
-    """Per (N, D, causal): the complete rounds and, for each metric, the per-round ratios B / A (a round counts when
-    both trees have that shape's row in it; the last row per round and tree where a round was re-run)."""
+    """Per (N, D, causal): the complete rounds of B's latest commit (`pooled`) and, for each metric, the per-round
+    ratios B / A (a round counts when both trees have that shape's row in it; the last row per round and tree where a
+    round was re-run)."""
     out = []
-    df = df[df.tree.isin([a, b])]
+    df = pooled(df[df.tree.isin([a, b])], b)
     for (N, D, c), g in df.groupby(["N", "D", "causal"]):
         per = g.drop_duplicates(["round", "tree"], keep="last").pivot(index="round", columns="tree", values=list(METRICS))
         per = per.dropna()
@@ -95,7 +106,7 @@ def compare(gpu, root) -> tuple[pd.DataFrame, str, str, list[dict]] | None:
         return None
     df = load(path)
     a, b = labels(df)
-    return df, a, b, ratios(df, a, b)
+    return pooled(df, b), a, b, ratios(df, a, b)
 
 
 def within_count(gpu, root) -> str:
