@@ -1,8 +1,8 @@
-"""Workarounds for two gaps in Triton 3.6's CPU interpreter (TRITON_INTERPRET=1), so that a user can
+"""Workarounds for three gaps in Triton 3.6's CPU interpreter (TRITON_INTERPRET=1), so that a user can
 import any version and call `apply()` on CPU tensors.
 
 When: fa2lab.checks.validate_qkv, which every version's host wrapper (and the shared backward) calls
-before it launches anything, ends with `install_if_interpreting()`: it installs both patches, once per
+before it launches anything, ends with `install_if_interpreting()`: it installs the patches, once per
 process, when fa2lab.gpu.interpreting() says TRITON_INTERPRET is on, and does nothing otherwise.
 tests/conftest.py and tests/test_backward.py call `patch_interpreter()` themselves, for the kernels
 some tests launch directly.
@@ -18,6 +18,9 @@ What, and why nothing changes on a GPU:
   first candidate when interpreting, but Triton 3.6's autotuner still times a pruned list of one; the
   patch makes Autotuner._bench return equal times without running anything while interpreting() is
   true, checked on every call, so a process that is not interpreting times as Triton does.
+- A tensor used as an index (a `range` bound, say) was converted by `int()` of its one-element numpy
+  array, which numpy deprecated in 1.25 and refuses from 2.5 on: every kernel with a runtime loop bound
+  raised under the interpreter there. The patch takes the element out with `.item()` first.
 - `only_config` leaves an autotuner one candidate, which it then runs without pruning or timing, so a
   test can check every configuration of the list in turn (tile_candidates).
 """
@@ -46,8 +49,8 @@ def install_if_interpreting() -> bool:
 
 
 def patch_interpreter() -> None:
-    """Install both patches, whatever the environment says (idempotent): the bf16 tl.dot fix into the
-    interpreter's builder, and untimed autotuning while interpreting."""
+    """Install the patches, whatever the environment says (idempotent): the bf16 tl.dot fix into the
+    interpreter's builder, untimed autotuning while interpreting, and the index conversion."""
     global _patched
     if _patched:
         return
@@ -75,6 +78,16 @@ def patch_interpreter() -> None:
         return bench(self, *args, config=config, **meta)
 
     Autotuner._bench = _bench
+
+    patch_tensor = interpreter._patch_lang_tensor
+
+    def _patch_lang_tensor(tensor, scope):
+        # Triton 3.6's interpreted tensor converts to an index by int() of its one-element array, which numpy
+        # deprecated in 1.25 and refuses from 2.5 on; .item() takes the element out first.
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).item()))
+
+    interpreter._patch_lang_tensor = _patch_lang_tensor
     _patched = True
 
 

@@ -35,7 +35,9 @@ CASES = [
 
 # What the user's process runs. argv[1]: {"cases": CASES, "tol": {dtype: [rel, abs]}}; prints one JSON line.
 USER_SCRIPT = r"""
-import json, sys
+import json, sys, warnings
+# numpy >= 2.5 refuses what older numpy only deprecates (a one-element array to a scalar): fail here as there
+warnings.filterwarnings("error", message="Conversion of an array with ndim > 0", category=DeprecationWarning)
 import torch
 import torch.nn.functional as F
 import flashattention_autograd_function_triton as m
