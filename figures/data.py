@@ -387,11 +387,13 @@ def gluon_best(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ncu(gpu_slug: str, results_root=None, folder_name: str = "ncu") -> list[tuple[pd.DataFrame, Path]]:
+def ncu(gpu_slug: str, results_root=None, folder_name: str = "ncu",
+        D: int | None = shapes.HEAD_DIM) -> list[tuple[pd.DataFrame, Path]]:
     """Every Nsight Compute summary in results/<gpu>/ncu/ (<tag>.csv, written by profiling/run_profile.py
     --tool ncu; the raw exports beside them, <tag>.raw.csv, are not summaries), in name order; ncu_bwd/
     for the backward's (--mode bwd). Only the default kernels' rows (default_rows): those of runs made with a switch
-    away from its default (fa2lab.provenance.default_kernels) stay in the files and out of the tables."""
+    away from its default (fa2lab.provenance.default_kernels) stay in the files and out of the tables. Only the rows
+    at head dimension D (at_head_dim; default the harness's; None: every D)."""
     folder = root(results_root) / gpu_slug / folder_name
     paths = sorted(p for p in folder.glob("*.csv") if not p.name.endswith(".raw.csv")) if folder.is_dir() else []
     if not paths:
@@ -400,6 +402,7 @@ def ncu(gpu_slug: str, results_root=None, folder_name: str = "ncu") -> list[tupl
     out = []
     for p in paths:
         df = default_rows(load(p, NCU_COLUMNS))
+        df = df if D is None else at_head_dim(df, D)
         if len(df):
             out.append((df, p))
     return out

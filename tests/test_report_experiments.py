@@ -194,3 +194,48 @@ def test_compare_trees_calls_a_ratio_whose_rounds_straddle_one_level():
     assert compare_trees.verdict(r) == "graph replay: level (the spread holds 1)"
     r["graph_ms"] = [1.02, 1.03, 1.05]
     assert compare_trees.verdict(r) == "graph replay: after slower by 3.0%"
+
+
+# ---------------------------------------------------------------- v7 beside the peer under Nsight Compute
+
+def peer_ncu_rows(run_id: str, v7_us: float, barrier: tuple[float, float], grid=(132, 1024)) -> list[dict]:
+    """One run of profile_driver --peer fa4 at N = 4096, D = 128, non-causal: v7, the peer and cuDNN."""
+    flop = 4 * 4 * 8 * 4096 * 4096 * 128
+    rows = []
+    for who, us, g, bar in (("v7_hopper", v7_us, grid[0], barrier[0]), ("fa4-fwd", 390.0, grid[1], barrier[1]),
+                            ("sdpa", 412.0, 132, 1.4)):
+        rows.append({"kernel": f"{who} N=4096 causal=0/k", "version": who, "N": 4096, "causal": 0, "D": 128,
+                     "config": "", "predicted_flops": flop, "gpu__time_duration.sum [ns]": us * 1e3,
+                     "dram__bytes_read.sum [byte]": 1e8, "dram__bytes_write.sum [byte]": 3e7,
+                     "l1tex__m_xbar2l1tex_read_bytes.sum [byte]": 2e9, "launch__block_size": 384,
+                     "launch__grid_size": g, "device__attribute_multiprocessor_count": 132,
+                     "launch__registers_per_thread [register/thread]": 168,
+                     "launch__shared_mem_per_block_dynamic [byte/block]": 229760 if who == "v7_hopper" else 164864,
+                     "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active [%]": 74.0,
+                     "sm__ops_path_tensor_src_bf16_dst_fp32.sum": flop,
+                     "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio [inst]": bar,
+                     "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio [inst]": 1.6,
+                     "run_id": run_id, "date": run_id, **{k: v for k, v in PROV.items() if k != "date"}})
+    return rows
+
+
+def test_peer_profile_tables_and_what_differs(root):
+    page_of = lambda: build.build_all(root)["docs/results/peer-profile.md"]   # noqa: E731
+    assert "not measured yet" in page_of()
+    path = root / GPU / "ncu" / "v7_hopper_fa4_N4096_noncausal_D128.csv"
+    _write(path, peer_ncu_rows("2026-12-01T00:00:00+00:00", 800.0, (0.6, 0.6))
+           + peer_ncu_rows("2026-12-01T01:00:00+00:00", 420.0, (3.5, 0.6)))
+    page = page_of()
+    assert "#### N = 4096, D = 128, non-causal" in page
+    assert "| µs under ncu | 420.0 | 390.0 | 412.0 |" in page           # the file's last run, not the first
+    assert "| CTAs (query rows each) | 132 (persistent) | 1,024 (128) | 132 (persistent) |" in page
+    assert "- Time: flash-attn-4 takes 0.929× v7's (390.0 µs against 420.0)." in page
+    assert "- Stall 'barrier': 3.50 cycles per issued instruction in v7, 0.60 in flash-attn-4." in page
+    assert "- Stall 'wait'" not in page                                  # equal: not a difference
+    assert "- The same in both: 384 threads per CTA and 168 registers per thread." in page
+    assert "- Shared memory: 229.8 KB per CTA in v7, 164.9 KB in flash-attn-4." in page
+    # the harness's final-profile table (D = 64) leaves the D = 128 rows out
+    assert "| fa4-fwd | 4096 |" not in build.build(root, width=None)
+    _write(path, peer_ncu_rows("2026-12-01T02:00:00+00:00", 420.0, (0.7, 0.6), grid=(1024, 1024)))
+    page = page_of()
+    assert "Stall 'barrier'" not in page and "- Grid:" not in page

@@ -21,6 +21,7 @@ from figures.report.backward import (section_backward, section_backward_brief, s
                                      section_backward_sweep, section_bwd_modes)
 from figures.report.checks import section_nonsquare, section_pending
 from figures.report.compare_trees import section_compare_trees, within_count
+from figures.report.peer_profile import section_peer_profile
 from figures.report.experiments import section_exp2_poly, section_grid, section_launch_order, section_pcast, section_timing
 from figures.report.experiments_v7 import section_coldstart, section_dobench, section_gluon, section_items, section_tl_pick
 from figures.report.goal import section_goal, section_other_shapes
@@ -147,6 +148,8 @@ PAGES: list[Page] = [
          (gpu_part(section_backward_profile),)),
     Page("varlen", "Variable-length workloads", "what a new sequence length costs, cold and warm, against the goals",
          (gpu_part(section_varlen),)),
+    Page("peer-profile", "v7 beside flash-attn-4 under Nsight Compute", "the two forwards' kernels side by side where "
+         "the peer is ahead, and what differs", (gpu_part(section_peer_profile),)),
     Page("compare_trees", "The refactor's no-regression check", "v7 after a refactor against before, round by round",
          (gpu_part(section_compare_trees),)),
     Page("nonsquare", "The non-square causal check", "every version on non-square causal inputs",

@@ -88,6 +88,8 @@ def ncu_profile(gpu, root):
             occ_achieved=extra["occ_achieved"], inst=extra["inst"], pipe_tensor=extra["pipe_tensor"],
             stall_1=stall["stall_1"] if "stall_1" in stall else "", stall_2=stall["stall_2"] if "stall_2" in stall
             else ""))
+    if not frames:   # only summaries at another head dimension (the peer profile's D = 128, say)
+        return None, folder, ""
     out = pd.concat(frames, ignore_index=True)
     out["causal"] = out["causal"].astype(int)
     out["N"] = out["N"].astype(int)

@@ -232,7 +232,8 @@ def section_peer_goal(gpu, root) -> str:
             f"### v7's forward against the FA3-class peer ({PEER}), N ≥ {PEER_GOAL_MIN_N}",
             f"Each round's own ratio {PEER} ms ÷ v7 ms (and cuDNN ms ÷ v7 ms), pooled over {pooling}: the median "
             "(min–max) over the rounds; verdict: ahead when every round is above 100%, behind when every round is "
-            "below, level otherwise (within the spread).", "",
+            "below, level otherwise (within the spread). The two kernels under Nsight Compute: "
+            "[the peer profile](docs/results/peer-profile.md).", "",
             md_table(["N", "D", "causal", "rounds", f"% of {PEER}", "verdict", "graph replay", "verdict",
                       "% of cuDNN", "graph replay", "commit"], rows)])
     found = peer_goal(gpu, root)
