@@ -340,6 +340,9 @@ def run(script: str, names: list[str], args) -> int:
         capture_torch(calls, args.iters, args.torch_trace)
         print(f"torch.profiler trace: {args.torch_trace}")
     for name, m in modules.items():
+        if hasattr(m, "last_path") and m.last_path():   # v7: the route the race took (tma, gluon or v6) and its pick
+            print(f"{name}: ran its {m.last_path()} path, {m.last_config()}")
+            continue
         best = getattr(m.flash_fwd_kernel, "best_config", None)
         print(f"{name}: ran {best if best is not None else describe_config(m)}")
     print("captured region done")

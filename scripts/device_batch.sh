@@ -37,11 +37,15 @@
 #   profile-v7-nc     ncu of v7 (its default non-causal path) beside SDPA at N = ${PROFILE_NS:-1024 2048 4096}, non-causal
 #                     (PROFILE_SOURCE=1: also the per-instruction source page, run_profile.py --source; PROFILE_D: another head dimension)
 #   profile-matmul    ncu over the matmul peak table's variants (tensor-pipe counter vs roofline)
+#   profile-peer      ncu of v7 beside flash-attn-4's sm90 forward and cuDNN, N = 4096, D = ${PROFILE_D:-128 64}, both masks
+#                     (fa4 on PYTHONPATH: ../shared/peers/README.md; PROFILE_SOURCE=1: the source page too)
+#   profile-bwd-peer  the same for the backward (the Triton backward's kernels, flash-attn-4's and cuDNN's)
+#   varlen-compare    bench_varlen with --compare-tuned (VARLEN_COMPARE lengths, default 8) after a cold run (VARLEN_CACHE)
 #   profile-bwd       ncu over the Triton backward's kernels (both dQ modes) and SDPA's backward, N = 4096, both masks
 #   nsys | torch-trace           a timeline of every version at N = 4096 (nsys needs .debs carried)
 #   host-steps        each step of the lean host path timed alone (profiling/host_steps.py ${HOST_STEPS_ARGS}, issue 8)
 #   compile-cost | autotune-bias the Round 3 experiments
-#   pcast | launch-order | timing | other-shapes | bwd-modes | coldstart | dobench | tl-pick
+#   pcast | launch-order | timing | other-shapes | bwd-modes | coldstart | dobench | tl-pick | peer-goal
 #                     experiments/run.py NAME (experiments/__init__.py; tl-pick: 6 fresh processes, causal N = 4096)
 #   items             experiment items (ITEMS_ONLY: configuration labels, default the persistent 128-row candidate;
 #                     ITEMS_ROUNDS, default 3; SMOKE=1: each label through scripts/smoke_labels.sh first)
@@ -110,13 +114,16 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     profile) echo "python3 profiling/run_profile.py --tool ncu --kernel all && python3 profiling/run_profile.py --tool ncu --kernel all --causal" ;;
     profile-v7-nc) echo "for n in ${PROFILE_NS:-1024 2048 4096}; do python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --N \$n ${PROFILE_SOURCE:+--source} ${PROFILE_D:+--D $PROFILE_D} || exit 1; done" ;;
     profile-matmul) echo "python3 profiling/run_profile.py --tool ncu --kernel matmul" ;;
+    profile-peer) echo "python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --peer fa4 --N 4096 --D ${PROFILE_D:-128 64} --causal ${PROFILE_MASKS:-both} ${PROFILE_SOURCE:+--source}" ;;
+    profile-bwd-peer) echo "python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --peer fa4 --mode bwd --N 4096 --D ${PROFILE_D:-128 64} --causal ${PROFILE_MASKS:-both}" ;;
+    varlen-compare) echo "python3 harness/bench_varlen.py --kernel ${VARLEN_KERNELS:-v7_hopper} --cache-dir ${VARLEN_CACHE:-cold} --compare-tuned --compare-count ${VARLEN_COMPARE:-8} --no-bar" ;;
     profile-bwd) echo "python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --mode bwd && python3 profiling/run_profile.py --tool ncu --kernel v7_hopper --mode bwd --causal" ;;
     nsys) echo "python3 profiling/run_profile.py --tool nsys --kernel all" ;;
     torch-trace) echo "python3 profiling/run_profile.py --tool torch --kernel all" ;;
     host-steps) echo "python3 profiling/host_steps.py ${HOST_STEPS_ARGS:---N 512 4096}" ;;
     compile-cost) echo "python3 sweeps/compile_cost.py" ;;
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
-    pcast|launch-order|timing|other-shapes|bwd-modes|coldstart|dobench|tl-pick) echo "python3 experiments/run.py $s" ;;
+    pcast|launch-order|timing|other-shapes|bwd-modes|coldstart|dobench|tl-pick|peer-goal) echo "python3 experiments/run.py $s" ;;
     items) on_labels "python3 experiments/run.py items --rounds ${ITEMS_ROUNDS:-3} --reps 30" "${ITEMS_ONLY:-}" ;;
     gluon-v7) on_labels "python3 experiments/run.py gluon --N ${GLUON_NS:-512 1024 2048 4096} --causal ${GLUON_CAUSAL:-0} --D ${GLUON_D:-64}" \
                         "${GLUON_ONLY:-ws2x64x128/3s/preg/persist/ua/et1/sc2 ws2x64x128/3s/preg/pp/ua/sc2 ws3x64x128/4s/preg/pp/split/persist/ua}" \
