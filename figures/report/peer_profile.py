@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fa2lab import shapes
 from figures import data, roofline
 from figures.report.profile import tensor_ops
 from figures.report.tables import NOT_YET, PEER, fmt, md_table, rel
@@ -42,7 +43,7 @@ def profiles(gpu, root) -> pd.DataFrame:
         pts = roofline.points(rows, path)
         ops, _ = tensor_ops(rows, path)
         vals = {k: data.metric(rows, path, m, required=False) for k, m in METRIC.items()}
-        D = pd.to_numeric(rows["D"], errors="coerce") if "D" in rows else pd.Series(64, index=rows.index)
+        D = pd.to_numeric(rows["D"], errors="coerce") if "D" in rows else pd.Series(shapes.HEAD_DIM, index=rows.index)
         out.append(pts.assign(D=D, ops_counted=ops, source=path,
                               **{k: v for k, v in vals.items() if v is not None}))
     if not out:
@@ -63,7 +64,7 @@ def _rows_per_cta(r) -> str:
         return "–"
     if pd.notna(r.get("sms")) and r['grid'] == r['sms']:
         return "persistent"
-    return fmt(4 * 8 * r.N / r['grid'], ".0f")   # the harness's B = 4, H = 8
+    return fmt(shapes.BATCH * shapes.HEADS * r.N / r['grid'], ".0f")   # the harness's B and H
 
 
 LINES = (("µs under ncu", lambda r: fmt(r.seconds * 1e6, ",.1f")),
@@ -98,12 +99,12 @@ def differences(g: pd.DataFrame) -> list[str]:
     if same:
         out.append(f"- The same in both: {' and '.join(same)}.")
     if _rows_per_cta(a) != _rows_per_cta(b):
-        out.append(f"- Grid: v7 runs {fmt(a['grid'], ',.0f')} CTAs ({_rows_per_cta(a)}), {PEER} {fmt(b['grid'], ',.0f')} "
-                   f"({_rows_per_cta(b)} query rows each), with {fmt(a['block'], '.0f')} and {fmt(b['block'], '.0f')} "
-                   f"threads per CTA.")
+        out.append(f"- Grid: v7 runs {fmt(a['grid'], ',.0f')} CTAs ({_rows_per_cta(a)}), {PEER} "
+                   f"{fmt(b['grid'], ',.0f')} ({_rows_per_cta(b)} query rows each), with {fmt(a['block'], '.0f')} "
+                   f"and {fmt(b['block'], '.0f')} threads per CTA.")
     if pd.notna(a.get("tensor_pipe")) and pd.notna(b.get("tensor_pipe")):
-        out.append(f"- Tensor pipe: active {a['tensor_pipe']:.1f}% of v7's cycles, {b['tensor_pipe']:.1f}% of {PEER}'s, "
-                   f"for {fmt(a.ops_counted / a.ops, '.3f')}× and {fmt(b.ops_counted / b.ops, '.3f')}× the "
+        out.append(f"- Tensor pipe: active {a['tensor_pipe']:.1f}% of v7's cycles, {b['tensor_pipe']:.1f}% of "
+                   f"{PEER}'s, for {fmt(a.ops_counted / a.ops, '.3f')}× and {fmt(b.ops_counted / b.ops, '.3f')}× the "
                    f"algorithm's tensor operations.")
     for k, name in STALLS.items():
         x, y = a.get(f"st_{k}"), b.get(f"st_{k}")
@@ -119,10 +120,10 @@ def section_peer_profile(gpu, root) -> str:
     if not len(prof):
         return f"{NOT_YET}: `{TASK}` writes `results/{gpu}/ncu/{OURS}_fa4_N<N>_<mask>[_D<D>].csv`."
     text = [f"Nsight Compute's full section set, clocks left alone, one call of each kernel on the same inputs "
-            f"(B = 4, H = 8, bf16), the last run in each file. Stalls: cycles per issued instruction by reason "
-            f"(smsp__average_warps_issue_stalled_*). CTAs: the launch grid; query rows each: B·H·N over the grid "
-            f"(persistent: one CTA per SM, each looping over tiles). Tensor ops: counted (sm__ops_path_tensor_src_*) "
-            f"over the algorithm's. Task: `{TASK}`. Sources: "
+            f"(B = {shapes.BATCH}, H = {shapes.HEADS}, bf16), the last run in each file. Stalls: cycles per issued "
+            f"instruction by reason (smsp__average_warps_issue_stalled_*). CTAs: the launch grid; query rows each: "
+            f"B·H·N over the grid (persistent: one CTA per SM, each looping over tiles). Tensor ops: counted "
+            f"(sm__ops_path_tensor_src_*) over the algorithm's. Task: `{TASK}`. Sources: "
             + ", ".join(f"`{rel(p)}`" for p in sorted(set(prof.source))) + "."]
     for (N, D, causal), g in prof.groupby(["N", "D", "causal"]):
         text += ["", f"#### N = {N}, D = {D}, {'causal' if causal else 'non-causal'}", "", shape_table(g), ""]
