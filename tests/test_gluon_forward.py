@@ -444,3 +444,82 @@ def test_smoke_labels_keeps_the_labels_that_pass_and_drops_failures_and_hangs(tm
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.split() == ["good1", "good2"]
     assert "hang failed or hung" in p.stderr and "bad failed or hung" in p.stderr and "good" not in p.stderr
+
+
+def _specialization(N: int, causal: bool = False, D: int = 64, label: str = "ws3x64x128/4s/preg/pp/split/persist/ua"):
+    """The specialization key a launch of the Gluon forward at (32 heads, N, D) binds, as JITFunction.run binds it."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import MockTensor, create_function_from_signature
+
+    from fa2lab.compile_offline import jit_function
+
+    cfg = next(c for c in G.candidates_for(D) if c.label == label)
+    Q = torch.empty(32, N, D, dtype=torch.bfloat16, device="meta")
+    L = torch.empty(32, N, dtype=torch.float32, device="meta")
+    kernel, _, args, num_warps, flags, _ = G.launch_plan(cfg, Q, Q, Q, torch.empty_like(Q), L, causal, sms=132)
+    fn = jit_function(kernel)
+    binder = create_function_from_signature(fn.signature, fn.params, make_backend(GPUTarget("cuda", 90, 32)))
+    _, spec, _ = binder(*map(MockTensor.wrap_dtype, args), **dict(flags, num_warps=num_warps, num_stages=1,
+                                                                        debug=False))
+    ints = dict(zip(("FULL", "SPLITS", "N_ITEMS"), args[-5:-2]))
+    return str(spec), ints
+
+
+def test_work_item_counts_do_not_respecialise_a_tuned_bucket():
+    """Two lengths of one bucket (neither a multiple of 16, neither unsplit) whose work-item counts differ in
+    16-divisibility bind one
+    kernel; with the counts specialised again (the decorator's option undone) they bind two, as they did before."""
+    from fa2lab.compile_offline import jit_function
+
+    found = {}
+    for N in range(4099, 8192, 2):   # one bucket; odd N: N itself never a multiple of 16
+        spec, ints = _specialization(N)
+        if ints["SPLITS"] == 1:   # a split count of 1 specialises (a constant): keep it out of the comparison
+            continue
+        found.setdefault(ints["FULL"] % 16 == 0 and ints["N_ITEMS"] % 16 == 0, (N, spec))
+        if len(found) == 2:
+            break
+    (n_aligned, a), (n_other, b) = found[True], found[False]
+    assert a == b, (n_aligned, n_other)
+    params = [p for p in jit_function(G._kernel.flash_fwd_gluon_ws).params if p.name in ("FULL", "N_ITEMS")]
+    assert len(params) == 2 and all(p.do_not_specialize_on_alignment for p in params)
+    try:
+        for p in params:
+            p.do_not_specialize_on_alignment = False
+        assert _specialization(n_aligned)[0] != _specialization(n_other)[0]
+    finally:
+        for p in params:
+            p.do_not_specialize_on_alignment = True
+
+
+SASS_ALIGNMENT = """
+import hashlib, json, sys, torch
+sys.path.insert(0, {repo!r})
+from fa2lab.versions import load_shared
+from fa2lab.compile_offline import compile_for_target, jit_function
+from profiling.inspect_kernel import disassemble
+G = load_shared("gluon_forward_hopper")
+cfg = next(c for c in G.candidates_for(64) if c.label == "ws3x64x128/4s/preg/pp/split/persist/ua")
+Q = torch.empty(32, 512, 64, dtype=torch.bfloat16, device="meta")
+L = torch.empty(32, 512, dtype=torch.float32, device="meta")
+kernel, _, args, num_warps, flags, _ = G.launch_plan(cfg, Q, Q, Q, torch.empty_like(Q), L, False, sms=132)
+params = [p for p in jit_function(kernel).params if p.name in ("FULL", "N_ITEMS")]
+out = {{"counts": list(args[-5:-2])}}
+for aligned in (False, True):
+    for p in params:
+        p.do_not_specialize_on_alignment = not aligned
+    c = compile_for_target(kernel, args, arch=90, num_warps=num_warps, num_stages=1, **flags)
+    sass = disassemble(c.asm["cubin"])[0] or ""
+    body = "\\n".join(line.split("/*")[0].strip() for line in sass.splitlines() if "/*" in line)
+    out[str(aligned)] = [hashlib.md5(body.encode()).hexdigest(), body.count("\\n")]
+print(json.dumps(out))
+"""
+
+
+def test_unspecialised_work_item_counts_compile_the_same_code_at_a_harness_shape():
+    """The split candidate at N = 512, whose whole-tile and item counts are multiples of 16: its SASS without the
+    specialisation on their alignment is the SASS with it, instruction for instruction."""
+    r = _offline(SASS_ALIGNMENT)
+    assert all(n % 16 == 0 for n in (r["counts"][0], r["counts"][2])), r["counts"]
+    assert r["True"][1] > 1000 and r["True"] == r["False"], r

@@ -580,7 +580,10 @@ if HAVE_GLUON:
                 _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, stride_o_row,
                             stride_l_head, row_o, 4, opts.DIRECT_STORE)
 
-    @gluon.jit
+    # FULL and N_ITEMS are loop counts: specialised on their 16-divisibility, a new length of an already tuned bucket
+    # compiled the kernel again where only that divisibility changed, for the same SASS (offline sm_90 at a harness
+    # shape: tests/test_gluon_forward.py)
+    @gluon.jit(do_not_specialize_on_alignment=("FULL", "N_ITEMS"))
     def flash_fwd_gluon_ws(
         # TMA descriptors over the flattened (heads * N, D) rows, Q's block 64 rows (one consumer's);
         # O and L are plain pointers
