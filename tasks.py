@@ -360,6 +360,8 @@ def experiment(c, name, N="", rounds=5, causal="", only="", D=""):
     in experiments/__init__.py; retired ones (measured negatives whose code is gone; docs/experiments.md names the
     last commit with it) are listed and refused. Rows go to results/<gpu>/experiments/<name>.csv. Needs a GPU.
     The experiments:"""
+    if name in ("-h", "--help"):   # the positional name took the flag: show what `invoke --help experiment` shows
+        raise Exit(code=subprocess.run([sys.executable, "-m", "invoke", "--help", "experiment"]).returncode)
     try:
         module = experiments.module_of(name)
     except ValueError as e:

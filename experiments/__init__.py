@@ -20,6 +20,8 @@ EXPERIMENTS = {
     "timing": ("timing", "small N: the harness for v5, v6, v7 (do_bench against CUDA-graph replay, host columns)"),
     "other-shapes": ("other_shapes", "v7 against v6 and SDPA on shapes neither was tuned on (B, H, N, D = 128)"),
     "bwd-modes": ("bwd_modes", "the backward's dQ modes: GPU time (graph replay), host time, do_bench"),
+    "bwd-gluon-dkdv": ("bwd_gluon_dkdv", "the Hopper backward's round 1: the Gluon dK/dV kernel against the Triton "
+                       "one by graph replay, both checked against float64, cuDNN's backward beside"),
     "gluon": ("gluon", "the Gluon forward's configurations, checked against float64, timed beside v7 and SDPA"),
     "coldstart": ("coldstart", "what do_bench's flush costs v7 and SDPA: cold inputs or cold kernel code"),
     "dobench": ("dobench", "do_bench's spread at small N over fresh processes, v7 and SDPA in alternating order"),
