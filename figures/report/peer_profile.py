@@ -137,5 +137,5 @@ NEXT = (f"What to change first, one thing at a time (hypotheses from these rows,
         f"(`--source`) to find which barrier of v7's consumers holds them, then removing or moving that one. Next, "
         f"the grid: the peer launches one CTA per query tile with less shared memory where v7 is persistent. Where v7 "
         f"runs its one-warpgroup tl path (the race's pick), the peer runs three consumer warpgroups beside a "
-        f"producer, with fewer registers each and more of the tensor pipe busy: a Gluon candidate of that shape is "
-        f"the one to add to the race.")
+        f"producer and keeps more of the tensor pipe busy; v7's own three-consumer Gluon candidate loses the race "
+        f"there, so why it loses (its registers, the causal order of its work) is the question to profile.")
