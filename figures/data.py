@@ -172,12 +172,18 @@ def peer_measured_rows(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DI
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["version", "N", "causal"])
 
 
-def latest_commit(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows measured at the commit of the newest row (by date; by row order without dates)."""
+def latest_commit(df: pd.DataFrame, min_runs: int = 1) -> pd.DataFrame:
+    """The rows measured at the commit of the newest row (by date, the last in file order among rows of that date; by
+    row order without dates), among the commits of at least `min_runs` runs (distinct run_id) where there are any."""
     if not len(df) or "git_commit" not in df.columns:
         return df
+    commits = df["git_commit"].astype(str)
     order = df["date"] if "date" in df.columns else pd.Series(range(len(df)), index=df.index)
-    return df[df["git_commit"] == df.loc[order.idxmax(), "git_commit"]]
+    if min_runs > 1 and "run_id" in df.columns:
+        runs = df["run_id"].groupby(commits).nunique()
+        full = commits.map(runs) >= min_runs
+        order = order[full] if full.any() else order
+    return df[commits == commits[order[order == order.max()].index[-1]]]
 
 
 HOSTPATH_VERSIONS = ("v5_final", "v6_longest_first", "v7_hopper")   # the versions with the lean host path

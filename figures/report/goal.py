@@ -125,11 +125,7 @@ def goal_pools(gpu, root) -> tuple[list[tuple[str, str, pd.DataFrame]], Path]:
     if every is None or not len(every):
         return [], path
     commits = every.git_commit.astype(str) if "git_commit" in every.columns else None
-    latest = every if commits is None else every[commits == commits.iloc[-1]]
-    if commits is not None and latest.run_id.nunique() < data.MIN_PROTOCOL_RUNS:   # a one-off run: the last commit
-        runs = every.groupby(commits, sort=False).run_id.nunique()                # with a protocol's worth of runs
-        full = [c for c in commits.drop_duplicates() if runs[c] >= data.MIN_PROTOCOL_RUNS]
-        latest = every[commits == full[-1]] if full else latest
+    latest = data.latest_commit(every, data.MIN_PROTOCOL_RUNS)   # a one-off later run is not the latest commit
     pools = [("latest", f"the {latest.run_id.nunique()} runs at v7's latest commit with at least "
                         f"{data.MIN_PROTOCOL_RUNS} runs", latest)]
     since = [] if commits is None else commits.str.startswith(GOAL_KERNELS_SINCE).to_numpy().nonzero()[0]
