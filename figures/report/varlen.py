@@ -68,7 +68,11 @@ def varlen_table(gpu, root) -> tuple[list[list], list[tuple], str] | None:
     """Per version and cache state: complete runs, calls, total / median / largest first-call seconds, the median %
     of cuDNN of the later calls, the commit, and the goal of that cache state (met or missed, with the number); the
     incomplete runs; the tuned-alone goal's cell. None while no varlen file exists."""
-    df, paths = varlen_rows(gpu, root)
+    return tabulate(varlen_rows(gpu, root)[0])
+
+
+def tabulate(df: pd.DataFrame | None) -> tuple[list[list], list[tuple], str] | None:
+    """varlen_table of the rows varlen_rows read (None for none)."""
     if df is None:
         return None
     total, cut = runs(df)
@@ -117,8 +121,8 @@ def varlen_brief(gpu, root) -> str:
 
 
 def section_varlen(gpu, root) -> str:
-    found = varlen_table(gpu, root)
-    _, paths = varlen_rows(gpu, root)
+    df, paths = varlen_rows(gpu, root)
+    found = tabulate(df)
     if found is None:
         return f"{NOT_YET}: `{TASK}` writes `{rel(paths[0])}/<version>.csv`."
     rows, cut, tuned = found
