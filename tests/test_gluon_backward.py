@@ -7,21 +7,16 @@ compiler and its bundled ptxas, for sm_90, in a subprocess without TRITON_INTERP
 does).
 """
 
-import json
 import math
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from fa2lab import versions
 from fa2lab.reference import attention, backward_from_lse, relative_error
+from test_gluon_forward import _offline
 
-REPO = Path(__file__).resolve().parent.parent
 GB = versions.load_shared("gluon_backward_hopper")
 pytestmark = pytest.mark.skipif(not GB.HAVE_GLUON, reason="this Triton has no Gluon")
 
@@ -57,18 +52,9 @@ print(json.dumps(out))
 """
 
 
-def _offline(script: str) -> dict:
-    """The JSON that a compile script prints last, run in a subprocess without TRITON_INTERPRET."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    p = subprocess.run([sys.executable, "-c", script.format(repo=str(REPO), compiles=COMPILES)], capture_output=True,
-                       text=True, env=env, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def compiled():
-    return _offline(COMPILE)
+    return _offline(COMPILE, compiles=COMPILES)
 
 
 def _case(label: str) -> tuple[int, bool]:

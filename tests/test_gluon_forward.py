@@ -245,11 +245,12 @@ print(json.dumps(out))
 """
 
 
-def _offline(script: str) -> dict:
-    """The JSON that a compile script prints last, run in a subprocess without TRITON_INTERPRET."""
+def _offline(script: str, **fields) -> dict:
+    """The JSON that a compile script prints last, run in a subprocess without TRITON_INTERPRET; the script is
+    formatted with the repository's path as {repo} and `fields`."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    p = subprocess.run([sys.executable, "-c", script.format(repo=str(REPO))], capture_output=True, text=True,
-                       env=env, timeout=600)
+    p = subprocess.run([sys.executable, "-c", script.format(repo=str(REPO), **fields)], capture_output=True,
+                       text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
