@@ -17,7 +17,7 @@ if __name__ == "__main__":   # run as a script: the repository, not experiments/
 from fa2lab import shapes  # noqa: E402
 from experiments.common import parser, run, inputs, masks, spread  # noqa: E402
 
-DKDV_SHARE = 2 / shapes.BWD_FLOP_FACTOR   # dK/dV's four products: 2x the forward's FLOPs of the backward's 2.5x
+DKDV_FLOP_FACTOR = 2   # dK/dV's four products: twice the forward's FLOPs (of the whole backward's BWD_FLOP_FACTOR)
 
 
 def bwd_gluon_dkdv(args, save):
@@ -69,7 +69,7 @@ def bwd_gluon_dkdv(args, save):
                         graph[w].append(bench_graph_ms(fn) * 1e3)
                     sdpa.append(bench_ms(cudnn) * 1e3)
                     ratio.append(graph["gluon"][-1] / graph["triton"][-1])
-                flop = DKDV_SHARE * shapes.BWD_FLOP_FACTOR * shapes.flops(B, H, N, D, causal)
+                flop = DKDV_FLOP_FACTOR * shapes.flops(B, H, N, D, causal)
                 rows = []
                 for w in calls:
                     med, lo, hi = spread(graph[w])
