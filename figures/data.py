@@ -93,6 +93,15 @@ def shape_rows(df: pd.DataFrame, path: Path, N: int | None, causal: bool) -> pd.
     return rows
 
 
+def version_bench_rows(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM):
+    """Per version in registry order: (its results/<gpu>/bench/<version>.csv, the default kernels' rows at head
+    dimension D, or None where the file does not exist)."""
+    folder = root(results_root) / gpu_slug / "bench"
+    for v in versions.VERSIONS:
+        path = folder / f"{v.name}.csv"
+        yield path, (default_rows(at_head_dim(load(path, BENCH_COLUMNS), D)) if path.exists() else None)
+
+
 def bench(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM) -> tuple[pd.DataFrame, list[Path]]:
     """Every version's bench rows at head dimension D (at_head_dim) from its latest protocol run of the default
     kernels (default_rows), in registry order.
@@ -100,21 +109,15 @@ def bench(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM) -> tuple[p
     Versions without a file are left out (and named on stderr); none at all is a ResultsError
     naming the folder. A file with several protocols keeps the latest of at least MIN_PROTOCOL_RUNS runs (see
     latest_protocol)."""
-    folder = root(results_root) / gpu_slug / "bench"
     frames, paths, missing = [], [], []
-    for v in versions.VERSIONS:
-        path = folder / f"{v.name}.csv"
-        if not path.exists():
-            missing.append(path)
-            continue
-        rows = default_rows(at_head_dim(load(path, BENCH_COLUMNS), D))
-        if not len(rows):   # only other head dimensions' rows
+    for path, rows in version_bench_rows(gpu_slug, results_root, D):
+        if rows is None or not len(rows):   # no file, or only other head dimensions' rows
             missing.append(path)
             continue
         frames.append(latest_protocol(rows, MIN_PROTOCOL_RUNS))
         paths.append(path)
     if not frames:
-        raise ResultsError(f"results file {missing[0]} does not exist (nor any other version's in {folder})")
+        raise ResultsError(f"results file {missing[0]} does not exist (nor any other version's in {missing[0].parent})")
     for path in missing:
         print(f"note: {path} does not exist; that version is left out", file=sys.stderr)
     return pd.concat(frames, ignore_index=True), paths
@@ -157,14 +160,9 @@ def peer_measured_rows(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DI
     """Every version's bench rows at head dimension D of the default kernels whose peer was measured (fa4_status
     'ok'), at the latest commit that has such rows for that version: the runs the peer column pools, whatever
     protocol they belong to."""
-    folder = root(results_root) / gpu_slug / "bench"
     frames = []
-    for v in versions.VERSIONS:
-        path = folder / f"{v.name}.csv"
-        if not path.exists():
-            continue
-        rows = default_rows(at_head_dim(load(path, BENCH_COLUMNS), D))
-        if "fa4_status" not in rows.columns:
+    for _, rows in version_bench_rows(gpu_slug, results_root, D):
+        if rows is None or "fa4_status" not in rows.columns:
             continue
         rows = latest_commit(rows[rows["fa4_status"].astype(str).str.strip() == "ok"])
         if len(rows):
