@@ -235,6 +235,25 @@ def test_bad_options_raise_clear_errors():
         BackwardConfig.parse("32,128,4")
 
 
+def test_dkdv_option_errors_name_the_problem():
+    Q, K, V, O, L, dO = _ok_inputs()
+    with pytest.raises(ValueError, match="dkdv must be one of triton, gluon, auto, got 'fast'"):
+        flash_attention_backward(Q, K, V, O, L, dO, False, dkdv="fast")
+    with pytest.raises(ValueError, match="dkdv='gluon' .* needs dq_mode 'separate', not 'fused'"):
+        flash_attention_backward(Q, K, V, O, L, dO, False, dq_mode="fused", dkdv="gluon")
+    with pytest.raises(ValueError, match="dkdv='gluon': q has dtype torch.float32; the Gluon dK/dV kernel takes"):
+        flash_attention_backward(Q, K, V, O, L, dO, False, dkdv="gluon")
+
+
+def test_dkdv_auto_runs_the_triton_kernel_where_the_gluon_one_cannot():
+    """D = 32 is not one of the Gluon kernel's head dimensions: "auto" launches exactly what "triton" does."""
+    Q, K, V, O, L, dO = make_inputs(2, 48, 80, 32, BF16, True)
+    auto = flash_attention_backward(Q, K, V, O, L, dO, True, dkdv="auto")
+    plain = flash_attention_backward(Q, K, V, O, L, dO, True, dkdv="triton")
+    assert all(torch.equal(a, b) for a, b in zip(auto, plain))
+    assert not any(getattr(launch, "gluon_dkdv", False) for launch in fb.LAUNCHES.entries.values())
+
+
 def test_backward_bench_help_runs_without_a_gpu():
     out = subprocess.run([sys.executable, str(REPO / "harness" / "bench_flashattention_backward.py"), "--help"],
                          capture_output=True, text=True, timeout=120, cwd=REPO)
@@ -277,7 +296,7 @@ def test_backward_second_call_skips_the_checked_path(monkeypatch):
     monkeypatch.setattr(fb, "aligned_cuda", lambda *t: True)
     replays, checked = [], []
 
-    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict):
+    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv="triton"):
         checked.append(causal)
         return Q * 0, K * 0, V * 0, lambda *a: (replays.append(1), (Q * 1, K * 1, V * 1))[1]
 
@@ -378,7 +397,7 @@ def test_backward_after_forward_replays_by_the_forward_key(monkeypatch):
     runs every time, as a direct call's own signature would give none either."""
     calls = []
 
-    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict, stack_grads=False):
+    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict, stack_grads=False, dkdv="triton"):
         calls.append(dq_mode)
         return Q * 0, K * 0, V * 0, lambda *a: (calls.append("replay"), (Q * 1, K * 1, V * 1))[1]
 
@@ -418,7 +437,7 @@ def test_autograd_backward_is_the_direct_call_in_every_mode(monkeypatch, version
     O = FA.apply(Q, K, V, True)
     got = torch.autograd.grad(O, (Q, K, V), dO, retain_graph=True)
     direct = bk.flash_attention_backward(Q.detach(), K.detach(), V.detach(), O.detach(), saved_lse(O), dO, True,
-                                         dq_mode=dq_mode)
+                                         dq_mode=dq_mode, dkdv=getattr(FA, "BACKWARD_DKDV", "triton"))
     for name, a, b in zip("QKV", got, direct):
         assert a.shape == b.shape and a.dtype == b.dtype, name
         assert relative_error(a.float(), b.float()) < (1e-2 if dq_mode == "atomic" else 1e-6), f"d{name}"

@@ -213,3 +213,57 @@ def test_dkdv_matches_float64(N_q, N_k, D, dtype, causal):
         assert erc <= REL_TOL[dtype], f"{name}: relative error {erc:.2e} vs backward_from_lse"
     if causal and N_k > N_q:   # keys no query sees get exactly zero gradient
         assert not dk[:, N_q:].any() and not dv[:, N_q:].any()
+
+
+# --- the Gluon dK/dV inside the backward (flash_backward_triton's dkdv option) and v7's autograd backward
+
+FB = versions.load_shared("flash_backward_triton")
+BACKWARD_CASES = [(1000, 1000, 64, torch.bfloat16, True), (333, 1000, 128, torch.float16, False),
+                  (2048, 2048, 128, torch.bfloat16, True), (777, 777, 64, torch.bfloat16, False)]
+
+
+def _gluon_launches(cache) -> int:
+    return sum(bool(getattr(launch, "gluon_dkdv", False)) for launch in cache.entries.values())
+
+
+def _check_against_float64(grads, q, k, v, do, causal, dtype):
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out, _ = attention(q64, k64, v64, causal)
+    for name, got, truth in zip(("dQ", "dK", "dV"), grads, torch.autograd.grad(out, (q64, k64, v64), do.double())):
+        assert got.dtype == dtype and got.shape == truth.shape, name
+        err = relative_error(got, truth)
+        assert err <= REL_TOL[dtype], f"{name}: relative error {err:.2e} vs float64"
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel runs on a Hopper GPU only")
+@pytest.mark.parametrize("N_q, N_k, D, dtype, causal", BACKWARD_CASES,
+                         ids=[f"{a}x{b}-d{d}-{str(t)[6:]}-{'causal' if c else 'full'}" for a, b, d, t, c in BACKWARD_CASES])
+def test_the_backward_with_the_gluon_dkdv_matches_float64_and_repeats_exactly(monkeypatch, N_q, N_k, D, dtype,
+                                                                              causal):
+    monkeypatch.setattr(FB, "LAUNCHES", FB.LaunchCache())
+    g = torch.Generator().manual_seed(N_q + D)
+    q, k, v = (torch.randn(3, n, D, generator=g).to("cuda", dtype) for n in (N_q, N_k, N_k))
+    do = torch.randn(3, N_q, D, generator=g).to("cuda", dtype)
+    o64, l64 = attention(q, k, v, causal)
+    args = (q, k, v, o64.to(dtype), l64.float(), do, causal)
+    first = FB.flash_attention_backward(*args, dkdv="gluon")
+    again = FB.flash_attention_backward(*args, dkdv="gluon")        # the recorded launch, rebound descriptors
+    auto = FB.flash_attention_backward(*args, dkdv="auto")
+    assert FB.LAUNCHES.stats == {"slow": 2, "fast": 1} and _gluon_launches(FB.LAUNCHES) == 2
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(first, again, auto))   # deterministic
+    _check_against_float64(first, q, k, v, do, causal, dtype)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel runs on a Hopper GPU only")
+def test_v7s_autograd_backward_takes_the_gluon_dkdv_where_dq_is_separate(monkeypatch):
+    FA = versions.load("v7_hopper").FlashAttentionTriton
+    assert FA.BACKWARD_DKDV == "auto" and FA.BACKWARD_DQ_MODE == "auto"
+    monkeypatch.setattr(FB, "LAUNCHES", FB.LaunchCache())
+    BH, N, D = 8, 3000, 64
+    assert FB.auto_dq_mode(BH, N, N, D, True) == "separate"
+    g = torch.Generator().manual_seed(7)
+    q, k, v, do = (torch.randn(BH, N, D, generator=g).to("cuda", torch.bfloat16) for _ in range(4))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    grads = torch.autograd.grad(FA.apply(q, k, v, True), (q, k, v), do)
+    assert _gluon_launches(FB.LAUNCHES) == 1
+    _check_against_float64(grads, q, k, v, do, True, torch.bfloat16)

@@ -107,9 +107,19 @@ from fa2lab.hostpath import LaunchCache, aligned_cuda, compiled_or_none, run_com
 from fa2lab.launch import device_arch
 from fa2lab.gpu import facts, has_gpu, interpreting
 from fa2lab import sweep_backward as _dq
+from fa2lab.versions import load_shared
 
 LOG2E = 1.4426950408889634  # log2(e): natural-log L -> log2 units
 DQ_MODES, DQ_CHOICES = _dq.DQ_MODES, _dq.DQ_CHOICES   # the kernels' dQ modes, and those plus "auto" (defined once there)
+# Who computes dK and dV in dq_mode "separate": this module's _bwd_dkdv_kernel, the Gluon kernel for Hopper
+# (kernels/_shared/gluon_backward_hopper.py, 0.68-0.92x this one's time at N = 2048 and 4096, D = 64 and 128, both
+# masks: results/nvidia-h200/experiments/bwd_gluon_dkdv.csv), or "auto": the Gluon kernel wherever it takes the inputs.
+DKDV_CHOICES = ("triton", "gluon", "auto")
+
+
+def _gluon_dkdv():
+    """kernels/_shared/gluon_backward_hopper, imported on first use (a backward that never asks for it never loads it)."""
+    return load_shared("gluon_backward_hopper")
 
 
 # ----------------------------------------------------------------------------------------
@@ -662,6 +672,7 @@ class BackwardLaunch:
     tails: tuple               # per kernel, every argument after its tensors (constexprs included)
     delta_shape: tuple
     stack: int = 0             # how the gradients are allocated (gradient_stack)
+    gluon_dkdv: bool = False   # dkdv is a gluon_backward_hopper.DkdvLaunch (grids[1] None)
 
     def __call__(self, Q, K, V, O, L, dO, ranges: tuple[str, str] | None = None):
         """The hot path: no checks (the cache key vouches). `ranges` = (prefix, suffix) puts each
@@ -676,8 +687,11 @@ class BackwardLaunch:
         Delta = torch.empty(self.delta_shape, device=dev, dtype=torch.float32)
         g, t, i = self.grids, self.tails, dev.index
         self._run("preprocess", self.preprocess, g[0], (O, dO, Delta, *t[0]), i, ranges)
-        self._run("atomic_dkdv" if atomic else "dkdv", self.dkdv, g[1], (Q, K, V, dO, L, Delta, dK, dV, dQ, *t[1]),
-                  i, ranges)
+        if self.gluon_dkdv:
+            self._run("gluon_dkdv", self.dkdv, None, (Q, K, V, dO, L, Delta, dK, dV), i, ranges)
+        else:
+            self._run("atomic_dkdv" if atomic else "dkdv", self.dkdv, g[1],
+                      (Q, K, V, dO, L, Delta, dK, dV, dQ, *t[1]), i, ranges)
         if atomic:
             return (dQ if Q.dtype == torch.float32 else dQ.to(Q.dtype)), dK, dV
         self._run("dq", self.dq, g[2], (Q, K, V, dO, L, Delta, dQ, *t[2]), i, ranges)
@@ -689,12 +703,15 @@ class BackwardLaunch:
 
     @staticmethod
     def _run(name, kernel, grid, args, device_index, ranges):
-        if ranges is None:
+        """Launch one compiled kernel (grid None: a recorded launch, called with the arguments)."""
+        if ranges is not None:
+            torch.cuda.nvtx.range_push(f"{ranges[0]}:bwd_{name}{ranges[1]}")
+        if grid is None:
+            kernel(*args)
+        else:
             run_compiled(kernel, grid, args, device_index)
-            return
-        torch.cuda.nvtx.range_push(f"{ranges[0]}:bwd_{name}{ranges[1]}")
-        run_compiled(kernel, grid, args, device_index)
-        torch.cuda.nvtx.range_pop()
+        if ranges is not None:
+            torch.cuda.nvtx.range_pop()
 
 
 def gradient_stack(Q, K, atomic: bool, allowed: bool = True) -> int:
@@ -728,7 +745,7 @@ def gradient_buffers(Q, K, stack: int, atomic: bool = False):
 LAUNCHES = LaunchCache()
 
 
-def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool):
+def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool, dkdv: str = "triton"):
     """The cache key, or None when the call must take the checked path: every shape, stride,
     dtype and device that the checks and Triton's specialisation look at, and what selects the
     kernels. Only GPU tensors, 16-byte aligned with a unit last stride (fa2lab.hostpath)."""
@@ -739,17 +756,18 @@ def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, st
             Q.stride(), K.stride(), V.stride(), O.stride(), dO.stride(), L.stride(),
             Q.dtype, K.dtype, V.dtype, O.dtype, dO.dtype, L.dtype,
             Q.device, K.device, V.device, O.device, dO.device, L.device,
-            causal, config, dq_mode, strict)
+            causal, config, dq_mode, strict, dkdv)
 
 
-def forward_keyed_signature(fwd_key, dO, causal: bool, config, dq_mode: str, all_grads: bool = False):
+def forward_keyed_signature(fwd_key, dO, causal: bool, config, dq_mode: str, all_grads: bool = False,
+                            dkdv: str = "triton"):
     """The cache key for autograd's call (FlashAttentionTriton.backward), or None: the forward's own cache
     key (fa2lab.hostpath.LaunchCache, kept on ctx as `launch_key`) stands for Q, K and V, and so for O and
     L, which that forward allocated with the layout its launch records; only dO is new. About 30 fewer
     attribute reads per call than backward_signature, which a direct call still takes."""
     if fwd_key is None or not aligned_cuda(dO):
         return None
-    return ("fwd", fwd_key, dO.shape, dO.stride(), dO.dtype, dO.device, causal, config, dq_mode, all_grads)
+    return ("fwd", fwd_key, dO.shape, dO.stride(), dO.dtype, dO.device, causal, config, dq_mode, all_grads, dkdv)
 
 
 def validate_backward_inputs(Q, K, V, O, L, dO) -> None:
@@ -777,7 +795,8 @@ def validate_backward_inputs(Q, K, V, O, L, dO) -> None:
 def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor,
                              L: torch.Tensor, dO: torch.Tensor, is_causal: bool = False, *,
                              config: BackwardConfig | None = None, dq_mode: str = "separate",
-                             strict: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                             strict: bool = False, dkdv: str = "triton") -> tuple[torch.Tensor, torch.Tensor,
+                                                                                 torch.Tensor]:
     """dQ, dK, dV of O = softmax(Q K^T / sqrt(D)) V (SDPA's top-left causal mask if is_causal).
 
     Q (B, N_q, D), K and V (B, N_k, D), O and dO like Q, all in one dtype (bf16, fp16, fp32);
@@ -786,26 +805,29 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     accumulates it with fp32 atomics inside the dK/dV kernel; "fused" runs everything in one launch;
     "auto" is "fused" for small problems and "separate" otherwise (auto_dq_mode). Gradients come back
     in Q's dtype. strict launches exactly `config` (OutOfResources if it does not fit) instead of
-    dropping stages.
+    dropping stages. dkdv (DKDV_CHOICES) says which kernel computes dK and dV where dQ is separate: "gluon" the
+    Hopper kernel (ValueError naming why where it cannot take the inputs, or where dq_mode is not "separate"),
+    "auto" that kernel where it can, "triton" this module's.
     """
     causal = bool(is_causal)
-    key = backward_signature(Q, K, V, O, L, dO, causal, config, dq_mode, strict)
+    key = backward_signature(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv)
     return LAUNCHES.lookup(key, (Q, K, V, O, L, dO),
-                           lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, strict))
+                           lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv=dkdv))
 
 
 def backward_after_forward(fwd_key, Q, K, V, O, L, dO, causal: bool, config: BackwardConfig | None = None,
-                           dq_mode: str = "auto", all_grads: bool = False) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                    torch.Tensor]:
+                           dq_mode: str = "auto", all_grads: bool = False,
+                           dkdv: str = "triton") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """flash_attention_backward for a version's autograd backward: Q, K, V, O, L as its forward saved
     them and `fwd_key`, the forward's cache key (None when the forward took the normal path
     uncached), which makes the repeat's key cheaper to build (forward_keyed_signature). `all_grads`
     (ctx.needs_input_grad says Q, K and V all want one) lets the gradients share one allocation."""
     # Without a key (the forward was not cached: its inputs are not aligned CUDA tensors; or dO is not),
     # backward_signature would give none either: the checked path every time, as a direct call would.
-    key = forward_keyed_signature(fwd_key, dO, causal, config, dq_mode, all_grads)
+    key = forward_keyed_signature(fwd_key, dO, causal, config, dq_mode, all_grads, dkdv)
     return LAUNCHES.lookup(key, (Q, K, V, O, L, dO),
-                           lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, False, all_grads))
+                           lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, False, all_grads,
+                                                     dkdv=dkdv))
 
 
 # dq_mode="auto": up to this much work per SM the backward runs fused (one launch, no Delta pass), beyond
@@ -825,15 +847,19 @@ def auto_dq_mode(B: int, N_q: int, N_k: int, D: int, causal: bool, sm_count: int
 
 
 def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool,
-                      stack_grads: bool = False):
+                      stack_grads: bool = False, dkdv: str = "triton"):
     """The normal path: check, choose the configuration, allocate, launch. Returns dQ, dK, dV and
     the BackwardLaunch that repeats it (None under the interpreter). stack_grads: the gradients may
     share one allocation (gradient_stack; autograd's call with all three wanted)."""
     if dq_mode not in DQ_CHOICES:
         raise ValueError(f"dq_mode must be one of {', '.join(DQ_CHOICES)}, got {dq_mode!r}")
+    if dkdv not in DKDV_CHOICES:
+        raise ValueError(f"dkdv must be one of {', '.join(DKDV_CHOICES)}, got {dkdv!r}")
     validate_backward_inputs(Q, K, V, O, L, dO)
     if dq_mode == "auto":
         dq_mode = auto_dq_mode(Q.shape[0], Q.shape[1], K.shape[1], Q.shape[2], causal)
+    if dkdv == "gluon" and dq_mode != "separate":
+        raise ValueError(f"dkdv='gluon' computes dK and dV apart from dQ: it needs dq_mode 'separate', not {dq_mode!r}")
     if config is None:
         config = default_config(Q.shape[2], Q.dtype)
     elif not isinstance(config, BackwardConfig):
@@ -859,12 +885,21 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
         _bwd_preprocess_kernel[pre_grid](O, dO, Delta, *pre_strides, D=D, BLOCK_Q=pre, num_warps=4))
 
     common = (*_strides(Q, K, V, dO, L, Delta),)
-    dkdv_tail = (*common, *_strides(dK, dV, dQ_buf), N_q, N_k, scale)
-    dkdv_kernel, dkdv_grid, dkdv_meta = _launch(
-        _bwd_dkdv_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile), B),
-        (Q, K, V, dO, L, Delta, dK, dV, dQ_buf, *dkdv_tail),
-        lambda c: dict(D=D, BLOCK_Q=c.dkdv_q_tile, BLOCK_K=c.dkdv_k_tile, is_causal=causal, ATOMIC_DQ=atomic),
-        config, strict)
+    gluon = None if atomic or dkdv == "triton" else _gluon_dkdv()
+    why_not = None if gluon is None else gluon.unsupported(Q, K, V, dO, L, Delta, scale)
+    if dkdv == "gluon" and why_not is not None:
+        raise ValueError(f"dkdv='gluon': {why_not}")
+    if gluon is not None and why_not is None:
+        dkdv_kernel = gluon.launch(Q, K, V, dO, L, Delta, dK, dV, causal, scale)
+        dkdv_grid, dkdv_tail, dkdv_meta = None, (), ()
+    else:
+        gluon = None
+        dkdv_tail = (*common, *_strides(dK, dV, dQ_buf), N_q, N_k, scale)
+        dkdv_kernel, dkdv_grid, dkdv_meta = _launch(
+            _bwd_dkdv_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile), B),
+            (Q, K, V, dO, L, Delta, dK, dV, dQ_buf, *dkdv_tail),
+            lambda c: dict(D=D, BLOCK_Q=c.dkdv_q_tile, BLOCK_K=c.dkdv_k_tile, is_causal=causal, ATOMIC_DQ=atomic),
+            config, strict)
     dq_kernel, dq_grid, dq_tail = None, None, ()
     if atomic:
         dQ = dQ_buf if Q.dtype == torch.float32 else dQ_buf.to(Q.dtype)
@@ -880,7 +915,8 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     launch = None
     if pre_kernel is not None and dkdv_kernel is not None and (atomic or dq_kernel is not None):
         launch = BackwardLaunch(pre_kernel, dkdv_kernel, dq_kernel, ((*pre_grid, 1), dkdv_grid, dq_grid),
-                                ((*pre_strides, D, pre), (*dkdv_tail, *dkdv_meta), dq_tail), (B, N_q), stack)
+                                ((*pre_strides, D, pre), (*dkdv_tail, *dkdv_meta), dq_tail), (B, N_q), stack,
+                                gluon is not None)
     return dQ, dK, dV, launch
 
 

@@ -38,6 +38,7 @@ import math
 
 import torch
 
+from fa2lab.hostpath import run_compiled
 from fa2lab.versions import load_shared
 
 _fwd = load_shared("gluon_forward_hopper")
@@ -327,6 +328,44 @@ def launch_args(q, k, v, do, lse, delta, dk, dv, scale: float):
     return (math.ceil(N_k / BLOCK_N), BH), args
 
 
+def unsupported(q, k, v, do, lse, delta, scale) -> str | None:
+    """None where `dkdv` can take these inputs, else why not (validate's message)."""
+    try:
+        validate(q, k, v, do, lse, delta, scale)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+class DkdvLaunch:
+    """A recorded launch of _dkdv_kernel (fa2lab.hostpath's lean repeat, as gluon_forward_hopper.GluonLaunch): later
+    calls with the same shapes and strides reuse the compiled kernel and its four descriptors, rebinding only their
+    bases (Triton 3.6's launcher reads base.data_ptr() and the descriptor's own shape and strides)."""
+
+    def __init__(self, compiled, grid, args, causal: bool):
+        self.kernel, self.grid = compiled, (*grid, 1)
+        self.descs = list(args[:4])
+        self.scalars = (*args[8:], bool(causal))    # strides, sizes, the two scales, then CAUSAL
+
+    def __call__(self, q, k, v, do, lse, delta, dk, dv) -> None:   # the hot path: no checks here
+        d = self.descs
+        d[0].base, d[1].base, d[2].base, d[3].base = q, k, v, do
+        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars), q.device.index)
+
+
+def launch(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float) -> DkdvLaunch:
+    """Validate, launch the kernel into dk and dv (k's shape and dtype, contiguous heads) and return the launch
+    recorded for repeats."""
+    validate(q, k, v, do, lse, delta, scale)
+    return _launch_checked(q, k, v, do, lse, delta, dk, dv, causal, scale)
+
+
+def _launch_checked(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float) -> DkdvLaunch:
+    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, scale)
+    compiled = _dkdv_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS)
+    return DkdvLaunch(compiled, grid, args, causal)
+
+
 def dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, lse: torch.Tensor,
          delta: torch.Tensor, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """dK and dV (k's shape and dtype) of attention with softmax scale `scale` (SDPA's top-left causal mask if
@@ -336,8 +375,7 @@ def dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, ls
     validate(q, k, v, do, lse, delta, scale)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, scale)
-    _dkdv_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS)
+    _launch_checked(q, k, v, do, lse, delta, dk, dv, causal, scale)
     return dk, dv
 
 

@@ -79,6 +79,10 @@ split into a masked lower band (sliding window), unmasked tiles and masked diago
 nothing outside visited, the head on the grid's first axis and query tiles reversed (longest
 first), -inf masks with O = 0 and L = -inf for rows that see no key, L saved (B, N_q) float32 in
 natural log, the optional causal sliding window, the Triton backward of kernels/_shared.
+
+The backward (BACKWARD_DKDV = "auto"): where dQ runs in its own kernel (dq_mode "separate", what "auto" picks beyond
+the small shapes), dK and dV come from the Gluon kernel of kernels/_shared/gluon_backward_hopper.py on Hopper (bf16,
+fp16, D = 64 or 128), from the Triton backward's own kernel elsewhere.
 """
 
 import math
@@ -721,6 +725,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     RACE_TL = switch_on("RACE_TL")
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
+    BACKWARD_DKDV = "auto"           # flash_backward_triton.DKDV_CHOICES: "auto", the Gluon dK/dV kernel on Hopper
     # Tune and race once per bucket of lengths and reuse the pick for every other length of the bucket, kept across
     # processes by `picks` (fa2lab.buckets; its directory: picks.cache_dir, else FA2_PICK_CACHE, else
     # ~/.cache/fa2lab). False: tune and race every new signature, as before.
@@ -754,7 +759,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
         Q, K, V, O, L = ctx.saved_tensors
         dQ, dK, dV = backward_kernels.backward_after_forward(
             ctx.launch_key, Q, K, V, O, L, dO, ctx.is_causal, FlashAttentionTriton.BACKWARD_CONFIG,
-            FlashAttentionTriton.BACKWARD_DQ_MODE, all(ctx.needs_input_grad[:3]))
+            FlashAttentionTriton.BACKWARD_DQ_MODE, all(ctx.needs_input_grad[:3]), FlashAttentionTriton.BACKWARD_DKDV)
         return dQ, dK, dV, None, None
 
 
