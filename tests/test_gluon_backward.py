@@ -7,8 +7,10 @@ compiler and its bundled ptxas, for sm_90, in a subprocess without TRITON_INTERP
 does).
 """
 
+import csv
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -267,3 +269,15 @@ def test_v7s_autograd_backward_takes_the_gluon_dkdv_where_dq_is_separate(monkeyp
     grads = torch.autograd.grad(FA.apply(q, k, v, True), (q, k, v), do)
     assert _gluon_launches(FB.LAUNCHES) == 1
     _check_against_float64(grads, q, k, v, do, True, torch.bfloat16)
+
+
+def test_the_backwards_comment_on_the_gluon_dkdv_gives_the_committed_ratios():
+    """flash_backward_triton's DKDV_CHOICES comment quotes the range of the Gluon kernel's time over the Triton one's:
+    the medians of results/nvidia-h200/experiments/bwd_gluon_dkdv.csv, rounded."""
+    repo = Path(__file__).resolve().parent.parent
+    src = (repo / "kernels" / "_shared" / "flash_backward_triton.py").read_text()
+    quoted = re.search(r"(\d\.\d\d)-(\d\.\d\d)x this one's time", src)
+    with open(repo / "results" / "nvidia-h200" / "experiments" / "bwd_gluon_dkdv.csv") as f:
+        ratios = [float(r["gluon_over_triton"]) for r in csv.DictReader(f) if r["who"] == "gluon"]
+    assert quoted and ratios
+    assert (float(quoted[1]), float(quoted[2])) == (round(min(ratios), 2), round(max(ratios), 2))

@@ -56,6 +56,50 @@ def test_peer_goal_prefers_the_interleaved_rounds(root):
     assert "1234abc" not in "\n".join(line for line in s.split("\n") if not line.startswith("|"))
 
 
+# ---------------------------------------------------------------- the backward against cuDNN and the peer
+
+def bwd_runs(pct: dict, D=64, commit="abcdef1", protocol="20261202T000000-aaaaaa", status="ok", day="02"):
+    """The backward harness's rows of one protocol: pct[(N, causal)] -> the per-run % of cuDNN (the peer's 20 points
+    lower, the forward + backward step's 5 points higher)."""
+    rows = []
+    for (N, c), f in pct.items():
+        for r in range(1, 4):
+            rows.append({**PROV, "version": "v7_hopper", "run_id": f"{protocol}/{r}", "date": f"2026-12-{day}T00:0{r}",
+                         "N": N, "D": D, "causal": c, "bwd_ms": 1.0, "fwd_bwd_ms": 1.5, "sdpa_bwd_ms": 1.0,
+                         "sdpa_fwd_bwd_ms": 1.5, "bwd_pct_of_sdpa": f(r),
+                         "fwd_bwd_pct_of_sdpa": f(r) + 5, "bwd_pct_of_fa4": f(r) - 20, "fwd_bwd_pct_of_fa4": f(r) - 15,
+                         "fa4_status": status, "git_commit": commit})
+    return rows
+
+
+def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
+    old = bwd_runs({(4096, 0): lambda r: 50.0}, commit="0000000", protocol="20261201T000000-bbbbbb", day="01")
+    d64 = bwd_runs({(1024, 0): lambda r: 200.0, (2048, 0): lambda r: 100.5 + r, (4096, 0): lambda r: 90.0 + r,
+                    (4096, 1): lambda r: 98.5 + r})
+    d128 = bwd_runs({(4096, 1): lambda r: 80.0 + r}, D=128, commit="fedcba9", status="not installed")
+    _write(root / GPU / "bench_bwd" / "v7_hopper.csv", old + d64 + d128)
+    rows, pooling = summary.backward_goal(GPU, root)
+    by = {(r[0], r[1], r[2]): r for r in rows}
+    assert sorted(by) == [(2048, 64, "no"), (4096, 64, "no"), (4096, 64, "yes"), (4096, 128, "yes")]   # N >= 2048
+    assert by[(2048, 64, "no")][3:8] == [3, "102.5% (101.5–103.5%)", "ahead", "82.5% (81.5–83.5%)", "behind"]
+    assert by[(4096, 64, "no")][4:6] == ["92.0% (91.0–93.0%)", "behind"]          # not the older protocol's 50%
+    assert by[(4096, 64, "yes")][4:6] == ["100.5% (99.5–101.5%)", "level"]
+    assert by[(4096, 64, "yes")][8:] == ["105.5% (104.5–106.5%)", "85.5% (84.5–86.5%)", "`abcdef1`"]
+    assert by[(4096, 128, "yes")][6:8] == ["–", "–"] and by[(4096, 128, "yes")][-1] == "`fedcba9`"   # no peer there
+    assert "latest protocol of at least 3 runs" in pooling
+    s = summary_part(root)
+    assert "### v7's backward against cuDNN and flash-attn-4, N ≥ 2048" in s
+    assert "| 4096 | 64 | yes | 3 | 100.5% (99.5–101.5%) | level |" in s
+    assert "abcdef1" not in "\n".join(line for line in s.split("\n") if not line.startswith("|"))
+
+
+def test_backward_goal_is_absent_without_rows(root):
+    path = root / GPU / "bench_bwd" / "v7_hopper.csv"
+    if path.exists():
+        path.unlink()
+    assert summary.backward_goal(GPU, root) is None and summary.section_backward_goal(GPU, root) == ""
+
+
 def test_peer_goal_falls_back_to_the_harness_without_ok_rounds(root):
     _write(root / GPU / "experiments" / "peer_goal.csv",
            peer_rounds({(2048, 64, 0): lambda r: 101.0}, status="not installed"))

@@ -50,7 +50,7 @@ from figures.report.goal import (  # noqa: F401
 from figures.report.backward import (  # noqa: F401
     BWD_COLUMNS, BWD_DEFAULTS, BWD_FLASH, BWD_HOST, BWD_SWEEP_CONFIG, BWD_SWEEP_KEYS, BWD_SWEEP_MEASURED,
     TOTALS_BWD, UNRANGED_BWD, backward_default, backward_profile, backward_summary, backward_sweep,
-    bwd_config_text, section_backward, section_backward_brief, section_backward_profile, section_backward_sweep,
+    bwd_config_text, section_backward, section_backward_profile, section_backward_sweep,
     section_bwd_modes
 )
 from figures.report.checks import (  # noqa: F401
@@ -61,7 +61,8 @@ from figures.report.ledger import (  # noqa: F401
 )
 from figures.report.summary import (  # noqa: F401
     HEADLINE_N, PEER_GOAL_D, PEER_GOAL_MIN_N, Spread, backward_headline, backward_table, goal_cells, goal_compact,
-    headline, peer_goal, peer_goal_rounds, peer_measured, rounds_verdict, section_peer_goal, section_summary, spread,
+    backward_goal, headline, peer_goal, peer_goal_rounds, peer_measured, rounds_verdict, section_backward_goal,
+    section_peer_goal, section_summary, spread,
     versions_table
 )
 from figures.report.varlen import section_varlen, varlen_brief, varlen_table  # noqa: F401

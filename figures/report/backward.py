@@ -85,19 +85,12 @@ def backward_summary(gpu, root):
     return pd.concat(frames, ignore_index=True), paths, folder
 
 
-def section_backward_brief(gpu, root) -> str:
-    """RESULTS.md's backward: the full table's rows at N = 4096; every shape is on its page."""
-    return section_backward(gpu, root, N=4096)
-
-
-def section_backward(gpu, root, N: int | None = None) -> str:
-    """The backward per version, dQ mode and shape (at N alone when given), against SDPA's two backends."""
-    title = "### The backward" + (f" at N = {N} (every shape: [its page](docs/results/backward.md))" if N else "")
+def section_backward(gpu, root) -> str:
+    """The backward per version, dQ mode and shape, against SDPA's two backends."""
+    title = "### The backward"
     summary, paths, folder = backward_summary(gpu, root)
     if summary is None:
         return not_yet(title, "invoke bench --kernel v6_longest_first --mode bwd", folder / "<version>.csv")
-    if N is not None:
-        summary = summary[summary.N == N]
     host = summary["host_us"].notna().any()
     rows = [[r.version, r.dq_mode + (f" ({r.ran})" if r.ran and r.ran != r.dq_mode else ""), r.N,
              "yes" if r.causal else "no", r.runs, fmt(r.fwd_bwd_ms, ".3f"),

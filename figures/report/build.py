@@ -17,7 +17,7 @@ from typing import Callable
 
 from figures import data
 from figures.report import readme
-from figures.report.backward import (section_backward, section_backward_brief, section_backward_profile,
+from figures.report.backward import (section_backward, section_backward_profile,
                                      section_backward_sweep, section_bwd_modes)
 from figures.report.checks import section_nonsquare, section_pending
 from figures.report.compare_trees import section_compare_trees, within_count
@@ -92,7 +92,6 @@ SECTIONS: list[Part] = [
     heading("## Beyond the article"),
     sweep(2),
     lambda c: section_goal(c.gpu, c.root),
-    lambda c: section_backward_brief(c.gpu, c.root),
     lambda c: section_ledger(c.claims),
 ]
 

@@ -2,8 +2,9 @@
 
 Each number here comes from one function, and each table says in a phrase what it pools: `headline` (every version
 at N = 4096 against SDPA and against the FA3-class peer), `goal_pools` (v7 against cuDNN at the harness shapes),
-`backward_headline` (the backward at N = 4096) and `peer_goal_rounds` (v7 against the peer from N = 2048 up, from
-the interleaved experiment's rounds; `peer_goal` from the harness's runs where that experiment has no rows).
+`backward_headline` (the backward at N = 4096), `peer_goal_rounds` (v7 against the peer from N = 2048 up, from
+the interleaved experiment's rounds; `peer_goal` from the harness's runs where that experiment has no rows) and
+`backward_goal` (v7's backward against cuDNN and the peer from N = 2048 up, from the backward harness's runs).
 """
 
 from __future__ import annotations
@@ -247,6 +248,56 @@ def section_peer_goal(gpu, root) -> str:
                       md_table(["N", "D", "causal", "runs", f"% of {PEER}", "interval", "verdict"], rows)])
 
 
+BWD_GOAL_COLUMNS = ("run_id", "N", "causal", "bwd_pct_of_sdpa", "fwd_bwd_pct_of_sdpa")
+BWD_GOAL_PEER = ("bwd_pct_of_fa4", "fwd_bwd_pct_of_fa4")
+
+
+def backward_goal(gpu, root, version: str = "v7_hopper") -> tuple[list[list], str] | None:
+    """v7's backward against cuDNN and the peer at N >= PEER_GOAL_MIN_N, D = 64 and 128, both masks, from the backward
+    harness's rows: per head dimension its latest protocol of at least MIN_PROTOCOL_RUNS runs (each run a process that
+    times v7, cuDNN and the peer on the same inputs); per shape the median (min–max) of each run's backward-only
+    % of cuDNN and of the peer (the peer's over the runs where it ran), each with rounds_verdict, then the
+    forward + backward step's two. None while the file has no such rows."""
+    path = data.root(root) / gpu / "bench_bwd" / f"{version}.csv"
+    if not path.exists():
+        return None
+    df = data.load(path, BWD_GOAL_COLUMNS)
+    df = numeric(df.assign(D=df["D"] if "D" in df else shapes.HEAD_DIM), path,
+                 ["N", "D", "causal", *BWD_GOAL_COLUMNS[3:], *(c for c in BWD_GOAL_PEER if c in df)])
+    df = df[(df.N >= PEER_GOAL_MIN_N) & df.D.fillna(shapes.HEAD_DIM).isin(PEER_GOAL_D)]
+    rows = []
+    for d, by_d in df.groupby(df.D.fillna(shapes.HEAD_DIM)):
+        latest = data.latest_protocol(by_d, data.MIN_PROTOCOL_RUNS)
+        commit = f"`{latest.git_commit.astype(str).iloc[0][:7]}`" if "git_commit" in latest else "–"
+        for (causal, N), g in latest.groupby(["causal", "N"]):
+            peer = peer_rows(g)
+            cells = [spread(g, "bwd_pct_of_sdpa"), *(spread(peer, c) for c in BWD_GOAL_PEER[:1]),
+                     spread(g, "fwd_bwd_pct_of_sdpa"), *(spread(peer, c) for c in BWD_GOAL_PEER[1:])]
+            rows.append([int(N), int(d), "yes" if causal else "no", g.run_id.nunique(), cells[0].text(".1f"),
+                         rounds_verdict(cells[0]), cells[1].text(".1f"), rounds_verdict(cells[1]),
+                         cells[2].text(".1f"), cells[3].text(".1f"), commit])
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (r[1], r[2], r[0]))
+    pooling = (f"each head dimension's latest protocol of at least {data.MIN_PROTOCOL_RUNS} runs in `{rel(path)}`, "
+               "at the commit in the last column")
+    return rows, pooling
+
+
+def section_backward_goal(gpu, root) -> str:
+    found = backward_goal(gpu, root)
+    if found is None:
+        return ""
+    rows, pooling = found
+    return "\n".join([
+        f"### v7's backward against cuDNN and {PEER}, N ≥ {PEER_GOAL_MIN_N}",
+        f"Each run's own ratio cuDNN ms ÷ v7 ms and {PEER} ms ÷ v7 ms, backward alone (autograd on a kept graph) and "
+        f"the forward + backward step, pooled over {pooling}: the median (min–max) over the runs; verdict: ahead when "
+        "every run is above 100%, behind when every run is below, level otherwise (within the spread).", "",
+        md_table(["N", "D", "causal", "runs", "bwd % of cuDNN", "verdict", f"bwd % of {PEER}", "verdict",
+                  "fwd+bwd % of cuDNN", f"fwd+bwd % of {PEER}", "commit"], rows)])
+
+
 def section_summary(gpu, root, claims) -> str:
     """RESULTS.md's first screen for one GPU."""
     rows, pooling, _ = headline(gpu, root)
@@ -262,8 +313,8 @@ def section_summary(gpu, root, claims) -> str:
         out += [sentence, ""]
     out += [f"The backward at N = {HEADLINE_N}; pooled over {bwd_pooling}.", ""]
     out += [backward_table(bwd), ""] if bwd else []
-    peer = section_peer_goal(gpu, root)
-    out += [peer, ""] if peer else []
+    for section in (section_peer_goal(gpu, root), section_backward_goal(gpu, root)):
+        out += [section, ""] if section else []
     out += [f"Claims ledger: {held} of the article's claims hold here, {len(claims) - held - pending} do not "
             f"(or only partly), {pending} not measured yet ([the ledger](#claims-ledger))."]
     return "\n".join(out)
