@@ -224,8 +224,9 @@ def test_dkdv_matches_float64(N_q, N_k, D, dtype, causal):
 # --- the Gluon dK/dV inside the backward (flash_backward_triton's dkdv option) and v7's autograd backward
 
 FB = versions.load_shared("flash_backward_triton")
-BACKWARD_CASES = [(1000, 1000, 64, torch.bfloat16, True), (333, 1000, 128, torch.float16, False), (200, 130, 64, torch.float16, True),
-                  (2048, 2048, 128, torch.bfloat16, True), (777, 777, 64, torch.bfloat16, False)]
+BACKWARD_CASES = [(1000, 1000, 64, torch.bfloat16, True), (333, 1000, 128, torch.float16, False),
+                  (200, 130, 64, torch.float16, True), (2048, 2048, 128, torch.bfloat16, True),
+                  (777, 777, 64, torch.bfloat16, False)]
 
 
 def _gluon_launches(cache) -> int:
