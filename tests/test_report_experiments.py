@@ -93,6 +93,24 @@ def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
     assert "abcdef1" not in "\n".join(line for line in s.split("\n") if not line.startswith("|"))
 
 
+def test_backward_goal_and_headline_pool_the_default_dq_mode(root):
+    """A later --dq-mode experiment's protocol does not replace the default backward's in either summary."""
+    from fa2lab import versions
+    from figures.report.backward import DEFAULT_DQ_MODE
+
+    assert all(versions.load(v).FlashAttentionTriton.BACKWARD_DQ_MODE == DEFAULT_DQ_MODE
+               for v in ("v6_longest_first", "v7_hopper"))
+    default = [{**r, "dq_mode": DEFAULT_DQ_MODE} for r in bwd_runs({(4096, 0): lambda r: 90.0 + r})]
+    atomic = [{**r, "dq_mode": "atomic"} for r in bwd_runs({(4096, 0): lambda r: 60.0}, commit="1111111",
+                                                           protocol="20261203T000000-cccccc", day="03")]
+    _write(root / GPU / "bench_bwd" / "v7_hopper.csv", default + atomic)
+    rows, _ = summary.backward_goal(GPU, root)
+    assert [r[4] for r in rows] == ["92.0% (91.0–93.0%)"] and rows[0][-1] == "`abcdef1`"
+    head, _ = summary.backward_headline(GPU, root)
+    v7 = next(r for r in head if r["version"] == "v7_hopper")
+    assert v7["dq_mode"] == DEFAULT_DQ_MODE and v7["b_0"] == 92.0
+
+
 def test_backward_goal_is_absent_without_rows(root):
     path = root / GPU / "bench_bwd" / "v7_hopper.csv"
     if path.exists():

@@ -43,6 +43,9 @@ BWD_COLUMNS = ("version", "run_id", "N", "causal", "fwd_bwd_ms", "bwd_ms", "sdpa
                "fwd_bwd_pct_of_sdpa", "bwd_pct_of_sdpa")
 BWD_FLASH = ("fwd_bwd_pct_of_sdpa_flash", "bwd_pct_of_sdpa_flash")
 BWD_HOST = ("bwd_host_us", "sdpa_bwd_host_us", "sdpa_flash_bwd_host_us")   # since commit f21aba3
+# The dQ mode a version's autograd backward runs by default (FlashAttentionTriton.BACKWARD_DQ_MODE of v6 and v7,
+# checked by the report's tests): the summaries pool its rows, not those of a --dq-mode experiment.
+DEFAULT_DQ_MODE = "auto"
 
 
 def backward_summary(gpu, root):

@@ -15,7 +15,7 @@ import pandas as pd
 
 from fa2lab import shapes, versions
 from figures import data
-from figures.report.backward import backward_summary
+from figures.report.backward import DEFAULT_DQ_MODE, backward_summary
 from figures.report.goal import GOAL_LEVEL, _goal_table, goal_pools, goal_rows, goal_verdict
 from figures.report.tables import NOT_YET, PEER, fmt, md_table, numeric, peer_rows, rel
 
@@ -117,9 +117,9 @@ def goal_compact(gpu, root) -> tuple[str, str]:
 
 
 def backward_headline(gpu, root, N: int = HEADLINE_N) -> tuple[list[dict], str]:
-    """Per version with backward rows, its most recently measured dQ mode at N: the median over the runs of that
-    mode's latest protocol of each run's backward-only % of SDPA's default backend, of its FLASH_ATTENTION backend,
-    and of the peer where measured; and the phrase saying what it pools."""
+    """Per version with backward rows, its default dQ mode (else its most recently measured one) at N: the median over
+    the runs of that mode's latest protocol of each run's backward-only % of SDPA's default backend, of its
+    FLASH_ATTENTION backend, and of the peer where measured; and the phrase saying what it pools."""
     summary, paths, folder = backward_summary(gpu, root)
     if summary is None:
         return [], f"{NOT_YET} (`invoke bench --mode bwd` writes `{rel(folder)}/<version>.csv`)"
@@ -128,7 +128,8 @@ def backward_headline(gpu, root, N: int = HEADLINE_N) -> tuple[list[dict], str]:
         g = summary[(summary.version == v) & (summary.N == N)]
         if not len(g):
             continue
-        mode = g.sort_values("protocol").dq_mode.iloc[-1]   # protocols are '<UTC time>-<id>': the latest sorts last
+        # the default mode where it was measured, else the latest (protocols are '<UTC time>-<id>': it sorts last)
+        mode = DEFAULT_DQ_MODE if (g.dq_mode == DEFAULT_DQ_MODE).any() else g.sort_values("protocol").dq_mode.iloc[-1]
         g = g[g.dq_mode == mode]
         row = {"version": v, "dq_mode": mode, "runs": int(g.runs.max())}
         for c in (0, 1):
@@ -137,7 +138,7 @@ def backward_headline(gpu, root, N: int = HEADLINE_N) -> tuple[list[dict], str]:
             row[f"b_fa_{c}"] = float(r.b_pct_fa.iloc[0]) if len(r) else float("nan")
             row[f"peer_{c}"] = float(r.b_pct_peer.iloc[0]) if len(r) and "b_pct_peer" in r else float("nan")
         out.append(row)
-    pooling = (f"each version's most recently measured dQ mode, the latest protocol of that mode in `{rel(folder)}/` "
+    pooling = (f"each version's default dQ mode, the latest protocol of that mode in `{rel(folder)}/` "
                "(D = 64): the median over its runs of each run's own backward-only ratio")
     return out, pooling
 
@@ -254,7 +255,7 @@ BWD_GOAL_PEER = ("bwd_pct_of_fa4", "fwd_bwd_pct_of_fa4")
 
 def backward_goal(gpu, root, version: str = "v7_hopper") -> tuple[list[list], str] | None:
     """v7's backward against cuDNN and the peer at N >= PEER_GOAL_MIN_N, D = 64 and 128, both masks, from the backward
-    harness's rows: per head dimension its latest protocol of at least MIN_PROTOCOL_RUNS runs (each run a process that
+    harness's rows of its default dQ mode: per head dimension its latest protocol of at least MIN_PROTOCOL_RUNS runs (each run a process that
     times v7, cuDNN and the peer on the same inputs); per shape the median (min–max) of each run's backward-only
     % of cuDNN and of the peer (the peer's over the runs where it ran), each with rounds_verdict, then the
     forward + backward step's two. None while the file has no such rows."""
@@ -265,6 +266,8 @@ def backward_goal(gpu, root, version: str = "v7_hopper") -> tuple[list[list], st
     df = numeric(df.assign(D=df["D"] if "D" in df else shapes.HEAD_DIM), path,
                  ["N", "D", "causal", *BWD_GOAL_COLUMNS[3:], *(c for c in BWD_GOAL_PEER if c in df)])
     df = df[(df.N >= PEER_GOAL_MIN_N) & df.D.fillna(shapes.HEAD_DIM).isin(PEER_GOAL_D)]
+    if "dq_mode" in df:   # the default backward, not a --dq-mode experiment
+        df = df[df.dq_mode.astype(str) == DEFAULT_DQ_MODE]
     rows = []
     for d, by_d in df.groupby(df.D.fillna(shapes.HEAD_DIM)):
         latest = data.latest_protocol(by_d, data.MIN_PROTOCOL_RUNS)

@@ -48,8 +48,7 @@ flattened = _fwd.flattened
 if HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                                  warpgroup_mma_wait)
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BLOCK_N = 64          # keys per CTA
@@ -120,33 +119,15 @@ if HAVE_GLUON:
         gl.store(ptr + gl.expand_dims(rows, 1) * stride_row + gl.expand_dims(cols, 0), out,
                  mask=gl.expand_dims(rows < N_KEYS, 1))
 
-    @gluon.jit
-    def _add_dq(dq, ptr, q_start, N_QUERIES, stride_row, MASKED: gl.constexpr):
-        """Add one query tile's dQ partial (fp32, the wgmma accumulator's layout) into this head's fp32 dQ rows
-        [q_start, q_start + BLOCK_M) by relaxed atomics; in a masked tile, rows past N_QUERIES are left alone."""
-        ROWS: gl.constexpr = dq.shape[0]
-        D: gl.constexpr = dq.shape[1]
-        layout: gl.constexpr = _acc_layout(D)
-        rows = q_start + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-        cols = gl.arange(0, D, layout=gl.SliceLayout(0, layout))
-        ptrs = ptr + gl.expand_dims(rows, 1) * stride_row + gl.expand_dims(cols, 0)
-        if MASKED:
-            gl.atomic_add(ptrs, dq, mask=gl.expand_dims(rows < N_QUERIES, 1), sem="relaxed")
-        else:
-            gl.atomic_add(ptrs, dq, sem="relaxed")
-
     # ------------------------------------------------------------------------------------------ one query tile
 
     @gluon.jit
-    def _query_tile(dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, ready, q_desc, do_desc, L_ptr, Delta_ptr,
-                    dQ_ptr, stride_dq_row, q_start, lo, q_row0, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
-                    MASK: gl.constexpr, ATOMIC_DQ: gl.constexpr):
+    def _query_tile(dk, dv, k_smem, v_smem, q_smem, do_smem, ready, q_desc, do_desc, L_ptr, Delta_ptr,
+                    q_start, lo, q_row0, k_start, N_QUERIES, qk_scale, MASK: gl.constexpr):
         """Fold query tile [q_start, q_start + BLOCK_M) into dK and dV. It is tile t = (q_start - lo) / BLOCK_M of this
         CTA (slot t % SLOTS, phase (t / SLOTS) & 1); the next tile's copy is issued first, into the slot the previous
         tile read, whose products were all waited for at its end. MASK: NO_MASK, TAIL (queries past N_QUERIES get
-        L = +inf, so P^T = 0 in their columns without a compare per score) or DIAGONAL (TAIL and the causal compare).
-        ATOMIC_DQ: also dQ += scale * dS K for this tile, dS^T through ds_smem (an SS wgmma with the transposed view as
-        A), added into the fp32 rows at dQ_ptr by atomics."""
+        L = +inf, so P^T = 0 in their columns without a compare per score) or DIAGONAL (TAIL and the causal compare)."""
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_smem.shape[0]
@@ -189,34 +170,19 @@ if HAVE_GLUON:
         dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)                                     # dV += P^T dO
 
         dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))                                 # (dV in flight)
-        dsT = pT * dpT                                                                               # dS^T
-        if ATOMIC_DQ:   # key rows past N_KEYS (the next head's, or TMA's zeros) must not reach dQ
-            keys = gl.arange(0, BLOCK_N, layout=row_s)
-            dsT = gl.where(gl.expand_dims(keys < N_KEYS - k_start, 1), dsT, 0.0)
-        dsT = dsT.to(dtype)
-        if ATOMIC_DQ:
-            ds_smem.store(dsT)
-            fence_async_shared()
-        dk_tok = warpgroup_mma(gl.convert_layout(dsT, a_layout), q_tile, dk, is_async=True)          # dK += dS^T Q
+        ds_op = gl.convert_layout((pT * dpT).to(dtype), a_layout)                                    # dS^T
+        dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)                                     # dK += dS^T Q
         dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok))
-        if ATOMIC_DQ:   # dQ = dS K, 64 columns of D at a time (a whole 64 x 128 partial beside dK and dV spills)
-            dq_ptr = dQ_ptr + q_row0 * stride_dq_row
-            for h in gl.static_range(D // 64):
-                dq = warpgroup_mma(ds_smem.permute((1, 0)), k_smem.slice(h * 64, 64, dim=1),
-                                   gl.zeros([BLOCK_M, 64], gl.float32, _acc_layout(64)), use_acc=False)
-                _add_dq(dq * scale, dq_ptr + h * 64, q_start, N_QUERIES, stride_dq_row, MASK != NO_MASK)
         return dk, dv
 
     @gluon.jit
-    def _query_range(dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, ready, q_desc, do_desc, L_ptr, Delta_ptr,
-                     dQ_ptr, stride_dq_row, start, stop, lo, q_row0, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
-                     MASK: gl.constexpr, ATOMIC_DQ: gl.constexpr):
+    def _query_range(dk, dv, k_smem, v_smem, q_smem, do_smem, ready, q_desc, do_desc, L_ptr, Delta_ptr,
+                     start, stop, lo, q_row0, k_start, N_QUERIES, qk_scale, MASK: gl.constexpr):
         """The query tiles [start, stop) (multiples of BLOCK_M from lo), all with one MASK."""
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         for q_start in range(start, stop, BLOCK_M):
-            dk, dv = _query_tile(dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, ready, q_desc, do_desc, L_ptr,
-                                 Delta_ptr, dQ_ptr, stride_dq_row, q_start, lo, q_row0, k_start, N_QUERIES, N_KEYS,
-                                 qk_scale, scale, MASK, ATOMIC_DQ)
+            dk, dv = _query_tile(dk, dv, k_smem, v_smem, q_smem, do_smem, ready, q_desc, do_desc, L_ptr, Delta_ptr,
+                                 q_start, lo, q_row0, k_start, N_QUERIES, qk_scale, MASK)
         return dk, dv
 
     # ------------------------------------------------------------------------------------------ the kernel
@@ -225,12 +191,11 @@ if HAVE_GLUON:
     def _dkdv_kernel(
         # TMA descriptors over the flattened (heads * N, D) rows: Q and dO blocks of BLOCK_M rows, K and V of BLOCK_N
         q_desc, k_desc, v_desc, do_desc,
-        # L (natural log) and Delta, fp32 (heads, N_QUERIES) with unit last stride; dK, dV (heads * N_KEYS, D) rows;
-        # with ATOMIC_DQ the fp32 dQ accumulator's (heads * N_QUERIES, D) rows (otherwise never touched)
-        L_ptr, Delta_ptr, dK_ptr, dV_ptr, dQ_ptr,
-        stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row, stride_dq_row,
+        # L (natural log) and Delta, fp32 (heads, N_QUERIES) with unit last stride; dK, dV (heads * N_KEYS, D) rows
+        L_ptr, Delta_ptr, dK_ptr, dV_ptr,
+        stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
         N_QUERIES, N_KEYS, qk_scale, scale,
-        CAUSAL: gl.constexpr, ATOMIC_DQ: gl.constexpr,
+        CAUSAL: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -248,8 +213,6 @@ if HAVE_GLUON:
         v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], v_desc.layout)
         q_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], q_desc.layout)
         do_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], do_desc.layout)
-        # dS^T for the dQ product (ATOMIC_DQ): 64 x 64 16-bit, the same 128-byte swizzle as the Q tiles' layout
-        ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M] if ATOMIC_DQ else [1, 1], q_desc.layout)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar.index(0), count=1)
@@ -280,15 +243,12 @@ if HAVE_GLUON:
         dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
         mbarrier.wait(kv_bar.index(0), 0)
 
-        dk, dv = _query_range(dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, ready, q_desc, do_desc, L_ptr,
-                              Delta_ptr, dQ_ptr, stride_dq_row, lo, diag_stop, lo, q_row0, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, DIAGONAL, ATOMIC_DQ)
-        dk, dv = _query_range(dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, ready, q_desc, do_desc, L_ptr,
-                              Delta_ptr, dQ_ptr, stride_dq_row, diag_stop, full_stop, lo, q_row0, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, NO_MASK, ATOMIC_DQ)
-        dk, dv = _query_range(dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, ready, q_desc, do_desc, L_ptr,
-                              Delta_ptr, dQ_ptr, stride_dq_row, tail_start, N_QUERIES, lo, q_row0, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, TAIL, ATOMIC_DQ)
+        dk, dv = _query_range(dk, dv, k_smem, v_smem, q_smem, do_smem, ready, q_desc, do_desc, L_ptr, Delta_ptr,
+                              lo, diag_stop, lo, q_row0, k_start, N_QUERIES, qk_scale, DIAGONAL)
+        dk, dv = _query_range(dk, dv, k_smem, v_smem, q_smem, do_smem, ready, q_desc, do_desc, L_ptr, Delta_ptr,
+                              diag_stop, full_stop, lo, q_row0, k_start, N_QUERIES, qk_scale, NO_MASK)
+        dk, dv = _query_range(dk, dv, k_smem, v_smem, q_smem, do_smem, ready, q_desc, do_desc, L_ptr, Delta_ptr,
+                              tail_start, N_QUERIES, lo, q_row0, k_start, N_QUERIES, qk_scale, TAIL)
 
         mbarrier.invalidate(kv_bar.index(0))
         for s in gl.static_range(_SLOTS):
@@ -308,8 +268,8 @@ def _tile_descriptor(t: torch.Tensor, rows: int):
     return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, D], layout)
 
 
-def validate(q, k, v, do, lse, delta, scale, dq=None) -> None:
-    """Raise ValueError naming what `dkdv` cannot take (dq: the fp32 dQ accumulator, if one is given)."""
+def validate(q, k, v, do, lse, delta, scale) -> None:
+    """Raise ValueError naming what `dkdv` cannot take."""
     named = (("q", q), ("k", k), ("v", v), ("do", do), ("lse", lse), ("delta", delta))
     for name, t in named:
         if not isinstance(t, torch.Tensor):
@@ -351,33 +311,27 @@ def validate(q, k, v, do, lse, delta, scale, dq=None) -> None:
         if flattened(t) is None:
             raise ValueError(f"{name} has strides {t.stride()}: TMA needs each head's rows contiguous "
                              "(unit last stride, heads N rows apart, 16-byte aligned base and rows)")
-    if dq is not None and (not isinstance(dq, torch.Tensor) or dq.dtype != torch.float32 or dq.shape != q.shape
-                           or not dq.is_contiguous() or dq.device != q.device):
-        raise ValueError("the dQ accumulator must be a contiguous float32 tensor of q's shape on q's device, got "
-                         + (f"{dq.dtype} {tuple(dq.shape)} strides {dq.stride()} on {dq.device}"
-                            if isinstance(dq, torch.Tensor) else type(dq).__name__))
     if not HAVE_GLUON:
         raise ValueError("this Triton has no Gluon")
     if torch.cuda.get_device_capability(q.device)[0] != 9:
         raise ValueError(f"{torch.cuda.get_device_name(q.device)} is not a Hopper GPU (sm_90)")
 
 
-def launch_args(q, k, v, do, lse, delta, dk, dv, scale: float, dq=None):
-    """(grid, positional arguments) of _dkdv_kernel for validated inputs, the outputs dk, dv (k's shape,
-    contiguous) and the fp32 dQ accumulator dq (or None: dk stands in for the pointer, which is then never read)."""
+def launch_args(q, k, v, do, lse, delta, dk, dv, scale: float):
+    """(grid, positional arguments) of _dkdv_kernel for validated inputs and the outputs dk, dv (k's shape,
+    contiguous)."""
     BH, N_q, D = q.shape
     N_k = k.shape[1]
     descs = [_tile_descriptor(t, rows) for t, rows in ((q, BLOCK_M), (k, BLOCK_N), (v, BLOCK_N), (do, BLOCK_M))]
-    dq = dk if dq is None else dq
-    args = (*descs, lse, delta, dk, dv, dq, lse.stride(0), delta.stride(0), dk.stride(1), dv.stride(1), dq.stride(1),
-            N_q, N_k, float(scale) * LOG2E, float(scale))
+    args = (*descs, lse, delta, dk, dv, lse.stride(0), delta.stride(0), dk.stride(1), dv.stride(1), N_q, N_k,
+            float(scale) * LOG2E, float(scale))
     return (math.ceil(N_k / BLOCK_N), BH), args
 
 
-def unsupported(q, k, v, do, lse, delta, scale, dq=None) -> str | None:
+def unsupported(q, k, v, do, lse, delta, scale) -> str | None:
     """None where `dkdv` can take these inputs, else why not (validate's message)."""
     try:
-        validate(q, k, v, do, lse, delta, scale, dq)
+        validate(q, k, v, do, lse, delta, scale)
     except ValueError as e:
         return str(e)
     return None
@@ -388,49 +342,44 @@ class DkdvLaunch:
     calls with the same shapes and strides reuse the compiled kernel and its four descriptors, rebinding only their
     bases (Triton 3.6's launcher reads base.data_ptr() and the descriptor's own shape and strides)."""
 
-    def __init__(self, compiled, grid, args, causal: bool, atomic_dq: bool):
+    def __init__(self, compiled, grid, args, causal: bool):
         self.kernel, self.grid = compiled, (*grid, 1)
         self.descs = list(args[:4])
-        self.scalars = (*args[9:], bool(causal), bool(atomic_dq))   # strides, sizes, scales, CAUSAL, ATOMIC_DQ
-        self.atomic_dq = bool(atomic_dq)
+        self.scalars = (*args[8:], bool(causal))    # strides, sizes, the two scales, then CAUSAL
 
-    def __call__(self, q, k, v, do, lse, delta, dk, dv, dq) -> None:   # the hot path: no checks here
+    def __call__(self, q, k, v, do, lse, delta, dk, dv) -> None:   # the hot path: no checks here
         d = self.descs
         d[0].base, d[1].base, d[2].base, d[3].base = q, k, v, do
-        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, dq if self.atomic_dq else dk, *self.scalars),
-                     q.device.index)
+        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars), q.device.index)
 
 
-def launch(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float, dq=None) -> DkdvLaunch:
-    """Validate, launch the kernel into dk and dv (k's shape and dtype, contiguous heads), adding scale * dS K into
-    the fp32 dQ accumulator dq if one is given, and return the launch recorded for repeats."""
-    validate(q, k, v, do, lse, delta, scale, dq)
-    return _launch_checked(q, k, v, do, lse, delta, dk, dv, causal, scale, dq)
+def launch(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float) -> DkdvLaunch:
+    """Validate, launch the kernel into dk and dv (k's shape and dtype, contiguous heads) and return the launch
+    recorded for repeats."""
+    validate(q, k, v, do, lse, delta, scale)
+    return _launch_checked(q, k, v, do, lse, delta, dk, dv, causal, scale)
 
 
-def _launch_checked(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float, dq=None) -> DkdvLaunch:
-    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, scale, dq)
-    compiled = _dkdv_kernel[grid](*args, CAUSAL=bool(causal), ATOMIC_DQ=dq is not None, num_warps=NUM_WARPS)
-    return DkdvLaunch(compiled, grid, args, causal, dq is not None)
+def _launch_checked(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float) -> DkdvLaunch:
+    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, scale)
+    compiled = _dkdv_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS)
+    return DkdvLaunch(compiled, grid, args, causal)
 
 
 def dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, lse: torch.Tensor,
-         delta: torch.Tensor, causal: bool, scale: float, dq_accum: torch.Tensor | None = None
-         ) -> tuple[torch.Tensor, torch.Tensor]:
+         delta: torch.Tensor, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """dK and dV (k's shape and dtype) of attention with softmax scale `scale` (SDPA's top-left causal mask if
     `causal`). q, do (B * H, N_q, D) and k, v (B * H, N_k, D) on a Hopper GPU, bf16 or fp16, each head's rows
     contiguous, D 64 or 128; lse (the forward's natural-log log-sum-exp of the scaled scores) and delta
-    (rowsum(dO * O), `_bwd_preprocess_kernel`'s) float32 (B * H, N_q). With dq_accum (float32, q's shape, contiguous)
-    the same pass adds dQ = scale * dS K into it by atomics. Raises ValueError for anything else."""
-    validate(q, k, v, do, lse, delta, scale, dq_accum)
+    (rowsum(dO * O), `_bwd_preprocess_kernel`'s) float32 (B * H, N_q). Raises ValueError for anything else."""
+    validate(q, k, v, do, lse, delta, scale)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    _launch_checked(q, k, v, do, lse, delta, dk, dv, causal, scale, dq_accum)
+    _launch_checked(q, k, v, do, lse, delta, dk, dv, causal, scale)
     return dk, dv
 
 
-def compile_offline(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, arch: int = 90,
-                    atomic_dq: bool = False):
+def compile_offline(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, arch: int = 90):
     """Compile the kernel for sm_<arch> without a GPU (fa2lab.compile_offline: meta tensors, Triton's bundled ptxas)
     for N queries and N keys per head; returns the never-loaded CompiledKernel (asm: ttgir, ptx, cubin)."""
     from fa2lab.compile_offline import DTYPES as NAMES, compile_for_target
@@ -441,7 +390,6 @@ def compile_offline(D: int, causal: bool, N: int, dtype: str = "bf16", heads: in
         raise ValueError(f"head dimension {D} is not supported, only {HEAD_DIMS}")
     t = torch.empty(heads, N, D, dtype=getattr(torch, NAMES[dtype]), device="meta")
     rows = torch.empty(heads, N, dtype=torch.float32, device="meta")
-    dq = torch.empty(heads, N, D, dtype=torch.float32, device="meta") if atomic_dq else None
-    _, args = launch_args(t, t, t, t, rows, rows, t, t, 1.0 / math.sqrt(D), dq)
+    _, args = launch_args(t, t, t, t, rows, rows, t, t, 1.0 / math.sqrt(D))
     return compile_for_target(_dkdv_kernel, args, arch=arch, num_warps=NUM_WARPS, num_stages=1,
-                              CAUSAL=bool(causal), ATOMIC_DQ=bool(atomic_dq))
+                              CAUSAL=bool(causal))
