@@ -3,7 +3,8 @@ and how fast the later calls run, beside the issue's goals.
 
 A run is one child process of bench_varlen.py: its (run_id, Triton cache, picks cache). It is complete when its
 "total" row over all calls exists; a run cut short (calls without that row) is listed, not pooled. Per version and
-cache state the numbers are the median over its complete runs of each run's own value (min–max where more than one).
+cache state and plan size (calls per run) the numbers are the median over its complete runs of each run's own value
+(min–max where more than one); the goals judge only runs of their plan (GOAL_CALLS calls).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ ALL = "all"                     # the "total" row's group over every call of a r
 WARM_MAX_S, WARM_MEDIAN_S = 1.0, 0.1   # warm: a new N's first call at most 1 s, its median at most 0.1 s
 COLD_TOTAL_S = 60.0             # cold: every call's first-call seconds summed, at most 60 s
 TUNED_PCT = 98.0                # after the first call, within 2% of tuning that N alone (pct_of_tuned >= 98)
+GOAL_CALLS = 32 * 2 * 2         # the goals' plan: 32 lengths at D = 64 and 128, both masks (smaller runs: no verdict)
 TASK = "python harness/bench_varlen.py --kernel <version>"
 
 
@@ -77,27 +79,33 @@ def tabulate(df: pd.DataFrame | None) -> tuple[list[list], list[tuple], str] | N
         return None
     total, cut = runs(df)
     rows = []
-    for (version, cache), g in total.groupby(["version", "triton_cache"], sort=False):
+    total = total.assign(calls=pd.to_numeric(total.calls, errors="coerce"))
+    for (version, cache, calls), g in total.groupby(["version", "triton_cache", "calls"], sort=False):
         med_total = pd.to_numeric(g.total_first_call_s, errors="coerce").median()
         med_max = pd.to_numeric(g.max_first_call_s, errors="coerce").median()
         med_median = pd.to_numeric(g.median_first_call_s, errors="coerce").median()
-        if cache == "warm":
+        if calls != GOAL_CALLS:
+            goal = f"– (not the goals' {GOAL_CALLS} calls)"
+        elif cache == "warm":
             goal = (f"largest {_goal(med_max, WARM_MAX_S, '.2f')}; median "
                     f"{_goal(med_median, WARM_MEDIAN_S, '.3f')}")
         elif cache == "cold":
             goal = f"total {_goal(med_total, COLD_TOTAL_S, '.1f')}"
         else:
             goal = "–"
-        commits = ", ".join(dict.fromkeys(f"`{c}`" for c in g.git_commit.astype(str))) if "git_commit" in g else "–"
+        commits = ", ".join(dict.fromkeys(f"`{c[:7]}`" for c in g.git_commit.astype(str))) if "git_commit" in g else "–"
         rows.append([f"`{version}`", cache, len(g), _cell(g.calls, ".0f"), _cell(g.total_first_call_s, ".1f"),
                      _cell(g.median_first_call_s, ".3f"), _cell(g.max_first_call_s, ".2f"),
                      _cell(g.median_pct_of_sdpa, ".1f", "%"), goal, commits])
     compare = df[df.row == "compare"]
     if "pct_of_tuned" in compare.columns and len(compare):
-        pct = pd.to_numeric(compare.pct_of_tuned, errors="coerce").dropna()
-        tuned = (f"{int((pct >= TUNED_PCT).sum())} of {len(pct)} compared calls at ≥ {TUNED_PCT:.0f}% of tuning that N "
-                 f"alone (least {fmt(float(pct.min()), '.1f', '%')}): "
-                 + ("met" if (pct >= TUNED_PCT).all() else "missed"))
+        parts = []
+        for version, g in compare.groupby("version", sort=False):
+            pct = pd.to_numeric(g.pct_of_tuned, errors="coerce").dropna()
+            parts.append(f"`{version}` {int((pct >= TUNED_PCT).sum())} of {len(pct)} compared calls at ≥ "
+                         f"{TUNED_PCT:.0f}% (least {fmt(float(pct.min()), '.1f', '%')}): "
+                         + ("met" if (pct >= TUNED_PCT).all() else "missed"))
+        tuned = "; ".join(parts)
     else:
         tuned = "not measured (no `compare` rows)"
     return rows, cut, tuned
