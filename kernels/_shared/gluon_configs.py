@@ -127,11 +127,6 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True),
     GluonConfig(128, 128, 3, 2, persistent=True, exp_turn=True),
     GluonConfig(128, 128, 3, 2, pingpong=True),
-    # flash-attn-4's sm90 layout at D = 128 (its profile: 128 x 128 tiles, two K/V stages, one program per tile, 164 KB
-    # of shared memory; docs/results/peer-profile.md), O from the registers: no spill offline at D = 128
-    GluonConfig(128, 128, 2, 2, pingpong=True, direct_store=True),
-    GluonConfig(128, 128, 2, 2, pingpong=True, direct_store=True, shared_code=True),
-    GluonConfig(128, 128, 2, 2, exp_turn=True, direct_store=True, shared_code=True),
 )
 
 
