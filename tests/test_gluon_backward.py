@@ -240,7 +240,8 @@ def _check_against_float64(grads, q, k, v, do, causal, dtype):
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel runs on a Hopper GPU only")
 @pytest.mark.parametrize("N_q, N_k, D, dtype, causal", BACKWARD_CASES,
-                         ids=[f"{a}x{b}-d{d}-{str(t)[6:]}-{'causal' if c else 'full'}" for a, b, d, t, c in BACKWARD_CASES])
+                         ids=[f"{a}x{b}-d{d}-{str(t)[6:]}-{'causal' if c else 'full'}"
+                              for a, b, d, t, c in BACKWARD_CASES])
 def test_the_backward_with_the_gluon_dkdv_matches_float64_and_repeats_exactly(monkeypatch, N_q, N_k, D, dtype,
                                                                               causal):
     monkeypatch.setattr(FB, "LAUNCHES", FB.LaunchCache())

@@ -254,11 +254,11 @@ BWD_GOAL_PEER = ("bwd_pct_of_fa4", "fwd_bwd_pct_of_fa4")
 
 
 def backward_goal(gpu, root, version: str = "v7_hopper") -> tuple[list[list], str] | None:
-    """v7's backward against cuDNN and the peer at N >= PEER_GOAL_MIN_N, D = 64 and 128, both masks, from the backward
-    harness's rows of its default dQ mode: per head dimension its latest protocol of at least MIN_PROTOCOL_RUNS runs (each run a process that
-    times v7, cuDNN and the peer on the same inputs); per shape the median (min–max) of each run's backward-only
-    % of cuDNN and of the peer (the peer's over the runs where it ran), each with rounds_verdict, then the
-    forward + backward step's two. None while the file has no such rows."""
+    """v7's backward against cuDNN and the peer at N >= PEER_GOAL_MIN_N, D = 64 and 128, both masks, from the
+    backward harness's rows of its default dQ mode: per head dimension its latest protocol of at least
+    MIN_PROTOCOL_RUNS runs (each run a process that times v7, cuDNN and the peer on the same inputs); per shape the
+    median (min–max) of each run's backward-only % of cuDNN and of the peer (the peer's over the runs where it ran),
+    each with rounds_verdict, then the forward + backward step's two. None while the file has no such rows."""
     path = data.root(root) / gpu / "bench_bwd" / f"{version}.csv"
     if not path.exists():
         return None
@@ -295,7 +295,8 @@ def section_backward_goal(gpu, root) -> str:
     return "\n".join([
         f"### v7's backward against cuDNN and {PEER}, N ≥ {PEER_GOAL_MIN_N}",
         f"Each run's own ratio cuDNN ms ÷ v7 ms and {PEER} ms ÷ v7 ms, backward alone (autograd on a kept graph) and "
-        f"the forward + backward step, pooled over {pooling}: the median (min–max) over the runs; verdict: ahead when "
+        f"the forward + backward step, pooled over {pooling}: the median (min–max) over the runs; verdict: ahead "
+        "when "
         "every run is above 100%, behind when every run is below, level otherwise (within the spread).", "",
         md_table(["N", "D", "causal", "runs", "bwd % of cuDNN", "verdict", f"bwd % of {PEER}", "verdict",
                   "fwd+bwd % of cuDNN", f"fwd+bwd % of {PEER}", "commit"], rows)])

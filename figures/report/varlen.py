@@ -93,7 +93,8 @@ def tabulate(df: pd.DataFrame | None) -> tuple[list[list], list[tuple], str] | N
             goal = f"total {_goal(med_total, COLD_TOTAL_S, '.1f')}"
         else:
             goal = "–"
-        commits = ", ".join(dict.fromkeys(f"`{c[:7]}`" for c in g.git_commit.astype(str))) if "git_commit" in g else "–"
+        commits = (", ".join(dict.fromkeys(f"`{c[:7]}`" for c in g.git_commit.astype(str))) if "git_commit" in g
+                   else "–")
         rows.append([f"`{version}`", cache, len(g), _cell(g.calls, ".0f"), _cell(g.total_first_call_s, ".1f"),
                      _cell(g.median_first_call_s, ".3f"), _cell(g.max_first_call_s, ".2f"),
                      _cell(g.median_pct_of_sdpa, ".1f", "%"), goal, commits])

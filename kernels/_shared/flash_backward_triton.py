@@ -118,7 +118,8 @@ DKDV_CHOICES = ("triton", "gluon", "auto")
 
 
 def _gluon_dkdv():
-    """kernels/_shared/gluon_backward_hopper, imported on first use (a backward that never asks for it never loads it)."""
+    """kernels/_shared/gluon_backward_hopper, imported on first use (a backward that never asks for it never
+    loads it)."""
     return load_shared("gluon_backward_hopper")
 
 
