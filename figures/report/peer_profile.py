@@ -131,11 +131,12 @@ def section_peer_profile(gpu, root) -> str:
     return "\n".join(text + ["", NEXT])
 
 
-NEXT = (f"What to change first, one thing at a time (hypotheses from these rows, not yet measured): where v7's "
+NEXT = (f"What to change first, one thing at a time (hypotheses from these rows): where v7's "
         f"Gluon forward and {PEER} launch the same warpgroups with the same registers, v7's warps wait far longer on "
         f"named barriers while the peer's wait on the tensor cores (gmma), so the first step is ncu's source page "
-        f"(`--source`) to find which barrier of v7's consumers holds them, then removing or moving that one. Next, "
-        f"the grid: the peer launches one CTA per query tile with less shared memory where v7 is persistent. Where v7 "
+        f"(`--source`) to find which barrier of v7's consumers holds them, then removing or moving that one. The grid "
+        f"and the shared memory alone are not it: the peer's layout (one CTA per 128 x 128 tile, two K/V slots) in "
+        f"v7's Gluon kernel was slower at D = 128 (the Gluon log's retired options). Where v7 "
         f"runs its one-warpgroup tl path (the race's pick), the peer runs three consumer warpgroups beside a "
         f"producer and keeps more of the tensor pipe busy; v7's own three-consumer Gluon candidate loses the race "
         f"there, so why it loses (its registers, the causal order of its work) is the question to profile.")
