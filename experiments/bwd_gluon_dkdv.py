@@ -76,7 +76,8 @@ def bwd_gluon_dkdv(args, save):
                     rows.append({"who": w, "N": N, "D": D, "causal": int(causal), "rounds": args.rounds,
                                  "max_rel_err_vs_fp64": err[w], "graph_us": med, "graph_us_min": lo,
                                  "graph_us_max": hi, "graph_tflops": shapes.tflops(flop, med / 1e3),
-                                 "config": str(bk.default_config(D, Qd.dtype)) if w == "triton" else "gluon 64x64/1wg"})
+                                 "config": (str(bk.default_config(D, Qd.dtype)) if w == "triton"
+                                            else f"gluon {gb.BLOCK_N}x{gb.BLOCK_M}/1wg")})
                 r_med, r_lo, r_hi = spread(ratio)
                 s_med, s_lo, s_hi = spread(sdpa)
                 for row in rows:

@@ -190,24 +190,36 @@ GPU_CASES += [(200, 130, 64, torch.bfloat16, True), (130, 200, 128, torch.float1
               (1000, 333, 64, torch.float16, False)]
 
 
+def _ids(cases) -> list[str]:
+    return [f"{a}x{b}-d{d}-{str(t)[6:]}-{'causal' if c else 'full'}" for a, b, d, t, c in cases]
+
+
+def _gpu_inputs(N_q, N_k, D, dtype, seed, BH=3):
+    """q, k, v, do on the GPU in `dtype`, from a seeded CPU generator."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(BH, n, D, generator=g).to("cuda", dtype) for n in (N_q, N_k, N_k))
+    return q, k, v, torch.randn(BH, N_q, D, generator=g).to("cuda", dtype)
+
+
+def _float64_grads(q, k, v, do, causal):
+    """dQ, dK, dV of the float64 reference through autograd."""
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out, _ = attention(q64, k64, v64, causal)
+    return torch.autograd.grad(out, (q64, k64, v64), do.double())
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.skipif(torch.cuda.is_available() and not ON_HOPPER, reason="the Gluon kernel is sm_90 only")
-@pytest.mark.parametrize("N_q, N_k, D, dtype, causal", GPU_CASES,
-                         ids=[f"{a}x{b}-d{d}-{str(t)[6:]}-{'causal' if c else 'full'}" for a, b, d, t, c in GPU_CASES])
+@pytest.mark.parametrize("N_q, N_k, D, dtype, causal", GPU_CASES, ids=_ids(GPU_CASES))
 def test_dkdv_matches_float64(N_q, N_k, D, dtype, causal):
-    BH = 3
-    g = torch.Generator().manual_seed(N_q + N_k + D)
-    q, k, v = (torch.randn(BH, n, D, generator=g).to("cuda", dtype) for n in (N_q, N_k, N_k))
-    do = torch.randn(BH, N_q, D, generator=g).to("cuda", dtype)
+    q, k, v, do = _gpu_inputs(N_q, N_k, D, dtype, N_q + N_k + D)
     o64, l64 = attention(q, k, v, causal)
     o, lse = o64.to(dtype), l64.float()
     delta = (o.float() * do.float()).sum(-1)          # what _bwd_preprocess_kernel computes
     dk, dv = GB.dkdv(q, k, v, do, lse, delta, causal, 1.0 / math.sqrt(D))
     assert dk.shape == k.shape and dv.shape == v.shape and dk.dtype == dv.dtype == dtype
 
-    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    out, _ = attention(q64, k64, v64, causal)
-    _, tk, tv = torch.autograd.grad(out, (q64, k64, v64), do.double())
+    _, tk, tv = _float64_grads(q, k, v, do, causal)
     _, rk, rv = backward_from_lse(q, k, v, o, lse, do, causal)
     for name, got, truth, recompute in (("dK", dk, tk, rk), ("dV", dv, tv, rv)):
         e64, erc = relative_error(got, truth), relative_error(got, recompute)
@@ -230,24 +242,18 @@ def _gluon_launches(cache) -> int:
 
 
 def _check_against_float64(grads, q, k, v, do, causal, dtype):
-    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    out, _ = attention(q64, k64, v64, causal)
-    for name, got, truth in zip(("dQ", "dK", "dV"), grads, torch.autograd.grad(out, (q64, k64, v64), do.double())):
+    for name, got, truth in zip(("dQ", "dK", "dV"), grads, _float64_grads(q, k, v, do, causal)):
         assert got.dtype == dtype and got.shape == truth.shape, name
         err = relative_error(got, truth)
         assert err <= REL_TOL[dtype], f"{name}: relative error {err:.2e} vs float64"
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel runs on a Hopper GPU only")
-@pytest.mark.parametrize("N_q, N_k, D, dtype, causal", BACKWARD_CASES,
-                         ids=[f"{a}x{b}-d{d}-{str(t)[6:]}-{'causal' if c else 'full'}"
-                              for a, b, d, t, c in BACKWARD_CASES])
+@pytest.mark.parametrize("N_q, N_k, D, dtype, causal", BACKWARD_CASES, ids=_ids(BACKWARD_CASES))
 def test_the_backward_with_the_gluon_dkdv_matches_float64_and_repeats_exactly(monkeypatch, N_q, N_k, D, dtype,
                                                                               causal):
     monkeypatch.setattr(FB, "LAUNCHES", FB.LaunchCache())
-    g = torch.Generator().manual_seed(N_q + D)
-    q, k, v = (torch.randn(3, n, D, generator=g).to("cuda", dtype) for n in (N_q, N_k, N_k))
-    do = torch.randn(3, N_q, D, generator=g).to("cuda", dtype)
+    q, k, v, do = _gpu_inputs(N_q, N_k, D, dtype, N_q + D)
     o64, l64 = attention(q, k, v, causal)
     args = (q, k, v, o64.to(dtype), l64.float(), do, causal)
     first = FB.flash_attention_backward(*args, dkdv="gluon")
@@ -265,8 +271,7 @@ def test_v7s_autograd_backward_takes_the_gluon_dkdv_where_dq_is_separate(monkeyp
     monkeypatch.setattr(FB, "LAUNCHES", FB.LaunchCache())
     BH, N, D = 8, 3000, 64
     assert FB.auto_dq_mode(BH, N, N, D, True) == "separate"
-    g = torch.Generator().manual_seed(7)
-    q, k, v, do = (torch.randn(BH, N, D, generator=g).to("cuda", torch.bfloat16) for _ in range(4))
+    q, k, v, do = _gpu_inputs(N, N, D, torch.bfloat16, 7, BH=BH)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     grads = torch.autograd.grad(FA.apply(q, k, v, True), (q, k, v), do)
     assert _gluon_launches(FB.LAUNCHES) == 1

@@ -890,11 +890,11 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     why_not = None if gluon is None else gluon.unsupported(Q, K, V, dO, L, Delta, scale)
     if dkdv == "gluon" and why_not is not None:
         raise ValueError(f"dkdv='gluon': {why_not}")
-    if gluon is not None and why_not is None:
+    use_gluon = gluon is not None and why_not is None
+    if use_gluon:
         dkdv_kernel = gluon.launch(Q, K, V, dO, L, Delta, dK, dV, causal, scale)
         dkdv_grid, dkdv_tail, dkdv_meta = None, (), ()
     else:
-        gluon = None
         dkdv_tail = (*common, *_strides(dK, dV, dQ_buf), N_q, N_k, scale)
         dkdv_kernel, dkdv_grid, dkdv_meta = _launch(
             _bwd_dkdv_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile), B),
@@ -917,7 +917,7 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     if pre_kernel is not None and dkdv_kernel is not None and (atomic or dq_kernel is not None):
         launch = BackwardLaunch(pre_kernel, dkdv_kernel, dq_kernel, ((*pre_grid, 1), dkdv_grid, dq_grid),
                                 ((*pre_strides, D, pre), (*dkdv_tail, *dkdv_meta), dq_tail), (B, N_q), stack,
-                                gluon is not None)
+                                use_gluon)
     return dQ, dK, dV, launch
 
 

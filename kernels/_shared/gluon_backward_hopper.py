@@ -354,13 +354,8 @@ class DkdvLaunch:
 
 
 def launch(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float) -> DkdvLaunch:
-    """Validate, launch the kernel into dk and dv (k's shape and dtype, contiguous heads) and return the launch
-    recorded for repeats."""
-    validate(q, k, v, do, lse, delta, scale)
-    return _launch_checked(q, k, v, do, lse, delta, dk, dv, causal, scale)
-
-
-def _launch_checked(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float) -> DkdvLaunch:
+    """Launch the kernel into dk and dv (k's shape and dtype, contiguous heads) for inputs that `validate` (or
+    `unsupported`) accepted, and return the launch recorded for repeats."""
     grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, scale)
     compiled = _dkdv_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS)
     return DkdvLaunch(compiled, grid, args, causal)
@@ -375,7 +370,7 @@ def dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, ls
     validate(q, k, v, do, lse, delta, scale)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    _launch_checked(q, k, v, do, lse, delta, dk, dv, causal, scale)
+    launch(q, k, v, do, lse, delta, dk, dv, causal, scale)
     return dk, dv
 
 
