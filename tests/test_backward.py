@@ -239,7 +239,7 @@ def test_dkdv_option_errors_name_the_problem():
     Q, K, V, O, L, dO = _ok_inputs()
     with pytest.raises(ValueError, match="dkdv must be one of triton, gluon, auto, got 'fast'"):
         flash_attention_backward(Q, K, V, O, L, dO, False, dkdv="fast")
-    with pytest.raises(ValueError, match="dkdv='gluon' .* needs dq_mode 'separate', not 'fused'"):
+    with pytest.raises(ValueError, match="dkdv='gluon' .* needs dq_mode 'separate' or 'atomic', not 'fused'"):
         flash_attention_backward(Q, K, V, O, L, dO, False, dq_mode="fused", dkdv="gluon")
     with pytest.raises(ValueError, match="dkdv='gluon': q has dtype torch.float32; the Gluon dK/dV kernel takes"):
         flash_attention_backward(Q, K, V, O, L, dO, False, dkdv="gluon")

@@ -111,16 +111,18 @@ from fa2lab.versions import load_shared
 
 LOG2E = 1.4426950408889634  # log2(e): natural-log L -> log2 units
 DQ_MODES, DQ_CHOICES = _dq.DQ_MODES, _dq.DQ_CHOICES   # the kernels' dQ modes, and those plus "auto" (defined once there)
-# Who computes dK and dV in dq_mode "separate": this module's _bwd_dkdv_kernel, the Gluon kernel for Hopper
-# (kernels/_shared/gluon_backward_hopper.py, 0.68-0.92x this one's time at N = 2048 and 4096, D = 64 and 128, both
-# masks: results/nvidia-h200/experiments/bwd_gluon_dkdv.csv), or "auto": the Gluon kernel wherever it takes the inputs.
+# Who computes dK and dV: this module's _bwd_dkdv_kernel, a Gluon kernel for Hopper, or "auto": the Gluon kernel
+# wherever it takes the inputs. With dq_mode "separate" the Gluon kernel is gluon_backward_hopper's dK/dV kernel
+# (0.68-0.92x this one's time at N = 2048 and 4096, D = 64 and 128, both masks:
+# results/nvidia-h200/experiments/bwd_gluon_dkdv.csv); with "atomic" it is gluon_backward_ws's warp-specialized
+# kernel, which also reduce-adds dQ's partials (TMA) into the fp32 accumulator.
 DKDV_CHOICES = ("triton", "gluon", "auto")
 
 
-def _gluon_dkdv():
-    """kernels/_shared/gluon_backward_hopper, imported on first use (a backward that never asks for it never
-    loads it)."""
-    return load_shared("gluon_backward_hopper")
+def _gluon_dkdv(atomic: bool):
+    """The Gluon module for a dQ mode (kernels/_shared/gluon_backward_ws for atomic dQ, else
+    gluon_backward_hopper), imported on first use (a backward that never asks for it never loads it)."""
+    return load_shared("gluon_backward_ws" if atomic else "gluon_backward_hopper")
 
 
 # ----------------------------------------------------------------------------------------
@@ -689,7 +691,8 @@ class BackwardLaunch:
         g, t, i = self.grids, self.tails, dev.index
         self._run("preprocess", self.preprocess, g[0], (O, dO, Delta, *t[0]), i, ranges)
         if self.gluon_dkdv:
-            self._run("gluon_dkdv", self.dkdv, None, (Q, K, V, dO, L, Delta, dK, dV), i, ranges)
+            self._run("gluon_dkdv", self.dkdv, None, (Q, K, V, dO, L, Delta, dK, dV, *((dQ,) if atomic else ())), i,
+                      ranges)
         else:
             self._run("atomic_dkdv" if atomic else "dkdv", self.dkdv, g[1],
                       (Q, K, V, dO, L, Delta, dK, dV, dQ, *t[1]), i, ranges)
@@ -806,8 +809,8 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     accumulates it with fp32 atomics inside the dK/dV kernel; "fused" runs everything in one launch;
     "auto" is "fused" for small problems and "separate" otherwise (auto_dq_mode). Gradients come back
     in Q's dtype. strict launches exactly `config` (OutOfResources if it does not fit) instead of
-    dropping stages. dkdv (DKDV_CHOICES) says which kernel computes dK and dV where dQ is separate: "gluon" the
-    Hopper kernel (ValueError naming why where it cannot take the inputs, or where dq_mode is not "separate"),
+    dropping stages. dkdv (DKDV_CHOICES) says which kernel computes dK and dV (with dq_mode "atomic", dQ's partials
+    too): "gluon" a Hopper kernel (ValueError naming why where it cannot take the inputs, or with dq_mode "fused"),
     "auto" that kernel where it can, "triton" this module's.
     """
     causal = bool(is_causal)
@@ -859,8 +862,8 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     validate_backward_inputs(Q, K, V, O, L, dO)
     if dq_mode == "auto":
         dq_mode = auto_dq_mode(Q.shape[0], Q.shape[1], K.shape[1], Q.shape[2], causal)
-    if dkdv == "gluon" and dq_mode != "separate":
-        raise ValueError(f"dkdv='gluon' computes dK and dV apart from dQ: it needs dq_mode 'separate', not {dq_mode!r}")
+    if dkdv == "gluon" and dq_mode == "fused":
+        raise ValueError("dkdv='gluon' is a kernel of its own: it needs dq_mode 'separate' or 'atomic', not 'fused'")
     if config is None:
         config = default_config(Q.shape[2], Q.dtype)
     elif not isinstance(config, BackwardConfig):
@@ -886,13 +889,14 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
         _bwd_preprocess_kernel[pre_grid](O, dO, Delta, *pre_strides, D=D, BLOCK_Q=pre, num_warps=4))
 
     common = (*_strides(Q, K, V, dO, L, Delta),)
-    gluon = None if atomic or dkdv == "triton" else _gluon_dkdv()
-    why_not = None if gluon is None else gluon.unsupported(Q, K, V, dO, L, Delta, scale)
+    gluon = None if dkdv == "triton" else _gluon_dkdv(atomic)
+    dq_accum = (dQ_buf,) if atomic else ()
+    why_not = None if gluon is None else gluon.unsupported(Q, K, V, dO, L, Delta, scale, *dq_accum)
     if dkdv == "gluon" and why_not is not None:
         raise ValueError(f"dkdv='gluon': {why_not}")
     use_gluon = gluon is not None and why_not is None
     if use_gluon:
-        dkdv_kernel = gluon.launch(Q, K, V, dO, L, Delta, dK, dV, causal, scale)
+        dkdv_kernel = gluon.launch(Q, K, V, dO, L, Delta, dK, dV, *dq_accum, causal, scale)
         dkdv_grid, dkdv_tail, dkdv_meta = None, (), ()
     else:
         dkdv_tail = (*common, *_strides(dK, dV, dQ_buf), N_q, N_k, scale)

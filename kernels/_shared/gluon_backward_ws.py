@@ -1,0 +1,382 @@
+"""The whole FlashAttention backward's main pass as a warp-specialized Gluon kernel for Hopper (sm_90): dK, dV and
+every dQ partial in one pass, five products per (key tile, query tile) pair.
+
+Round 3 of backward_hopper_log.md, in flash-attn-4's sm90 shape (flash_bwd_sm90.py): one CTA per (BLOCK_N = 128
+keys, batch * head), a loader warp and two consumer warpgroups of 64 keys each. The math, L's units, Delta, the scale
+and the top-left causal mask are gluon_backward_hopper's (round 1), whose helpers this kernel calls:
+
+    P^T  = exp2(S^T * qk_scale - L * log2(e)),  S^T = K Q^T
+    dP^T = V dO^T - Delta,  dS^T = P^T * dP^T
+    dV  += P^T dO,  dK += dS^T Q   (RS wgmma: P^T and dS^T from registers)
+    dQ  += scale * dS K            (SS wgmma: dS from shared memory; fp32, cast by the caller)
+
+Roles. The loader (one warp) copies K and V once, K a second time as two column halves (the B operand of dQ), and
+the query tiles (64 rows of Q and dO) round a ring of SLOTS slots, each slot refilled once both consumers released it.
+Consumer w owns keys [k_start + 64 w, k_start + 64 (w + 1)): per query tile it computes its S^T, dP^T, P^T and dS^T,
+issues dV and dK, writes its dS^T into its half of a shared dS tile (two buffers) and arrives on that buffer's
+mbarrier; once both halves are in, it computes columns [w D / 2, (w + 1) D / 2) of the tile's dQ partial over all 128
+keys and sends them by one TMA reduce-add (fp32) into the caller's dQ accumulator, a 3-d (heads, N_q, D) descriptor
+whose bounds stop the ragged tile at its head's end. A dS buffer is written again two tiles later, after both
+consumers passed the next tile's mbarrier, so after both read it.
+
+Rows past a head's N in the K and V tiles are the next head's (or TMA's zeros): their dK, dV rows are not stored, and
+their dS^T rows are zeroed before dS leaves the registers (they would add to dQ). Query columns past N_q get
+L = +inf, hence P^T = dS^T = 0 there, and the reduce-add stops at the head's end.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from fa2lab.hostpath import run_compiled
+from fa2lab.versions import load_shared
+
+_r1 = load_shared("gluon_backward_hopper")
+HAVE_GLUON = _r1.HAVE_GLUON
+validate_inputs = _r1.validate
+HEAD_DIMS, DTYPES, LOG2E = _r1.HEAD_DIMS, _r1.DTYPES, _r1.LOG2E
+
+if HAVE_GLUON:
+    from triton._C.libtriton import ir
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language._core import builtin
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                                  warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+BLOCK_N = 128         # keys per CTA, 64 per consumer
+BLOCK_M = 64          # queries per streamed tile
+CONSUMERS = 2
+SLOTS = 2             # the Q / dO ring
+DS_BUFFERS = 2
+CONSUMER_REGS = 240
+LOADER_REGS = 24
+NUM_WARPS = 4         # the default partition: consumer 0
+
+
+if HAVE_GLUON:
+    _LOG2E = gl.constexpr(LOG2E)
+    _SLOTS, _DS_BUFFERS, _CONSUMERS = gl.constexpr(SLOTS), gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS)
+    _CONSUMER_REGS, _LOADER_REGS = gl.constexpr(CONSUMER_REGS), gl.constexpr(LOADER_REGS)
+    NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
+    _acc_layout, _row_values, _own_registers, _store_tile = (_r1._acc_layout, _r1._row_values, _r1._own_registers,
+                                                            _r1._store_tile)
+
+    @builtin
+    def _reduce_add(tensor_desc, coord, src, _semantic=None):
+        """TMA reduce-add of shared memory `src` into the tile of `tensor_desc` at `coord` (cp.reduce.async.bulk):
+        Triton 3.6 has the operation but Gluon's hopper.tma does not name it."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
+                                                  src.handle)
+
+    # ------------------------------------------------------------------------------------------ the loader
+
+    @gluon.jit
+    def _loader(descs, smem, bars, sizes):
+        """K and V once, then the CTA's query tiles round the ring."""
+        q_desc, k_desc, v_desc, do_desc = descs
+        k_smem, v_smem, q_smem, do_smem = smem
+        kv_bar, ready, empty = bars
+        N_QUERIES, N_KEYS, CAUSAL = sizes
+        SLOTS: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        k_start = gl.program_id(0) * k_smem.shape[0]
+        head = gl.program_id(1)
+        k_row = head * N_KEYS + k_start
+        mbarrier.expect(kv_bar.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [k_row, 0], kv_bar.index(0), k_smem)
+        tma.async_copy_global_to_shared(v_desc, [k_row, 0], kv_bar.index(0), v_smem)
+        lo = _first_query(k_start, BLOCK_M, CAUSAL)
+        for t in range(gl.cdiv(N_QUERIES - lo, BLOCK_M)):
+            slot = t % SLOTS
+            mbarrier.wait(empty.index(slot), ((t // SLOTS) & 1) ^ 1, pred=t >= SLOTS)
+            bar = ready.index(slot)
+            row = head * N_QUERIES + lo + t * BLOCK_M
+            mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_smem.index(slot))
+            tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_smem.index(slot))
+
+    @gluon.jit
+    def _first_query(k_start, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+        """The first query tile a key tile sees: the one holding query k_start under the causal mask, else 0."""
+        if CAUSAL:
+            lo = (k_start // BLOCK_M) * BLOCK_M
+        else:
+            lo = k_start * 0
+        return lo
+
+    # ------------------------------------------------------------------------------------------ one query tile
+
+    @gluon.jit
+    def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, L_ptr, Delta_ptr, head, k_start, N_QUERIES,
+                    N_KEYS, qk_scale, scale, MASK: gl.constexpr):
+        """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its columns of the
+        tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile."""
+        k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
+        kv_bar, ready, empty, ds_bar = bars
+        SLOTS: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        D: gl.constexpr = q_smem.shape[2]
+        ROWS: gl.constexpr = ds_smem.shape[1] // 2     # one consumer's keys
+        HALF: gl.constexpr = D // 2
+        dtype: gl.constexpr = q_smem.dtype
+        s_layout: gl.constexpr = _acc_layout(BLOCK_M)
+        q_layout: gl.constexpr = _acc_layout(HALF)
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_acc_layout(D), k_width=2)
+        col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        my_k = k_smem.slice(wg * ROWS, ROWS, dim=0)
+        my_v = v_smem.slice(wg * ROWS, ROWS, dim=0)
+        key0 = k_start + wg * ROWS
+
+        slot = t % SLOTS
+        cols = gl.arange(0, BLOCK_M, layout=col_s)
+        left = N_QUERIES - q_start
+        l2 = _row_values(L_ptr + q_start, cols, left, MASK != NO_MASK) * _LOG2E
+        delta = _row_values(Delta_ptr + q_start, cols, left, MASK != NO_MASK)
+        if MASK != NO_MASK:
+            l2 = gl.where(cols < left, l2, float("inf"))
+        zero = gl.zeros([ROWS, BLOCK_M], gl.float32, s_layout)
+        dp_init = _own_registers(zero - gl.expand_dims(delta, 0))
+
+        mbarrier.wait(ready.index(slot), (t // SLOTS) & 1)
+        q_tile = q_smem.index(slot)
+        do_tile = do_smem.index(slot)
+        s_tok = warpgroup_mma(my_k, q_tile.permute((1, 0)), zero, use_acc=False, is_async=True)    # S^T = K Q^T
+        dp_tok = warpgroup_mma(my_v, do_tile.permute((1, 0)), dp_init, is_async=True)              # V dO^T - Delta
+
+        sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+        pT = gl.exp2(sT * qk_scale - gl.expand_dims(l2, 0))
+        rows = gl.arange(0, ROWS, layout=row_s)
+        if MASK == DIAGONAL:   # key key0 + r sees query q_start + c iff r <= c + (q_start - key0)
+            pT = gl.where(gl.expand_dims(rows, 1) <= gl.expand_dims(cols + (q_start - key0), 0), pT, 0.0)
+        p_op = gl.convert_layout(pT.to(dtype), a_layout)
+        dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)                                    # dV += P^T dO
+
+        # dS^T, its rows of keys past N_KEYS zeroed (they must add nothing to dQ; their dK rows are not stored)
+        dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
+        dsT = gl.where(gl.expand_dims(rows < N_KEYS - key0, 1), pT * dpT, 0.0).to(dtype)
+        dk_tok = warpgroup_mma(gl.convert_layout(dsT, a_layout), q_tile, dk, is_async=True)         # dK += dS^T Q
+
+        # dS^T into this consumer's rows of the shared tile
+        b = t % _DS_BUFFERS
+        ds_smem.index(b).slice(wg * ROWS, ROWS, dim=0).store(dsT)
+        fence_async_shared()
+        mbarrier.arrive(ds_bar.index(b), count=1)
+        mbarrier.wait(ds_bar.index(b), (t // _DS_BUFFERS) & 1)
+        dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),  # dQ = dS K
+                               gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
+        dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
+        mbarrier.arrive(empty.index(slot), count=1)
+
+        tma.store_wait(0)                       # this consumer's previous reduce-add has read its buffer
+        dq_buf = dq_smem.index(wg)
+        dq_buf.reshape([BLOCK_M, HALF]).store(dq * scale)
+        fence_async_shared()
+        _reduce_add(dq_desc, [head, q_start, wg * HALF], dq_buf)
+        return dk, dv
+
+    @gluon.jit
+    def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, L_ptr, Delta_ptr, head, k_start, N_QUERIES,
+                     N_KEYS, qk_scale, scale, MASK: gl.constexpr):
+        """The query tiles [start, stop) (multiples of BLOCK_M from lo), all with one MASK."""
+        BLOCK_M: gl.constexpr = smem[2].shape[1]
+        for q_start in range(start, stop, BLOCK_M):
+            dk, dv = _query_tile(dk, dv, (q_start - lo) // BLOCK_M, q_start, wg, smem, bars, dq_desc, L_ptr,
+                                 Delta_ptr, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale, MASK)
+        return dk, dv
+
+    @gluon.jit
+    def _consumer(wg, smem, bars, dq_desc, out, sizes, scales):
+        """Consumer wg: its 64 keys' dK and dV over the CTA's query tiles (the three ranges of round 1), then their
+        stores."""
+        k_smem = smem[0]
+        q_smem = smem[2]
+        kv_bar = bars[0]
+        L_ptr, Delta_ptr, dK_ptr, dV_ptr, stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row = out
+        N_QUERIES, N_KEYS, CAUSAL = sizes
+        qk_scale, scale = scales
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        D: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_smem.shape[0]
+        ROWS: gl.constexpr = BLOCK_N // 2
+        o_layout: gl.constexpr = _acc_layout(D)
+        k_start = gl.program_id(0) * BLOCK_N
+        head = gl.program_id(1)
+        L_ptr = L_ptr + head * stride_l_head
+        Delta_ptr = Delta_ptr + head * stride_delta_head
+
+        full_stop = (N_QUERIES // BLOCK_M) * BLOCK_M
+        lo = _first_query(k_start, BLOCK_M, CAUSAL)
+        if CAUSAL:
+            diag_stop = gl.minimum(gl.cdiv(k_start + BLOCK_N, BLOCK_M) * BLOCK_M, N_QUERIES)
+        else:
+            diag_stop = lo
+        tail_start = gl.maximum(diag_stop, full_stop)
+
+        dk = gl.zeros([ROWS, D], gl.float32, o_layout)
+        dv = gl.zeros([ROWS, D], gl.float32, o_layout)
+        mbarrier.wait(kv_bar.index(0), 0)
+        dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, L_ptr, Delta_ptr, head, k_start,
+                              N_QUERIES, N_KEYS, qk_scale, scale, DIAGONAL)
+        dk, dv = _query_range(dk, dv, diag_stop, full_stop, lo, wg, smem, bars, dq_desc, L_ptr, Delta_ptr, head,
+                              k_start, N_QUERIES, N_KEYS, qk_scale, scale, NO_MASK)
+        dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, L_ptr, Delta_ptr, head,
+                              k_start, N_QUERIES, N_KEYS, qk_scale, scale, TAIL)
+        tma.store_wait(0)
+        key0 = k_start + wg * ROWS
+        _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
+        _store_tile(dv, dV_ptr + head * N_KEYS * stride_dv_row, key0, N_KEYS, stride_dv_row)
+
+    # ------------------------------------------------------------------------------------------ the kernel
+
+    @gluon.jit
+    def _bwd_ws_kernel(
+        # TMA descriptors: Q, dO blocks of BLOCK_M rows, K and V of BLOCK_N, over the flattened (heads * N, D)
+        # rows; dQ's fp32 accumulator (heads, N_QUERIES, D), blocks (1, BLOCK_M, D / 2)
+        q_desc, k_desc, v_desc, do_desc, dq_desc,
+        # L (natural log) and Delta, fp32 (heads, N_QUERIES), unit last stride; dK, dV (heads * N_KEYS, D) rows
+        L_ptr, Delta_ptr, dK_ptr, dV_ptr,
+        stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
+        N_QUERIES, N_KEYS, qk_scale, scale,
+        CAUSAL: gl.constexpr,
+    ):
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+        D: gl.constexpr = q_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        HALF: gl.constexpr = D // 2
+        dtype: gl.constexpr = q_desc.dtype
+        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+
+        k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], v_desc.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], q_desc.layout)
+        do_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], do_desc.layout)
+        ds_smem = gl.allocate_shared_memory(dtype, [_DS_BUFFERS, BLOCK_N, BLOCK_M], ds_layout)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [_CONSUMERS, 1, BLOCK_M, HALF], dq_desc.layout)
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
+        ds_bar = gl.allocate_shared_memory(gl.int64, [_DS_BUFFERS, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(kv_bar.index(0), count=1)
+        for s in gl.static_range(_SLOTS):
+            mbarrier.init(ready.index(s), count=1)
+            mbarrier.init(empty.index(s), count=_CONSUMERS)
+        for s in gl.static_range(_DS_BUFFERS):
+            mbarrier.init(ds_bar.index(s), count=_CONSUMERS)
+
+        sizes = (N_QUERIES, N_KEYS, CAUSAL)
+        loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem),
+                       (kv_bar, ready, empty), sizes)
+        smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem)
+        bars = (kv_bar, ready, empty, ds_bar)
+        out = (L_ptr, Delta_ptr, dK_ptr, dV_ptr, stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row)
+        scales = (qk_scale, scale)
+        gl.warp_specialize([(_consumer, (0, smem, bars, dq_desc, out, sizes, scales)),
+                            (_consumer, (1, smem, bars, dq_desc, out, sizes, scales)),
+                            (_loader, loader_args)], [4, 1], [_CONSUMER_REGS, _LOADER_REGS])
+
+
+# ---------------------------------------------------------------------------------------------- host entry points
+
+def _elem(t: torch.Tensor):
+    return gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
+
+
+def _row_descriptor(t: torch.Tensor, rows: int):
+    """A host TMA descriptor over t's flattened (heads * N, D) rows, blocks of (rows, D)."""
+    flat = _r1.flattened(t)
+    block = [rows, t.shape[2]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, _elem(t))
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), block, layout)
+
+
+def _dq_descriptor(dq_accum: torch.Tensor):
+    """The fp32 (heads, N_q, D) accumulator, blocks (1, BLOCK_M, D / 2): TMA's bounds end a tile at its head's N_q."""
+    D = dq_accum.shape[2]
+    block = [1, BLOCK_M, D // 2]
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
+    return TensorDescriptor(dq_accum, list(dq_accum.shape), list(dq_accum.stride()), block, layout)
+
+
+def validate(q, k, v, do, lse, delta, scale, dq_accum) -> None:
+    """Raise ValueError naming what `backward` cannot take (round 1's checks, and the dQ accumulator's)."""
+    if isinstance(q, torch.Tensor) and not (isinstance(dq_accum, torch.Tensor) and dq_accum.dtype == torch.float32
+                                            and dq_accum.shape == q.shape and dq_accum.is_contiguous()):
+        raise ValueError(f"the dQ accumulator must be a contiguous float32 tensor of q's shape {tuple(q.shape)}")
+    validate_inputs(q, k, v, do, lse, delta, scale)
+    if dq_accum.device != q.device:
+        raise ValueError(f"the dQ accumulator is on {dq_accum.device} but q is on {q.device}")
+
+
+def unsupported(q, k, v, do, lse, delta, scale, dq_accum) -> str | None:
+    """None where the kernel can take these inputs, else why not (validate's message)."""
+    try:
+        validate(q, k, v, do, lse, delta, scale, dq_accum)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale: float):
+    """(grid, positional arguments) of _bwd_ws_kernel for validated inputs and outputs."""
+    BH, N_q, D = q.shape
+    N_k = k.shape[1]
+    descs = (_row_descriptor(q, BLOCK_M), _row_descriptor(k, BLOCK_N), _row_descriptor(v, BLOCK_N),
+             _row_descriptor(do, BLOCK_M), _dq_descriptor(dq_accum))
+    args = (*descs, lse, delta, dk, dv, lse.stride(0), delta.stride(0), dk.stride(1), dv.stride(1), N_q, N_k,
+            float(scale) * LOG2E, float(scale))
+    return (math.ceil(N_k / BLOCK_N), BH), args
+
+
+class WsLaunch:
+    """A recorded launch of _bwd_ws_kernel: later calls with the same shapes and strides rebind the descriptors'
+    bases only (gluon_backward_hopper.DkdvLaunch's lean repeat)."""
+
+    def __init__(self, compiled, grid, args, causal: bool):
+        self.kernel, self.grid = compiled, (*grid, 1)
+        self.descs = list(args[:5])
+        self.scalars = (*args[9:], bool(causal))
+
+    def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum) -> None:
+        d = self.descs
+        d[0].base, d[1].base, d[2].base, d[3].base, d[4].base = q, k, v, do, dq_accum
+        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars), q.device.index)
+
+
+def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float) -> WsLaunch:
+    """Launch into dk, dv (k's shape, contiguous heads) and add dQ's partials into dq_accum (zeros, fp32, q's
+    shape) for inputs `validate` accepted; return the recorded launch."""
+    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale)
+    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS)
+    return WsLaunch(compiled, grid, args, causal)
+
+
+def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
+    """dQ, dK, dV (the inputs' dtype) for gluon_backward_hopper.dkdv's inputs; ValueError for anything else."""
+    dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    validate(q, k, v, do, lse, delta, scale, dq_accum)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal, scale)
+    return dq_accum.to(q.dtype), dk, dv
+
+
+def compile_offline(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, arch: int = 90):
+    """Compile the kernel for sm_<arch> without a GPU (as gluon_backward_hopper.compile_offline)."""
+    from fa2lab.compile_offline import DTYPES as NAMES, compile_for_target
+
+    if dtype not in ("bf16", "fp16"):
+        raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
+    if D not in HEAD_DIMS:
+        raise ValueError(f"head dimension {D} is not supported, only {HEAD_DIMS}")
+    t = torch.empty(heads, N, D, dtype=getattr(torch, NAMES[dtype]), device="meta")
+    rows = torch.empty(heads, N, dtype=torch.float32, device="meta")
+    acc = torch.empty(heads, N, D, dtype=torch.float32, device="meta")
+    _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D))
+    return compile_for_target(_bwd_ws_kernel, args, arch=arch, num_warps=NUM_WARPS, num_stages=1,
+                              CAUSAL=bool(causal))

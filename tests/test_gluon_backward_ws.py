@@ -1,0 +1,137 @@
+"""The warp-specialized Gluon backward for Hopper (kernels/_shared/gluon_backward_ws.py, round 3 of
+backward_hopper_log.md): what an offline sm_90 compile of it contains, what it refuses, and on a Hopper GPU its three
+gradients against float64, alone and as the backward's dq_mode "atomic".
+
+The compiles are real (Triton's compiler and bundled ptxas, sm_90, in a subprocess without TRITON_INTERPRET).
+"""
+
+import math
+
+import pytest
+import torch
+
+from fa2lab import versions
+from fa2lab.reference import attention
+from test_gluon_backward import (GPU_CASES, BACKWARD_CASES, ON_HOPPER, REL_TOL, _check_against_float64,
+                                 _gpu_inputs, _ids, _inputs)
+from test_gluon_forward import _offline
+
+WS = versions.load_shared("gluon_backward_ws")
+FB = versions.load_shared("flash_backward_triton")
+pytestmark = pytest.mark.skipif(not WS.HAVE_GLUON, reason="this Triton has no Gluon")
+
+COMPILES = [(64, False, 1000, "bf16"), (64, True, 2048, "bf16"), (128, False, 2048, "bf16"),
+            (128, True, 1000, "fp16")]
+
+COMPILE = """
+import json, re, sys
+sys.path.insert(0, {repo!r})
+from fa2lab.versions import load_shared
+from profiling import ir
+from profiling.inspect_kernel import disassemble, resource_usage
+WS = load_shared("gluon_backward_ws")
+out = {{}}
+for D, causal, N, dtype in {compiles!r}:
+    c = WS.compile_offline(D, causal, N, dtype=dtype)
+    ptx, sass = c.asm["ptx"], disassemble(c.asm["cubin"])[0]
+    KEYS = ("HGMMA", "STL", "LDL", "UTMAREDG")
+    loops = [lp for lp in ir.sass_loops(sass, keys=KEYS) if lp["counts"].get("HGMMA", 0)] if sass else []
+    out[f"D={{D}} causal={{int(causal)}} N={{N}} {{dtype}}"] = {{
+        "shared": int(c.metadata.shared), "res": resource_usage(c.asm["cubin"]),
+        "warp_specialize": c.asm["ttgir"].count("ttg.warp_specialize"),
+        "wgmma_shapes": sorted(set(re.findall(r"wgmma\\.mma_async[._a-z]*\\.(m64n\\d+k16)", ptx))),
+        "reduce_adds": ptx.count("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add"),
+        "sass": None if sass is None else {{k: sass.count(k) for k in ("HGMMA", "UTMALDG", "UTMAREDG", "MUFU.EX2")}},
+        "loops": [{{k: lp["counts"].get(k, 0) for k in KEYS}} for lp in loops if lp["innermost"]]}}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return _offline(COMPILE, compiles=COMPILES)
+
+
+def test_every_case_is_warp_specialized_within_a_blocks_shared_memory(compiled):
+    assert len(compiled) == len(COMPILES)
+    for label, r in compiled.items():
+        D = int(label.split()[0][2:])
+        assert r["warp_specialize"] == 1, label
+        # K and V (128 rows), two slots each of Q and dO, two dS tiles (128 x 64), two fp32 dQ halves (64 x D / 2)
+        buffers = 2 * 128 * D * 2 + 4 * 64 * D * 2 + 2 * 128 * 64 * 2 + 2 * 64 * (D // 2) * 4
+        assert buffers <= r["shared"] <= 232448, (label, r["shared"], buffers)
+
+
+def test_the_five_products_per_tile_and_one_reduce_add_per_consumer(compiled):
+    """Per query tile and consumer: S^T and dP^T (64 x 64, K = D), dV and dK (64 x D, K = 64 queries), dQ's half
+    (64 x D / 2, K = 128 keys); then one TMA reduce-add of that half. Every loop holding products holds exactly this."""
+    for label, r in compiled.items():
+        D = int(label.split()[0][2:])
+        assert r["wgmma_shapes"] == sorted({"m64n64k16", f"m64n{D}k16", f"m64n{D // 2}k16"}), (label, r)
+        per_tile = 2 * D // 16 + 2 * 64 // 16 + 128 // 16
+        assert r["loops"] and all(lp["HGMMA"] == per_tile and lp["UTMAREDG"] == 1 for lp in r["loops"]), (label, r)
+        assert r["reduce_adds"] >= len(r["loops"]), (label, r)
+
+
+def test_no_case_spills_at_head_dimension_64(compiled):
+    for label, r in compiled.items():
+        if label.startswith("D=64"):
+            assert all(lp["STL"] == lp["LDL"] == 0 for lp in r["loops"]), (label, r["loops"])
+
+
+def _ws_call(args, acc=None, scale=0.125):
+    acc = torch.zeros(args["q"].shape, dtype=torch.float32) if acc is None else acc
+    return WS.validate(args["q"], args["k"], args["v"], args["do"], args["lse"], args["delta"], scale, acc)
+
+
+def test_validate_names_the_dq_accumulator_and_the_inputs_problems():
+    with pytest.raises(ValueError, match=r"dQ accumulator must be a contiguous float32 tensor of q's shape"):
+        _ws_call(_inputs(), acc=torch.zeros(2, 128, 64, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="head dimension 32 is not supported"):
+        _ws_call(_inputs(D=32))
+    with pytest.raises(ValueError, match="q is on cpu"):
+        _ws_call(_inputs())
+    assert "float32" in WS.unsupported(*(_inputs(dtype=torch.float32).values()), 0.125, torch.zeros(2, 128, 64))
+
+
+def test_launch_args_give_a_3d_dq_descriptor_and_128_key_tiles():
+    a = _inputs(BH=3, N=200, D=128, device="meta", N_k=130)
+    dk, dv = torch.empty_like(a["k"]), torch.empty_like(a["v"])
+    acc = torch.empty(a["q"].shape, dtype=torch.float32, device="meta")
+    grid, args = WS.launch_args(a["q"], a["k"], a["v"], a["do"], a["lse"], a["delta"], dk, dv, acc, 0.125)
+    assert grid == (2, 3)
+    assert [d.block_shape for d in args[:5]] == [[64, 128], [128, 128], [128, 128], [64, 128], [1, 64, 64]]
+    assert args[4].shape == [3, 200, 128]
+    assert args[13:15] == (200, 130) and args[16] == 0.125
+
+
+# ------------------------------------------------------------------------------------------------ on a Hopper GPU
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel runs on a Hopper GPU only")
+@pytest.mark.parametrize("N_q, N_k, D, dtype, causal", GPU_CASES, ids=_ids(GPU_CASES))
+def test_backward_matches_float64(N_q, N_k, D, dtype, causal):
+    q, k, v, do = _gpu_inputs(N_q, N_k, D, dtype, N_q + N_k + D)
+    o64, l64 = attention(q, k, v, causal)
+    o, lse = o64.to(dtype), l64.float()
+    delta = (o.float() * do.float()).sum(-1)
+    grads = WS.backward(q, k, v, do, lse, delta, causal, 1.0 / math.sqrt(D))
+    _check_against_float64(grads, q, k, v, do, causal, dtype)
+    if causal and N_k > N_q:   # keys no query sees get exactly zero gradient
+        assert not grads[1][:, N_q:].any() and not grads[2][:, N_q:].any()
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel runs on a Hopper GPU only")
+@pytest.mark.parametrize("N_q, N_k, D, dtype, causal", BACKWARD_CASES, ids=_ids(BACKWARD_CASES))
+def test_the_atomic_backward_takes_the_ws_kernel_and_repeats(monkeypatch, N_q, N_k, D, dtype, causal):
+    monkeypatch.setattr(FB, "LAUNCHES", FB.LaunchCache())
+    q, k, v, do = _gpu_inputs(N_q, N_k, D, dtype, N_q + D)
+    o64, l64 = attention(q, k, v, causal)
+    args = (q, k, v, o64.to(dtype), l64.float(), do, causal)
+    first = FB.flash_attention_backward(*args, dq_mode="atomic", dkdv="gluon")
+    again = FB.flash_attention_backward(*args, dq_mode="atomic", dkdv="gluon")   # the recorded launch
+    assert FB.LAUNCHES.stats == {"slow": 1, "fast": 1}
+    assert all(getattr(launch, "gluon_dkdv", False) for launch in FB.LAUNCHES.entries.values())
+    for a, b in zip(first, again):   # dQ's reduce-adds come in any order: equal to rounding, not bitwise
+        assert (a.float() - b.float()).abs().max() <= 1e-2 * b.float().abs().max()
+    _check_against_float64(first, q, k, v, do, causal, dtype)
+    _check_against_float64(again, q, k, v, do, causal, dtype)
