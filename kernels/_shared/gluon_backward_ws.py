@@ -62,8 +62,7 @@ if HAVE_GLUON:
     _SLOTS, _DS_BUFFERS, _CONSUMERS = gl.constexpr(SLOTS), gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS)
     _CONSUMER_REGS, _LOADER_REGS = gl.constexpr(CONSUMER_REGS), gl.constexpr(LOADER_REGS)
     NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
-    _acc_layout, _row_values, _own_registers, _store_tile = (_r1._acc_layout, _r1._row_values, _r1._own_registers,
-                                                            _r1._store_tile)
+    _acc_layout, _own_registers, _store_tile = _r1._acc_layout, _r1._own_registers, _r1._store_tile
 
     @builtin
     def _reduce_add(tensor_desc, coord, src, _semantic=None):
@@ -76,11 +75,14 @@ if HAVE_GLUON:
     # ------------------------------------------------------------------------------------------ the loader
 
     @gluon.jit
-    def _loader(descs, smem, bars, sizes):
-        """K and V once, then the CTA's query tiles round the ring."""
+    def _loader(descs, smem, bars, rows, sizes):
+        """K and V once, then the CTA's query tiles round the ring: Q and dO by TMA, and the tile's L (times
+        log2(e)) and Delta by plain loads into the slot's row buffers, stored before the slot's expect so that its
+        completion also publishes them."""
         q_desc, k_desc, v_desc, do_desc = descs
-        k_smem, v_smem, q_smem, do_smem = smem
+        k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem = smem
         kv_bar, ready, empty = bars
+        L_ptr, Delta_ptr, stride_l_head, stride_delta_head = rows
         N_QUERIES, N_KEYS, CAUSAL = sizes
         SLOTS: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -91,11 +93,20 @@ if HAVE_GLUON:
         tma.async_copy_global_to_shared(k_desc, [k_row, 0], kv_bar.index(0), k_smem)
         tma.async_copy_global_to_shared(v_desc, [k_row, 0], kv_bar.index(0), v_smem)
         lo = _first_query(k_start, BLOCK_M, CAUSAL)
+        offs = gl.arange(0, BLOCK_M, layout=gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0]))
+        L_ptr = L_ptr + head * stride_l_head
+        Delta_ptr = Delta_ptr + head * stride_delta_head
         for t in range(gl.cdiv(N_QUERIES - lo, BLOCK_M)):
             slot = t % SLOTS
+            q_start = lo + t * BLOCK_M
+            cols = gl.minimum(q_start + offs, N_QUERIES - 1)   # past N_QUERIES: the last query's (masked later)
+            l2 = gl.load(L_ptr + cols) * _LOG2E
+            delta = gl.load(Delta_ptr + cols)
             mbarrier.wait(empty.index(slot), ((t // SLOTS) & 1) ^ 1, pred=t >= SLOTS)
+            l_smem.index(slot).store(l2)
+            delta_smem.index(slot).store(delta)
             bar = ready.index(slot)
-            row = head * N_QUERIES + lo + t * BLOCK_M
+            row = head * N_QUERIES + q_start
             mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_smem.index(slot))
             tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_smem.index(slot))
@@ -112,11 +123,11 @@ if HAVE_GLUON:
     # ------------------------------------------------------------------------------------------ one query tile
 
     @gluon.jit
-    def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, L_ptr, Delta_ptr, head, k_start, N_QUERIES,
-                    N_KEYS, qk_scale, scale, MASK: gl.constexpr):
+    def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
+                    MASK: gl.constexpr):
         """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its columns of the
         tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile."""
-        k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
+        k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem = smem
         kv_bar, ready, empty, ds_bar = bars
         SLOTS: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -136,14 +147,12 @@ if HAVE_GLUON:
         slot = t % SLOTS
         cols = gl.arange(0, BLOCK_M, layout=col_s)
         left = N_QUERIES - q_start
-        l2 = _row_values(L_ptr + q_start, cols, left, MASK != NO_MASK) * _LOG2E
-        delta = _row_values(Delta_ptr + q_start, cols, left, MASK != NO_MASK)
+        mbarrier.wait(ready.index(slot), (t // SLOTS) & 1)
+        l2 = l_smem.index(slot).load(col_s)
         if MASK != NO_MASK:
             l2 = gl.where(cols < left, l2, float("inf"))
         zero = gl.zeros([ROWS, BLOCK_M], gl.float32, s_layout)
-        dp_init = _own_registers(zero - gl.expand_dims(delta, 0))
-
-        mbarrier.wait(ready.index(slot), (t // SLOTS) & 1)
+        dp_init = _own_registers(zero - gl.expand_dims(delta_smem.index(slot).load(col_s), 0))
         q_tile = q_smem.index(slot)
         do_tile = do_smem.index(slot)
         s_tok = warpgroup_mma(my_k, q_tile.permute((1, 0)), zero, use_acc=False, is_async=True)    # S^T = K Q^T
@@ -181,13 +190,13 @@ if HAVE_GLUON:
         return dk, dv
 
     @gluon.jit
-    def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, L_ptr, Delta_ptr, head, k_start, N_QUERIES,
-                     N_KEYS, qk_scale, scale, MASK: gl.constexpr):
+    def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale,
+                     scale, MASK: gl.constexpr):
         """The query tiles [start, stop) (multiples of BLOCK_M from lo), all with one MASK."""
         BLOCK_M: gl.constexpr = smem[2].shape[1]
         for q_start in range(start, stop, BLOCK_M):
-            dk, dv = _query_tile(dk, dv, (q_start - lo) // BLOCK_M, q_start, wg, smem, bars, dq_desc, L_ptr,
-                                 Delta_ptr, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale, MASK)
+            dk, dv = _query_tile(dk, dv, (q_start - lo) // BLOCK_M, q_start, wg, smem, bars, dq_desc, head, k_start,
+                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK)
         return dk, dv
 
     @gluon.jit
@@ -197,7 +206,7 @@ if HAVE_GLUON:
         k_smem = smem[0]
         q_smem = smem[2]
         kv_bar = bars[0]
-        L_ptr, Delta_ptr, dK_ptr, dV_ptr, stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row = out
+        dK_ptr, dV_ptr, stride_dk_row, stride_dv_row = out
         N_QUERIES, N_KEYS, CAUSAL = sizes
         qk_scale, scale = scales
         BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -207,8 +216,6 @@ if HAVE_GLUON:
         o_layout: gl.constexpr = _acc_layout(D)
         k_start = gl.program_id(0) * BLOCK_N
         head = gl.program_id(1)
-        L_ptr = L_ptr + head * stride_l_head
-        Delta_ptr = Delta_ptr + head * stride_delta_head
 
         full_stop = (N_QUERIES // BLOCK_M) * BLOCK_M
         lo = _first_query(k_start, BLOCK_M, CAUSAL)
@@ -221,12 +228,12 @@ if HAVE_GLUON:
         dk = gl.zeros([ROWS, D], gl.float32, o_layout)
         dv = gl.zeros([ROWS, D], gl.float32, o_layout)
         mbarrier.wait(kv_bar.index(0), 0)
-        dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, L_ptr, Delta_ptr, head, k_start,
-                              N_QUERIES, N_KEYS, qk_scale, scale, DIAGONAL)
-        dk, dv = _query_range(dk, dv, diag_stop, full_stop, lo, wg, smem, bars, dq_desc, L_ptr, Delta_ptr, head,
-                              k_start, N_QUERIES, N_KEYS, qk_scale, scale, NO_MASK)
-        dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, L_ptr, Delta_ptr, head,
-                              k_start, N_QUERIES, N_KEYS, qk_scale, scale, TAIL)
+        dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS,
+                              qk_scale, scale, DIAGONAL)
+        dk, dv = _query_range(dk, dv, diag_stop, full_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
+                              N_KEYS, qk_scale, scale, NO_MASK)
+        dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
+                              N_KEYS, qk_scale, scale, TAIL)
         tma.store_wait(0)
         key0 = k_start + wg * ROWS
         _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
@@ -258,6 +265,9 @@ if HAVE_GLUON:
         do_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], do_desc.layout)
         ds_smem = gl.allocate_shared_memory(dtype, [_DS_BUFFERS, BLOCK_N, BLOCK_M], ds_layout)
         dq_smem = gl.allocate_shared_memory(gl.float32, [_CONSUMERS, 1, BLOCK_M, HALF], dq_desc.layout)
+        row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+        l_smem = gl.allocate_shared_memory(gl.float32, [_SLOTS, BLOCK_M], row_layout)
+        delta_smem = gl.allocate_shared_memory(gl.float32, [_SLOTS, BLOCK_M], row_layout)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
@@ -270,11 +280,11 @@ if HAVE_GLUON:
             mbarrier.init(ds_bar.index(s), count=_CONSUMERS)
 
         sizes = (N_QUERIES, N_KEYS, CAUSAL)
-        loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem),
-                       (kv_bar, ready, empty), sizes)
-        smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem)
+        loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
+                       (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes)
+        smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
         bars = (kv_bar, ready, empty, ds_bar)
-        out = (L_ptr, Delta_ptr, dK_ptr, dV_ptr, stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row)
+        out = (dK_ptr, dV_ptr, stride_dk_row, stride_dv_row)
         scales = (qk_scale, scale)
         gl.warp_specialize([(_consumer, (0, smem, bars, dq_desc, out, sizes, scales)),
                             (_consumer, (1, smem, bars, dq_desc, out, sizes, scales)),
