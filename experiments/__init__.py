@@ -22,6 +22,8 @@ EXPERIMENTS = {
     "bwd-modes": ("bwd_modes", "the backward's dQ modes: GPU time (graph replay), host time, do_bench"),
     "bwd-gluon-dkdv": ("bwd_gluon_dkdv", "the Hopper backward's round 1: the Gluon dK/dV kernel against the Triton "
                        "one by graph replay, both checked against float64, cuDNN's backward beside"),
+    "bwd-gluon-ws": ("bwd_gluon_ws", "the Hopper backward's round 3: the warp-specialized Gluon backward against v7's "
+                     "and cuDNN's, whole backwards by graph replay and do_bench"),
     "gluon": ("gluon", "the Gluon forward's configurations, checked against float64, timed beside v7 and SDPA"),
     "coldstart": ("coldstart", "what do_bench's flush costs v7 and SDPA: cold inputs or cold kernel code"),
     "dobench": ("dobench", "do_bench's spread at small N over fresh processes, v7 and SDPA in alternating order"),

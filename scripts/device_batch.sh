@@ -45,7 +45,7 @@
 #   nsys | torch-trace           a timeline of every version at N = 4096 (nsys needs .debs carried)
 #   host-steps        each step of the lean host path timed alone (profiling/host_steps.py ${HOST_STEPS_ARGS}, issue 8)
 #   compile-cost | autotune-bias the Round 3 experiments
-#   pcast | launch-order | timing | other-shapes | bwd-modes | coldstart | dobench | tl-pick | peer-goal | bwd-gluon-dkdv
+#   pcast | launch-order | timing | other-shapes | bwd-modes | coldstart | dobench | tl-pick | peer-goal | bwd-gluon-dkdv | bwd-gluon-ws
 #                     experiments/run.py NAME (experiments/__init__.py; tl-pick: 6 fresh processes, causal N = 4096)
 #   items             experiment items (ITEMS_ONLY: configuration labels, default the persistent 128-row candidate;
 #                     ITEMS_ROUNDS, default 3; SMOKE=1: each label through scripts/smoke_labels.sh first)
@@ -123,7 +123,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     host-steps) echo "python3 profiling/host_steps.py ${HOST_STEPS_ARGS:---N 512 4096}" ;;
     compile-cost) echo "python3 sweeps/compile_cost.py" ;;
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
-    pcast|launch-order|timing|other-shapes|bwd-modes|coldstart|dobench|tl-pick|peer-goal|bwd-gluon-dkdv) echo "python3 experiments/run.py $s" ;;
+    pcast|launch-order|timing|other-shapes|bwd-modes|coldstart|dobench|tl-pick|peer-goal|bwd-gluon-dkdv|bwd-gluon-ws) echo "python3 experiments/run.py $s" ;;
     items) on_labels "python3 experiments/run.py items --rounds ${ITEMS_ROUNDS:-3} --reps 30" "${ITEMS_ONLY:-}" ;;
     gluon-v7) on_labels "python3 experiments/run.py gluon --N ${GLUON_NS:-512 1024 2048 4096} --causal ${GLUON_CAUSAL:-0} --D ${GLUON_D:-64}" \
                         "${GLUON_ONLY:-ws2x64x128/3s/preg/persist/ua/et1/sc2 ws2x64x128/3s/preg/pp/ua/sc2 ws3x64x128/4s/preg/pp/split/persist/ua}" \

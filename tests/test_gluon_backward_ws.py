@@ -12,7 +12,7 @@ import torch
 
 from fa2lab import versions
 from fa2lab.reference import attention
-from test_gluon_backward import (GPU_CASES, BACKWARD_CASES, ON_HOPPER, REL_TOL, _check_against_float64,
+from test_gluon_backward import (GPU_CASES, BACKWARD_CASES, ON_HOPPER, _check_against_float64,
                                  _gpu_inputs, _ids, _inputs)
 from test_gluon_forward import _offline
 
@@ -135,3 +135,24 @@ def test_the_atomic_backward_takes_the_ws_kernel_and_repeats(monkeypatch, N_q, N
         assert (a.float() - b.float()).abs().max() <= 1e-2 * b.float().abs().max()
     _check_against_float64(first, q, k, v, do, causal, dtype)
     _check_against_float64(again, q, k, v, do, causal, dtype)
+
+
+S3_CASES = [(1000, 1000, 64, torch.bfloat16, True), (2048, 2048, 64, torch.float16, False),
+            (200, 130, 64, torch.bfloat16, True)]
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel runs on a Hopper GPU only")
+@pytest.mark.parametrize("N_q, N_k, D, dtype, causal", S3_CASES, ids=_ids(S3_CASES))
+def test_three_slots_match_float64(N_q, N_k, D, dtype, causal):
+    q, k, v, do = _gpu_inputs(N_q, N_k, D, dtype, N_q + 3)
+    o64, l64 = attention(q, k, v, causal)
+    o, lse = o64.to(dtype), l64.float()
+    delta = (o.float() * do.float()).sum(-1)
+    grads = WS.backward(q, k, v, do, lse, delta, causal, 1.0 / math.sqrt(D), cfg=WS.CONFIGS["s3"])
+    _check_against_float64(grads, q, k, v, do, causal, dtype)
+
+
+def test_fits_agrees_with_the_compiled_shared_memory():
+    """fits() is what the experiment and the backward ask before launching a configuration: three slots fit at D = 64
+    and not at D = 128."""
+    assert WS.fits(WS.CONFIGS["s2"], 128) and WS.fits(WS.CONFIGS["s3"], 64) and not WS.fits(WS.CONFIGS["s3"], 128)

@@ -27,6 +27,7 @@ L = +inf, hence P^T = dS^T = 0 there, and the reduce-add stops at the head's end
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -50,7 +51,6 @@ if HAVE_GLUON:
 BLOCK_N = 128         # keys per CTA, 64 per consumer
 BLOCK_M = 64          # queries per streamed tile
 CONSUMERS = 2
-SLOTS = 2             # the Q / dO ring
 DS_BUFFERS = 2
 CONSUMER_REGS = 240
 LOADER_REGS = 24
@@ -59,7 +59,7 @@ NUM_WARPS = 4         # the default partition: consumer 0
 
 if HAVE_GLUON:
     _LOG2E = gl.constexpr(LOG2E)
-    _SLOTS, _DS_BUFFERS, _CONSUMERS = gl.constexpr(SLOTS), gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS)
+    _DS_BUFFERS, _CONSUMERS = gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS)
     _CONSUMER_REGS, _LOADER_REGS = gl.constexpr(CONSUMER_REGS), gl.constexpr(LOADER_REGS)
     NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
     _acc_layout, _own_registers, _store_tile = _r1._acc_layout, _r1._own_registers, _r1._store_tile
@@ -123,6 +123,21 @@ if HAVE_GLUON:
     # ------------------------------------------------------------------------------------------ one query tile
 
     @gluon.jit
+    def _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale):
+        """The end of query tile t (at q_start) once its products are done: its slot released, this consumer's
+        columns of its dQ partial scaled and reduce-added (TMA) from the consumer's fp32 buffer."""
+        q_smem, dq_smem = smem[2], smem[5]
+        empty = bars[2]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        HALF: gl.constexpr = q_smem.shape[2] // 2
+        mbarrier.arrive(empty.index(t % q_smem.shape[0]), count=1)
+        tma.store_wait(0)                       # this consumer's previous reduce-add has read its buffer
+        dq_buf = dq_smem.index(wg)
+        dq_buf.reshape([BLOCK_M, HALF]).store(dq * scale)
+        fence_async_shared()
+        _reduce_add(dq_desc, [head, q_start, wg * HALF], dq_buf)
+
+    @gluon.jit
     def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
                     MASK: gl.constexpr):
         """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its columns of the
@@ -180,13 +195,7 @@ if HAVE_GLUON:
         dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),  # dQ = dS K
                                gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
         dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
-        mbarrier.arrive(empty.index(slot), count=1)
-
-        tma.store_wait(0)                       # this consumer's previous reduce-add has read its buffer
-        dq_buf = dq_smem.index(wg)
-        dq_buf.reshape([BLOCK_M, HALF]).store(dq * scale)
-        fence_async_shared()
-        _reduce_add(dq_desc, [head, q_start, wg * HALF], dq_buf)
+        _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale)
         return dk, dv
 
     @gluon.jit
@@ -250,7 +259,8 @@ if HAVE_GLUON:
         L_ptr, Delta_ptr, dK_ptr, dV_ptr,
         stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
         N_QUERIES, N_KEYS, qk_scale, scale,
-        CAUSAL: gl.constexpr,
+        # compile-time choices: the mask, the Q / dO / L / Delta slots
+        CAUSAL: gl.constexpr, SLOTS: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -261,19 +271,19 @@ if HAVE_GLUON:
 
         k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], v_desc.layout)
-        q_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], q_desc.layout)
-        do_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], do_desc.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_M, D], q_desc.layout)
+        do_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_M, D], do_desc.layout)
         ds_smem = gl.allocate_shared_memory(dtype, [_DS_BUFFERS, BLOCK_N, BLOCK_M], ds_layout)
         dq_smem = gl.allocate_shared_memory(gl.float32, [_CONSUMERS, 1, BLOCK_M, HALF], dq_desc.layout)
         row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-        l_smem = gl.allocate_shared_memory(gl.float32, [_SLOTS, BLOCK_M], row_layout)
-        delta_smem = gl.allocate_shared_memory(gl.float32, [_SLOTS, BLOCK_M], row_layout)
+        l_smem = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_M], row_layout)
+        delta_smem = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_M], row_layout)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        ready = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
         ds_bar = gl.allocate_shared_memory(gl.int64, [_DS_BUFFERS, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar.index(0), count=1)
-        for s in gl.static_range(_SLOTS):
+        for s in gl.static_range(SLOTS):
             mbarrier.init(ready.index(s), count=1)
             mbarrier.init(empty.index(s), count=_CONSUMERS)
         for s in gl.static_range(_DS_BUFFERS):
@@ -289,6 +299,38 @@ if HAVE_GLUON:
         gl.warp_specialize([(_consumer, (0, smem, bars, dq_desc, out, sizes, scales)),
                             (_consumer, (1, smem, bars, dq_desc, out, sizes, scales)),
                             (_loader, loader_args)], [4, 1], [_CONSUMER_REGS, _LOADER_REGS])
+
+
+# ---------------------------------------------------------------------------------------------- configuration
+
+@dataclass(frozen=True)
+class WsConfig:
+    """The kernel's compile-time choices: the slots of the Q / dO / L / Delta ring."""
+    slots: int = 2
+
+    def constexprs(self) -> dict:
+        return dict(SLOTS=self.slots)
+
+    def __str__(self) -> str:
+        return f"ws {BLOCK_N}x{BLOCK_M}/2wg/s{self.slots}"
+
+
+# What experiment bwd-gluon-ws compares. Tried offline and dropped: each tile's dV, dK and dQ left in flight under
+# the next tile's S^T and dP^T; ptxas then serialises every wgmma (24 WARPGROUP.DEPBAR per tile at D = 64).
+CONFIGS = {"s2": WsConfig(slots=2), "s3": WsConfig(slots=3)}
+
+
+def default_config(D: int) -> WsConfig:
+    """The configuration the backward launches at head dimension D."""
+    return CONFIGS["s2"]
+
+
+def fits(cfg: WsConfig, D: int) -> bool:
+    """Whether cfg's buffers (K, V; the slots of Q, dO, L and Delta; two dS tiles; two fp32 dQ halves; the
+    epilogue's conversion of one 64 x D tile) fit a block's 227 KB."""
+    buffers = 2 * BLOCK_N * D * 2 + cfg.slots * (2 * BLOCK_M * D * 2 + 2 * BLOCK_M * 4) \
+        + DS_BUFFERS * BLOCK_N * BLOCK_M * 2 + CONSUMERS * BLOCK_M * (D // 2) * 4 + 64 * D * 2
+    return buffers <= 232448
 
 
 # ---------------------------------------------------------------------------------------------- host entry points
@@ -347,10 +389,10 @@ class WsLaunch:
     """A recorded launch of _bwd_ws_kernel: later calls with the same shapes and strides rebind the descriptors'
     bases only (gluon_backward_hopper.DkdvLaunch's lean repeat)."""
 
-    def __init__(self, compiled, grid, args, causal: bool):
+    def __init__(self, compiled, grid, args, causal: bool, cfg: WsConfig):
         self.kernel, self.grid = compiled, (*grid, 1)
         self.descs = list(args[:5])
-        self.scalars = (*args[9:], bool(causal))
+        self.scalars = (*args[9:], bool(causal), *cfg.constexprs().values())
 
     def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum) -> None:
         d = self.descs
@@ -358,25 +400,28 @@ class WsLaunch:
         run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars), q.device.index)
 
 
-def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float) -> WsLaunch:
+def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float,
+           cfg: WsConfig | None = None) -> WsLaunch:
     """Launch into dk, dv (k's shape, contiguous heads) and add dQ's partials into dq_accum (zeros, fp32, q's
-    shape) for inputs `validate` accepted; return the recorded launch."""
+    shape) for inputs `validate` accepted (cfg: default_config's unless given); return the recorded launch."""
+    cfg = cfg or default_config(q.shape[2])
     grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale)
-    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS)
-    return WsLaunch(compiled, grid, args, causal)
+    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), **cfg.constexprs(), num_warps=NUM_WARPS)
+    return WsLaunch(compiled, grid, args, causal, cfg)
 
 
-def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
+def backward(q, k, v, do, lse, delta, causal: bool, scale: float, cfg: WsConfig | None = None):
     """dQ, dK, dV (the inputs' dtype) for gluon_backward_hopper.dkdv's inputs; ValueError for anything else."""
     dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     validate(q, k, v, do, lse, delta, scale, dq_accum)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal, scale)
+    launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal, scale, cfg)
     return dq_accum.to(q.dtype), dk, dv
 
 
-def compile_offline(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, arch: int = 90):
+def compile_offline(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, arch: int = 90,
+                    cfg: WsConfig | None = None):
     """Compile the kernel for sm_<arch> without a GPU (as gluon_backward_hopper.compile_offline)."""
     from fa2lab.compile_offline import DTYPES as NAMES, compile_for_target
 
@@ -389,4 +434,4 @@ def compile_offline(D: int, causal: bool, N: int, dtype: str = "bf16", heads: in
     acc = torch.empty(heads, N, D, dtype=torch.float32, device="meta")
     _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D))
     return compile_for_target(_bwd_ws_kernel, args, arch=arch, num_warps=NUM_WARPS, num_stages=1,
-                              CAUSAL=bool(causal))
+                              CAUSAL=bool(causal), **(cfg or default_config(D)).constexprs())

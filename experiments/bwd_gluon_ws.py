@@ -1,0 +1,118 @@
+"""Experiment bwd-gluon-ws: round 3 of the Hopper backward's log (kernels/_shared/backward_hopper_log.md), the
+warp-specialized Gluon backward (gluon_backward_ws, dQ by TMA reduce-add) against v7's backward as it ships and
+cuDNN's, the whole backward of each on the same inputs.
+
+    python experiments/bwd_gluon_ws.py [--N N ...] [--causal 0|1|2] [--D 64 128] [--rounds R] [--configs s2 s3]
+
+Rows: results/<gpu>/experiments/bwd_gluon_ws.csv (`invoke experiment bwd-gluon-ws`). Hopper GPU only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+if __name__ == "__main__":   # run as a script: the repository, not experiments/, first on the path
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from fa2lab import shapes  # noqa: E402
+from experiments.common import parser, run, inputs, masks, spread  # noqa: E402
+
+
+@contextlib.contextmanager
+def _ws_config(ws, cfg):
+    """gluon_backward_ws launching `cfg` while the block runs (the backward asks its default_config)."""
+    kept = ws.default_config
+    ws.default_config = lambda D: cfg
+    try:
+        yield
+    finally:
+        ws.default_config = kept
+
+
+def _graph_or_nan(bench_graph_ms, fn) -> float:
+    """Graph replay in ms, NaN where the call cannot be captured."""
+    try:
+        return bench_graph_ms(fn)
+    except RuntimeError:
+        return float("nan")
+
+
+def bwd_gluon_ws(args, save):
+    """Per shape (B, H of the harness; N, D, mask), on v7's forward (O and its saved L): the whole backward as v7
+    runs it (dq_mode and dkdv "auto") and as the Gluon kernel runs it (dq_mode "atomic", dkdv "gluon": preprocess,
+    zeroed fp32 dQ, the kernel, dQ's cast) once per configuration, each checked against float64; then, in
+    interleaved rounds, each by CUDA-graph replay (the kernels alone) and by do_bench (with the host's launches),
+    and cuDNN's by do_bench and, where it can be captured, graph replay. Ratios are each round's own."""
+    import torch
+    import torch.nn.functional as F
+
+    from fa2lab.reference import backward_from_lse, relative_error, saved_lse
+    from fa2lab.timing import bench_graph_ms, bench_ms
+    from fa2lab.versions import load, load_shared
+
+    FA = load("v7_hopper").FlashAttentionTriton
+    bk, ws = load_shared("flash_backward_triton"), load_shared("gluon_backward_ws")
+    B, H = shapes.BATCH, shapes.HEADS
+    for D in args.D:
+        for causal in masks(args):
+            for N in args.Ns:
+                q, k, v = (t.requires_grad_() for t in inputs(N, D=D))
+                dO = torch.randn_like(q)
+                q4, k4, v4 = (t.detach().view(B, H, N, D).requires_grad_() for t in (q, k, v))
+                O_s = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+                O7 = FA.apply(q, k, v, causal)
+                O, L = O7.detach(), saved_lse(O7)
+                Qd, Kd, Vd = (t.detach() for t in (q, k, v))
+                ref = backward_from_lse(*(t.double() for t in (Qd, Kd, Vd, O, L, dO)), causal)
+
+                launches, err = {}, {}
+                runs = [("v7", "auto", "auto", None)] + [(f"gluon-ws/{c}", "atomic", "gluon", ws.CONFIGS[c])
+                                                         for c in args.configs if ws.fits(ws.CONFIGS[c], D)]
+                for who, dq_mode, dkdv, cfg in runs:
+                    with _ws_config(ws, cfg) if cfg else contextlib.nullcontext():
+                        *grads, launch = bk._checked_backward(Qd, Kd, Vd, O, L, dO, causal, None, dq_mode, False,
+                                                              dkdv=dkdv)
+                    err[who] = max(relative_error(g, r) for g, r in zip(grads, ref))
+                    launches[who] = (lambda la=launch: la(Qd, Kd, Vd, O, L, dO))
+                launches["cudnn"] = lambda: torch.autograd.grad(O_s, (q4, k4, v4), dO.view(B, H, N, D),  # noqa: E731
+                                                                retain_graph=True)
+                graph = {w: [] for w in launches}
+                dob = {w: [] for w in launches}
+                for _ in range(args.rounds):
+                    for w, fn in launches.items():
+                        graph[w].append(_graph_or_nan(bench_graph_ms, fn) * 1e3)
+                        dob[w].append(bench_ms(fn) * 1e3)
+                flop = shapes.BWD_FLOP_FACTOR * shapes.flops(B, H, N, D, causal)
+                rows = []
+                for w in launches:
+                    g_med, g_lo, g_hi = spread(graph[w])
+                    d_med, d_lo, d_hi = spread(dob[w])
+                    gr = spread([a / b for a, b in zip(graph["cudnn"], graph[w])])
+                    dr = spread([a / b for a, b in zip(dob["cudnn"], dob[w])])
+                    rows.append({"who": w, "N": N, "D": D, "causal": int(causal), "rounds": args.rounds,
+                                 "max_rel_err_vs_fp64": err.get(w, float("nan")),
+                                 "graph_us": g_med, "graph_us_min": g_lo, "graph_us_max": g_hi,
+                                 "graph_tflops": shapes.tflops(flop, g_med / 1e3),
+                                 "dobench_us": d_med, "dobench_us_min": d_lo, "dobench_us_max": d_hi,
+                                 "cudnn_over_graph": gr[0], "cudnn_over_graph_min": gr[1],
+                                 "cudnn_over_graph_max": gr[2], "cudnn_over_dobench": dr[0],
+                                 "cudnn_over_dobench_min": dr[1], "cudnn_over_dobench_max": dr[2]})
+                save("bwd_gluon_ws", rows)
+                line = ", ".join(f"{r['who']} {r['graph_us']:.1f}/{r['dobench_us']:.1f} µs "
+                                 f"({100 * r['cudnn_over_graph']:.1f}% / {100 * r['cudnn_over_dobench']:.1f}%)"
+                                 for r in rows)
+                print(f"N={N} D={D} causal={int(causal)} graph/do_bench (% of cuDNN): {line}; errors "
+                      + ", ".join(f"{w} {e:.1e}" for w, e in err.items()), flush=True)
+
+
+def main(argv=None) -> int:
+    ap = parser(__doc__ + "\n" + bwd_gluon_ws.__doc__, Ns=[1024, 2048, 4096], causal=2)
+    ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=(64, 128), help="head dimensions")
+    ap.add_argument("--configs", nargs="+", default=["s2", "s3"], help="gluon_backward_ws.CONFIGS to run")
+    return run("bwd-gluon-ws", bwd_gluon_ws, ap, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
