@@ -2,7 +2,7 @@
 warp-specialized Gluon backward (gluon_backward_ws, dQ by TMA reduce-add) against v7's backward as it ships and
 cuDNN's, the whole backward of each on the same inputs.
 
-    python experiments/bwd_gluon_ws.py [--N N ...] [--causal 0|1|2] [--D 64 128] [--rounds R] [--configs s2 s3]
+    python experiments/bwd_gluon_ws.py [--N N ...] [--causal 0|1|2] [--D 64 128] [--rounds R] [--configs s2]
 
 Rows: results/<gpu>/experiments/bwd_gluon_ws.csv (`invoke experiment bwd-gluon-ws`). Hopper GPU only.
 """
@@ -104,7 +104,7 @@ def bwd_gluon_ws(args, save):
 def main(argv=None) -> int:
     ap = parser(__doc__ + "\n" + bwd_gluon_ws.__doc__, Ns=[1024, 2048, 4096], causal=2)
     ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=(64, 128), help="head dimensions")
-    ap.add_argument("--configs", nargs="+", default=["s2", "s3"], help="gluon_backward_ws.CONFIGS to run")
+    ap.add_argument("--configs", nargs="+", default=["s2"], help="gluon_backward_ws.CONFIGS to run")
     return run("bwd-gluon-ws", bwd_gluon_ws, ap, argv)
 
 

@@ -260,14 +260,20 @@ def main(argv=None) -> int:
     dq_mode = getattr(FlashAttentionTriton, "BACKWARD_DQ_MODE", "")
     bwd_config = getattr(FlashAttentionTriton, "BACKWARD_CONFIG", None)
     ran = (lambda shape: dq_mode)   # the mode each shape runs: "auto" resolves per shape
+    config_of = None                # the configuration each shape runs, where that differs by shape
     if hasattr(FlashAttentionTriton, "BACKWARD_CONFIG"):   # the Triton backward
         from fa2lab.versions import load_shared
 
         bk = load_shared("flash_backward_triton")
         if bwd_config is None:   # the backward's own default
             bwd_config = bk.default_config(args.D, torch.bfloat16)
+        ws = bk.gluon_ws_takes(args.D, torch.bfloat16, getattr(FlashAttentionTriton, "BACKWARD_DKDV", "triton"))
         if dq_mode == "auto":
-            ran = (lambda shape: bk.auto_dq_mode(shape.B * shape.H, shape.N, shape.N, shape.D, shape.causal))
+            ran = (lambda shape: bk.auto_dq_mode(shape.B * shape.H, shape.N, shape.N, shape.D, shape.causal,
+                                                 gluon_ws=ws))
+        if ws:   # where dQ is atomic the Gluon kernel runs, with its own configuration
+            ws_config = str(load_shared("gluon_backward_ws").default_config(args.D))
+            config_of = (lambda shape, c=str(bwd_config): ws_config if ran(shape) == "atomic" else c)
     bwd_config = str(bwd_config or "")
     masks = shapes.masks_from(args.causal)
     shape_list = [dataclasses.replace(s, D=args.D) for s in shapes.harness_shapes(args.N, masks)]
@@ -281,7 +287,8 @@ def main(argv=None) -> int:
     print(table_header(peers))
     for shape in shape_list:
         m = measure(FlashAttentionTriton, shape, host=not args.no_host, peers=peers)
-        meta = {"backward_impl": impl, "dq_mode": dq_mode, "dq_mode_ran": ran(shape), "bwd_config": bwd_config}
+        meta = {"backward_impl": impl, "dq_mode": dq_mode, "dq_mode_ran": ran(shape),
+                "bwd_config": config_of(shape) if config_of else bwd_config}
         row = make_row(version.name, args.run_id, shape, m, env, meta, peers)
         rows.append(row)
         print(table_line(row, peers), flush=True)

@@ -841,9 +841,22 @@ def backward_after_forward(fwd_key, Q, K, V, O, L, dO, causal: bool, config: Bac
 AUTO_FUSED_MAX_WORK_PER_SM = 2 ** 24
 
 
-def auto_dq_mode(B: int, N_q: int, N_k: int, D: int, causal: bool, sm_count: int | None = None) -> str:
-    """"fused" or "separate" for dq_mode="auto". `sm_count` defaults to this GPU's (fa2lab.gpu.facts); under
-    the interpreter, which runs one program at a time, to 1."""
+def gluon_ws_takes(D: int, dtype: torch.dtype, dkdv: str = "auto") -> bool:
+    """Whether dkdv (DKDV_CHOICES) lets the warp-specialized Gluon backward run inputs of head dimension D and
+    dtype on this machine's GPU (a Hopper one, with Gluon): what auto_dq_mode's gluon_ws says for contiguous inputs."""
+    if dkdv == "triton" or not has_gpu() or interpreting() or torch.cuda.get_device_capability()[0] != 9:
+        return False
+    ws = _gluon_dkdv(True)
+    return ws.HAVE_GLUON and D in ws.HEAD_DIMS and dtype in ws.DTYPES
+
+
+def auto_dq_mode(B: int, N_q: int, N_k: int, D: int, causal: bool, sm_count: int | None = None,
+                 gluon_ws: bool = False) -> str:
+    """"fused", "separate" or "atomic" for dq_mode="auto". `sm_count` defaults to this GPU's (fa2lab.gpu.facts);
+    under the interpreter, which runs one program at a time, to 1. gluon_ws: the warp-specialized Gluon backward
+    (gluon_backward_ws, dQ by reduce-add) can take the inputs; "atomic" where it is the faster (its `preferred`)."""
+    if gluon_ws and _gluon_dkdv(True).preferred(N_q, N_k, D, causal):
+        return "atomic"
     if sm_count is None:
         sm_count = facts().sm_count if has_gpu() and not interpreting() else 1
     pairs = B * N_q * N_k * (0.5 if causal else 1.0)
@@ -860,8 +873,9 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     if dkdv not in DKDV_CHOICES:
         raise ValueError(f"dkdv must be one of {', '.join(DKDV_CHOICES)}, got {dkdv!r}")
     validate_backward_inputs(Q, K, V, O, L, dO)
-    if dq_mode == "auto":
-        dq_mode = auto_dq_mode(Q.shape[0], Q.shape[1], K.shape[1], Q.shape[2], causal)
+    if dq_mode == "auto":   # (the Gluon kernels take what the dK/dV one takes, with L standing in for Delta)
+        ws = dkdv != "triton" and _gluon_dkdv(False).unsupported(Q, K, V, dO, L, L, Q.shape[2] ** -0.5) is None
+        dq_mode = auto_dq_mode(Q.shape[0], Q.shape[1], K.shape[1], Q.shape[2], causal, gluon_ws=ws)
     if dkdv == "gluon" and dq_mode == "fused":
         raise ValueError("dkdv='gluon' is a kernel of its own: it needs dq_mode 'separate' or 'atomic', not 'fused'")
     if config is None:

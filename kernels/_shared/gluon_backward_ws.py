@@ -315,14 +315,23 @@ class WsConfig:
         return f"ws {BLOCK_N}x{BLOCK_M}/2wg/s{self.slots}"
 
 
-# What experiment bwd-gluon-ws compares. Tried offline and dropped: each tile's dV, dK and dQ left in flight under
-# the next tile's S^T and dP^T; ptxas then serialises every wgmma (24 WARPGROUP.DEPBAR per tile at D = 64).
-CONFIGS = {"s2": WsConfig(slots=2), "s3": WsConfig(slots=3)}
+# What experiment bwd-gluon-ws compares. Dropped: three slots at D = 64 (graph replay 0.91-1.37x v7's previous
+# backward's speed where two made 0.91-1.41x); each tile's dV, dK and dQ left in flight under the next tile's S^T and dP^T
+# (offline: ptxas then serialises every wgmma, 24 WARPGROUP.DEPBAR per tile at D = 64).
+CONFIGS = {"s2": WsConfig(slots=2)}
 
 
 def default_config(D: int) -> WsConfig:
     """The configuration the backward launches at head dimension D."""
     return CONFIGS["s2"]
+
+
+def preferred(N_q: int, N_k: int, D: int, causal: bool) -> bool:
+    """Whether the backward's dq_mode "auto" takes this kernel (where it takes the inputs): from N = 1024 on, except
+    at D = 64 under the causal mask. Graph replay of whole backwards against v7's previous path (separate dQ, the
+    Gluon dK/dV; fused at N = 1024), B * H = 32, bf16, experiment bwd-gluon-ws, N = 1024-4096: 1.09-1.41x as fast
+    everywhere else, 0.91-1.00x at D = 64 causal. Below N = 1024 it was not measured."""
+    return min(N_q, N_k) >= 1024 and not (D == 64 and causal)
 
 
 def fits(cfg: WsConfig, D: int) -> bool:
