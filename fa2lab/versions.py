@@ -77,7 +77,7 @@ VERSIONS: tuple[Version, ...] = (
             6, True, "v6_longest_first", "beyond: 6"),
     Version("v7_hopper", "v7 hopper", "v6 with Q, K, V, O as TMA descriptors and the next Q K^T issued before "
             "each softmax, raced per input signature against a warp-specialized Gluon path; bf16/fp16 on sm_90, "
-            "v6's own path otherwise; the backward's dK and dV by a Gluon kernel on sm_90", 7, True, "v7_hopper",
+            "v6's own path otherwise; the backward by warp-specialized Gluon kernels on sm_90", 7, True, "v7_hopper",
             "beyond: 7"),
 )
 BY_NAME = {v.name: v for v in VERSIONS}

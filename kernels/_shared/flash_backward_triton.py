@@ -806,8 +806,9 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     Q (B, N_q, D), K and V (B, N_k, D), O and dO like Q, all in one dtype (bf16, fp16, fp32);
     L (B, N_q) float32, the forward's natural-log log-sum-exp of the scaled scores.
     dq_mode "separate" (default) computes dQ in its own kernel, deterministically; "atomic"
-    accumulates it with fp32 atomics inside the dK/dV kernel; "fused" runs everything in one launch;
-    "auto" is "fused" for small problems and "separate" otherwise (auto_dq_mode). Gradients come back
+    accumulates it in fp32 inside the dK/dV kernel (atomics, or the Gluon kernel's TMA reduce-adds: not
+    deterministic); "fused" runs everything in one launch; "auto" is "atomic" where the warp-specialized
+    Gluon kernel is preferred, else "fused" for small problems and "separate" otherwise (auto_dq_mode). Gradients come back
     in Q's dtype. strict launches exactly `config` (OutOfResources if it does not fit) instead of
     dropping stages. dkdv (DKDV_CHOICES) says which kernel computes dK and dV (with dq_mode "atomic", dQ's partials
     too): "gluon" a Hopper kernel (ValueError naming why where it cannot take the inputs, or with dq_mode "fused"),

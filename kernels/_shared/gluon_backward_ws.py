@@ -10,14 +10,18 @@ and the top-left causal mask are gluon_backward_hopper's (round 1), whose helper
     dV  += P^T dO,  dK += dS^T Q   (RS wgmma: P^T and dS^T from registers)
     dQ  += scale * dS K            (SS wgmma: dS from shared memory; fp32, cast by the caller)
 
-Roles. The loader (one warp) copies K and V once, K a second time as two column halves (the B operand of dQ), and
-the query tiles (64 rows of Q and dO) round a ring of SLOTS slots, each slot refilled once both consumers released it.
-Consumer w owns keys [k_start + 64 w, k_start + 64 (w + 1)): per query tile it computes its S^T, dP^T, P^T and dS^T,
-issues dV and dK, writes its dS^T into its half of a shared dS tile (two buffers) and arrives on that buffer's
-mbarrier; once both halves are in, it computes columns [w D / 2, (w + 1) D / 2) of the tile's dQ partial over all 128
-keys and sends them by one TMA reduce-add (fp32) into the caller's dQ accumulator, a 3-d (heads, N_q, D) descriptor
-whose bounds stop the ragged tile at its head's end. A dS buffer is written again two tiles later, after both
-consumers passed the next tile's mbarrier, so after both read it.
+Roles. The loader (one warp) copies K and V once, then per query tile (64 rows) Q and dO by TMA into a ring of SLOTS
+slots, with the tile's L (times log2 e) and Delta stored into the slot's row buffers before its expect; a slot is
+refilled once both consumers released it. Consumer w owns keys [k_start + 64 w, k_start + 64 (w + 1)): per query tile
+it computes its S^T, dP^T, P^T and dS^T, issues dV and dK, writes its dS^T into its half of a shared dS tile (two
+buffers) and arrives on that buffer's mbarrier; once both halves are in, it computes columns [w D / 2, (w + 1) D / 2)
+of the tile's dQ partial over all 128 keys (B: that column slice of K in shared memory) and sends them by one TMA
+reduce-add (fp32) into the caller's dQ accumulator, a 3-d (heads, N_q, D) descriptor whose bounds stop the ragged tile
+at its head's end. A dS buffer is written again two tiles later, after both consumers passed the next tile's
+mbarrier, so after both read it. The reduce-adds land in any order: dQ is not bitwise reproducible (dq_mode
+"separate" is).
+
+The backward's dq_mode "auto" takes this kernel where `preferred` says (v7's default); measurements in the log.
 
 Rows past a head's N in the K and V tiles are the next head's (or TMA's zeros): their dK, dV rows are not stored, and
 their dS^T rows are zeroed before dS leaves the registers (they would add to dQ). Query columns past N_q get

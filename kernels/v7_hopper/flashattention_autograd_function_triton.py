@@ -80,9 +80,11 @@ nothing outside visited, the head on the grid's first axis and query tiles rever
 first), -inf masks with O = 0 and L = -inf for rows that see no key, L saved (B, N_q) float32 in
 natural log, the optional causal sliding window, the Triton backward of kernels/_shared.
 
-The backward (BACKWARD_DKDV = "auto"): where dQ runs in its own kernel (dq_mode "separate", what "auto" picks beyond
-the small shapes), dK and dV come from the Gluon kernel of kernels/_shared/gluon_backward_hopper.py on Hopper (bf16,
-fp16, D = 64 or 128), from the Triton backward's own kernel elsewhere.
+The backward (BACKWARD_DQ_MODE and BACKWARD_DKDV "auto"), on Hopper (bf16, fp16, D = 64 or 128): from N = 1024 on,
+except at D = 64 causal, the warp-specialized Gluon kernel of kernels/_shared/gluon_backward_ws.py computes dK, dV and
+dQ's partials in one pass (dQ by TMA reduce-add, so not bitwise reproducible: set BACKWARD_DQ_MODE = "separate" for
+that); where dQ runs in its own kernel, dK and dV come from the Gluon kernel of gluon_backward_hopper.py. Elsewhere
+the Triton backward's own kernels.
 """
 
 import math
@@ -725,7 +727,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     RACE_TL = switch_on("RACE_TL")
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
-    BACKWARD_DKDV = "auto"           # flash_backward_triton.DKDV_CHOICES: "auto", the Gluon dK/dV kernel on Hopper
+    BACKWARD_DKDV = "auto"           # flash_backward_triton.DKDV_CHOICES: "auto", the Gluon kernels on Hopper
     # Tune and race once per bucket of lengths and reuse the pick for every other length of the bucket, kept across
     # processes by `picks` (fa2lab.buckets; its directory: picks.cache_dir, else FA2_PICK_CACHE, else
     # ~/.cache/fa2lab). False: tune and race every new signature, as before.
