@@ -15,7 +15,7 @@ if __name__ == "__main__":   # run as a script: the repository, not experiments/
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from fa2lab import shapes  # noqa: E402
-from experiments.common import parser, run, inputs, masks, spread  # noqa: E402
+from experiments.common import backward_case, parser, run, masks, spread  # noqa: E402
 
 DKDV_FLOP_FACTOR = 2   # dK/dV's four products: twice the forward's FLOPs (of the whole backward's BWD_FLOP_FACTOR)
 
@@ -27,27 +27,19 @@ def bwd_gluon_dkdv(args, save):
     whole backward (do_bench of autograd.grad on a kept graph) for scale. gluon_over_triton is each round's own ratio
     of the two graph times."""
     import torch
-    import torch.nn.functional as F
 
     from fa2lab.hostpath import run_compiled
-    from fa2lab.reference import backward_from_lse, relative_error, saved_lse
+    from fa2lab.reference import backward_from_lse, relative_error
     from fa2lab.timing import bench_graph_ms, bench_ms
-    from fa2lab.versions import load, load_shared
+    from fa2lab.versions import load_shared
 
-    FA = load("v7_hopper").FlashAttentionTriton
     bk, gb = load_shared("flash_backward_triton"), load_shared("gluon_backward_hopper")
     B, H = shapes.BATCH, shapes.HEADS
     for D in args.D:
         for causal in masks(args):
             for N in args.Ns:
-                q, k, v = (t.requires_grad_() for t in inputs(N, D=D))
-                dO = torch.randn_like(q)
+                Qd, Kd, Vd, dO, O, L, cudnn = backward_case(N, D, causal)
                 scale = D ** -0.5
-                q4, k4, v4 = (t.detach().view(B, H, N, D).requires_grad_() for t in (q, k, v))
-                O_s = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
-                O7 = FA.apply(q, k, v, causal)          # v7's forward: O and the L it saves for its backward
-                O, L = O7.detach(), saved_lse(O7)
-                Qd, Kd, Vd = (t.detach() for t in (q, k, v))
                 Delta = (dO.float() * O.float()).sum(-1)
 
                 _, dK_t, dV_t, launch = bk._checked_backward(Qd, Kd, Vd, O, L, dO, causal, None, "separate", False)
@@ -60,8 +52,6 @@ def bwd_gluon_dkdv(args, save):
                 triton_args = (Qd, Kd, Vd, dO, L, Delta, dK_b, dV_b, dQ_b, *launch.tails[1])
                 calls = {"triton": lambda: run_compiled(launch.dkdv, launch.grids[1], triton_args, Qd.device.index),
                          "gluon": lambda: gb.dkdv(Qd, Kd, Vd, dO, L, Delta, causal, scale)}
-                cudnn = lambda: torch.autograd.grad(O_s, (q4, k4, v4), dO.view(B, H, N, D),  # noqa: E731
-                                                    retain_graph=True)
                 graph = {w: [] for w in calls}
                 ratio, sdpa = [], []
                 for _ in range(args.rounds):

@@ -17,7 +17,7 @@ if __name__ == "__main__":   # run as a script: the repository, not experiments/
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from fa2lab import shapes  # noqa: E402
-from experiments.common import parser, run, inputs, masks, spread  # noqa: E402
+from experiments.common import backward_case, parser, run, masks, spread  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -38,26 +38,16 @@ def bwd_gluon_ws(args, save):
     interleaved rounds, each by CUDA-graph replay (the kernels alone) and by do_bench (with the host's launches),
     and cuDNN's by do_bench (autograd's call is not captured). Ratios are each round's own: v7's graph time over
     each one's, cuDNN's do_bench time over each one's."""
-    import torch
-    import torch.nn.functional as F
-
-    from fa2lab.reference import backward_from_lse, relative_error, saved_lse
+    from fa2lab.reference import backward_from_lse, relative_error
     from fa2lab.timing import bench_graph_ms, bench_ms
-    from fa2lab.versions import load, load_shared
+    from fa2lab.versions import load_shared
 
-    FA = load("v7_hopper").FlashAttentionTriton
     bk, ws = load_shared("flash_backward_triton"), load_shared("gluon_backward_ws")
     B, H = shapes.BATCH, shapes.HEADS
     for D in args.D:
         for causal in masks(args):
             for N in args.Ns:
-                q, k, v = (t.requires_grad_() for t in inputs(N, D=D))
-                dO = torch.randn_like(q)
-                q4, k4, v4 = (t.detach().view(B, H, N, D).requires_grad_() for t in (q, k, v))
-                O_s = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
-                O7 = FA.apply(q, k, v, causal)
-                O, L = O7.detach(), saved_lse(O7)
-                Qd, Kd, Vd = (t.detach() for t in (q, k, v))
+                Qd, Kd, Vd, dO, O, L, cudnn = backward_case(N, D, causal)
                 ref = backward_from_lse(*(t.double() for t in (Qd, Kd, Vd, O, L, dO)), causal)
 
                 launches, err = {}, {}
@@ -69,8 +59,7 @@ def bwd_gluon_ws(args, save):
                                                               dkdv=dkdv)
                     err[who] = max(relative_error(g, r) for g, r in zip(grads, ref))
                     launches[who] = (lambda la=launch: la(Qd, Kd, Vd, O, L, dO))
-                launches["cudnn"] = lambda: torch.autograd.grad(O_s, (q4, k4, v4), dO.view(B, H, N, D),  # noqa: E731
-                                                                retain_graph=True)
+                launches["cudnn"] = cudnn
                 graph = {w: [] for w in launches}
                 dob = {w: [] for w in launches}
                 for _ in range(args.rounds):

@@ -1,5 +1,6 @@
 """What the experiments share: seeded inputs, the masks an experiment runs, interleaved timing, the kernels' own GPU
-durations, forcing v7's path, fresh worker processes, and each experiment's command line and row saving (run)."""
+durations, forcing v7's path, a backward case on v7's forward, fresh worker processes, and each experiment's command
+line and row saving (run)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,26 @@ def inputs(N, seed=0, D=shapes.HEAD_DIM, heads=shapes.BATCH * shapes.HEADS):
 
     g = torch.Generator(device="cuda").manual_seed(seed)
     return [torch.randn(heads, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3)]
+
+
+def backward_case(N: int, D: int, causal: bool):
+    """A backward experiment's shape on v7's forward: the harness's B * H heads of N x D bf16 (`inputs`) and a dO;
+    returns (Q, K, V, dO, O, L, cudnn): the inputs detached, v7's O and the L it saves for its backward, and a call
+    of cuDNN's whole backward (SDPA's default backend on B x H views, autograd on a kept graph)."""
+    import torch
+    import torch.nn.functional as F
+
+    from fa2lab.reference import saved_lse
+    from fa2lab.versions import load
+
+    B, H = shapes.BATCH, shapes.HEADS
+    q, k, v = (t.requires_grad_() for t in inputs(N, D=D))
+    dO = torch.randn_like(q)
+    q4, k4, v4 = (t.detach().view(B, H, N, D).requires_grad_() for t in (q, k, v))
+    O_s = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+    O7 = load("v7_hopper").FlashAttentionTriton.apply(q, k, v, causal)
+    cudnn = lambda: torch.autograd.grad(O_s, (q4, k4, v4), dO.view(B, H, N, D), retain_graph=True)  # noqa: E731
+    return (*(t.detach() for t in (q, k, v)), dO, O7.detach(), saved_lse(O7), cudnn)
 
 
 def masks(args) -> tuple[bool, ...]:

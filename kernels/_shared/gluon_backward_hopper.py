@@ -122,6 +122,29 @@ if HAVE_GLUON:
     # ------------------------------------------------------------------------------------------ one query tile
 
     @gluon.jit
+    def _scores_and_dv(k_tile, v_tile, q_tile, do_tile, zero, dp_init, l2, dv, qk_scale, cols, key_off,
+                       MASK: gl.constexpr):
+        """The first half of a tile's products for the keys of k_tile and v_tile: S^T = K Q^T and dP^T = V dO^T - Delta
+        issued (dp_init: -Delta broadcast), then once S^T is in P^T = exp2(S^T * qk_scale - l2) (in a DIAGONAL tile key
+        row r sees query column c iff r <= c + key_off) and dV += P^T dO issued. Returns P^T (fp32), dP^T once it is
+        in (dV still in flight) and dV's token."""
+        dtype: gl.constexpr = q_tile.dtype
+        s_layout: gl.constexpr = zero.type.layout
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_acc_layout(q_tile.shape[1]), k_width=2)
+        s_tok = warpgroup_mma(k_tile, q_tile.permute((1, 0)), zero, use_acc=False, is_async=True)    # S^T = K Q^T
+        dp_tok = warpgroup_mma(v_tile, do_tile.permute((1, 0)), dp_init, is_async=True)              # V dO^T - Delta
+
+        sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+        pT = gl.exp2(sT * qk_scale - gl.expand_dims(l2, 0))
+        if MASK == DIAGONAL:
+            rows = gl.arange(0, zero.shape[0], layout=gl.SliceLayout(1, s_layout))
+            pT = gl.where(gl.expand_dims(rows, 1) <= gl.expand_dims(cols + key_off, 0), pT, 0.0)
+        p_op = gl.convert_layout(pT.to(dtype), a_layout)
+        dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)                                     # dV += P^T dO
+        dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))                                 # (dV in flight)
+        return pT, dpT, dv_tok
+
+    @gluon.jit
     def _query_tile(dk, dv, k_smem, v_smem, q_smem, do_smem, ready, q_desc, do_desc, L_ptr, Delta_ptr,
                     q_start, lo, q_row0, k_start, N_QUERIES, qk_scale, MASK: gl.constexpr):
         """Fold query tile [q_start, q_start + BLOCK_M) into dK and dV. It is tile t = (q_start - lo) / BLOCK_M of this
@@ -136,7 +159,6 @@ if HAVE_GLUON:
         s_layout: gl.constexpr = _acc_layout(BLOCK_M)
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_acc_layout(D), k_width=2)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
 
         t = (q_start - lo) // BLOCK_M
         slot = t % SLOTS
@@ -158,18 +180,9 @@ if HAVE_GLUON:
         mbarrier.wait(ready.index(slot), (t // SLOTS) & 1)
         q_tile = q_smem.index(slot)
         do_tile = do_smem.index(slot)
-        s_tok = warpgroup_mma(k_smem, q_tile.permute((1, 0)), zero, use_acc=False, is_async=True)    # S^T = K Q^T
-        dp_tok = warpgroup_mma(v_smem, do_tile.permute((1, 0)), dp_init, is_async=True)              # V dO^T - Delta
-
-        sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-        pT = gl.exp2(sT * qk_scale - gl.expand_dims(l2, 0))
-        if MASK == DIAGONAL:   # key k_start + r sees query q_start + c iff r <= c + (q_start - k_start)
-            rows = gl.arange(0, BLOCK_N, layout=row_s)
-            pT = gl.where(gl.expand_dims(rows, 1) <= gl.expand_dims(cols + (q_start - k_start), 0), pT, 0.0)
-        p_op = gl.convert_layout(pT.to(dtype), a_layout)
-        dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)                                     # dV += P^T dO
-
-        dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))                                 # (dV in flight)
+        # (key k_start + r sees query q_start + c iff r <= c + (q_start - k_start))
+        pT, dpT, dv_tok = _scores_and_dv(k_smem, v_smem, q_tile, do_tile, zero, dp_init, l2, dv, qk_scale, cols,
+                                         q_start - k_start, MASK)
         ds_op = gl.convert_layout((pT * dpT).to(dtype), a_layout)                                    # dS^T
         dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)                                     # dK += dS^T Q
         dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok))
@@ -374,17 +387,25 @@ def dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, ls
     return dk, dv
 
 
-def compile_offline(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, arch: int = 90):
-    """Compile the kernel for sm_<arch> without a GPU (fa2lab.compile_offline: meta tensors, Triton's bundled ptxas)
-    for N queries and N keys per head; returns the never-loaded CompiledKernel (asm: ttgir, ptx, cubin)."""
-    from fa2lab.compile_offline import DTYPES as NAMES, compile_for_target
+def offline_tensors(D: int, N: int, dtype: str, heads: int):
+    """Meta tensors standing in for an offline compile's inputs: (heads, N, D) in `dtype` ('bf16' or 'fp16') and
+    (heads, N) float32 rows; ValueError for a dtype or head dimension the Gluon kernels do not take."""
+    from fa2lab.compile_offline import DTYPES as NAMES
 
     if dtype not in ("bf16", "fp16"):
         raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
     if D not in HEAD_DIMS:
         raise ValueError(f"head dimension {D} is not supported, only {HEAD_DIMS}")
-    t = torch.empty(heads, N, D, dtype=getattr(torch, NAMES[dtype]), device="meta")
-    rows = torch.empty(heads, N, dtype=torch.float32, device="meta")
+    return (torch.empty(heads, N, D, dtype=getattr(torch, NAMES[dtype]), device="meta"),
+            torch.empty(heads, N, dtype=torch.float32, device="meta"))
+
+
+def compile_offline(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, arch: int = 90):
+    """Compile the kernel for sm_<arch> without a GPU (fa2lab.compile_offline: meta tensors, Triton's bundled ptxas)
+    for N queries and N keys per head; returns the never-loaded CompiledKernel (asm: ttgir, ptx, cubin)."""
+    from fa2lab.compile_offline import compile_for_target
+
+    t, rows = offline_tensors(D, N, dtype, heads)
     _, args = launch_args(t, t, t, t, rows, rows, t, t, 1.0 / math.sqrt(D))
     return compile_for_target(_dkdv_kernel, args, arch=arch, num_warps=NUM_WARPS, num_stages=1,
                               CAUSAL=bool(causal))

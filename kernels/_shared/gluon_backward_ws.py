@@ -66,7 +66,8 @@ if HAVE_GLUON:
     _DS_BUFFERS, _CONSUMERS = gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS)
     _CONSUMER_REGS, _LOADER_REGS = gl.constexpr(CONSUMER_REGS), gl.constexpr(LOADER_REGS)
     NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
-    _acc_layout, _own_registers, _store_tile = _r1._acc_layout, _r1._own_registers, _r1._store_tile
+    _acc_layout, _own_registers, _store_tile, _scores_and_dv = (_r1._acc_layout, _r1._own_registers, _r1._store_tile,
+                                                               _r1._scores_and_dv)
 
     @builtin
     def _reduce_add(tensor_desc, coord, src, _semantic=None):
@@ -174,19 +175,12 @@ if HAVE_GLUON:
         dp_init = _own_registers(zero - gl.expand_dims(delta_smem.index(slot).load(col_s), 0))
         q_tile = q_smem.index(slot)
         do_tile = do_smem.index(slot)
-        s_tok = warpgroup_mma(my_k, q_tile.permute((1, 0)), zero, use_acc=False, is_async=True)    # S^T = K Q^T
-        dp_tok = warpgroup_mma(my_v, do_tile.permute((1, 0)), dp_init, is_async=True)              # V dO^T - Delta
-
-        sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-        pT = gl.exp2(sT * qk_scale - gl.expand_dims(l2, 0))
-        rows = gl.arange(0, ROWS, layout=row_s)
-        if MASK == DIAGONAL:   # key key0 + r sees query q_start + c iff r <= c + (q_start - key0)
-            pT = gl.where(gl.expand_dims(rows, 1) <= gl.expand_dims(cols + (q_start - key0), 0), pT, 0.0)
-        p_op = gl.convert_layout(pT.to(dtype), a_layout)
-        dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)                                    # dV += P^T dO
+        # S^T, dP^T, P^T and dV issued, round 1's (key key0 + r sees query q_start + c iff r <= c + (q_start - key0))
+        pT, dpT, dv_tok = _scores_and_dv(my_k, my_v, q_tile, do_tile, zero, dp_init, l2, dv, qk_scale, cols,
+                                         q_start - key0, MASK)
 
         # dS^T, its rows of keys past N_KEYS zeroed (they must add nothing to dQ; their dK rows are not stored)
-        dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
+        rows = gl.arange(0, ROWS, layout=row_s)
         dsT = gl.where(gl.expand_dims(rows < N_KEYS - key0, 1), pT * dpT, 0.0).to(dtype)
         dk_tok = warpgroup_mma(gl.convert_layout(dsT, a_layout), q_tile, dk, is_async=True)         # dK += dS^T Q
 
@@ -436,14 +430,9 @@ def backward(q, k, v, do, lse, delta, causal: bool, scale: float, cfg: WsConfig 
 def compile_offline(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, arch: int = 90,
                     cfg: WsConfig | None = None):
     """Compile the kernel for sm_<arch> without a GPU (as gluon_backward_hopper.compile_offline)."""
-    from fa2lab.compile_offline import DTYPES as NAMES, compile_for_target
+    from fa2lab.compile_offline import compile_for_target
 
-    if dtype not in ("bf16", "fp16"):
-        raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
-    if D not in HEAD_DIMS:
-        raise ValueError(f"head dimension {D} is not supported, only {HEAD_DIMS}")
-    t = torch.empty(heads, N, D, dtype=getattr(torch, NAMES[dtype]), device="meta")
-    rows = torch.empty(heads, N, dtype=torch.float32, device="meta")
+    t, rows = _r1.offline_tensors(D, N, dtype, heads)
     acc = torch.empty(heads, N, D, dtype=torch.float32, device="meta")
     _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D))
     return compile_for_target(_bwd_ws_kernel, args, arch=arch, num_warps=NUM_WARPS, num_stages=1,
