@@ -71,7 +71,9 @@ replay) fused costs the same as separate causal at N <= 1024 (24.8 and 62.6 us a
 63.0) and more elsewhere (non-causal 31 against 25 us at N = 512, 93 against 78 at 1024; 1252
 against 995 at 4096: O is read once more per key tile), while on the host it saves 16-120 us per
 autograd backward. So dq_mode="auto", v6's and v7's default, runs fused up to
-AUTO_FUSED_MAX_WORK_PER_SM (the harness's N <= 1024 on the H200's 132 SMs) and separate above.
+AUTO_FUSED_MAX_WORK_PER_SM (the harness's N <= 1024 on the H200's 132 SMs) and separate above;
+with a Gluon dkdv (v7's "auto") on Hopper it runs "atomic" wherever gluon_backward_ws.preferred says,
+so that its warp-specialized kernel computes all five products in one pass.
 Autograd's call also keys its cached launch on the forward's own cache key plus dO
 (backward_after_forward: 3 us for key and lookup, host_steps' backward_key), and gradients of one
 shape come from one allocation (gradient_buffers). With all three, the host time per backward at
@@ -808,8 +810,8 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     dq_mode "separate" (default) computes dQ in its own kernel, deterministically; "atomic"
     accumulates it in fp32 inside the dK/dV kernel (atomics, or the Gluon kernel's TMA reduce-adds: not
     deterministic); "fused" runs everything in one launch; "auto" is "atomic" where the warp-specialized
-    Gluon kernel is preferred, else "fused" for small problems and "separate" otherwise (auto_dq_mode). Gradients come back
-    in Q's dtype. strict launches exactly `config` (OutOfResources if it does not fit) instead of
+    Gluon kernel is preferred, else "fused" for small problems and "separate" otherwise (auto_dq_mode).
+    Gradients come back in Q's dtype. strict launches exactly `config` (OutOfResources if it does not fit) instead of
     dropping stages. dkdv (DKDV_CHOICES) says which kernel computes dK and dV (with dq_mode "atomic", dQ's partials
     too): "gluon" a Hopper kernel (ValueError naming why where it cannot take the inputs, or with dq_mode "fused"),
     "auto" that kernel where it can, "triton" this module's.

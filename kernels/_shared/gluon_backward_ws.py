@@ -314,8 +314,8 @@ class WsConfig:
 
 
 # What experiment bwd-gluon-ws compares. Dropped: three slots at D = 64 (graph replay 0.91-1.37x v7's previous
-# backward's speed where two made 0.91-1.41x); each tile's dV, dK and dQ left in flight under the next tile's S^T and dP^T
-# (offline: ptxas then serialises every wgmma, 24 WARPGROUP.DEPBAR per tile at D = 64).
+# backward's speed where two made 0.91-1.41x); each tile's dV, dK and dQ left in flight under the next tile's S^T
+# and dP^T (offline: ptxas then serialises every wgmma, 24 WARPGROUP.DEPBAR per tile at D = 64).
 CONFIGS = {"s2": WsConfig(slots=2)}
 
 
