@@ -306,3 +306,30 @@ def test_peer_profile_tables_and_what_differs(root):
     _write(path, peer_ncu_rows("2026-12-01T02:00:00+00:00", 420.0, (0.7, 0.6), grid=(1024, 1024)))
     page = page_of()
     assert "Stall 'barrier'" not in page and "- Grid:" not in page
+
+
+# ---------------------------------------------------------------- the warp-specialized Gluon backward's page
+
+def ws_rows(v7_us: float, ws_us: float, cudnn_us: float, N=4096, D=128, causal=0) -> list[dict]:
+    """One shape's rows as experiments/bwd_gluon_ws.py writes them (3 rounds folded into median, min, max)."""
+    rows = []
+    for who, g, d in (("v7", v7_us, v7_us), ("gluon-ws/s2", ws_us, ws_us), ("cudnn", float("nan"), cudnn_us)):
+        rows.append({"who": who, "N": N, "D": D, "causal": causal, "rounds": 3, "max_rel_err_vs_fp64": 2e-3,
+                     "graph_us": g, "graph_us_min": g, "graph_us_max": g, "graph_tflops": 500.0,
+                     "dobench_us": d, "dobench_us_min": d, "dobench_us_max": d,
+                     "v7_over_graph": v7_us / g, "v7_over_graph_min": v7_us / g, "v7_over_graph_max": v7_us / g,
+                     "cudnn_over_dobench": cudnn_us / d, "cudnn_over_dobench_min": cudnn_us / d,
+                     "cudnn_over_dobench_max": cudnn_us / d, "git_commit": "abcdef1", **PROV})
+    return rows
+
+
+def test_the_ws_page_gives_each_shapes_ratios_from_the_rows(root):
+    from figures.report.backward import section_bwd_gluon_ws
+
+    assert "not measured yet (`invoke experiment bwd-gluon-ws` writes" in section_bwd_gluon_ws(GPU, root)
+    _write(root / GPU / "experiments" / "bwd_gluon_ws.csv",
+           ws_rows(1300.0, 1000.0, 1100.0) + ws_rows(500.0, 550.0, 440.0, N=2048, D=64, causal=1))
+    text = section_bwd_gluon_ws(GPU, root)
+    assert "| 4096 | 128 | no | s2 | 1300.0 | 1000.0 | 1.300× (1.300–1.300×) | 500 | 1100.0 | 110.0% (110.0–110.0%) | " \
+           "84.6% (84.6–84.6%) | 2.0e-03 |" in text
+    assert "| 2048 | 64 | yes | s2 | 500.0 | 550.0 | 0.909× (0.909–0.909×) | 500 | 440.0 | 80.0% (80.0–80.0%) |" in text

@@ -51,7 +51,7 @@ from figures.report.backward import (  # noqa: F401
     BWD_COLUMNS, BWD_DEFAULTS, BWD_FLASH, BWD_HOST, BWD_SWEEP_CONFIG, BWD_SWEEP_KEYS, BWD_SWEEP_MEASURED,
     TOTALS_BWD, UNRANGED_BWD, backward_default, backward_profile, backward_summary, backward_sweep,
     bwd_config_text, section_backward, section_backward_profile, section_backward_sweep,
-    section_bwd_modes
+    section_bwd_gluon_ws, section_bwd_modes
 )
 from figures.report.checks import (  # noqa: F401
     NONSQUARE_COLUMNS, NONSQUARE_STATUSES, nonsquare, section_nonsquare, section_pending

@@ -1,5 +1,5 @@
 """The backward: per version, dQ mode and shape against SDPA's two backends, the dQ modes timed apart, the
-configuration sweep, and the Nsight Compute profile."""
+warp-specialized Gluon backward against v7's previous one, the configuration sweep, and the Nsight Compute profile."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from fa2lab import shapes, versions
 from fa2lab.sweep_backward import CONFIG_FIELDS, KEY_FIELDS
 from figures import data, roofline
 from profiling.ncu_export import backward_share
-from figures.report.tables import peer_rows, fmt, latest_rows, md_table, not_yet, numeric, optional, rel
+from figures.report.tables import peer_rows, fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
 from figures.report.profile import NCU_EXTRA, row_peaks, tensor_ops
-from figures.report.experiments import shape_table
+from figures.report.experiments import experiment, experiment_not_run, shape_table
 
 
 def section_bwd_modes(gpu, root) -> str:
@@ -35,6 +35,40 @@ def section_bwd_modes(gpu, root) -> str:
         "'auto' = the mode dq_mode=\"auto\" runs there. Source: {source}.",
         ["N", "causal", "auto", "separate GPU / host / do_bench", "fused GPU / host / do_bench",
          "FLASH host / do_bench", "SDPA default host / do_bench"])
+
+
+def section_bwd_gluon_ws(gpu, root) -> str:
+    """The warp-specialized Gluon backward against v7's previous backward and cuDNN's (experiments/bwd_gluon_ws.py):
+    per shape, graph replay and do_bench µs with each round's own ratios."""
+    df, path = experiment(gpu, root, "bwd_gluon_ws")
+    if df is None:
+        return experiment_not_run("The warp-specialized Gluon backward", "bwd_gluon_ws", path)
+    rows = []
+    for (D, causal, N), g in df.groupby(["D", "causal", "N"], sort=True):
+        g = g.set_index("who")
+        if "v7" not in g.index or "cudnn" not in g.index:
+            continue
+        for who in [w for w in g.index if w.startswith("gluon-ws")]:
+            r, v = g.loc[who], g.loc["v7"]
+            rows.append([int(N), int(D), "yes" if causal else "no", who.split("/", 1)[1],
+                         fmt(v.graph_us, ".1f"), fmt(r.graph_us, ".1f"),
+                         span(r.v7_over_graph, r.v7_over_graph_min, r.v7_over_graph_max, ".3f", "×"),
+                         fmt(r.graph_tflops, ".0f"), fmt(g.at["cudnn", "dobench_us"], ".1f"),
+                         span(100 * r.cudnn_over_dobench, 100 * r.cudnn_over_dobench_min,
+                              100 * r.cudnn_over_dobench_max, ".1f", "%"),
+                         span(100 * v.cudnn_over_dobench, 100 * v.cudnn_over_dobench_min,
+                              100 * v.cudnn_over_dobench_max, ".1f", "%"), fmt(r.max_rel_err_vs_fp64, ".1e")])
+    return "\n".join([
+        "The warp-specialized Gluon backward (kernels/_shared/gluon_backward_ws.py, with the backward's preprocess and "
+        "dQ's cast: dq_mode \"atomic\", dkdv \"gluon\") against v7's previous backward (dq_mode and dkdv \"auto\" "
+        "as they were: fused at N = 1024, else the Gluon dK/dV kernel and the Triton dQ kernel) and cuDNN's, whole "
+        "backwards on the same inputs, interleaved rounds in one process: graph = CUDA-graph replay (the kernels "
+        "alone; autograd's cuDNN call cannot be captured), do_bench with the host's launches. Ratios: the median "
+        "(min–max) of each round's own. TFLOP/s counts 2.5× the forward's FLOPs; error: the largest relative error "
+        f"of dQ, dK, dV against float64. Source: `{rel(path)}`.", "",
+        md_table(["N", "D", "causal", "config", "v7 previous graph µs", "Gluon graph µs", "v7 ÷ Gluon",
+                  "Gluon TFLOP/s", "cuDNN do_bench µs", "Gluon % of cuDNN", "v7 previous % of cuDNN",
+                  "error"], rows)])
 
 
 # ---------------------------------------------------------------- the backward (issue 7)

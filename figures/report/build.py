@@ -18,7 +18,7 @@ from typing import Callable
 from figures import data
 from figures.report import readme
 from figures.report.backward import (section_backward, section_backward_profile,
-                                     section_backward_sweep, section_bwd_modes)
+                                     section_backward_sweep, section_bwd_gluon_ws, section_bwd_modes)
 from figures.report.checks import section_nonsquare, section_pending
 from figures.report.compare_trees import section_compare_trees, within_count
 from figures.report.peer_profile import section_peer_profile
@@ -141,6 +141,8 @@ PAGES: list[Page] = [
          (gpu_part(section_backward),)),
     Page("bwd-modes", "The backward's dQ modes", "the dQ modes timed apart: GPU, host and do_bench",
          (gpu_part(section_bwd_modes),)),
+    Page("bwd-gluon-ws", "The warp-specialized Gluon backward", "the Hopper backward's round 3 against v7's previous "
+         "backward and cuDNN's", (gpu_part(section_bwd_gluon_ws),)),
     Page("backward-sweep", "The backward's sweep", "the backward's configuration sweep against its default",
          (gpu_part(section_backward_sweep),)),
     Page("backward-profile", "The backward under Nsight Compute", "the backward's kernels against cuDNN's",

@@ -23,16 +23,20 @@ EXPERIMENTS["grid"] = ("variant", "N", "causal", "ms", "ms_min", "ms_max", "tflo
                        "speedup_vs_per_tile", "rel_err_vs_sdpa")
 EXPERIMENTS["bwd_modes"] = ("who", "N", "causal", "auto_picks", *(f"{w}_us{s}" for w in ("do_bench", "host", "graph")
                                                                   for s in ("", "_min", "_max")))
+EXPERIMENTS["bwd_gluon_ws"] = ("who", "N", "D", "causal", "rounds", "max_rel_err_vs_fp64",
+                               *(f"{m}{s}" for m in ("graph_us", "dobench_us", "v7_over_graph", "cudnn_over_dobench")
+                                 for s in ("", "_min", "_max")), "graph_tflops")
 EXPERIMENT_KEYS = {"pcast": ("p_cast", "N", "causal"), "launch_order": ("order", "config", "N", "causal"),
                    "timing": ("version", "N", "causal"), "other_shapes": ("who", "B", "H", "N", "D", "causal"),
                    "exp2_poly": ("variant", "config", "N", "causal"), "grid": ("variant", "N", "causal"),
-                   "bwd_modes": ("who", "N", "causal")}
+                   "bwd_modes": ("who", "N", "causal"), "bwd_gluon_ws": ("who", "N", "D", "causal")}
 EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke experiment launch-order",
                    "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes",
                    "exp2_poly": "invoke experiment exp2-poly", "grid": "invoke experiment grid",
                    "bwd_modes": "invoke experiment bwd-modes", "gluon": "invoke experiment gluon",
                    "coldstart": "invoke experiment coldstart", "dobench": "invoke experiment dobench",
-                   "items": "invoke experiment items", "tl_pick": "invoke experiment tl-pick"}
+                   "items": "invoke experiment items", "tl_pick": "invoke experiment tl-pick",
+                   "bwd_gluon_ws": "invoke experiment bwd-gluon-ws"}
 EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks")   # not numbers
 
 
