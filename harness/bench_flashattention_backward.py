@@ -280,7 +280,8 @@ def main(argv=None) -> int:
     env = environment()
     rows = []
     print(f"{version.name} on {env['gpu']} (driver {env['driver']}, torch {env['torch']}, triton {env['triton']})")
-    print(f"backward: {impl}" + (f", dq_mode {dq_mode}" if dq_mode else "") + (f", {bwd_config}" if bwd_config else ""))
+    print(f"backward: {impl}" + (f", dq_mode {dq_mode}" if dq_mode else "") + (f", {bwd_config}" if bwd_config else "")
+          + (f"; where dQ runs atomic, the Gluon kernel {ws_config}" if config_of else ""))
     for p in peers:
         print(f"peer {p.name} ({p.label}): {p.status()}" + (f", {p.versions()}" if p.versions() else ""))
     peer_registry.warm_up(peers, shape_list, backward=True)   # flash-attn-4 compiles here, before any timing
