@@ -43,13 +43,12 @@ from fa2lab.versions import load_shared
 
 _fwd = load_shared("gluon_forward_hopper")
 HAVE_GLUON = _fwd.HAVE_GLUON
-flattened = _fwd.flattened
+flattened, row_descriptor = _fwd.flattened, _fwd.row_descriptor
 
 if HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BLOCK_N = 64          # keys per CTA
 BLOCK_M = 64          # queries per streamed tile
@@ -118,6 +117,20 @@ if HAVE_GLUON:
         cols = gl.arange(0, D, layout=gl.SliceLayout(0, layout))
         gl.store(ptr + gl.expand_dims(rows, 1) * stride_row + gl.expand_dims(cols, 0), out,
                  mask=gl.expand_dims(rows < N_KEYS, 1))
+
+    @gluon.jit
+    def _query_ranges(k_start, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, N_QUERIES, CAUSAL: gl.constexpr):
+        """(lo, diag_stop, full_stop, tail_start) of the BLOCK_N keys from k_start: the first query tile they see (0
+        without the causal mask), the end of the tiles straddling the diagonal, of the whole tiles, and the start of
+        the ragged tail (_dkdv_kernel's comment says how the three ranges cover [lo, N_QUERIES))."""
+        full_stop = (N_QUERIES // BLOCK_M) * BLOCK_M
+        if CAUSAL:
+            lo = (k_start // BLOCK_M) * BLOCK_M
+            diag_stop = gl.minimum(gl.cdiv(k_start + BLOCK_N, BLOCK_M) * BLOCK_M, N_QUERIES)
+        else:
+            lo = k_start * 0
+            diag_stop = lo
+        return lo, diag_stop, full_stop, gl.maximum(diag_stop, full_stop)
 
     # ------------------------------------------------------------------------------------------ one query tile
 
@@ -238,14 +251,7 @@ if HAVE_GLUON:
         #   [tail_start, N_QUERIES)    TAIL: the ragged last tile, if it is not a diagonal one.
         # Tiles wholly above the diagonal (every query < k_start) are skipped. Together the ranges are [lo, N_QUERIES),
         # in order, which the ring's slot and phase arithmetic and the refill of the next tile rely on.
-        full_stop = (N_QUERIES // BLOCK_M) * BLOCK_M
-        if CAUSAL:
-            lo = (k_start // BLOCK_M) * BLOCK_M
-            diag_stop = gl.minimum(gl.cdiv(k_start + BLOCK_N, BLOCK_M) * BLOCK_M, N_QUERIES)
-        else:
-            lo = k_start * 0
-            diag_stop = lo
-        tail_start = gl.maximum(diag_stop, full_stop)
+        lo, diag_stop, full_stop, tail_start = _query_ranges(k_start, BLOCK_N, BLOCK_M, N_QUERIES, CAUSAL)
 
         # K_j and V_j once; the first query tile into slot 0.
         mbarrier.expect(kv_bar.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
@@ -272,14 +278,6 @@ if HAVE_GLUON:
 
 
 # ---------------------------------------------------------------------------------------------- host entry points
-
-def _tile_descriptor(t: torch.Tensor, rows: int):
-    """A host TMA descriptor over t's flattened (heads * N, D) rows, blocks of `rows` rows."""
-    flat, D = flattened(t), t.shape[2]
-    elem = gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
-    layout = gl.NVMMASharedLayout.get_default_for([rows, D], elem)
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, D], layout)
-
 
 def validate(q, k, v, do, lse, delta, scale) -> None:
     """Raise ValueError naming what `dkdv` cannot take."""
@@ -335,7 +333,7 @@ def launch_args(q, k, v, do, lse, delta, dk, dv, scale: float):
     contiguous)."""
     BH, N_q, D = q.shape
     N_k = k.shape[1]
-    descs = [_tile_descriptor(t, rows) for t, rows in ((q, BLOCK_M), (k, BLOCK_N), (v, BLOCK_N), (do, BLOCK_M))]
+    descs = [row_descriptor(t, rows) for t, rows in ((q, BLOCK_M), (k, BLOCK_N), (v, BLOCK_N), (do, BLOCK_M))]
     args = (*descs, lse, delta, dk, dv, lse.stride(0), delta.stride(0), dk.stride(1), dv.stride(1), N_q, N_k,
             float(scale) * LOG2E, float(scale))
     return (math.ceil(N_k / BLOCK_N), BH), args

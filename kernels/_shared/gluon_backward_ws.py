@@ -66,8 +66,8 @@ if HAVE_GLUON:
     _DS_BUFFERS, _CONSUMERS = gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS)
     _CONSUMER_REGS, _LOADER_REGS = gl.constexpr(CONSUMER_REGS), gl.constexpr(LOADER_REGS)
     NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
-    _acc_layout, _own_registers, _store_tile, _scores_and_dv = (_r1._acc_layout, _r1._own_registers, _r1._store_tile,
-                                                               _r1._scores_and_dv)
+    _acc_layout, _own_registers, _store_tile = _r1._acc_layout, _r1._own_registers, _r1._store_tile
+    _scores_and_dv, _query_ranges = _r1._scores_and_dv, _r1._query_ranges
 
     @builtin
     def _reduce_add(tensor_desc, coord, src, _semantic=None):
@@ -97,7 +97,7 @@ if HAVE_GLUON:
         mbarrier.expect(kv_bar.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [k_row, 0], kv_bar.index(0), k_smem)
         tma.async_copy_global_to_shared(v_desc, [k_row, 0], kv_bar.index(0), v_smem)
-        lo = _first_query(k_start, BLOCK_M, CAUSAL)
+        lo = _query_ranges(k_start, k_smem.shape[0], BLOCK_M, N_QUERIES, CAUSAL)[0]
         offs = gl.arange(0, BLOCK_M, layout=gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0]))
         L_ptr = L_ptr + head * stride_l_head
         Delta_ptr = Delta_ptr + head * stride_delta_head
@@ -115,15 +115,6 @@ if HAVE_GLUON:
             mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_smem.index(slot))
             tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_smem.index(slot))
-
-    @gluon.jit
-    def _first_query(k_start, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
-        """The first query tile a key tile sees: the one holding query k_start under the causal mask, else 0."""
-        if CAUSAL:
-            lo = (k_start // BLOCK_M) * BLOCK_M
-        else:
-            lo = k_start * 0
-        return lo
 
     # ------------------------------------------------------------------------------------------ one query tile
 
@@ -224,13 +215,7 @@ if HAVE_GLUON:
         k_start = gl.program_id(0) * BLOCK_N
         head = gl.program_id(1)
 
-        full_stop = (N_QUERIES // BLOCK_M) * BLOCK_M
-        lo = _first_query(k_start, BLOCK_M, CAUSAL)
-        if CAUSAL:
-            diag_stop = gl.minimum(gl.cdiv(k_start + BLOCK_N, BLOCK_M) * BLOCK_M, N_QUERIES)
-        else:
-            diag_stop = lo
-        tail_start = gl.maximum(diag_stop, full_stop)
+        lo, diag_stop, full_stop, tail_start = _query_ranges(k_start, BLOCK_N, BLOCK_M, N_QUERIES, CAUSAL)
 
         dk = gl.zeros([ROWS, D], gl.float32, o_layout)
         dv = gl.zeros([ROWS, D], gl.float32, o_layout)
@@ -342,18 +327,6 @@ def fits(cfg: WsConfig, D: int) -> bool:
 
 # ---------------------------------------------------------------------------------------------- host entry points
 
-def _elem(t: torch.Tensor):
-    return gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
-
-
-def _row_descriptor(t: torch.Tensor, rows: int):
-    """A host TMA descriptor over t's flattened (heads * N, D) rows, blocks of (rows, D)."""
-    flat = _r1.flattened(t)
-    block = [rows, t.shape[2]]
-    layout = gl.NVMMASharedLayout.get_default_for(block, _elem(t))
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), block, layout)
-
-
 def _dq_descriptor(dq_accum: torch.Tensor):
     """The fp32 (heads, N_q, D) accumulator, blocks (1, BLOCK_M, D / 2): TMA's bounds end a tile at its head's N_q."""
     D = dq_accum.shape[2]
@@ -385,8 +358,8 @@ def launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale: float):
     """(grid, positional arguments) of _bwd_ws_kernel for validated inputs and outputs."""
     BH, N_q, D = q.shape
     N_k = k.shape[1]
-    descs = (_row_descriptor(q, BLOCK_M), _row_descriptor(k, BLOCK_N), _row_descriptor(v, BLOCK_N),
-             _row_descriptor(do, BLOCK_M), _dq_descriptor(dq_accum))
+    row = _r1.row_descriptor
+    descs = (row(q, BLOCK_M), row(k, BLOCK_N), row(v, BLOCK_N), row(do, BLOCK_M), _dq_descriptor(dq_accum))
     args = (*descs, lse, delta, dk, dv, lse.stride(0), delta.stride(0), dk.stride(1), dv.stride(1), N_q, N_k,
             float(scale) * LOG2E, float(scale))
     return (math.ceil(N_k / BLOCK_N), BH), args
