@@ -1,5 +1,5 @@
-"""Workarounds for three gaps in Triton 3.6's CPU interpreter (TRITON_INTERPRET=1), so that a user can
-import any version and call `apply()` on CPU tensors.
+"""Workarounds for gaps in Triton's CPU interpreter (TRITON_INTERPRET=1; 3.6 and 3.9), so that a user can
+import any version and call `apply()` on CPU tensors. Each patch is harmless where Triton no longer needs it.
 
 When: fa2lab.checks.validate_qkv, which every version's host wrapper (and the shared backward) calls
 before it launches anything, ends with `install_if_interpreting()`: it installs the patches, once per
@@ -12,15 +12,16 @@ What, and why nothing changes on a GPU:
   (upstream treats bf16 as unsupported there, triton 3.6.0), so bf16 outputs were garbage. The patch
   upcasts bf16 operands to float32 before the product, which is what the tensor cores do (exact
   products, fp32 accumulation). It replaces a method of the interpreter's builder, which only the
-  interpreter uses.
+  interpreter uses. Triton 3.9's interpreter still multiplies the raw bits (it converts only fp8).
 - `@triton.autotune` cannot time candidates there: its benchmark asks Triton's driver, and without a
   GPU there is none ("0 active drivers"). fa2lab.launch.prune_to_fit leaves an autotuned version its
-  first candidate when interpreting, but Triton 3.6's autotuner still times a pruned list of one; the
+  first candidate when interpreting, but Triton 3.6's autotuner still times a pruned list of one (3.9's does not); the
   patch makes Autotuner._bench return equal times without running anything while interpreting() is
   true, checked on every call, so a process that is not interpreting times as Triton does.
 - A tensor used as an index (a `range` bound, say) was converted by `int()` of its one-element numpy
-  array, which numpy deprecated in 1.25 and refuses from 2.5 on: every kernel with a runtime loop bound
-  raised under the interpreter there. The patch takes the element out with `.item()` first.
+  array (Triton 3.6), which numpy deprecated in 1.25 and refuses from 2.4 on: every kernel with a runtime
+  loop bound raised under the interpreter there. The patch takes the element out with `.item()` first
+  (Triton 3.9 squeezes the array itself), so numpy needs no upper bound.
 - `only_config` leaves an autotuner one candidate, which it then runs without pruning or timing, so a
   test can check every configuration of the list in turn (tile_candidates).
 """
@@ -83,7 +84,7 @@ def patch_interpreter() -> None:
 
     def _patch_lang_tensor(tensor, scope):
         # Triton 3.6's interpreted tensor converts to an index by int() of its one-element array, which numpy
-        # deprecated in 1.25 and refuses from 2.5 on; .item() takes the element out first.
+        # deprecated in 1.25 and refuses from 2.4 on; .item() takes the element out first.
         patch_tensor(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).item()))
 
