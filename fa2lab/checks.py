@@ -52,5 +52,5 @@ def validate_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> None:
 
 
 def unit_stride(t: torch.Tensor) -> torch.Tensor:
-    """Block pointers want the head dimension contiguous; copy only when it is not."""
+    """The kernels want the head dimension contiguous (unit column stride); copy only when it is not."""
     return t if t.stride(-1) == 1 else t.contiguous()

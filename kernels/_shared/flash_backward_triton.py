@@ -89,7 +89,7 @@ so each configuration is its own compiled kernel, and warps and stages come from
 `BackwardConfig`. Tiles entirely inside the tensors and below the causal diagonal run a
 loop copy without compares, selects or load masks (MASKED=False); only the diagonal tiles
 and the ragged last tile along each axis pay for the mask. Pointers are plain
-base + offsets * strides with load/store masks (no tl.make_block_ptr, which newer Triton
+base + offsets * strides with load/store masks (no block pointers, which Triton 3.9
 removes).
 """
 

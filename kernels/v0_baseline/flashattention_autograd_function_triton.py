@@ -9,6 +9,9 @@ Round 0's profile of this kernel is what the later versions answer: with a 16x16
 tile, 4 warps cannot each own whole 16-row slices (warpsPerCTA = [1, 4]), so they
 duplicate tensor-core work (1.5x the algorithm's operations) and reduce every row
 through shared memory.
+
+Addressing: the article's kernel used block pointers (removed in Triton 3.9); this one computes the same
+tiles' addresses directly, with row masks.
 """
 
 import math
@@ -24,13 +27,14 @@ from fa2lab.reference import autograd_backward
 
 
 @triton.jit
-def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
+def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
                       N_KEYS, scale,
                       K_TILE_SIZE: tl.constexpr, is_causal: tl.constexpr):
     """Fold every key tile into the running (O, l, m) state, masking each one."""
     for k_start in range(0, N_KEYS, K_TILE_SIZE):
-        K_j = tl.load(K_block_ptr, boundary_check=(0, 1), padding_option="zero")
-        V_j = tl.load(V_block_ptr, boundary_check=(0, 1), padding_option="zero")
+        k_in = k_start + tl.arange(0, K_TILE_SIZE) < N_KEYS
+        K_j = tl.load(K_ptrs, mask=k_in[:, None], other=0.0)
+        V_j = tl.load(V_ptrs, mask=k_in[:, None], other=0.0)
 
         S_ij = tl.dot(Q_i, tl.trans(K_j)) * scale                      # (Q_TILE, K_TILE) fp32
 
@@ -49,8 +53,8 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
         O_acc = tl.dot(P_ij, V_j, acc=O_acc)
         m_acc = m_new
 
-        K_block_ptr = K_block_ptr.advance((K_TILE_SIZE, 0))
-        V_block_ptr = V_block_ptr.advance((K_TILE_SIZE, 0))
+        K_ptrs += K_TILE_SIZE * stride_kk
+        V_ptrs += K_TILE_SIZE * stride_vk
     return O_acc, l_acc, m_acc
 
 
@@ -77,36 +81,32 @@ def flash_fwd_kernel(
     batch_index = tl.program_id(1)
     q_start = query_tile_index * Q_TILE_SIZE
 
-    Q_block_ptr = tl.make_block_ptr(Q_ptr + batch_index * stride_qb, shape=(N_QUERIES, D),
-                                    strides=(stride_qq, stride_qd), offsets=(q_start, 0),
-                                    block_shape=(Q_TILE_SIZE, D), order=(1, 0))
-    K_block_ptr = tl.make_block_ptr(K_ptr + batch_index * stride_kb, shape=(N_KEYS, D),
-                                    strides=(stride_kk, stride_kd), offsets=(0, 0),
-                                    block_shape=(K_TILE_SIZE, D), order=(1, 0))
-    V_block_ptr = tl.make_block_ptr(V_ptr + batch_index * stride_vb, shape=(N_KEYS, D),
-                                    strides=(stride_vk, stride_vd), offsets=(0, 0),
-                                    block_shape=(K_TILE_SIZE, D), order=(1, 0))
-    O_block_ptr = tl.make_block_ptr(O_ptr + batch_index * stride_ob, shape=(N_QUERIES, D),
-                                    strides=(stride_oq, stride_od), offsets=(q_start, 0),
-                                    block_shape=(Q_TILE_SIZE, D), order=(1, 0))
-    L_block_ptr = tl.make_block_ptr(L_ptr + batch_index * stride_lb, shape=(N_QUERIES,),
-                                    strides=(stride_lq,), offsets=(q_start,),
-                                    block_shape=(Q_TILE_SIZE,), order=(0,))
+    # Tile addresses: base + row * row stride + column * column stride. Only rows can pass the
+    # tensor's end (the column block is exactly D), so only rows are masked.
+    q_rows = q_start + tl.arange(0, Q_TILE_SIZE)
+    q_in = q_rows < N_QUERIES
+    k_rows = tl.arange(0, K_TILE_SIZE)
+    cols = tl.arange(0, D)
+    Q_ptrs = Q_ptr + batch_index * stride_qb + q_rows[:, None] * stride_qq + cols[None, :] * stride_qd
+    K_ptrs = K_ptr + batch_index * stride_kb + k_rows[:, None] * stride_kk + cols[None, :] * stride_kd
+    V_ptrs = V_ptr + batch_index * stride_vb + k_rows[:, None] * stride_vk + cols[None, :] * stride_vd
+    O_ptrs = O_ptr + batch_index * stride_ob + q_rows[:, None] * stride_oq + cols[None, :] * stride_od
+    L_ptrs = L_ptr + batch_index * stride_lb + q_rows * stride_lq
 
-    Q_i = tl.load(Q_block_ptr, boundary_check=(0, 1), padding_option="zero")
-    q_pos = (q_start + tl.arange(0, Q_TILE_SIZE))[:, None]
+    Q_i = tl.load(Q_ptrs, mask=q_in[:, None], other=0.0)
+    q_pos = q_rows[:, None]
 
     O_acc = tl.zeros((Q_TILE_SIZE, D), dtype=tl.float32)
     l_acc = tl.zeros((Q_TILE_SIZE, 1), dtype=tl.float32)
     m_acc = tl.full((Q_TILE_SIZE, 1), float("-inf"), dtype=tl.float32)
 
-    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
                                             N_KEYS, scale, K_TILE_SIZE=K_TILE_SIZE, is_causal=is_causal)
 
     O_i = O_acc / l_acc
     L_i = tl.reshape(m_acc + tl.log(l_acc), (Q_TILE_SIZE,))
-    tl.store(O_block_ptr, O_i.to(O_block_ptr.type.element_ty), boundary_check=(0, 1))
-    tl.store(L_block_ptr, L_i, boundary_check=(0,))
+    tl.store(O_ptrs, O_i.to(O_ptr.dtype.element_ty), mask=q_in[:, None])
+    tl.store(L_ptrs, L_i, mask=q_in)
 
 
 class FlashAttentionTriton(torch.autograd.Function):

@@ -25,6 +25,9 @@ and multiplies it with an upcast V (TF32).
 The host path is v5's (fa2lab.hostpath). The backward is the Triton FlashAttention-2 backward
 (kernels/_shared/flash_backward_triton.py, issue 7) from the saved L; with a sliding window,
 which that kernel does not mask, it recomputes from L in PyTorch.
+
+Addressing: the article's kernel used block pointers (removed in Triton 3.9); this one computes the same
+tiles' addresses directly, with row masks.
 """
 
 import math
@@ -48,7 +51,7 @@ LAUNCH_ORDERS = {"longest_first": (True, True), "reversed": (False, True), "forw
 
 
 @triton.jit
-def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
+def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
                       start, stop, N_KEYS, WINDOW, qk_scale,
                       K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
                       HAS_WINDOW: tl.constexpr, P_CAST: tl.constexpr):
@@ -57,15 +60,16 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
     The unmasked copy (MASKED=False) has no compare, select or bounds check. The masked copy
     sets invisible scores to -inf and keeps rows that have seen no key yet (m = -inf) finite.
     """
-    K_block_ptr = K_block_ptr.advance((start, 0))
-    V_block_ptr = V_block_ptr.advance((start, 0))
+    K_ptrs += start * stride_kk
+    V_ptrs += start * stride_vk
     for k_start in range(start, stop, K_TILE_SIZE):
         if MASKED:
-            K_j = tl.load(K_block_ptr, boundary_check=(0, 1), padding_option="zero")
-            V_j = tl.load(V_block_ptr, boundary_check=(0, 1), padding_option="zero")
+            k_in = k_start + tl.arange(0, K_TILE_SIZE) < N_KEYS
+            K_j = tl.load(K_ptrs, mask=k_in[:, None], other=0.0)
+            V_j = tl.load(V_ptrs, mask=k_in[:, None], other=0.0)
         else:
-            K_j = tl.load(K_block_ptr)
-            V_j = tl.load(V_block_ptr)
+            K_j = tl.load(K_ptrs)
+            V_j = tl.load(V_ptrs)
 
         S_ij = tl.dot(Q_i, tl.trans(K_j))                              # raw scores, (Q_TILE, K_TILE) fp32
 
@@ -101,8 +105,8 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
             O_acc = tl.dot(P_ij.to(V_j.dtype), V_j, acc=O_acc)
         m_acc = m_new
 
-        K_block_ptr = K_block_ptr.advance((K_TILE_SIZE, 0))
-        V_block_ptr = V_block_ptr.advance((K_TILE_SIZE, 0))
+        K_ptrs += K_TILE_SIZE * stride_kk
+        V_ptrs += K_TILE_SIZE * stride_vk
     return O_acc, l_acc, m_acc
 
 
@@ -150,24 +154,20 @@ def flash_fwd_kernel(
         query_tile_index = n_tiles - 1 - query_tile_index
     q_start = query_tile_index * Q_TILE_SIZE
 
-    Q_block_ptr = tl.make_block_ptr(Q_ptr + batch_index * stride_qb, shape=(N_QUERIES, D),
-                                    strides=(stride_qq, stride_qd), offsets=(q_start, 0),
-                                    block_shape=(Q_TILE_SIZE, D), order=(1, 0))
-    K_block_ptr = tl.make_block_ptr(K_ptr + batch_index * stride_kb, shape=(N_KEYS, D),
-                                    strides=(stride_kk, stride_kd), offsets=(0, 0),
-                                    block_shape=(K_TILE_SIZE, D), order=(1, 0))
-    V_block_ptr = tl.make_block_ptr(V_ptr + batch_index * stride_vb, shape=(N_KEYS, D),
-                                    strides=(stride_vk, stride_vd), offsets=(0, 0),
-                                    block_shape=(K_TILE_SIZE, D), order=(1, 0))
-    O_block_ptr = tl.make_block_ptr(O_ptr + batch_index * stride_ob, shape=(N_QUERIES, D),
-                                    strides=(stride_oq, stride_od), offsets=(q_start, 0),
-                                    block_shape=(Q_TILE_SIZE, D), order=(1, 0))
-    L_block_ptr = tl.make_block_ptr(L_ptr + batch_index * stride_lb, shape=(N_QUERIES,),
-                                    strides=(stride_lq,), offsets=(q_start,),
-                                    block_shape=(Q_TILE_SIZE,), order=(0,))
+    # Tile addresses: base + row * row stride + column * column stride. Only rows can pass the
+    # tensor's end (the column block is exactly D), so only rows are masked.
+    q_rows = q_start + tl.arange(0, Q_TILE_SIZE)
+    q_in = q_rows < N_QUERIES
+    k_rows = tl.arange(0, K_TILE_SIZE)
+    cols = tl.arange(0, D)
+    Q_ptrs = Q_ptr + batch_index * stride_qb + q_rows[:, None] * stride_qq + cols[None, :] * stride_qd
+    K_ptrs = K_ptr + batch_index * stride_kb + k_rows[:, None] * stride_kk + cols[None, :] * stride_kd
+    V_ptrs = V_ptr + batch_index * stride_vb + k_rows[:, None] * stride_vk + cols[None, :] * stride_vd
+    O_ptrs = O_ptr + batch_index * stride_ob + q_rows[:, None] * stride_oq + cols[None, :] * stride_od
+    L_ptrs = L_ptr + batch_index * stride_lb + q_rows * stride_lq
 
-    Q_i = tl.load(Q_block_ptr, boundary_check=(0, 1), padding_option="zero")
-    q_pos = (q_start + tl.arange(0, Q_TILE_SIZE))[:, None]
+    Q_i = tl.load(Q_ptrs, mask=q_in[:, None], other=0.0)
+    q_pos = q_rows[:, None]
 
     qk_scale = scale * 1.4426950408889634
     O_acc = tl.zeros((Q_TILE_SIZE, D), dtype=tl.float32)
@@ -194,15 +194,15 @@ def flash_fwd_kernel(
         band_start = 0
         full_start = 0
 
-    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
                                             band_start, full_start, N_KEYS, WINDOW, qk_scale,
                                             K_TILE_SIZE=K_TILE_SIZE, MASKED=True, is_causal=is_causal,
                                             HAS_WINDOW=HAS_WINDOW, P_CAST=P_CAST)
-    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
                                             full_start, diag_start, N_KEYS, WINDOW, qk_scale,
                                             K_TILE_SIZE=K_TILE_SIZE, MASKED=False, is_causal=is_causal,
                                             HAS_WINDOW=HAS_WINDOW, P_CAST=P_CAST)
-    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_block_ptr, V_block_ptr,
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
                                             diag_start, stop, N_KEYS, WINDOW, qk_scale,
                                             K_TILE_SIZE=K_TILE_SIZE, MASKED=True, is_causal=is_causal,
                                             HAS_WINDOW=HAS_WINDOW, P_CAST=P_CAST)
@@ -210,8 +210,8 @@ def flash_fwd_kernel(
     # A row that saw no key has l = 0: its output is 0 and its L is -inf (m = -inf, log2 0 = -inf).
     O_i = O_acc / tl.where(l_acc == 0.0, 1.0, l_acc)
     L_i = tl.reshape((m_acc + tl.math.log2(l_acc)) * 0.6931471805599453, (Q_TILE_SIZE,))
-    tl.store(O_block_ptr, O_i.to(O_block_ptr.type.element_ty), boundary_check=(0, 1))
-    tl.store(L_block_ptr, L_i, boundary_check=(0,))
+    tl.store(O_ptrs, O_i.to(O_ptr.dtype.element_ty), mask=q_in[:, None])
+    tl.store(L_ptrs, L_i, mask=q_in)
 
 
 def _checked_launch(Q, K, V, mode):

@@ -16,7 +16,7 @@ The change (results/offline-sm_90/v7_feasibility/feasibility.md: every variant c
 Triton 3.6.0 and read from its SASS):
 - TMA: host-side TensorDescriptors over the (batch*heads, N, D) tensors with (1, tile, D) blocks; K and V arrive by
   2 UTMALDG per iteration (no LDGSTS) on an mbarrier. The 3-D view bounds each copy at its own head, so the ragged
-  last tile is zero-padded and the O store clipped by the hardware, as v6's boundary checks did. Not gained: Triton
+  last tile is zero-padded and the O store clipped by the hardware, as v6's row masks do. Not gained: Triton
   3.6 puts 4 BAR.SYNC per iteration around the TMA issue (2 with cp.async).
 - PIPELINE_QK = 1: Triton 3.6 has no knob on the wgmma waits, so the loop is pipelined by hand (S of tile j+1 before
   the softmax of tile j, the last tile peeled off); ptxas then moves 22 to 25 of the 36 MUFU.EX2 of a 128x64
@@ -262,9 +262,8 @@ def _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, head, query_tile_i
     O_i = O_acc / tl.where(l_acc == 0.0, 1.0, l_acc)
     L_i = tl.reshape((m_acc + tl.math.log2(l_acc)) * 0.6931471805599453, (Q_TILE_SIZE,))
     O_desc.store([head, q_start, 0], O_i.to(O_desc.dtype).reshape(1, Q_TILE_SIZE, D))  # clipped at N_QUERIES
-    L_block_ptr = tl.make_block_ptr(L_ptr + head * stride_lb, shape=(N_QUERIES,), strides=(stride_lq,),
-                                    offsets=(q_start,), block_shape=(Q_TILE_SIZE,), order=(0,))
-    tl.store(L_block_ptr, L_i, boundary_check=(0,))
+    q_rows = q_start + tl.arange(0, Q_TILE_SIZE)
+    tl.store(L_ptr + head * stride_lb + q_rows * stride_lq, L_i, mask=q_rows < N_QUERIES)
 
 
 class _FitDescriptors:
