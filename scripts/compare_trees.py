@@ -1,13 +1,16 @@
-"""Two checkouts' v7 against each other on the GPU: a no-regression check for a refactor.
+"""Checkouts (or Triton versions) against each other on the GPU: a no-regression check for a refactor or a port.
 
-Each round runs one fresh process per tree, the trees alternating (A B, B A, A B, ...), and every process times
-its own tree's v7 (fa2lab.versions.load("v7_hopper") from that tree, with that tree's fa2lab) and SDPA's default
-backend (cuDNN on Hopper) on the same inputs, by do_bench with its L2 flush and by CUDA-graph replay. One row per
-process and shape goes to results/<gpu>/experiments/compare_trees.csv, with provenance and the tree's label and
-commit. `--summary` prints, per shape, the median over rounds of each round's ratio B / A (of ms, and of % of
-cuDNN), with the min-max: within 1% is level.
+Each round runs one fresh process per tree, the trees' order rotating from round to round, and every process times
+its own tree's versions (fa2lab.versions.load from that tree, with that tree's fa2lab) and SDPA's default backend
+(cuDNN on Hopper) on the same inputs, by do_bench with its L2 flush and by CUDA-graph replay. A tree may carry its own
+environment (--env), such as another Triton first on PYTHONPATH. `--mode bwd` times the backward alone (autograd on a
+kept graph; cuDNN by do_bench only, since capturing its backward aborts the graph). One row per process, version and
+shape goes to results/<gpu>/experiments/<--csv>, with provenance, the child's own torch and Triton, the tree's label and
+commit. `--summary` prints, per version and shape, the median over rounds of each round's ratio B / A (of ms, and of %
+of cuDNN), with the min-max: within 1% is level.
 
     python scripts/compare_trees.py --tree before=/tmp/old --tree after=. --rounds 5
+    python scripts/compare_trees.py --tree t36=. --tree t39=. --env t39:PYTHONPATH=/tmp/triton39 --kernel all
     python scripts/compare_trees.py --summary
 """
 
@@ -24,62 +27,96 @@ REPO = Path(__file__).resolve().parent.parent
 CSV_NAME = "compare_trees.csv"
 
 
-def child(tree: Path, shapes: list[tuple[int, int, bool]]) -> None:
-    """Time v7 of `tree` and SDPA at each (N, D, causal); print one JSON line per shape."""
+def _timed(fn, graphs: bool) -> tuple[float, float]:
+    """(do_bench ms, graph-replay ms); the graph is NaN when not asked for or when capture fails."""
+    from fa2lab import timing
+
+    ms = timing.bench_ms(fn)
+    if not graphs:
+        return ms, float("nan")
+    try:
+        return ms, timing.bench_graph_ms(fn)
+    except Exception:  # noqa: BLE001 - a call that cannot be captured has no graph time
+        return ms, float("nan")
+
+
+def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], mode: str) -> None:
+    """Time each version of `tree` and SDPA at each (N, D, causal); print one JSON line per version and shape."""
     sys.path.insert(0, str(tree))
     import torch
     import torch.nn.functional as F
+    import triton
 
-    from fa2lab import timing, versions
+    from fa2lab import versions
+    from fa2lab.provenance import sm_clock_mhz
 
-    FA = versions.load("v7_hopper")
     B, H = 4, 8
-    for N, D, causal in shapes:
-        g = torch.Generator(device="cuda").manual_seed(N + D + causal)
-        q, k, v = (torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-        q4, k4, v4 = (t.view(B, H, N, D) for t in (q, k, v))
+    for name in kernels:
+        FA = versions.load(name)
+        for N, D, causal in shapes:
+            g = torch.Generator(device="cuda").manual_seed(N + D + causal)
+            q, k, v, dO = (torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
+                           for _ in range(4))
+            if mode == "bwd":
+                q, k, v = (t.requires_grad_() for t in (q, k, v))
+            q4, k4, v4, dO4 = (t.view(B, H, N, D) for t in (q, k, v, dO))
+            O = FA.FlashAttentionTriton.apply(q, k, v, causal)
+            O_sdpa = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+            err = (O.float() - O_sdpa.view(B * H, N, D).float()).abs().max().item()
+            if mode == "bwd":
+                def ours():
+                    return torch.autograd.grad(O, (q, k, v), dO, retain_graph=True)
 
-        def ours():
-            return FA.FlashAttentionTriton.apply(q, k, v, causal)
+                def sdpa():
+                    return torch.autograd.grad(O_sdpa, (q4, k4, v4), dO4, retain_graph=True)
+            else:
+                def ours():
+                    return FA.FlashAttentionTriton.apply(q, k, v, causal)
 
-        def sdpa():
-            return F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+                def sdpa():
+                    return F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+            last = getattr(FA, "last_path", None)
+            row = dict(version=name, mode=mode, N=N, D=D, causal=int(causal), B=B, H=H, max_abs_err_vs_sdpa=err,
+                       path=(last() if last else "") or "", config=(FA.last_config() if last else "") or "",
+                       child_torch=torch.__version__, child_triton=triton.__version__)
+            row["ms"], row["graph_ms"] = _timed(ours, True)
+            row["sdpa_ms"], row["sdpa_graph_ms"] = _timed(sdpa, mode == "fwd")
+            row["sm_clock_mhz"] = sm_clock_mhz()
+            print("ROW " + json.dumps(row), flush=True)
 
-        err = (ours().float() - sdpa().view(B * H, N, D).float()).abs().max().item()
-        row = dict(N=N, D=D, causal=int(causal), B=B, H=H, max_abs_err_vs_sdpa=err,
-                   path=FA.last_path() or "", config=FA.last_config() or "")
-        row["ms"], row["sdpa_ms"] = timing.bench_ms(ours), timing.bench_ms(sdpa)
-        row["graph_ms"], row["sdpa_graph_ms"] = timing.bench_graph_ms(ours), timing.bench_graph_ms(sdpa)
-        print("ROW " + json.dumps(row), flush=True)
 
-
-def drive(trees: list[tuple[str, Path]], rounds: int, shapes: list[tuple[int, int, bool]], first: int = 1) -> int:
+def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[int, int, bool]], kernels: list[str],
+          mode: str, csv_name: str, first: int = 1) -> int:
+    """Run the rounds (tree order rotating each round), appending each process's rows as soon as it ends, so an
+    interrupted run keeps every finished process (go on with --first-round)."""
     sys.path.insert(0, str(REPO))
     from fa2lab.provenance import environment, now
     from fa2lab.results import append_rows, gpu_dir
 
     env = environment()
-    out = gpu_dir() / "experiments" / CSV_NAME
+    out = gpu_dir() / "experiments" / csv_name
     spec = ";".join(f"{n},{d},{int(c)}" for n, d, c in shapes)
     for r in range(first - 1, first - 1 + rounds):
-        order = trees if r % 2 == 0 else trees[::-1]
-        for label, tree in order:
+        order = trees[r % len(trees):] + trees[:r % len(trees)]
+        for label, tree, extra in order:
             commit = os.environ.get(f"FA2_TREE_COMMIT_{label.upper()}", "")
             print(f"[round {r + 1}] {label} ({tree})", flush=True)
-            proc = subprocess.run([sys.executable, __file__, "--child", str(tree), "--shapes", spec],
-                                  capture_output=True, text=True, cwd=tree)
+            proc = subprocess.run([sys.executable, __file__, "--child", str(tree), "--shapes", spec,
+                                   "--kernel", ",".join(kernels), "--mode", mode],
+                                  capture_output=True, text=True, cwd=tree, env=dict(os.environ, **extra))
             rows = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("ROW ")]
-            if proc.returncode != 0 or len(rows) != len(shapes):
+            if proc.returncode != 0 or len(rows) != len(shapes) * len(kernels):
                 print(proc.stdout[-2000:], proc.stderr[-4000:], sep="\n", file=sys.stderr)
                 return 1
             for row in rows:
                 row.update(round=r + 1, tree=label, tree_commit=commit, date=now(),
                            pct_of_sdpa=100.0 * row["sdpa_ms"] / row["ms"],
                            graph_pct_of_sdpa=100.0 * row["sdpa_graph_ms"] / row["graph_ms"])
-                print(f"  N={row['N']:>5} D={row['D']:>3} causal={row['causal']} {row['ms'] * 1e3:8.2f} us "
-                      f"{row['pct_of_sdpa']:6.1f}% of cuDNN  graph {row['graph_pct_of_sdpa']:6.1f}%  {row['path']}",
-                      flush=True)
-            append_rows(out, [dict(row, **env) for row in rows])
+                print(f"  {row['version']:<16} {mode} N={row['N']:>5} D={row['D']:>3} causal={row['causal']} "
+                      f"{row['ms'] * 1e3:8.2f} us {row['pct_of_sdpa']:6.1f}% of cuDNN  graph {row['graph_ms'] * 1e3:8.2f} us"
+                      f"  {row['path']}", flush=True)
+            # the child's own torch and Triton are the row's (a tree may run another Triton than this process)
+            append_rows(out, [dict(env, **row, torch=row["child_torch"], triton=row["child_triton"]) for row in rows])
     return 0
 
 
@@ -97,11 +134,17 @@ def summary(path: Path, a: str, b: str) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH", help="a checkout (two of them)")
+    ap.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH", help="a checkout (two or more)")
+    ap.add_argument("--env", action="append", default=[], metavar="LABEL:KEY=VALUE",
+                    help="an environment variable for one tree's processes (repeatable)")
+    ap.add_argument("--kernel", default="v7_hopper", help="versions each process times: a list or 'all'")
+    ap.add_argument("--mode", choices=("fwd", "bwd"), default="fwd", help="the forward, or the backward alone")
+    ap.add_argument("--csv", default=CSV_NAME, help="the file under results/<gpu>/experiments/")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--first-round", type=int, default=1, help="number of the first round (to go on in a later call)")
     ap.add_argument("--N", default="512,1024,2048,4096")
     ap.add_argument("--D", default="64,128")
+    ap.add_argument("--causal", choices=("both", "0", "1"), default="both")
     ap.add_argument("--summary", action="store_true", help="print the ratios from the committed rows")
     ap.add_argument("--labels", default="before,after", help="with --summary: A,B (B / A is reported)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -109,19 +152,33 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.child:
         shapes = [(int(n), int(d), c == "1") for n, d, c in (s.split(",") for s in args.shapes.split(";"))]
-        child(Path(args.child), shapes)
+        child(Path(args.child), args.kernel.split(","), shapes, args.mode)
         return 0
+    sys.path.insert(0, str(REPO))
     if args.summary:
-        sys.path.insert(0, str(REPO))
         from fa2lab.results import RESULTS
 
         a, b = args.labels.split(",")
-        return summary(RESULTS / "nvidia-h200" / "experiments" / CSV_NAME, a, b)
-    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree]
-    if len(trees) != 2:
-        ap.error("give two --tree LABEL=PATH")
-    shapes = [(int(n), int(d), c) for d in args.D.split(",") for c in (False, True) for n in args.N.split(",")]
-    return drive(trees, args.rounds, shapes, args.first_round)
+        return summary(RESULTS / "nvidia-h200" / "experiments" / args.csv, a, b)
+    from fa2lab import versions
+
+    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve(), {}) for t in args.tree]
+    if len(trees) < 2 or any(not label or not path.is_dir() for label, path, _ in trees):
+        ap.error("give two or more --tree LABEL=PATH, each an existing folder")
+    for e in args.env:
+        label, _, kv = e.partition(":")
+        key, _, value = kv.partition("=")
+        match = [t for t in trees if t[0] == label]
+        if not match or not key:
+            ap.error(f"--env {e!r}: want LABEL:KEY=VALUE with LABEL one of the trees")
+        match[0][2][key] = value
+    try:
+        kernels = [v.name for v in versions.resolve(args.kernel)]
+    except ValueError as e:
+        ap.error(str(e))
+    masks = {"both": (False, True), "0": (False,), "1": (True,)}[args.causal]
+    shapes = [(int(n), int(d), c) for d in args.D.split(",") for c in masks for n in args.N.split(",")]
+    return drive(trees, args.rounds, shapes, kernels, args.mode, args.csv, args.first_round)
 
 
 if __name__ == "__main__":

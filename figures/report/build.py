@@ -22,6 +22,7 @@ from figures.report.backward import (section_backward, section_backward_profile,
 from figures.report.checks import section_nonsquare, section_pending
 from figures.report.compare_trees import section_compare_trees, within_count
 from figures.report.peer_profile import section_peer_profile
+from figures.report.port import section_port, section_port_brief
 from figures.report.experiments import section_exp2_poly, section_grid, section_launch_order, section_pcast, section_timing
 from figures.report.experiments_v7 import section_coldstart, section_dobench, section_gluon, section_items, section_tl_pick
 from figures.report.goal import section_goal, section_other_shapes
@@ -73,6 +74,7 @@ SECTIONS: list[Part] = [
     lambda c: section_summary(c.gpu, c.root, c.claims),
     lambda c: varlen_brief(c.gpu, c.root),
     lambda c: within_count(c.gpu, c.root),
+    lambda c: section_port_brief(c.gpu, c.root),
     heading("## The article's rounds, in its order, beside Ada's numbers"),
     lambda c: section_versions(c.gpu, c.root, c.summary, c.paths, c.ref, c.ref_path),
     lambda c: section_rounds(c.gpu, c.root, c.summary, c.paths, c.ref),
@@ -151,6 +153,8 @@ PAGES: list[Page] = [
          (gpu_part(section_varlen),)),
     Page("peer-profile", "v7 beside flash-attn-4 under Nsight Compute", "the two forwards' kernels side by side where "
          "the peer is ahead, and what differs", (gpu_part(section_peer_profile),)),
+    Page("triton-versions", "Triton 3.6 and 3.9", "the pointer port against the block-pointer kernels, and Triton 3.9 "
+         "against 3.6, every version", (gpu_part(section_port),)),
     Page("compare_trees", "The refactor's no-regression check", "v7 after a refactor against before, round by round",
          (gpu_part(section_compare_trees),)),
     Page("nonsquare", "The non-square causal check", "every version on non-square causal inputs",

@@ -1,5 +1,6 @@
-"""The refactor's no-regression check (scripts/compare_trees.py): two checkouts' v7 timed in alternating fresh
-processes, round by round; per shape the ratio after / before of each complete round (both trees measured in it).
+"""The refactor's no-regression check (scripts/compare_trees.py): checkouts' versions timed in alternating fresh
+processes, round by round; per version, mode and shape the ratio after / before of each complete round (both trees
+measured in it). Rows from before the script timed several versions are v7's forward.
 
 `ratios` is the one implementation: this page and `python scripts/compare_trees.py --summary` both print it.
 """
@@ -15,6 +16,7 @@ from figures import data
 from figures.report.tables import NOT_YET, md_table, numeric, rel
 
 COLUMNS = ("N", "D", "causal", "round", "tree", "tree_commit", "ms", "pct_of_sdpa", "graph_ms")
+KEY = ("version", "mode", "N", "D", "causal")   # one comparison per key
 METRICS = ("ms", "pct_of_sdpa", "graph_ms")   # do_bench ms, % of cuDNN (do_bench), graph-replay ms
 LEVEL = 0.01                                  # within 1%: level
 TASK = "python scripts/compare_trees.py --tree before=<old checkout> --tree after=."
@@ -23,6 +25,8 @@ TASK = "python scripts/compare_trees.py --tree before=<old checkout> --tree afte
 def load(path: Path) -> pd.DataFrame:
     df = data.load(Path(path), COLUMNS)
     df = numeric(df, path, ("N", "D", "causal", "round", *METRICS))
+    for col, old in (("version", "v7_hopper"), ("mode", "fwd")):   # rows from when only v7's forward was timed
+        df[col] = df[col].fillna(old).astype(str) if col in df else old
     return df.assign(tree=df.tree.astype(str), tree_commit=df.tree_commit.fillna("").astype(str))
 
 
@@ -49,20 +53,20 @@ def pooled(df: pd.DataFrame, b: str) -> pd.DataFrame:
 
 
 def ratios(df: pd.DataFrame, a: str, b: str) -> list[dict]:
-    """Per (N, D, causal): the complete rounds of B's latest commit (`pooled`) and, for each metric, the per-round
-    ratios B / A (a round counts when both trees have that shape's row in it; the last row per round and tree where a
-    round was re-run)."""
+    """Per (version, mode, N, D, causal): the complete rounds of B's latest commit (`pooled`) and, for each metric,
+    the per-round ratios B / A (a round counts when both trees have that shape's row in it; the last row per round
+    and tree where a round was re-run)."""
     out = []
     df = pooled(df[df.tree.isin([a, b])], b)
-    for (N, D, c), g in df.groupby(["N", "D", "causal"]):
+    for (version, mode, N, D, c), g in df.groupby(list(KEY), sort=False):
+        key = {"version": version, "mode": mode, "N": int(N), "D": int(D), "causal": int(c)}
         per = g.drop_duplicates(["round", "tree"], keep="last").pivot(index="round", columns="tree", values=list(METRICS))
-        per = per.dropna()
-        if a not in per["ms"] or b not in per["ms"] or not len(per):
-            out.append({"N": int(N), "D": int(D), "causal": int(c), "rounds": 0, **{m: [] for m in METRICS}})
+        if a not in per["ms"] or b not in per["ms"]:
+            out.append({**key, "rounds": 0, **{m: [] for m in METRICS}})
             continue
-        out.append({"N": int(N), "D": int(D), "causal": int(c), "rounds": len(per),
-                    **{m: (per[m][b] / per[m][a]).tolist() for m in METRICS}})
-    return out
+        per = per[per["ms"][a].notna() & per["ms"][b].notna()]
+        out.append({**key, "rounds": len(per), **{m: (per[m][b] / per[m][a]).dropna().tolist() for m in METRICS}})
+    return sorted(out, key=lambda r: tuple(r[k] for k in KEY))
 
 
 def cell(xs: list[float], spec: str = ".3f") -> str:
@@ -75,6 +79,8 @@ def verdict(r: dict, b: str = "after") -> str:
     B is slower or faster."""
     if not r["rounds"]:
         return "no complete round"
+    if not r["graph_ms"]:   # no graph replay (cuDNN's backward): do_bench's ms alone
+        r = dict(r, graph_ms=r["ms"])
     graph, pct = statistics.median(r["graph_ms"]), statistics.median(r["pct_of_sdpa"])
     if abs(graph - 1) <= LEVEL and abs(pct - 1) <= LEVEL:
         return f"within {100 * LEVEL:.0f}%"
@@ -91,8 +97,10 @@ def verdict(r: dict, b: str = "after") -> str:
 
 
 def table(rows: list[dict], b: str = "after") -> str:
-    return md_table(["N", "D", "causal", "rounds", "do_bench ms", "% of cuDNN", "graph-replay ms", "verdict"],
-                    [[r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"], cell(r["ms"]),
+    return md_table(["version", "mode", "N", "D", "causal", "rounds", "do_bench ms", "% of cuDNN", "graph-replay ms",
+                     "verdict"],
+                    [[f"`{r['version']}`", r["mode"], r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"],
+                      cell(r["ms"]),
                       cell(r["pct_of_sdpa"]), cell(r["graph_ms"]), verdict(r, b)] for r in rows])
 
 

@@ -1,0 +1,49 @@
+"""The Triton 3.9 port's report (figures/report/port.py) on synthetic rows: three trees per round, both comparisons'
+verdicts, RESULTS.md's brief table and the page."""
+
+from __future__ import annotations
+
+from figures.report import port
+from test_figures import GPU, PROV, _write
+from test_report_build import build, root  # noqa: F401 - root is the shared fixture: every version's bench rows
+
+
+def port_rows(t39_slow: float = 1.0, rounds: int = 3) -> list[dict]:
+    """v5 forward and v7 backward at N = 4096, D = 64, non-causal: the port level with block pointers, 3.9 taking
+    `t39_slow` times 3.6's time. Round 4 has no t39 row (incomplete)."""
+    rows = []
+    for r in range(1, rounds + 2):
+        for tree, triton, f in ((port.BEFORE, "3.6.0", 1.0), (port.PORT, "3.6.0", 1.001), (port.T39, "3.9.0", t39_slow)):
+            if r == rounds + 1 and tree == port.T39:
+                continue
+            for version, mode in (("v5_final", "fwd"), ("v7_hopper", "bwd")):
+                ms = (1.0 + 0.01 * r) * f
+                rows.append({"version": version, "mode": mode, "N": 4096, "D": 64, "causal": 0, "round": r,
+                             "tree": tree, "tree_commit": "abc1234", "ms": ms, "sdpa_ms": 1.0, "graph_ms": 0.9 * ms,
+                             "sdpa_graph_ms": 0.9, "pct_of_sdpa": 100.0 / ms, **dict(PROV, triton=triton)})
+    return rows
+
+
+def test_port_verdicts_per_comparison(root):
+    _write(root / GPU / "experiments" / port.CSV, port_rows(t39_slow=1.05))
+    df = port._load(GPU, root)
+    rows = port.comparison_table(df, port.BEFORE, port.PORT)
+    assert rows.count("within 1%") == 2   # both versions: the port is level
+    slower = port.comparison_table(df, port.PORT, port.T39)
+    assert slower.count("t39 slower by") == 4   # graph replay and % of cuDNN, two versions
+    assert "| `v5_final` | fwd | 4096 | 64 | no | 3 |" in slower   # round 4 had no t39: 3 complete rounds
+
+
+def test_port_brief_and_page(root):
+    _write(root / GPU / "experiments" / port.CSV, port_rows())
+    text = build.build(root, width=None)
+    brief = text[text.index("Triton 3.6 and 3.9 side by side"):]
+    assert "| `v7_hopper` | bwd | no |" in brief and "within 1% | within 1% |" in brief
+    page = build.build_all(root)["docs/results/triton-versions.md"]
+    assert "Triton 3.9.0" in page and "Triton 3.6.0" in page
+    assert "### Triton 3.9 ÷ Triton 3.6, the same checkout" in page
+
+
+def test_port_not_measured(root):
+    assert "not measured yet" in port.section_port(GPU, root)
+    assert "not measured yet" in port.section_port_brief(GPU, root)
