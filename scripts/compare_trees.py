@@ -90,11 +90,13 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
     """Run the rounds (tree order rotating each round), appending each process's rows as soon as it ends, so an
     interrupted run keeps every finished process (go on with --first-round)."""
     sys.path.insert(0, str(REPO))
+    from fa2lab.buckets import ENV_VAR, OFF
     from fa2lab.provenance import environment, now
     from fa2lab.results import append_rows, gpu_dir
 
     env = environment()
     out = gpu_dir() / "experiments" / csv_name
+    base = dict(os.environ, **{ENV_VAR: OFF})   # no tuning pick on disk crosses processes, as in the protocol
     spec = ";".join(f"{n},{d},{int(c)}" for n, d, c in shapes)
     for r in range(first - 1, first - 1 + rounds):
         order = trees[r % len(trees):] + trees[:r % len(trees)]
@@ -103,7 +105,7 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
             print(f"[round {r + 1}] {label} ({tree})", flush=True)
             proc = subprocess.run([sys.executable, __file__, "--child", str(tree), "--shapes", spec,
                                    "--kernel", ",".join(kernels), "--mode", mode],
-                                  capture_output=True, text=True, cwd=tree, env=dict(os.environ, **extra))
+                                  capture_output=True, text=True, cwd=tree, env=dict(base, **extra))
             rows = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("ROW ")]
             if proc.returncode != 0 or len(rows) != len(shapes) * len(kernels):
                 print(proc.stdout[-2000:], proc.stderr[-4000:], sep="\n", file=sys.stderr)
