@@ -5,9 +5,9 @@
 
 One FlashAttention-2 forward (v6's algorithm: exp2 with the scale folded in, the key loop split
 into unmasked and masked ranges, -inf masks, L in natural log), written once with compile-time
-switches, so that each variant differs from the block-pointer reference by one feature:
+switches, so that each variant differs from the pointer reference by one feature:
 
-  LOADS        0 block pointers (v6: cp.async = LDGSTS), 1 host TensorDescriptor over the
+  LOADS        0 pointers with row masks (v6: cp.async = LDGSTS), 1 host TensorDescriptor over the
                flattened (B*N, D) rows, 2 host TensorDescriptor over (B, N, D) with a
                (1, tile, D) block, 3 device-side tl.make_tensor_descriptor per head
   WS           tl.range(..., warp_specialize=True) on the key loops
@@ -23,8 +23,11 @@ placed by hand (gluon_*), for (d).
 
 What the kernels ship is imported, not copied: the online-softmax update and, for the (B, N, D) descriptors
 (LOADS 2) without WS or LOOP_STAGES, the whole key loop are v7_hopper's (_online_softmax_step, _attend_key_tiles);
-the Gluon sketch's TMA issue and P operand are kernels/_shared/gluon_forward_hopper.py's. The other loads (block
-pointers, flattened and device descriptors), WS, LOOP_STAGES and PERSISTENT exist only here, as experiments.
+the Gluon sketch's TMA issue and P operand are kernels/_shared/gluon_forward_hopper.py's. The other loads (pointers,
+flattened and device descriptors), WS, LOOP_STAGES and PERSISTENT exist only here, as experiments.
+
+LOADS 0 used block pointers until Triton 3.9 removed them; the committed results (Triton 3.6) name those variants
+blockptr*, the pointer port pointers*.
 
 Each row is compiled OFFLINE for sm_90 (GPUTarget("cuda", 90, 32); no GPU, nothing loaded or run),
 in a child process so that the compiler's own error text is captured when it fails, and read from
@@ -65,9 +68,10 @@ _v7_key_tiles = _V7._attend_key_tiles         # v7's key loop over (B, N, D) des
 def _load_tile(src, b, row, N, stride_row, TILE: tl.constexpr, D: tl.constexpr, LOADS: tl.constexpr,
                MASKED: tl.constexpr):
     """One (TILE, D) tile starting at sequence position `row` of head `b`."""
-    if LOADS == 0:      # a block pointer already at `row` (v6 advances it): cp.async
+    if LOADS == 0:      # pointers already at `row` (v6 advances them): cp.async
         if MASKED:
-            t = tl.load(src, boundary_check=(0, 1), padding_option="zero")
+            rows_in = row + tl.arange(0, TILE) < N
+            t = tl.load(src, mask=rows_in[:, None], other=0.0)
         else:
             t = tl.load(src)
     elif LOADS == 1:    # host descriptor over the flattened (B*N, D) rows
@@ -87,11 +91,9 @@ def _key_loop(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_K
         return _v7_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_KEYS, 0, qk_scale,
                              D=D, K_TILE_SIZE=K_TILE, MASKED=MASKED, is_causal=CAUSAL, HAS_WINDOW=False,
                              PIPELINE_QK=PIPELINE_QK)
-    if LOADS == 0:   # v6: block pointers made once per loop, advanced by one tile per iteration
-        K_it = tl.make_block_ptr(K_src, shape=(N_KEYS, D), strides=(stride_kk, 1), offsets=(start, 0),
-                                 block_shape=(K_TILE, D), order=(1, 0))
-        V_it = tl.make_block_ptr(V_src, shape=(N_KEYS, D), strides=(stride_vk, 1), offsets=(start, 0),
-                                 block_shape=(K_TILE, D), order=(1, 0))
+    if LOADS == 0:   # v6: tile pointers made once per loop, advanced by one tile per iteration
+        K_it = K_src + (start + tl.arange(0, K_TILE))[:, None] * stride_kk + tl.arange(0, D)[None, :]
+        V_it = V_src + (start + tl.arange(0, K_TILE))[:, None] * stride_vk + tl.arange(0, D)[None, :]
     else:
         K_it = K_src
         V_it = V_src
@@ -105,8 +107,8 @@ def _key_loop(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_K
             for k_start in range(start, last, K_TILE):
                 V_j = _load_tile(V_it, b, k_start, N_KEYS, stride_vk, K_TILE, D, LOADS, MASKED)
                 if LOADS == 0:
-                    K_it = tl.advance(K_it, (K_TILE, 0))
-                    V_it = tl.advance(V_it, (K_TILE, 0))
+                    K_it = K_it + K_TILE * stride_kk
+                    V_it = V_it + K_TILE * stride_vk
                 K_n = _load_tile(K_it, b, k_start + K_TILE, N_KEYS, stride_kk, K_TILE, D, LOADS, MASKED)
                 S_next = tl.dot(Q_i, tl.trans(K_n))
                 O_acc, l_acc, m_acc = _v7_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, 0,
@@ -123,8 +125,8 @@ def _key_loop(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_K
             O_acc, l_acc, m_acc = _v7_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, 0,
                                                    qk_scale, K_TILE, MASKED, CAUSAL, False)
             if LOADS == 0:
-                K_it = tl.advance(K_it, (K_TILE, 0))
-                V_it = tl.advance(V_it, (K_TILE, 0))
+                K_it = K_it + K_TILE * stride_kk
+                V_it = V_it + K_TILE * stride_vk
     elif LOOP_STAGES > 0:
         for k_start in tl.range(start, stop, K_TILE, num_stages=LOOP_STAGES):
             K_j = _load_tile(K_it, b, k_start, N_KEYS, stride_kk, K_TILE, D, LOADS, MASKED)
@@ -133,8 +135,8 @@ def _key_loop(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_K
             O_acc, l_acc, m_acc = _v7_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, 0,
                                                    qk_scale, K_TILE, MASKED, CAUSAL, False)
             if LOADS == 0:
-                K_it = tl.advance(K_it, (K_TILE, 0))
-                V_it = tl.advance(V_it, (K_TILE, 0))
+                K_it = K_it + K_TILE * stride_kk
+                V_it = V_it + K_TILE * stride_vk
     else:
         for k_start in range(start, stop, K_TILE):
             K_j = _load_tile(K_it, b, k_start, N_KEYS, stride_kk, K_TILE, D, LOADS, MASKED)
@@ -143,8 +145,8 @@ def _key_loop(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_K
             O_acc, l_acc, m_acc = _v7_softmax_step(O_acc, l_acc, m_acc, S_ij, V_j, q_pos, k_start, N_KEYS, 0,
                                                    qk_scale, K_TILE, MASKED, CAUSAL, False)
             if LOADS == 0:
-                K_it = tl.advance(K_it, (K_TILE, 0))
-                V_it = tl.advance(V_it, (K_TILE, 0))
+                K_it = K_it + K_TILE * stride_kk
+                V_it = V_it + K_TILE * stride_vk
     return O_acc, l_acc, m_acc
 
 
@@ -170,8 +172,7 @@ def _one_tile(Q, K, V, O, L, b, q_tile, stride_qb, stride_qq, stride_kb, stride_
         K_src = K
         V_src = V
     if LOADS == 0:
-        Q_src = tl.make_block_ptr(Q_src, shape=(N_QUERIES, D), strides=(stride_qq, 1), offsets=(q_start, 0),
-                                  block_shape=(Q_TILE, D), order=(1, 0))
+        Q_src += (q_start + tl.arange(0, Q_TILE))[:, None] * stride_qq + tl.arange(0, D)[None, :]
     Q_i = _load_tile(Q_src, b, q_start, N_QUERIES, stride_qq, Q_TILE, D, LOADS, True)
     q_pos = (q_start + tl.arange(0, Q_TILE))[:, None]
     O_acc = tl.zeros((Q_TILE, D), dtype=tl.float32)
@@ -200,10 +201,9 @@ def _one_tile(Q, K, V, O, L, b, q_tile, stride_qb, stride_qq, stride_kb, stride_
         O_dst = tl.make_tensor_descriptor(O + b * stride_ob, shape=[N_QUERIES, D], strides=[stride_oq, 1],
                                           block_shape=[Q_TILE, D])
         O_dst.store([q_start, 0], O_i.to(O_dst.dtype))
-    else:   # the flattened descriptor cannot clip at the head's end: a block-pointer store
-        O_ptr = tl.make_block_ptr(O + b * stride_ob, shape=(N_QUERIES, D), strides=(stride_oq, 1),
-                                  offsets=(q_start, 0), block_shape=(Q_TILE, D), order=(1, 0))
-        tl.store(O_ptr, O_i.to(O_ptr.type.element_ty), boundary_check=(0, 1))
+    else:   # the flattened descriptor cannot clip at the head's end: a pointer store with a row mask
+        O_ptrs = O + b * stride_ob + rows[:, None] * stride_oq + tl.arange(0, D)[None, :]
+        tl.store(O_ptrs, O_i.to(O.dtype.element_ty), mask=rows[:, None] < N_QUERIES)
 
 
 @triton.jit
@@ -238,18 +238,18 @@ def fa_fwd_variant(
 BASE = dict(LOADS=0, WS=False, LOOP_STAGES=0, PIPELINE_QK=False, PERSISTENT=False)
 # name -> (switches, what it tests)
 VARIANTS = {
-    "blockptr": (dict(BASE), "reference: v6's loads (block pointers, cp.async)"),
+    "pointers": (dict(BASE), "reference: v6's loads (pointers with row masks, cp.async)"),
     "host_desc_2d": (dict(BASE, LOADS=1), "(a) host TensorDescriptor args, (B*N, D) view"),
     "host_desc_3d": (dict(BASE, LOADS=2), "(a) host TensorDescriptor args, (B, N, D) view, (1, tile, D) blocks"),
     "device_desc": (dict(BASE, LOADS=3), "(a) device-side tl.make_tensor_descriptor per head"),
     "desc3d_loop_stages": (dict(BASE, LOADS=2, LOOP_STAGES=3), "(b) tl.range(num_stages=3) on the key loops"),
     "desc3d_warp_spec": (dict(BASE, LOADS=2, WS=True), "(b) tl.range(warp_specialize=True) on the key loops"),
-    "blockptr_warp_spec": (dict(BASE, WS=True), "(b) warp_specialize with block-pointer loads"),
+    "pointers_warp_spec": (dict(BASE, WS=True), "(b) warp_specialize with pointer loads"),
     "desc3d_persistent": (dict(BASE, LOADS=2, PERSISTENT=True), "(c) persistent grid, NUM_PROGRAMS = 132"),
     "desc3d_persistent_warp_spec": (dict(BASE, LOADS=2, PERSISTENT=True, WS=True), "(b)+(c)"),
     "desc3d_pipeline_qk": (dict(BASE, LOADS=2, PIPELINE_QK=True),
                            "(d) Q K^T of tile j+1 issued before the softmax of tile j (hand-pipelined loop)"),
-    "blockptr_pipeline_qk": (dict(BASE, PIPELINE_QK=True), "(d) the same with block-pointer loads"),
+    "pointers_pipeline_qk": (dict(BASE, PIPELINE_QK=True), "(d) the same with pointer loads"),
 }
 NUM_SMS_H200 = 132
 
@@ -664,17 +664,17 @@ def compile_in_child(name: str, config: str, causal: int) -> tuple[dict | None, 
 DEFAULT_PLAN = [
     # (variant, configurations)
     ("v6_reference", "128,64,8,3;128,64,8,4;64,64,4,3;128,128,4,3"),
-    ("blockptr", "128,64,8,3;128,64,8,4;64,64,4,3"),
+    ("pointers", "128,64,8,3;128,64,8,4;64,64,4,3"),
     ("host_desc_2d", "128,64,8,3"),
     ("host_desc_3d", "128,64,8,3;128,64,8,4;64,64,4,3;128,128,8,2;128,128,4,3"),
     ("device_desc", "128,64,8,3"),
     ("desc3d_loop_stages", "128,64,8,3"),
     ("desc3d_warp_spec", "128,64,8,3;128,64,4,3;64,64,4,3"),
-    ("blockptr_warp_spec", "128,64,8,3;128,64,4,3;64,64,4,3"),
+    ("pointers_warp_spec", "128,64,8,3;128,64,4,3;64,64,4,3"),
     ("desc3d_persistent", "128,64,8,3;64,64,4,3"),
     ("desc3d_persistent_warp_spec", "128,64,8,3;64,64,4,3"),
     ("desc3d_pipeline_qk", "128,64,8,3;128,64,8,4;64,64,4,3;64,64,4,2;128,128,8,2"),
-    ("blockptr_pipeline_qk", "128,64,8,3;64,64,4,3"),
+    ("pointers_pipeline_qk", "128,64,8,3;64,64,4,3"),
     ("v7_hopper_pipelined", "128,64,8,4;64,64,4,3"),
     ("v7_hopper_plain", "128,64,8,4;64,64,4,3"),
     ("gluon_serial", "128,64,8,1"),
