@@ -68,12 +68,13 @@ _v7_key_tiles = _V7._attend_key_tiles         # v7's key loop over (B, N, D) des
 def _load_tile(src, b, row, N, stride_row, TILE: tl.constexpr, D: tl.constexpr, LOADS: tl.constexpr,
                MASKED: tl.constexpr):
     """One (TILE, D) tile starting at sequence position `row` of head `b`."""
-    if LOADS == 0:      # pointers already at `row` (v6 advances them): cp.async
+    if LOADS == 0:      # a scalar base already at `row` (v6 advances it) plus the tile's offsets: cp.async
+        ptrs = src + tl.arange(0, TILE)[:, None] * stride_row + tl.arange(0, D)[None, :]
         if MASKED:
             rows_in = row + tl.arange(0, TILE) < N
-            t = tl.load(src, mask=rows_in[:, None], other=0.0)
+            t = tl.load(ptrs, mask=rows_in[:, None], other=0.0)
         else:
-            t = tl.load(src)
+            t = tl.load(ptrs)
     elif LOADS == 1:    # host descriptor over the flattened (B*N, D) rows
         t = src.load([b * N + row, 0])
     elif LOADS == 2:    # host descriptor over (B, N, D)
@@ -91,9 +92,9 @@ def _key_loop(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_K
         return _v7_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_src, V_src, b, start, stop, N_KEYS, 0, qk_scale,
                              D=D, K_TILE_SIZE=K_TILE, MASKED=MASKED, is_causal=CAUSAL, HAS_WINDOW=False,
                              PIPELINE_QK=PIPELINE_QK)
-    if LOADS == 0:   # v6: tile pointers made once per loop, advanced by one tile per iteration
-        K_it = K_src + (start + tl.arange(0, K_TILE))[:, None] * stride_kk + tl.arange(0, D)[None, :]
-        V_it = V_src + (start + tl.arange(0, K_TILE))[:, None] * stride_vk + tl.arange(0, D)[None, :]
+    if LOADS == 0:   # v6: scalar bases at `start`, advanced by one tile per iteration
+        K_it = K_src + start * stride_kk
+        V_it = V_src + start * stride_vk
     else:
         K_it = K_src
         V_it = V_src
@@ -172,7 +173,7 @@ def _one_tile(Q, K, V, O, L, b, q_tile, stride_qb, stride_qq, stride_kb, stride_
         K_src = K
         V_src = V
     if LOADS == 0:
-        Q_src += (q_start + tl.arange(0, Q_TILE))[:, None] * stride_qq + tl.arange(0, D)[None, :]
+        Q_src += q_start * stride_qq
     Q_i = _load_tile(Q_src, b, q_start, N_QUERIES, stride_qq, Q_TILE, D, LOADS, True)
     q_pos = (q_start + tl.arange(0, Q_TILE))[:, None]
     O_acc = tl.zeros((Q_TILE, D), dtype=tl.float32)

@@ -28,14 +28,14 @@ from fa2lab.reference import autograd_backward
 
 
 @triton.jit
-def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
+def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_base, V_base, K_offs, V_offs, stride_kk, stride_vk,
                       N_KEYS, scale,
                       K_TILE_SIZE: tl.constexpr, is_causal: tl.constexpr):
     """Fold every key tile into the running (O, l, m) state, masking each one."""
     for k_start in range(0, N_KEYS, K_TILE_SIZE):
         k_in = k_start + tl.arange(0, K_TILE_SIZE) < N_KEYS
-        K_j = tl.load(K_ptrs, mask=k_in[:, None], other=0.0)
-        V_j = tl.load(V_ptrs, mask=k_in[:, None], other=0.0)
+        K_j = tl.load(K_base + K_offs, mask=k_in[:, None], other=0.0)
+        V_j = tl.load(V_base + V_offs, mask=k_in[:, None], other=0.0)
 
         S_ij = tl.dot(Q_i, tl.trans(K_j)) * scale                      # (Q_TILE, K_TILE) fp32
 
@@ -54,8 +54,8 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk
         O_acc = tl.dot(P_ij, V_j, acc=O_acc)
         m_acc = m_new
 
-        K_ptrs += K_TILE_SIZE * stride_kk
-        V_ptrs += K_TILE_SIZE * stride_vk
+        K_base += K_TILE_SIZE * stride_kk
+        V_base += K_TILE_SIZE * stride_vk
     return O_acc, l_acc, m_acc
 
 
@@ -92,14 +92,17 @@ def flash_fwd_kernel(
     q_start = query_tile_index * Q_TILE_SIZE
 
     # Tile addresses: base + row * row stride + column * column stride. Only rows can pass the
-    # tensor's end (the column block is exactly D), so only rows are masked.
+    # tensor's end (the column block is exactly D), so only rows are masked. K and V: a scalar
+    # base that the key loop advances by a tile, plus per-thread offsets computed once.
     q_rows = q_start + tl.arange(0, Q_TILE_SIZE)
     q_in = q_rows < N_QUERIES
     k_rows = tl.arange(0, K_TILE_SIZE)
     cols = tl.arange(0, D)
     Q_ptrs = Q_ptr + batch_index * stride_qb + q_rows[:, None] * stride_qq + cols[None, :] * stride_qd
-    K_ptrs = K_ptr + batch_index * stride_kb + k_rows[:, None] * stride_kk + cols[None, :] * stride_kd
-    V_ptrs = V_ptr + batch_index * stride_vb + k_rows[:, None] * stride_vk + cols[None, :] * stride_vd
+    K_base = K_ptr + batch_index * stride_kb
+    V_base = V_ptr + batch_index * stride_vb
+    K_offs = k_rows[:, None] * stride_kk + cols[None, :] * stride_kd
+    V_offs = k_rows[:, None] * stride_vk + cols[None, :] * stride_vd
     O_ptrs = O_ptr + batch_index * stride_ob + q_rows[:, None] * stride_oq + cols[None, :] * stride_od
     L_ptrs = L_ptr + batch_index * stride_lb + q_rows * stride_lq
 
@@ -110,8 +113,9 @@ def flash_fwd_kernel(
     l_acc = tl.zeros((Q_TILE_SIZE, 1), dtype=tl.float32)
     m_acc = tl.full((Q_TILE_SIZE, 1), float("-inf"), dtype=tl.float32)
 
-    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
-                                            N_KEYS, scale, K_TILE_SIZE=K_TILE_SIZE, is_causal=is_causal)
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_base, V_base, K_offs, V_offs,
+                                            stride_kk, stride_vk, N_KEYS, scale,
+                                            K_TILE_SIZE=K_TILE_SIZE, is_causal=is_causal)
 
     O_i = O_acc / l_acc
     L_i = tl.reshape(m_acc + tl.log(l_acc), (Q_TILE_SIZE,))

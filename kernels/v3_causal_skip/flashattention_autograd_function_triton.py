@@ -31,7 +31,7 @@ from fa2lab.reference import autograd_backward
 
 
 @triton.jit
-def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
+def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_base, V_base, K_offs, V_offs, stride_kk, stride_vk,
                       start, stop, N_KEYS, scale,
                       K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr):
     """Fold the key tiles in [start, stop) into the running (O, l, m) state.
@@ -39,16 +39,16 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk
     MASKED is a compile-time flag: the unmasked copy of this loop has no compare,
     no select and no bounds checks on its loads.
     """
-    K_ptrs += start * stride_kk
-    V_ptrs += start * stride_vk
+    K_base += start * stride_kk
+    V_base += start * stride_vk
     for k_start in range(start, stop, K_TILE_SIZE):
         if MASKED:
             k_in = k_start + tl.arange(0, K_TILE_SIZE) < N_KEYS
-            K_j = tl.load(K_ptrs, mask=k_in[:, None], other=0.0)
-            V_j = tl.load(V_ptrs, mask=k_in[:, None], other=0.0)
+            K_j = tl.load(K_base + K_offs, mask=k_in[:, None], other=0.0)
+            V_j = tl.load(V_base + V_offs, mask=k_in[:, None], other=0.0)
         else:
-            K_j = tl.load(K_ptrs)
-            V_j = tl.load(V_ptrs)
+            K_j = tl.load(K_base + K_offs)
+            V_j = tl.load(V_base + V_offs)
 
         S_ij = tl.dot(Q_i, tl.trans(K_j)) * scale                      # (Q_TILE, K_TILE) fp32
 
@@ -68,8 +68,8 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk
         O_acc = tl.dot(P_ij, V_j, acc=O_acc)
         m_acc = m_new
 
-        K_ptrs += K_TILE_SIZE * stride_kk
-        V_ptrs += K_TILE_SIZE * stride_vk
+        K_base += K_TILE_SIZE * stride_kk
+        V_base += K_TILE_SIZE * stride_vk
     return O_acc, l_acc, m_acc
 
 
@@ -97,14 +97,17 @@ def flash_fwd_kernel(
     q_start = query_tile_index * Q_TILE_SIZE
 
     # Tile addresses: base + row * row stride + column * column stride. Only rows can pass the
-    # tensor's end (the column block is exactly D), so only rows are masked.
+    # tensor's end (the column block is exactly D), so only rows are masked. K and V: a scalar
+    # base that the key loop advances by a tile, plus per-thread offsets computed once.
     q_rows = q_start + tl.arange(0, Q_TILE_SIZE)
     q_in = q_rows < N_QUERIES
     k_rows = tl.arange(0, K_TILE_SIZE)
     cols = tl.arange(0, D)
     Q_ptrs = Q_ptr + batch_index * stride_qb + q_rows[:, None] * stride_qq + cols[None, :] * stride_qd
-    K_ptrs = K_ptr + batch_index * stride_kb + k_rows[:, None] * stride_kk + cols[None, :] * stride_kd
-    V_ptrs = V_ptr + batch_index * stride_vb + k_rows[:, None] * stride_vk + cols[None, :] * stride_vd
+    K_base = K_ptr + batch_index * stride_kb
+    V_base = V_ptr + batch_index * stride_vb
+    K_offs = k_rows[:, None] * stride_kk + cols[None, :] * stride_kd
+    V_offs = k_rows[:, None] * stride_vk + cols[None, :] * stride_vd
     O_ptrs = O_ptr + batch_index * stride_ob + q_rows[:, None] * stride_oq + cols[None, :] * stride_od
     L_ptrs = L_ptr + batch_index * stride_lb + q_rows * stride_lq
 
@@ -128,13 +131,13 @@ def flash_fwd_kernel(
         unmasked_stop = full_stop
         masked_stop = N_KEYS
 
-    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
-                                            0, unmasked_stop, N_KEYS, scale,
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_base, V_base, K_offs, V_offs,
+                                            stride_kk, stride_vk, 0, unmasked_stop, N_KEYS, scale,
                                             K_TILE_SIZE=K_TILE_SIZE, MASKED=False, is_causal=is_causal)
     # The first masked tile always holds a key every row can see (key 0 or key q_start
     # rounded down), so the -1e6 sentinel never becomes a row's maximum.
-    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
-                                            unmasked_stop, masked_stop, N_KEYS, scale,
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_base, V_base, K_offs, V_offs,
+                                            stride_kk, stride_vk, unmasked_stop, masked_stop, N_KEYS, scale,
                                             K_TILE_SIZE=K_TILE_SIZE, MASKED=True, is_causal=is_causal)
 
     O_i = O_acc / l_acc

@@ -51,7 +51,7 @@ LAUNCH_ORDERS = {"longest_first": (True, True), "reversed": (False, True), "forw
 
 
 @triton.jit
-def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
+def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_base, V_base, K_offs, V_offs, stride_kk, stride_vk,
                       start, stop, N_KEYS, WINDOW, qk_scale,
                       K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
                       HAS_WINDOW: tl.constexpr, P_CAST: tl.constexpr):
@@ -60,16 +60,16 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk
     The unmasked copy (MASKED=False) has no compare, select or bounds check. The masked copy
     sets invisible scores to -inf and keeps rows that have seen no key yet (m = -inf) finite.
     """
-    K_ptrs += start * stride_kk
-    V_ptrs += start * stride_vk
+    K_base += start * stride_kk
+    V_base += start * stride_vk
     for k_start in range(start, stop, K_TILE_SIZE):
         if MASKED:
             k_in = k_start + tl.arange(0, K_TILE_SIZE) < N_KEYS
-            K_j = tl.load(K_ptrs, mask=k_in[:, None], other=0.0)
-            V_j = tl.load(V_ptrs, mask=k_in[:, None], other=0.0)
+            K_j = tl.load(K_base + K_offs, mask=k_in[:, None], other=0.0)
+            V_j = tl.load(V_base + V_offs, mask=k_in[:, None], other=0.0)
         else:
-            K_j = tl.load(K_ptrs)
-            V_j = tl.load(V_ptrs)
+            K_j = tl.load(K_base + K_offs)
+            V_j = tl.load(V_base + V_offs)
 
         S_ij = tl.dot(Q_i, tl.trans(K_j))                              # raw scores, (Q_TILE, K_TILE) fp32
 
@@ -105,8 +105,8 @@ def _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk
             O_acc = tl.dot(P_ij.to(V_j.dtype), V_j, acc=O_acc)
         m_acc = m_new
 
-        K_ptrs += K_TILE_SIZE * stride_kk
-        V_ptrs += K_TILE_SIZE * stride_vk
+        K_base += K_TILE_SIZE * stride_kk
+        V_base += K_TILE_SIZE * stride_vk
     return O_acc, l_acc, m_acc
 
 
@@ -155,14 +155,17 @@ def flash_fwd_kernel(
     q_start = query_tile_index * Q_TILE_SIZE
 
     # Tile addresses: base + row * row stride + column * column stride. Only rows can pass the
-    # tensor's end (the column block is exactly D), so only rows are masked.
+    # tensor's end (the column block is exactly D), so only rows are masked. K and V: a scalar
+    # base that the key loop advances by a tile, plus per-thread offsets computed once.
     q_rows = q_start + tl.arange(0, Q_TILE_SIZE)
     q_in = q_rows < N_QUERIES
     k_rows = tl.arange(0, K_TILE_SIZE)
     cols = tl.arange(0, D)
     Q_ptrs = Q_ptr + batch_index * stride_qb + q_rows[:, None] * stride_qq + cols[None, :] * stride_qd
-    K_ptrs = K_ptr + batch_index * stride_kb + k_rows[:, None] * stride_kk + cols[None, :] * stride_kd
-    V_ptrs = V_ptr + batch_index * stride_vb + k_rows[:, None] * stride_vk + cols[None, :] * stride_vd
+    K_base = K_ptr + batch_index * stride_kb
+    V_base = V_ptr + batch_index * stride_vb
+    K_offs = k_rows[:, None] * stride_kk + cols[None, :] * stride_kd
+    V_offs = k_rows[:, None] * stride_vk + cols[None, :] * stride_vd
     O_ptrs = O_ptr + batch_index * stride_ob + q_rows[:, None] * stride_oq + cols[None, :] * stride_od
     L_ptrs = L_ptr + batch_index * stride_lb + q_rows * stride_lq
 
@@ -194,16 +197,16 @@ def flash_fwd_kernel(
         band_start = 0
         full_start = 0
 
-    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
-                                            band_start, full_start, N_KEYS, WINDOW, qk_scale,
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_base, V_base, K_offs, V_offs,
+                                            stride_kk, stride_vk, band_start, full_start, N_KEYS, WINDOW, qk_scale,
                                             K_TILE_SIZE=K_TILE_SIZE, MASKED=True, is_causal=is_causal,
                                             HAS_WINDOW=HAS_WINDOW, P_CAST=P_CAST)
-    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
-                                            full_start, diag_start, N_KEYS, WINDOW, qk_scale,
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_base, V_base, K_offs, V_offs,
+                                            stride_kk, stride_vk, full_start, diag_start, N_KEYS, WINDOW, qk_scale,
                                             K_TILE_SIZE=K_TILE_SIZE, MASKED=False, is_causal=is_causal,
                                             HAS_WINDOW=HAS_WINDOW, P_CAST=P_CAST)
-    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_ptrs, V_ptrs, stride_kk, stride_vk,
-                                            diag_start, stop, N_KEYS, WINDOW, qk_scale,
+    O_acc, l_acc, m_acc = _attend_key_tiles(O_acc, l_acc, m_acc, Q_i, q_pos, K_base, V_base, K_offs, V_offs,
+                                            stride_kk, stride_vk, diag_start, stop, N_KEYS, WINDOW, qk_scale,
                                             K_TILE_SIZE=K_TILE_SIZE, MASKED=True, is_causal=is_causal,
                                             HAS_WINDOW=HAS_WINDOW, P_CAST=P_CAST)
 
