@@ -99,12 +99,17 @@ def compile_on_gpu(kernel, args, *, grid, num_warps: int, num_stages: int, **con
     return compiled
 
 
-def tool_path(name: str) -> str | None:
+def tool_path(name: str, arch: int | None = None) -> str | None:
     """Path of an NVIDIA tool (ptxas, cuobjdump, nvdisasm): Triton's bundled one (or the
-    TRITON_<NAME>_PATH override), else the one on PATH, else None."""
+    TRITON_<NAME>_PATH override), else the one on PATH, else None. For ptxas with `arch`: the
+    one Triton's own compile runs for sm_<arch> (fa2lab.triton_compat.get_ptxas)."""
     import shutil
 
     try:
+        if name == "ptxas" and arch is not None:
+            from .triton_compat import get_ptxas
+
+            return get_ptxas(arch).path
         from triton import knobs
 
         return getattr(knobs.nvidia, name).path

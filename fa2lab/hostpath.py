@@ -26,8 +26,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
-from triton import knobs
-from triton.runtime import driver
+
+from .triton_compat import direct_launch, encode_descriptor, require_supported
+
+require_supported()   # every kernel imports this module (directly or through fa2lab.launch): one line, here
+
+from triton import knobs  # noqa: E402
+from triton.runtime import driver  # noqa: E402
 
 
 def empty_output(Q: torch.Tensor) -> torch.Tensor:
@@ -99,19 +104,19 @@ def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: 
 class DirectLauncher:
     """A CompiledKernel's C launch function called directly, for a hook-free repeat.
 
-    Triton 3.6's launcher (backends/nvidia/driver.py) wraps the C function twice in Python: CudaLauncher
-    allocates scratch (none for these kernels) and wrap_handle_tensordesc turns every host TensorDescriptor
-    into a CUtensorMap on every launch (cuTensorMapEncodeTiled through fill_tma_descriptor). With four
-    descriptors that is most of v7's launch step, 18.5 us per call against v6's 6.9 without descriptors
-    (results/nvidia-h200/hostpath/steps.csv). Here each descriptor's expansion is kept on the
-    descriptor object and reused while its base address is the same (the recorded launches keep their
-    descriptors and change only the base; shapes and strides are fixed by the launch's signature).
+    Triton's launcher (backends/nvidia/driver.py) wraps the C function in Python: CudaLauncher allocates scratch
+    (none for these kernels) and its descriptor wrapper turns every host TensorDescriptor into a CUtensorMap on every
+    launch (cuTensorMapEncodeTiled through fill_tma_descriptor). With four descriptors that is most of v7's launch
+    step, 18.5 us per call against v6's 6.9 without descriptors (results/nvidia-h200/hostpath/steps.csv). Here each
+    descriptor's expansion is kept on the descriptor object and reused while its base address is the same (the
+    recorded launches keep their descriptors and change only the base; shapes and strides are fixed by the launch's
+    signature).
 
-    `of` reads the wrapper's closure, so it depends on that Triton's launcher; for any other layout, a
-    kernel with scratch, or a descriptor the frontend decomposed itself (no TMA metadata), it returns None
-    and run_compiled takes Triton's own launcher."""
+    The C function and its argument order come from fa2lab.triton_compat.direct_launch (Triton 3.6's per-kernel
+    launcher, 3.9's generic one); for any other layout, a kernel with scratch, or a descriptor the frontend
+    decomposed itself (no TMA metadata), `of` returns None and run_compiled takes Triton's own launcher."""
 
-    __slots__ = ("c_launch", "expand", "function", "packed", "coop", "pdl")
+    __slots__ = ("call", "expand", "function", "packed")
 
     @staticmethod
     def of(kernel):
@@ -128,32 +133,15 @@ class DirectLauncher:
         return direct
 
     def __init__(self, kernel):
-        import inspect
-
-        run = kernel.run
-        if run.global_scratch_size or run.profile_scratch_size or getattr(run, "num_ctas", 1) != 1:
-            raise ValueError("the kernel needs scratch or clusters: Triton's launcher allocates them")
-        wrapped = run.launch
-        if wrapped.__closure__ is None:       # no descriptor argument: the C function itself
-            self.c_launch, self.expand = wrapped, ()
-        else:
-            names = inspect.getclosurevars(wrapped).nonlocals
-            metas = list(names["tensordesc_meta"])
-            if not metas or any(m is None for m in metas):
-                raise ValueError("a descriptor without TMA metadata")
-            # (argument position, its metadata), from the back, so expanding one leaves earlier positions put
-            self.c_launch = names["launcher"]
-            self.expand = tuple(reversed(tuple(zip(sorted(names["tensordesc_indices"]), metas))))
+        self.call, self.expand = direct_launch(kernel.run)
         self.function, self.packed = kernel.function, kernel.packed_metadata
-        self.coop, self.pdl = run.launch_cooperative_grid, run.launch_pdl
 
     def __call__(self, grid, stream, args):   # the per-call hot path
         if self.expand:
             args = list(args)
             for i, meta in self.expand:
                 args[i:i + 1] = self.encoded(args[i], meta)
-        self.c_launch(*grid, stream, self.function, self.coop, self.pdl, None, None, self.packed,
-                      None, None, None, *args)
+        self.call(grid, stream, self.function, self.packed, args)
 
     @staticmethod
     def encoded(desc, meta) -> list:
@@ -163,9 +151,7 @@ class DirectLauncher:
         kept = desc.__dict__.get("_fa2_encoded")
         if kept is not None and kept[0] == ptr and kept[1] is meta:
             return kept[2]
-        from triton.backends.nvidia.driver import make_tensordesc_arg
-
-        out = make_tensordesc_arg(desc, meta)
+        out = encode_descriptor(desc, meta)
         desc.__dict__["_fa2_encoded"] = (ptr, meta, out)
         return out
 

@@ -121,7 +121,7 @@ def ptxas_verbose(ptx: str, arch: int, fp_fusion: bool, cubin: bytes) -> dict:
     """ptxas -v on the PTX with the flags Triton's make_cubin uses; says whether it rebuilt the same cubin."""
     from triton.backends.nvidia.compiler import sm_arch_from_capability
 
-    exe = tool_path("ptxas")
+    exe = tool_path("ptxas", arch)
     if not exe:
         return {"available": False}
     gpu_name = sm_arch_from_capability(arch)
@@ -139,11 +139,12 @@ def ptxas_verbose(ptx: str, arch: int, fp_fusion: bool, cubin: bytes) -> dict:
     return res
 
 
-def _tool_version(name: str) -> str | None:
+def _ptxas_version(arch: int) -> str | None:
+    """The version of the ptxas Triton's own compile runs for sm_<arch>."""
     try:
-        from triton import knobs
+        from fa2lab.triton_compat import get_ptxas
 
-        return getattr(knobs.nvidia, name).version
+        return get_ptxas(arch).version
     except Exception:  # noqa: BLE001
         return None
 
@@ -217,7 +218,7 @@ def inspect(version: str, cfg: Config, *, causal: bool = False, D: int = shapes.
         "ptxas_gpu_name": ptxas.get("gpu_name"),
         "gpu": gpu.name if on_gpu else None,  # the GPU it was compiled for and loaded on, if any
         "triton": triton.__version__,
-        "ptxas_version": _tool_version("ptxas"),
+        "ptxas_version": _ptxas_version(want),
         "torch": env.get("torch"),
         "git_commit": env.get("git_commit"),
         "date": now(),

@@ -50,6 +50,8 @@ if HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
+    from fa2lab.triton_compat import tma_load
+
 BLOCK_N = 64          # keys per CTA
 BLOCK_M = 64          # queries per streamed tile
 NUM_WARPS = 4         # one warpgroup
@@ -83,8 +85,8 @@ if HAVE_GLUON:
         there is such a tile; a false pred issues nothing)."""
         bar = ready.index(slot)
         mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes, pred=pred)
-        tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_smem.index(slot), pred=pred)
-        tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_smem.index(slot), pred=pred)
+        tma_load(q_desc, [row, 0], bar, q_smem.index(slot), pred=pred)
+        tma_load(do_desc, [row, 0], bar, do_smem.index(slot), pred=pred)
 
     @gluon.jit
     def _row_values(ptr, cols, left, MASKED: gl.constexpr):
@@ -255,8 +257,8 @@ if HAVE_GLUON:
 
         # K_j and V_j once; the first query tile into slot 0.
         mbarrier.expect(kv_bar.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [head * N_KEYS + k_start, 0], kv_bar.index(0), k_smem)
-        tma.async_copy_global_to_shared(v_desc, [head * N_KEYS + k_start, 0], kv_bar.index(0), v_smem)
+        tma_load(k_desc, [head * N_KEYS + k_start, 0], kv_bar.index(0), k_smem)
+        tma_load(v_desc, [head * N_KEYS + k_start, 0], kv_bar.index(0), v_smem)
         _issue_query_tile(q_desc, do_desc, q_smem, do_smem, ready, q_row0 + lo, 0, lo < N_QUERIES)
         dk = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
         dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)

@@ -44,13 +44,13 @@ validate_inputs = _r1.validate
 HEAD_DIMS, DTYPES, LOG2E = _r1.HEAD_DIMS, _r1.DTYPES, _r1.LOG2E
 
 if HAVE_GLUON:
-    from triton._C.libtriton import ir
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language._core import builtin
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                   warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from fa2lab.triton_compat import tma_load, tma_reduce_add
 
 BLOCK_N = 128         # keys per CTA, 64 per consumer
 BLOCK_M = 64          # queries per streamed tile
@@ -68,14 +68,6 @@ if HAVE_GLUON:
     NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
     _acc_layout, _own_registers, _store_tile = _r1._acc_layout, _r1._own_registers, _r1._store_tile
     _scores_and_dv, _query_ranges = _r1._scores_and_dv, _r1._query_ranges
-
-    @builtin
-    def _reduce_add(tensor_desc, coord, src, _semantic=None):
-        """TMA reduce-add of shared memory `src` into the tile of `tensor_desc` at `coord` (cp.reduce.async.bulk):
-        Triton 3.6 has the operation but Gluon's hopper.tma does not name it."""
-        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-        _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
-                                                  src.handle)
 
     # ------------------------------------------------------------------------------------------ the loader
 
@@ -95,8 +87,8 @@ if HAVE_GLUON:
         head = gl.program_id(1)
         k_row = head * N_KEYS + k_start
         mbarrier.expect(kv_bar.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [k_row, 0], kv_bar.index(0), k_smem)
-        tma.async_copy_global_to_shared(v_desc, [k_row, 0], kv_bar.index(0), v_smem)
+        tma_load(k_desc, [k_row, 0], kv_bar.index(0), k_smem)
+        tma_load(v_desc, [k_row, 0], kv_bar.index(0), v_smem)
         lo = _query_ranges(k_start, k_smem.shape[0], BLOCK_M, N_QUERIES, CAUSAL)[0]
         offs = gl.arange(0, BLOCK_M, layout=gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0]))
         L_ptr = L_ptr + head * stride_l_head
@@ -113,8 +105,8 @@ if HAVE_GLUON:
             bar = ready.index(slot)
             row = head * N_QUERIES + q_start
             mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_smem.index(slot))
-            tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_smem.index(slot))
+            tma_load(q_desc, [row, 0], bar, q_smem.index(slot))
+            tma_load(do_desc, [row, 0], bar, do_smem.index(slot))
 
     # ------------------------------------------------------------------------------------------ one query tile
 
@@ -131,7 +123,7 @@ if HAVE_GLUON:
         dq_buf = dq_smem.index(wg)
         dq_buf.reshape([BLOCK_M, HALF]).store(dq * scale)
         fence_async_shared()
-        _reduce_add(dq_desc, [head, q_start, wg * HALF], dq_buf)
+        tma_reduce_add(dq_desc, [head, q_start, wg * HALF], dq_buf)
 
     @gluon.jit
     def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,

@@ -41,6 +41,8 @@ try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+    from fa2lab.triton_compat import tma_load
     from triton.language.core import _aggregate as aggregate
     HAVE_GLUON = True
 except ImportError:  # pragma: no cover - a Triton without Gluon
@@ -109,8 +111,8 @@ if HAVE_GLUON:
         """TMA K and V rows [row, row + BLOCK_N) into one slot, completing on that slot's mbarrier."""
         bar = bars.index(slot)
         mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_smem.index(slot))
-        tma.async_copy_global_to_shared(v_desc, [row, 0], bar, v_smem.index(slot))
+        tma_load(k_desc, [row, 0], bar, k_smem.index(slot))
+        tma_load(v_desc, [row, 0], bar, v_smem.index(slot))
 
     @gluon.jit
     def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
@@ -233,7 +235,7 @@ if HAVE_GLUON:
         mbarrier.wait(smem.q_empty.index(b), ((it // Q_BUFFERS) & 1) ^ 1, pred=it >= Q_BUFFERS)
         mbarrier.expect(smem.q_ready.index(b), CONSUMERS * q_desc.block_type.nbytes)
         for c in gl.static_range(CONSUMERS):
-            tma.async_copy_global_to_shared(q_desc, [head * N_QUERIES + q_start + c * ROWS, 0], smem.q_ready.index(b),
+            tma_load(q_desc, [head * N_QUERIES + q_start + c * ROWS, 0], smem.q_ready.index(b),
                                             smem.q.index(b * CONSUMERS + c))
 
     @gluon.jit

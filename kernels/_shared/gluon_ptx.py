@@ -21,16 +21,13 @@ as it is).
   once: each call sequence becomes moves of its arguments into registers, its return index and a branch into the one
   copy, whose `ret` branches back by that index.
 
-Triton's cache key does not see the hook, only the kernel's source: a changed rewrite needs a new mark.
+Triton 3.6's cache key does not see the hook, only the kernel's source; 3.9's includes STAGES_KEY (the marks and
+the barrier base): either way a changed rewrite needs a new mark.
 """
 
 import re
 
-try:
-    from triton import knobs
-    HAVE_KNOBS = True
-except ImportError:  # pragma: no cover - a Triton without Gluon
-    HAVE_KNOBS = False
+from fa2lab.triton_compat import PARTITION_SYNC as _PARTITION_SYNC, install_stages_hook
 
 UNSYNCED_MARK = "fa2-unsynced-v1"
 # the kernel's inline PTX for the marks: register moves ptxas drops, carrying the mark as a comment
@@ -42,11 +39,8 @@ INLINE_ASM = f"mov.b32 $0, $1; // {INLINE_MARK}"
 CONSUMER_CALL = "_ws_consumer_call"   # the kernel's consumer function (gluon_kernel._ws_consumer_call)
 PARTITION_BARRIER_BASE = 8            # partition_syncs' barrier ids: 8 + tid.x / 128 (Triton's own are 0-3)
 
-_SKIPPABLE = re.compile(r"\s*(//.*|\{|\.reg .*|\.loc .*|waitLoop:|\$L__\w+:"
+_SKIPPABLE = re.compile(r"\s*(//.*|\{|\.reg\s.*|\.loc\s.*|waitLoop:|\$L__\w+:"
                         r"|(add|sub|mul|mad|shl|shr|and|or|xor|mov|selp)(\.\w+)+\s+%\w+,[^;]*;)?\s*$")   # no memory
-# a partition's bar.sync: `bar.sync <id>, 128` in an inlined partition, whole-CTA `bar.sync 0` in the non-inlined
-# consumer function (which Triton compiles as a 4-warp kernel of its own)
-_PARTITION_SYNC = re.compile(r"\s*(?:bar\.sync\s+\d+,\s*128|(?:bar|barrier)\.sync\s+0);\s*$")
 _TIE_SOURCE = re.compile(r"\s*mov\.b32\s+%\w+,\s*(%\w+);\s*//\s*" + TIE_MARK + " one")
 _ELECTED_ARRIVE = re.compile(r"^(\s*)@(%p\d+)\s+(mbarrier\.arrive[^;]*;)\s*$")
 _WHOLE_CTA_SYNC = re.compile(r"^(\s*)(?:bar|barrier)\.sync\s+0;\s*$")
@@ -181,30 +175,24 @@ def inline_consumer_call(ptx: str) -> tuple[str, int]:
     return "\n".join(out), sites
 
 
-def _with_unsynced_stage(previous):
-    """A stages hook that runs `previous` (any hook already installed) and wraps the PTX stage in the passes whose
-    marks the kernel's PTX carries (every other kernel's PTX is left as it is)."""
-    def hook(backend, stages, options, language, capability):
-        if previous is not None:
-            previous(backend, stages, options, language, capability)
-        make_ptx = stages.get("ptx")
-        if make_ptx is None:
-            return
-
-        def ptx(src, metadata):
-            text = make_ptx(src, metadata)
-            text = drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
-            text = partition_syncs(text)[0] if CONSUMER_CALL in text else text
-            # tied before inlining, whose renamed predicates (%fa2ip<n>) _ELECTED_ARRIVE would not match (untied, the
-            # arrive came before the exp2s in the SASS)
-            text = tie_marked_arrives(text)[0] if TIE_MARK in text else text
-            return inline_consumer_call(text)[0] if INLINE_MARK in text else text
-        stages["ptx"] = ptx
-    hook.fa2_unsynced = True
-    return hook
+STAGES_KEY = f"fa2-ptx-passes:{UNSYNCED_MARK},{TIE_MARK},{INLINE_MARK},{CONSUMER_CALL},{PARTITION_BARRIER_BASE}"
 
 
-if HAVE_KNOBS and not getattr(knobs.runtime.add_stages_inspection_hook, "fa2_unsynced", False):
-    knobs.runtime.add_stages_inspection_hook = _with_unsynced_stage(knobs.runtime.add_stages_inspection_hook)
+def passes(text: str) -> str:
+    """The PTX after the passes whose marks it carries (every other kernel's PTX is returned as it is)."""
+    text = drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
+    text = partition_syncs(text)[0] if CONSUMER_CALL in text else text
+    # tied before inlining, whose renamed predicates (%fa2ip<n>) _ELECTED_ARRIVE would not match (untied, the
+    # arrive came before the exp2s in the SASS)
+    text = tie_marked_arrives(text)[0] if TIE_MARK in text else text
+    return inline_consumer_call(text)[0] if INLINE_MARK in text else text
 
 
+def _ptx_stage(backend, stages, options, language, capability):
+    """The stages hook's rewrite: the PTX stage followed by `passes`."""
+    make_ptx = stages.get("ptx")
+    if make_ptx is not None:
+        stages["ptx"] = lambda src, metadata: passes(make_ptx(src, metadata))
+
+
+install_stages_hook(_ptx_stage, STAGES_KEY)
