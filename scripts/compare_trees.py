@@ -2,9 +2,9 @@
 
 Each round runs one fresh process per tree, the trees' order rotating from round to round, and every process times
 its own tree's versions (fa2lab.versions.load from that tree, with that tree's fa2lab) and SDPA's default backend
-(cuDNN on Hopper) on the same inputs, by do_bench with its L2 flush and by CUDA-graph replay. A tree may carry its own
-environment (--env), such as another Triton first on PYTHONPATH. `--mode bwd` times the backward alone (autograd on a
-kept graph; cuDNN by do_bench only, since capturing its backward aborts the graph). One row per process, version and
+(cuDNN on Hopper) on the same inputs by do_bench with its L2 flush, and its versions also by CUDA-graph replay (cuDNN's
+forward too with --sdpa-graphs). A tree may carry its own environment (--env), such as another Triton first on
+PYTHONPATH. `--mode bwd` times the backward alone (autograd on a kept graph). One row per process, version and
 shape goes to results/<gpu>/experiments/<--csv>, with provenance, the child's own torch and Triton, the tree's label and
 commit. `--summary` prints, per version and shape, the median over rounds of each round's ratio B / A (of ms, and of %
 of cuDNN), with the min-max: within 1% is level.
@@ -40,7 +40,7 @@ def _timed(fn, graphs: bool) -> tuple[float, float]:
         return ms, float("nan")
 
 
-def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], mode: str) -> None:
+def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], mode: str, sdpa_graphs: bool) -> None:
     """Time each version of `tree` and SDPA at each (N, D, causal); print one JSON line per version and shape."""
     sys.path.insert(0, str(tree))
     import torch
@@ -80,13 +80,13 @@ def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], m
                        path=(last() if last else "") or "", config=(FA.last_config() if last else "") or "",
                        child_torch=torch.__version__, child_triton=triton.__version__)
             row["ms"], row["graph_ms"] = _timed(ours, True)
-            row["sdpa_ms"], row["sdpa_graph_ms"] = _timed(sdpa, mode == "fwd")
+            row["sdpa_ms"], row["sdpa_graph_ms"] = _timed(sdpa, sdpa_graphs and mode == "fwd")
             row["sm_clock_mhz"] = sm_clock_mhz()
             print("ROW " + json.dumps(row), flush=True)
 
 
 def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[int, int, bool]], kernels: list[str],
-          mode: str, csv_name: str, first: int = 1) -> int:
+          mode: str, csv_name: str, first: int = 1, sdpa_graphs: bool = False) -> int:
     """Run the rounds (tree order rotating each round), appending each process's rows as soon as it ends, so an
     interrupted run keeps every finished process (go on with --first-round)."""
     sys.path.insert(0, str(REPO))
@@ -104,7 +104,8 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
             commit = os.environ.get(f"FA2_TREE_COMMIT_{label.upper()}", "")
             print(f"[round {r + 1}] {label} ({tree})", flush=True)
             proc = subprocess.run([sys.executable, __file__, "--child", str(tree), "--shapes", spec,
-                                   "--kernel", ",".join(kernels), "--mode", mode],
+                                   "--kernel", ",".join(kernels), "--mode", mode]
+                                  + (["--sdpa-graphs"] if sdpa_graphs else []),
                                   capture_output=True, text=True, cwd=tree, env=dict(base, **extra))
             rows = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("ROW ")]
             if proc.returncode != 0 or len(rows) != len(shapes) * len(kernels):
@@ -147,6 +148,8 @@ def main(argv=None) -> int:
     ap.add_argument("--N", default="512,1024,2048,4096")
     ap.add_argument("--D", default="64,128")
     ap.add_argument("--causal", choices=("both", "0", "1"), default="both")
+    ap.add_argument("--sdpa-graphs", action="store_true",
+                    help="also time cuDNN's forward by graph replay (the verdicts need only do_bench's)")
     ap.add_argument("--summary", action="store_true", help="print the ratios from the committed rows")
     ap.add_argument("--labels", default="before,after", help="with --summary: A,B (B / A is reported)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -154,7 +157,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.child:
         shapes = [(int(n), int(d), c == "1") for n, d, c in (s.split(",") for s in args.shapes.split(";"))]
-        child(Path(args.child), args.kernel.split(","), shapes, args.mode)
+        child(Path(args.child), args.kernel.split(","), shapes, args.mode, args.sdpa_graphs)
         return 0
     sys.path.insert(0, str(REPO))
     if args.summary:
@@ -180,7 +183,7 @@ def main(argv=None) -> int:
         ap.error(str(e))
     masks = {"both": (False, True), "0": (False,), "1": (True,)}[args.causal]
     shapes = [(int(n), int(d), c) for d in args.D.split(",") for c in masks for n in args.N.split(",")]
-    return drive(trees, args.rounds, shapes, kernels, args.mode, args.csv, args.first_round)
+    return drive(trees, args.rounds, shapes, kernels, args.mode, args.csv, args.first_round, args.sdpa_graphs)
 
 
 if __name__ == "__main__":
