@@ -20,10 +20,12 @@ import pytest
 import torch
 
 from fa2lab import reference, versions
+from fa2lab.triton_compat import triton_version
 
 REPO = Path(__file__).resolve().parent.parent
 G = versions.load_shared("gluon_forward_hopper")
 pytestmark = pytest.mark.skipif(not G.HAVE_GLUON, reason="this Triton has no Gluon")
+NEW_TRITON = triton_version() >= (3, 9)   # where the offline sm_90 compile differs from Triton 3.6's (each use says how)
 
 SHIPPED = {64: ["ws2x64x128/3s/preg/persist/ua/et1/sc2", "ws2x64x128/3s/preg/pp/ua/sc2",
                 "ws3x64x128/4s/preg/pp/split/persist/ua"],
@@ -235,7 +237,8 @@ for cfg, D, N, causal in runs:
                        .count("bar.sync"),
         "ties": ptx.count("%fa2tie, "), "calls": ptx.count("call.uni"), "funcs": ptx.count(".func"),
         "inlined": ptx.count("$fa2_consumer:"), "returns": len(re.findall(r"^\\$fa2_ret\\d+:", ptx, re.M)),
-        "partition_bars": ptx.count("bar.sync %fa2bar, 128"),
+        # the shared code's partition barriers: partition_syncs' (3.6), or the id register 3.9 passes in, inlined
+        "partition_bars": len(re.findall(r"bar\\.sync\\s+%fa2(?:bar|ir\\d+), 128;", ptx)),
         "wgmma": {{n: len(re.findall(r"wgmma\\.mma_async[._a-z]*\\.m64n" + n + r"k16", ptx)) for n in ("64", "128")}},
         "ex2": ptx.count("ex2.approx"),
         "sass": None if sass is None else {{k: sass.count(k) for k in ("HGMMA", "WARPGROUP.DEPBAR", "MUFU.EX2", "STL",
@@ -276,8 +279,8 @@ def test_no_candidate_spills_or_serialises_its_products(compiled):
         if s is None:   # no nvdisasm or cuobjdump to read the SASS
             continue
         # three consumers at 128 keys have 160 registers each: offline sm_90, 12 spill stores at N = 1024 non-causal and
-        # 80 at N = 1000 causal (the same before the module was split); every other candidate none
-        spills = 80 if label.startswith("ws3x64x128") else 0
+        # 80 at N = 1000 causal (the same before the module was split; Triton 3.9: 98 and 98); every other candidate none
+        spills = (98 if NEW_TRITON else 80) if label.startswith("ws3x64x128") else 0
         assert s["STL"] <= spills and s["LDL"] <= spills, (label, s)
         # ptxas did not serialise the wgmma (C7510 / C7514 put a wait after every one)
         assert 0 < s["WARPGROUP.DEPBAR"] < s["HGMMA"] / 2, (label, s)
@@ -287,8 +290,12 @@ def test_no_candidate_spills_or_serialises_its_products(compiled):
 
 
 def test_every_consumer_arrive_and_slot_wait_is_unsynced(compiled):
+    """Triton 3.9 compiles the shared code's function (sc2) with a barrier of its partition (bar.sync <register>, 128)
+    after the slot's wait, before the first product reads the slot (3.6: before the wait, which the mark drops): one
+    per wait there (two with ping-pong's turn), kept; every inlined partition has none on either version."""
     for label, r in compiled.items():
-        assert r["marks"] > 0 and r["issue_syncs"] == 0, (label, r)
+        kept = (2 if "/pp/" in label else 1) if NEW_TRITON and "/sc2" in label else 0
+        assert r["marks"] > 0 and r["issue_syncs"] == kept, (label, r)
 
 
 def test_the_exponential_turn_is_tied_to_a_row_sum(compiled):

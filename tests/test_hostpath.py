@@ -312,26 +312,40 @@ def test_kernel_durations_are_the_kernels_own_gpu_time():
 
 
 def _fake_kernel(launch, **run_fields):
+    """A CompiledKernel stand-in whose `run` is this Triton's own CudaLauncher (its __init__, which compiles and loads,
+    skipped) around `launch`: calling kernel.run(...) is Triton's launch path, as run_compiled's fallback calls it."""
     from types import SimpleNamespace
 
-    run = SimpleNamespace(launch=launch, global_scratch_size=0, profile_scratch_size=0, num_ctas=1,
-                          launch_cooperative_grid=False, launch_pdl=False)
+    from triton.backends.nvidia import driver as nv
+
+    run = object.__new__(nv.CudaLauncher)
+    run.__dict__.update(launch=launch, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
+                        profile_scratch_align=1, num_ctas=1, launch_cooperative_grid=False, launch_pdl=False,
+                        gsan_enabled=False, arg_annotations="annotations", kernel_signature=b"signature")
     run.__dict__.update(run_fields)
     return SimpleNamespace(run=run, function=11, packed_metadata=22)
 
 
+def _kernel_args(launched: tuple) -> list:
+    """The kernel's arguments in one C launch call: spread after its 13 leading ones (Triton 3.6), or its last
+    argument, one sequence (Triton 3.9's generic launch)."""
+    return list(launched[-1]) if isinstance(launched[-1], list) else list(launched[13:])
+
+
 def test_direct_launcher_passes_what_tritons_wrapper_passes_and_encodes_once_per_base(monkeypatch):
-    """Triton 3.6's own wrap_handle_tensordesc and DirectLauncher, on the same arguments, must hand the C
-    launcher the same tuple; a descriptor is encoded again only when its base address changes."""
+    """Triton's own CudaLauncher (its descriptor wrapper, this Triton's argument order) and DirectLauncher, on the
+    same arguments, must hand the C launch function the same arguments; a descriptor is encoded again only when
+    its base address changes."""
     from types import SimpleNamespace
 
+    import triton
     from triton.backends.nvidia import driver as nv
 
     from fa2lab.hostpath import DirectLauncher
 
     encodes = []
 
-    def fake_encode(desc, meta):   # stands in for cuTensorMapEncodeTiled: records what it was asked
+    def fake_encode(desc, meta, *_):   # stands in for cuTensorMapEncodeTiled: records what it was asked
         encodes.append((desc.name, desc.base.data_ptr(), meta["id"]))
         return [f"map-{desc.name}-{meta['id']}", *desc.shape, *desc.strides]
 
@@ -344,12 +358,14 @@ def test_direct_launcher_passes_what_tritons_wrapper_passes_and_encodes_once_per
     k = SimpleNamespace(name="k", base=torch.empty(64, 64), shape=[64, 64], strides=[64, 1])
     args = (q, "o_ptr", k, 1000)
 
-    kernel.run.launch(1, 2, 3, 99, 11, False, False, None, None, 22, None, None, None, *args)   # Triton's path
+    # CudaLauncher.__call__ reads the active driver (3.9): a stand-in, restored after the test (no GPU here)
+    monkeypatch.setattr(triton.runtime.driver, "_active", SimpleNamespace())
+    kernel.run(1, 2, 3, 99, 11, 22, None, None, None, *args)   # Triton's path (run_compiled's fallback)
     direct = DirectLauncher.of(kernel)
     assert direct is not None and DirectLauncher.of(kernel) is direct
     direct((1, 2, 3), 99, args)
     assert launched[0] == launched[1]
-    assert launched[1][13:] == ("map-q-0", 64, 64, 64, 1, "o_ptr", "map-k-1", 64, 64, 64, 1, 1000)
+    assert _kernel_args(launched[1]) == ["map-q-0", 64, 64, 64, 1, "o_ptr", "map-k-1", 64, 64, 64, 1, 1000]
     assert len(encodes) == 4                 # Triton's path encodes both every time; ours once each so far
     direct((1, 2, 3), 99, args)
     assert len(encodes) == 4 and launched[2] == launched[1]
@@ -368,6 +384,7 @@ def test_direct_launcher_declines_what_only_tritons_launcher_handles():
 
     assert DirectLauncher.of(_fake_kernel(c_launch)) is not None              # no descriptors: the C function
     assert DirectLauncher.of(_fake_kernel(c_launch, global_scratch_size=64)) is None   # scratch to allocate
+    assert DirectLauncher.of(_fake_kernel(c_launch, gsan_enabled=True)) is None        # GSan's extra arguments
     undecomposed = nv.wrap_handle_tensordesc(c_launch, {"q": "tensordesc<bf16[64, 64]>"}, None)
     assert DirectLauncher.of(_fake_kernel(undecomposed)) is None             # no TMA metadata
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from fa2lab.triton_compat import triton_version
 from profiling import ir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,8 +110,12 @@ def test_exp_and_exp2_compile_to_different_ex2(inspected):
 
 
 def test_registers_from_the_cubin_and_ptxas_agree(inspected):
+    """ptxas -v runs (and the summary names) the ptxas Triton's own compile ran: same_cubin_as_triton says so."""
+    from fa2lab.triton_compat import get_ptxas
+
     for name, (_, s) in inspected.items():
         r = s["registers"]
+        assert r["ptxas_v"]["ptxas"] == get_ptxas(90).path and s["ptxas_version"] == get_ptxas(90).version, name
         assert isinstance(r["n_regs"], int) and 0 < r["n_regs"] <= 255, name
         assert r["n_spills"] == 0
         assert r["ptxas_v"]["registers"] == r["n_regs"]
@@ -124,8 +129,8 @@ def test_sass_counts(inspected):
     s0, s3, s4 = (inspected[n][1]["sass"] for n in ("v0", "v3", "v4"))
     assert s0["counts"]["HMMA"] > 0 and s0["counts"]["HGMMA"] == 0
     (loop0,) = [lp for lp in s0["loops"] if lp["innermost"]]
-    # per warp and iteration: 4 HMMA for Q K^T (duplicated across warps) + 2 for P V; nine barriers
-    assert loop0["counts"]["HMMA"] == 6 and loop0["counts"]["BAR.SYNC"] == 9
+    # per warp and iteration: 4 HMMA for Q K^T (duplicated across warps) + 2 for P V; nine barriers (Triton 3.9: seven)
+    assert loop0["counts"]["HMMA"] == 6 and loop0["counts"]["BAR.SYNC"] == (7 if triton_version() >= (3, 9) else 9)
     for s in (s3, s4):
         assert s["counts"]["HGMMA"] > 0 and s["counts"]["HMMA"] == 0 and s["counts"]["MUFU.EX2"] > 0
         assert len(s["loops"]) == 2 and all(lp["counts"]["BAR.SYNC"] == 2 for lp in s["loops"])

@@ -1,0 +1,288 @@
+"""fa2lab.triton_compat under the installed Triton (run under 3.6 and 3.9): each compatibility point against what this
+Triton's own sources do, and the PTX passes' counts on offline sm_90 compiles of v7's Gluon kernels (no GPU)."""
+
+import importlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import triton
+
+from fa2lab import triton_compat as tc
+
+REPO = Path(__file__).resolve().parent.parent
+NEW = tc.triton_version() >= (3, 9)
+
+
+# ------------------------------------------------------------------------------------------------ the version guard
+
+@pytest.mark.parametrize("version, ok", [("3.6.0", True), ("3.9.0", True), ("3.9.1+git1234abcd", True),
+                                         ("3.5.1", False), ("3.10.0", False), ("4.0.0", False), ("2.3.1", False)])
+def test_require_supported_names_the_installed_triton_and_the_range(monkeypatch, version, ok):
+    monkeypatch.setattr(triton, "__version__", version)
+    if ok:
+        tc.require_supported()
+        return
+    with pytest.raises(tc.UnsupportedTriton) as err:
+        tc.require_supported()
+    msg = str(err.value)
+    assert isinstance(err.value, ImportError) and "\n" not in msg
+    assert f"Triton {version} is installed" in msg and tc.SUPPORTED == ">=3.6,<3.10" and tc.SUPPORTED in msg
+
+
+def test_the_kernels_runtime_refuses_an_unsupported_triton_at_import(monkeypatch):
+    """fa2lab.hostpath (imported by every kernel, directly or through fa2lab.launch) fails at import with that error."""
+    monkeypatch.delitem(sys.modules, "fa2lab.hostpath", raising=False)
+    monkeypatch.setattr(triton, "__version__", "3.5.0")
+    with pytest.raises(tc.UnsupportedTriton, match=r"Triton 3\.5\.0 is installed"):
+        importlib.import_module("fa2lab.hostpath")
+
+
+# ------------------------------------------------------------------------------------------------ the stages hook
+
+def test_the_stages_hook_serves_both_call_forms_and_chains(monkeypatch):
+    from triton import knobs
+
+    calls = []
+
+    def previous(*args):
+        calls.append(("previous", len(args)))
+        return None if args else ("prev-key", "prev-hash")
+
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", previous)
+
+    def rewrite(backend, stages, options, language, capability):
+        calls.append(("rewrite", capability))
+        make = stages["ptx"]
+        stages["ptx"] = lambda src, md: make(src, md) + " rewritten"
+
+    hook = tc.install_stages_hook(rewrite, "fa2-test-v1")
+    assert knobs.runtime.add_stages_inspection_hook is hook
+    assert tc.install_stages_hook(rewrite, "fa2-test-v1") is hook          # the same key: installed once
+    stages = {"ptx": lambda src, md: "ptx"}
+    assert hook("backend", stages, {}, "gluon", 90) is None                 # the form 3.6 and 3.9 call from make_ptx
+    assert stages["ptx"](None, None) == "ptx rewritten" and calls == [("previous", 5), ("rewrite", 90)]
+    key, digest = hook()                                                    # 3.9's compile / JIT cache-key form
+    assert key == "prev-keyfa2-test-v1" and calls[-1] == ("previous", 0) and len(digest) == 64
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", previous)
+    other = tc.install_stages_hook(rewrite, "fa2-test-v2")                  # a changed rewrite: another key
+    assert other()[0] != key and other()[1] != digest
+
+
+def test_the_stages_hook_alone_returns_its_own_key(monkeypatch):
+    from triton import knobs
+
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", None)
+    key, digest = tc.install_stages_hook(lambda *a: None, "fa2-alone")()
+    assert key == "fa2-alone" and digest == tc.hashlib.sha256(b"fa2-alone").hexdigest()
+
+
+def test_the_ptx_passes_hook_is_installed_with_the_marks_in_its_key():
+    from triton import knobs
+
+    from fa2lab.versions import load_shared
+
+    P = load_shared("gluon_ptx")
+    key, _ = knobs.runtime.add_stages_inspection_hook()
+    assert P.STAGES_KEY in key
+    assert all(m in P.STAGES_KEY for m in (P.UNSYNCED_MARK, P.TIE_MARK, P.INLINE_MARK, P.CONSUMER_CALL))
+
+
+# ------------------------------------------------------------------------------------------------ Gluon TMA
+
+def test_tma_names_are_this_gluons_builtins():
+    from triton.experimental.gluon.language.nvidia.hopper import tma
+
+    assert tc.tma_load.__triton_builtin__ and tc.tma_reduce_add.__triton_builtin__
+    params = list(inspect.signature(inspect.unwrap(tc.tma_load)).parameters)
+    assert params[:5] == ["tensor_desc", "coord", "barrier", "result", "pred"]   # the kernels pass pred= by name
+    if NEW:   # 3.9 removed the old name (it raises) and names the reduce
+        assert tc.tma_load is tma.async_load and tc.tma_reduce_add is tma.async_atomic_add
+    else:     # 3.6: the old name; the reduce through the builder
+        assert not hasattr(tma, "async_load") and tc.tma_load is tma.async_copy_global_to_shared
+        assert list(inspect.signature(inspect.unwrap(tc.tma_reduce_add)).parameters)[:3] == [
+            "tensor_desc", "coord", "src"]
+
+
+# ------------------------------------------------------------------------------------------------ ptxas
+
+def test_get_ptxas_is_the_one_tritons_compile_runs_for_the_arch():
+    from triton import knobs
+
+    from fa2lab.compile_offline import tool_path
+
+    assert tc.get_ptxas(80) is knobs.nvidia.ptxas and tc.get_ptxas(100) is knobs.nvidia.ptxas_blackwell
+    # sm_90: CUDA 12.8's ptxas under 3.6, CUDA 13's ptxas-blackwell under 3.9
+    assert tc.get_ptxas(90) is (knobs.nvidia.ptxas_blackwell if NEW else knobs.nvidia.ptxas)
+    tool = tc.get_ptxas("90")
+    out = subprocess.run([tool.path, "--version"], capture_output=True, text=True).stdout
+    assert f"release {tool.version}" in out and int(tool.version.split(".")[0]) == (13 if NEW else 12)
+    assert tool_path("ptxas", 90) == tool.path
+
+
+# ------------------------------------------------------------------------------------------------ PTX patterns
+
+@pytest.mark.parametrize("line, partition", [
+    ("\tbar.sync \t0;", True), ("\tbarrier.sync 0;", True),             # 3.6's whole-CTA sync in the function
+    ("\tbar.sync \t2, 128;", True), ("\tbar.sync \t%r109, 128;", True),  # 3.6's constant id, 3.9's register
+    ("\tbar.sync \t1;", False), ("\tbar.sync \t%r1, 256;", False), ("\tbar.arrive \t0, 128;", False),
+    ("\tbarrier.sync \t1;", False)])
+def test_partition_sync_pattern_serves_both_forms(line, partition):
+    assert bool(tc.PARTITION_SYNC.match(line)) == partition
+
+
+def test_drop_marked_syncs_drops_3_9s_register_barrier():
+    from fa2lab.versions import load_shared
+
+    P = load_shared("gluon_ptx")
+    ptx = "\n".join(["\tbar.sync \t%r109, 128;", "\t.loc\t1 323 9 // tab-separated, as 3.9 writes it",
+                     "\t@%p1 mbarrier.arrive.shared::cta.b64 _, [%r3];", f"\tmov.b32 %r4, %r5; // {P.UNSYNCED_MARK}"])
+    out, n = P.drop_marked_syncs(ptx)
+    assert n == 1 and "bar.sync" not in out
+
+
+# ------------------------------------------------------------------------------------------------ the launcher
+
+def test_the_driver_pieces_direct_launch_relies_on_are_there():
+    """What direct_launch and encode_descriptor read from this Triton's driver module: the launcher's attributes
+    (set in CudaLauncher.__init__), the descriptor wrapper's closure, make_tensordesc_arg's form; the hostpath
+    tests check the C function receives what Triton's own CudaLauncher passes it."""
+    from triton.backends.nvidia import driver as nv
+    from triton.compiler.compiler import CompiledKernel
+
+    init = set(nv.CudaLauncher.__init__.__code__.co_names)
+    assert {"launch", "global_scratch_size", "profile_scratch_size", "launch_cooperative_grid",
+            "launch_pdl"} <= init
+    generic = "arg_annotations" in nv.CudaLauncher.__call__.__code__.co_names
+    assert generic == NEW and (not generic or {"arg_annotations", "kernel_signature", "gsan_enabled"} <= init)
+    inner = nv.wrap_handle_tensordesc(lambda *a: None, {"d": "tensordesc<bf16[64, 64]>", "n": "i32"}, [{}])
+    names = inspect.getclosurevars(inner).nonlocals
+    assert {"launcher", "tensordesc_meta"} <= set(names)
+    assert ("relevant_paths" in names) == NEW and ("tensordesc_indices" in names) != NEW
+    assert isinstance(CompiledKernel.run, property) and callable(CompiledKernel.launch_metadata)
+    # with no TMA metadata make_tensordesc_arg decomposes without a driver: this Triton's call form, its layout
+    desc = SimpleNamespace(base="base", shape=[4, 64], strides=[64, 1], padding="zero", round_f32_to_tf32=False)
+    tail = [False, False] if NEW else [False]   # 3.9 adds round_f32_to_tf32
+    assert tc.encode_descriptor(desc, None) == ["base", 4, 64, 64, 1, *tail, 4, 64, 64, 1]
+
+
+def test_direct_launch_refuses_what_it_does_not_know():
+    from triton.backends.nvidia import driver as nv
+
+    run = object.__new__(nv.CudaLauncher)
+    run.__dict__.update(launch=lambda *a: None, global_scratch_size=0, profile_scratch_size=0, num_ctas=1,
+                        launch_cooperative_grid=False, launch_pdl=False, gsan_enabled=False,
+                        arg_annotations=(), kernel_signature=b"")
+    call, expand = tc.direct_launch(run)
+    assert callable(call) and expand == ()
+    for bad in (dict(num_ctas=2), dict(profile_scratch_size=8), dict(gsan_enabled=True)):
+        broken = object.__new__(nv.CudaLauncher)
+        broken.__dict__.update(run.__dict__, **bad)
+        with pytest.raises(ValueError):
+            tc.direct_launch(broken)
+
+
+@pytest.mark.skipif(not NEW, reason="Triton 3.6's descriptor wrapper does not look into tuple arguments")
+def test_direct_launch_refuses_a_descriptor_inside_a_tuple():
+    from triton.backends.nvidia import driver as nv
+
+    nested = object.__new__(nv.CudaLauncher)
+    nested.__dict__.update(global_scratch_size=0, profile_scratch_size=0, num_ctas=1, launch_cooperative_grid=False,
+                           launch_pdl=False, gsan_enabled=False, arg_annotations=(), kernel_signature=b"",
+                           launch=nv.wrap_handle_tensordesc(lambda *a: None,
+                                                            {"t": ("i32", "tensordesc<bf16[64, 64]>")}, [{}]))
+    with pytest.raises(ValueError, match="inside a tuple"):
+        tc.direct_launch(nested)
+
+
+# ------------------------------------------------------------------------------------------------ the PTX passes
+
+COUNT = """
+import json, sys
+sys.path.insert(0, {repo!r})
+from fa2lab.versions import load_shared
+P = load_shared("gluon_ptx")
+G, B1, BW = (load_shared(m) for m in ("gluon_forward_hopper", "gluon_backward_hopper", "gluon_backward_ws"))
+counts = {{}}
+def counting(name):
+    f = getattr(P, name)
+    def run(text):
+        out, n = f(text)
+        counts[name] = counts.get(name, 0) + n
+        return out, n
+    return run
+for name in ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call"):
+    setattr(P, name, counting(name))
+out = {{}}
+def record(label, compile_):
+    counts.clear()
+    ptx = compile_().asm["ptx"]
+    out[label] = dict(counts, tma_loads=ptx.count("cp.async.bulk.tensor.2d.shared"),
+                      reduce_adds=ptx.count("cp.reduce.async.bulk.tensor"))
+for D, N in ((64, 1024), (128, 2048)):
+    for cfg in G.candidates_for(D):
+        record(f"forward {{cfg.label}} D={{D}}", lambda: G.compile_offline(cfg, N=N, D=D))
+record("backward gluon_backward_hopper D=64", lambda: B1.compile_offline(64, False, 1024))
+record("backward gluon_backward_ws D=64", lambda: BW.compile_offline(64, False, 1024))
+print(json.dumps(out))
+"""
+
+# (drop_marked_syncs, partition_syncs, tie_marked_arrives, inline_consumer_call) per kernel, offline sm_90; also in
+# docs/port-triton39.md. Triton 3.9 differs in two ways, explained there: partition_syncs finds nothing to rewrite
+# (3.9 passes the shared consumer function its partition's barrier id, so its barriers are already
+# `bar.sync %r, 128`), and the slot wait's bar.sync moved: the inlined partitions' waits have none before them
+# (one drop fewer per consumer and wait site), the shared function's has one before (dropped: one more) and keeps
+# one after it.
+PASSES = {
+    "forward ws2x64x128/3s/preg/persist/ua/et1/sc2 D=64": {"3.6": (4, 3, 2, 2), "3.9": (5, 0, 2, 2)},
+    "forward ws2x64x128/3s/preg/pp/ua/sc2 D=64": {"3.6": (5, 3, 0, 2), "3.9": (6, 0, 0, 2)},
+    "forward ws3x64x128/4s/preg/pp/split/persist/ua D=64": {"3.6": (18, 0, 0, 0), "3.9": (15, 0, 0, 0)},
+    "forward ws2x64x64/4s/preg/pp/persist/ua/la D=128": {"3.6": (44, 0, 0, 0), "3.9": (36, 0, 0, 0)},
+    "forward ws3x64x64/3s/preg/pp/split/ua D=128": {"3.6": (18, 0, 0, 0), "3.9": (15, 0, 0, 0)},
+    "forward ws2x64x128/3s/preg/pp/persist/ds/ua/q1 D=128": {"3.6": (12, 0, 0, 0), "3.9": (10, 0, 0, 0)},
+    "backward gluon_backward_hopper D=64": {"3.6": (0, 0, 0, 0), "3.9": (0, 0, 0, 0)},   # no marks: no pass runs
+    "backward gluon_backward_ws D=64": {"3.6": (0, 0, 0, 0), "3.9": (0, 0, 0, 0)},
+}
+PASS_NAMES = ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call")
+
+
+@pytest.fixture(scope="module")
+def pass_counts(tmp_path_factory):
+    """The passes' counts from offline sm_90 compiles in a subprocess without TRITON_INTERPRET, with a fresh cache
+    (so every PTX stage runs; under 3.9 the stages hook's no-argument form is called by each compile)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton-cache")), TRITON_DEFAULT_FP_FUSION="1")
+    p = subprocess.run([sys.executable, "-c", COUNT.format(repo=str(REPO))], capture_output=True, text=True, env=env,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_ptx_pass_counts_match_the_recorded_table(pass_counts):
+    version = "3.9" if NEW else "3.6"
+    got = {label: tuple(r.get(n, 0) for n in PASS_NAMES) for label, r in pass_counts.items()}
+    assert got == {label: v[version] for label, v in PASSES.items()}
+
+
+def test_both_triton_versions_differ_only_where_explained():
+    """3.9's counts are 3.6's but for partition_syncs (0 where 3.6 rewrote the shared function's 3) and the dropped
+    syncs: one more in the shared function, one fewer per consumer and wait site in the inlined partitions."""
+    for label, v in PASSES.items():
+        (d6, p6, t6, i6), (d9, p9, t9, i9) = v["3.6"], v["3.9"]
+        assert (t6, i6) == (t9, i9) and p9 == 0
+        assert d9 == d6 + 1 if "/sc2" in label else d9 <= d6
+
+
+def test_gluon_tma_names_compile_inside_gluon_jit(pass_counts):
+    """tma_load (with and without pred=) and tma_reduce_add, called inside the @gluon.jit kernels, become TMA copies
+    and the reduce-add in the PTX."""
+    for label, r in pass_counts.items():
+        assert r["tma_loads"] > 0, label
+    assert pass_counts["backward gluon_backward_ws D=64"]["reduce_adds"] > 0
+    assert pass_counts["backward gluon_backward_hopper D=64"]["reduce_adds"] == 0
