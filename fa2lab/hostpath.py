@@ -83,7 +83,7 @@ def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: 
     constexprs included, exactly as the first launch bound them.
 
     Launch hooks (Proton's, any registered with knobs.runtime) still fire. When none is registered
-    the launcher gets None for both hooks and no launch metadata: in Triton 3.6 the hooks are
+    the launcher gets None for both hooks and no launch metadata: in Triton 3.6 and 3.9 the hooks are
     HookChain objects that are never None, so its own JIT path builds the metadata and has the C
     launcher call two empty chains back into Python on every launch. Without hooks the C launcher
     is called directly (DirectLauncher), each tensor descriptor's CUtensorMap encoded once per base

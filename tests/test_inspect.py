@@ -133,7 +133,9 @@ def test_sass_counts(inspected):
     assert loop0["counts"]["HMMA"] == 6 and loop0["counts"]["BAR.SYNC"] == (7 if triton_version() >= (3, 9) else 9)
     for s in (s3, s4):
         assert s["counts"]["HGMMA"] > 0 and s["counts"]["HMMA"] == 0 and s["counts"]["MUFU.EX2"] > 0
-        assert len(s["loops"]) == 2 and all(lp["counts"]["BAR.SYNC"] == 2 for lp in s["loops"])
+        # two barriers per iteration (Triton 3.9: three)
+        bars = 3 if triton_version() >= (3, 9) else 2
+        assert len(s["loops"]) == 2 and all(lp["counts"]["BAR.SYNC"] == bars for lp in s["loops"])
     # exp's range check (FSETP.GEU before each ex2) is gone from v4's loops
     assert all(lp["counts"].get("FSETP.GEU", 0) > 0 for lp in s3["loops"])
     assert all(lp["counts"].get("FSETP.GEU", 0) == 0 for lp in s4["loops"])
