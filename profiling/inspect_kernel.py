@@ -139,12 +139,17 @@ def ptxas_verbose(ptx: str, arch: int, fp_fusion: bool, cubin: bytes) -> dict:
     return res
 
 
-def _ptxas_version(arch: int) -> str | None:
-    """The version of the ptxas Triton's own compile runs for sm_<arch>."""
+def _tool_version(name: str, arch: int | None = None) -> str | None:
+    """The version of an NVIDIA tool Triton bundles; for ptxas with `arch`, of the one Triton's own compile runs for
+    sm_<arch> (fa2lab.triton_compat.get_ptxas)."""
     try:
-        from fa2lab.triton_compat import get_ptxas
+        if name == "ptxas" and arch is not None:
+            from fa2lab.triton_compat import get_ptxas
 
-        return get_ptxas(arch).version
+            return get_ptxas(arch).version
+        from triton import knobs
+
+        return getattr(knobs.nvidia, name).version
     except Exception:  # noqa: BLE001
         return None
 
@@ -218,7 +223,7 @@ def inspect(version: str, cfg: Config, *, causal: bool = False, D: int = shapes.
         "ptxas_gpu_name": ptxas.get("gpu_name"),
         "gpu": gpu.name if on_gpu else None,  # the GPU it was compiled for and loaded on, if any
         "triton": triton.__version__,
-        "ptxas_version": _ptxas_version(want),
+        "ptxas_version": _tool_version("ptxas", want),
         "torch": env.get("torch"),
         "git_commit": env.get("git_commit"),
         "date": now(),
