@@ -63,7 +63,9 @@ def section_port(gpu, root) -> str:
              f"cell: the median (min–max) of the per-round ratios over the complete rounds; % of cuDNN: the median "
              f"over rounds. Verdict: within {100 * ct.LEVEL:.0f}% by graph replay and by % of cuDNN, else what each "
              f"says (a spread that holds 1 is level). Backward rows time the backward alone (cuDNN by do_bench "
-             f"only). Source: `{rel(path_of(gpu, root))}`."]
+             f"only). At small N, do_bench times the host path of the versions that launch through Triton's JIT "
+             f"(v0–v4), and what it reads there changes from process to process: graph replay is the kernels' time. "
+             f"Source: `{rel(path_of(gpu, root))}`."]
     for a, b, title in COMPARISONS:
         if not {a, b} <= set(df.tree):
             parts += ["", f"### {title}", "", f"{NOT_YET} (no `{a}` or no `{b}` rows)."]
