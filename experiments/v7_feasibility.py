@@ -487,7 +487,7 @@ def ptxas_warnings(ptx: str) -> str:
 
     from fa2lab.compile_offline import tool_path
 
-    exe = tool_path("ptxas")
+    exe = tool_path("ptxas", 90)
     if not exe:
         return "ptxas unavailable"
     with tempfile.TemporaryDirectory() as d:
@@ -737,7 +737,7 @@ def main(argv=None) -> int:
         for config in (c for c in configs.split(";") if c):
             for causal in masks:
                 row = {"variant": name, "feature": feature, "config": config, "causal": causal,
-                       "interpreter_check": check, "triton": triton.__version__, "ptxas": _tool_version("ptxas"),
+                       "interpreter_check": check, "triton": triton.__version__, "ptxas": _tool_version("ptxas", 90),
                        "git_commit": env.get("git_commit"), "date": now()}
                 summ, error = compile_in_child(name, config, causal)
                 if summ is not None:

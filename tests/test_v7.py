@@ -22,6 +22,7 @@ from fa2lab import versions
 from fa2lab.configs import load_table
 from fa2lab.interpret import autotuner_of, only_config, tile_candidates
 from fa2lab.reference import attention, causal_keep, relative_error, saved_lse
+from fa2lab.triton_compat import triton_version
 from switch_probe import probe
 
 ON_GPU = torch.cuda.is_available()
@@ -714,7 +715,7 @@ def _ex2_while_wgmma_inflight():
 
 
 def test_pipelined_loop_lets_the_softmax_run_under_the_next_qk(compiled_sm90):
-    """The design's reason for PIPELINE_QK, as ptxas 12.8 schedules it for sm_90: most exp2s of the
+    """The design's reason for PIPELINE_QK, as Triton's ptxas schedules it for sm_90: most exp2s of the
     unmasked loop are issued while the next tile's Q K^T is in flight, against almost none in v6's
     loop order, for some 30 more registers. (A scheduling fact of this Triton and ptxas: if a
     toolchain update changes it, this test says so.)"""
@@ -725,6 +726,7 @@ def test_pipelined_loop_lets_the_softmax_run_under_the_next_qk(compiled_sm90):
         hot = next(lp for lp in s["sass"]["loops"] if lp["innermost"] and lp["counts"].get("HGMMA"))
         seen[name] = (count(sass, hot), hot["counts"]["MUFU.EX2"], s["registers"]["n_regs"])
     (ov1, ex2_1, regs1), (ov0, ex2_0, regs0) = seen["causal0"], seen["plain"]
-    assert ex2_1 == ex2_0 == 36                  # the same softmax per iteration in both orders (and in v6)
+    # the same softmax per iteration in both orders (and in v6): 36 MUFU.EX2 from Triton 3.6, 34 from 3.9
+    assert ex2_1 == ex2_0 == (36 if triton_version() < (3, 9) else 34), seen
     assert ov1 >= 18 and ov0 <= 4, seen
     assert regs1 > regs0, seen
