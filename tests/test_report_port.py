@@ -47,3 +47,13 @@ def test_port_brief_and_page(root):
 def test_port_not_measured(root):
     assert "not measured yet" in port.section_port(GPU, root)
     assert "not measured yet" in port.section_port_brief(GPU, root)
+
+
+def test_port_without_graphs_judges_by_do_bench_and_one_round_by_nothing(root):
+    rows = [dict(r, graph_ms=float("nan")) if r["mode"] == "bwd" else r for r in port_rows(t39_slow=1.05)]
+    _write(root / GPU / "experiments" / port.CSV, rows)
+    df = port._load(GPU, root)
+    bwd = [line for line in port.comparison_table(df, port.PORT, port.T39).splitlines() if "| bwd |" in line]
+    assert len(bwd) == 1 and "do_bench: t39 slower by 4.9%" in bwd[0] and "graph replay" not in bwd[0]
+    _write(root / GPU / "experiments" / port.CSV, [r for r in port_rows() if r["round"] == 1])
+    assert port.comparison_table(port._load(GPU, root), port.PORT, port.T39).count("one round: no spread") == 2

@@ -79,13 +79,14 @@ def verdict(r: dict, b: str = "after") -> str:
     B is slower or faster."""
     if not r["rounds"]:
         return "no complete round"
-    if not r["graph_ms"]:   # no graph replay (cuDNN's backward): do_bench's ms alone
-        r = dict(r, graph_ms=r["ms"])
-    graph, pct = statistics.median(r["graph_ms"]), statistics.median(r["pct_of_sdpa"])
+    if r["rounds"] < 2:
+        return "one round: no spread to judge by"
+    timed = ("graph replay", r["graph_ms"]) if r["graph_ms"] else ("do_bench", r["ms"])   # no graph: do_bench's ms
+    graph, pct = statistics.median(timed[1]), statistics.median(r["pct_of_sdpa"])
     if abs(graph - 1) <= LEVEL and abs(pct - 1) <= LEVEL:
         return f"within {100 * LEVEL:.0f}%"
     said = []
-    for name, values, m, slower in (("graph replay", r["graph_ms"], graph, graph > 1),      # a time ratio > 1: slower
+    for name, values, m, slower in ((*timed, graph, graph > 1),                          # a time ratio > 1: slower
                                     ("% of cuDNN", r["pct_of_sdpa"], pct, pct < 1)):       # a % ratio < 1: slower
         if abs(m - 1) <= LEVEL:
             continue

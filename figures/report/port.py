@@ -44,7 +44,8 @@ def _tritons(df, tree: str) -> str:
 
 
 def comparison_table(df, a: str, b: str) -> str:
-    rows = ct.ratios(df, a, b)
+    """Every version, mode and shape that both trees measured (a round of either alone is left out)."""
+    rows = [r for r in ct.ratios(df, a, b) if r["rounds"]]
     return md_table(["version", "mode", "N", "D", "causal", "rounds", f"% of cuDNN, {a}", f"% of cuDNN, {b}",
                      f"graph-replay ms {b} ÷ {a}", f"% of cuDNN {b} ÷ {a}", "verdict"],
                     [[f"`{r['version']}`", r["mode"], r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"],
