@@ -73,8 +73,7 @@ def heading(text: str) -> Part:
 SECTIONS: list[Part] = [
     lambda c: section_summary(c.gpu, c.root, c.claims),
     lambda c: varlen_brief(c.gpu, c.root),
-    lambda c: within_count(c.gpu, c.root),
-    lambda c: section_port_brief(c.gpu, c.root),
+    lambda c: within_count(c.gpu, c.root) + " " + section_port_brief(c.gpu, c.root),   # the two no-regression checks
     heading("## The article's rounds, in its order, beside Ada's numbers"),
     lambda c: section_versions(c.gpu, c.root, c.summary, c.paths, c.ref, c.ref_path),
     lambda c: section_rounds(c.gpu, c.root, c.summary, c.paths, c.ref),
@@ -153,10 +152,9 @@ PAGES: list[Page] = [
          (gpu_part(section_varlen),)),
     Page("peer-profile", "v7 beside flash-attn-4 under Nsight Compute", "the two forwards' kernels side by side where "
          "the peer is ahead, and what differs", (gpu_part(section_peer_profile),)),
-    Page("triton-versions", "Triton 3.6 and 3.9", "the pointer port against the block-pointer kernels, and Triton 3.9 "
-         "against 3.6, every version", (gpu_part(section_port),)),
-    Page("compare_trees", "The refactor's no-regression check", "v7 after a refactor against before, round by round",
-         (gpu_part(section_compare_trees),)),
+    Page("compare_trees", "No-regression checks", "v7 after a refactor against before; the port off block pointers "
+         "and Triton 3.9 against 3.6, every version; round by round",
+         (gpu_part(section_compare_trees), heading("## The Triton 3.9 port"), gpu_part(section_port))),
     Page("nonsquare", "The non-square causal check", "every version on non-square causal inputs",
          (gpu_part(section_nonsquare),)),
 ]

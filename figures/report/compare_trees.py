@@ -126,9 +126,8 @@ def within_count(gpu, root) -> str:
         return f"The refactor's no-regression check: {NOT_YET} (`{TASK}`)."
     _, a, b, rows = found
     within = sum(verdict(r, b).startswith("within") for r in rows)
-    return (f"The refactor's no-regression check ({link}), v7 {b} against {a} in alternating fresh processes: within "
-            f"{100 * LEVEL:.0f}% by graph replay and by % of cuDNN (medians of per-round ratios over the complete "
-            f"rounds) at {within} of {len(rows)} shapes.")
+    return (f"v7's refactor check ({link}), {b} ÷ {a} in alternating fresh processes: within {100 * LEVEL:.0f}% by "
+            f"graph replay and % of cuDNN (medians of per-round ratios) at {within} of {len(rows)} shapes.")
 
 
 def section_compare_trees(gpu, root) -> str:

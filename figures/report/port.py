@@ -11,7 +11,7 @@ from pathlib import Path
 
 from figures import data
 from figures.report import compare_trees as ct
-from figures.report.tables import NOT_YET, md_table, rel
+from figures.report.tables import NOT_YET, fmt, md_table, rel
 
 CSV = "port_triton39.csv"
 BEFORE, PORT, T39 = "bp36", "t36", "t39"
@@ -19,7 +19,7 @@ COMPARISONS = ((BEFORE, PORT, "the port on Triton 3.6: pointer arithmetic ÷ blo
                (PORT, T39, "Triton 3.9 ÷ Triton 3.6, the same checkout"))
 TASK = ("python scripts/compare_trees.py --csv port_triton39.csv --kernel all --tree bp36=<block-pointer checkout> "
         "--tree t36=. --tree t39=. --env t39:PYTHONPATH=<Triton 3.9>")
-PAGE = "[its page](docs/results/triton-versions.md)"
+PAGE = "[its page](docs/results/compare_trees.md#the-triton-39-port)"
 
 
 def path_of(gpu, root) -> Path:
@@ -77,29 +77,47 @@ def section_port(gpu, root) -> str:
     return "\n".join(parts)
 
 
+def short(r: dict | None) -> str:
+    """A comparison in a few words, by its time ratio alone (graph replay, else do_bench): "–" unmeasured, "1 round",
+    "level" within 1% or where the rounds' spread holds 1, else faster or slower by the median's percentage."""
+    if r is None or not r["rounds"]:
+        return "–"
+    if r["rounds"] < 2:
+        return "1 round"
+    xs = r["graph_ms"] or r["ms"]
+    m = statistics.median(xs)
+    if abs(m - 1) <= ct.LEVEL or min(xs) <= 1 <= max(xs):
+        return "level"
+    return f"{'slower' if m > 1 else 'faster'} {100 * abs(m - 1):.1f}%"
+
+
 def section_port_brief(gpu, root) -> str:
-    """RESULTS.md's table: per version and mode, % of cuDNN on each tree at the largest N measured (D = 64, both
-    masks), with the verdicts of both comparisons."""
+    """RESULTS.md's table: per version and mode at the largest N measured (D = 64), each tree's time and both
+    comparisons in short, non-causal / causal in each cell."""
     df = _load(gpu, root)
     if df is None or not {PORT, T39} <= set(df.tree):
         return f"Triton 3.6 against 3.9, per round: {NOT_YET} (`{TASK}`)."
     N = int(df.N.max())
     found = {(a, b): {(r["version"], r["mode"], r["causal"]): r for r in ct.ratios(df, a, b)
                       if r["N"] == N and r["D"] == 64} for a, b, _ in COMPARISONS if {a, b} <= set(df.tree)}
-    keys = sorted({k for rows in found.values() for k in rows})
-    table = []
-    for version, mode, causal in keys:
-        r = {"version": version, "mode": mode, "N": N, "D": 64, "causal": causal}
-        verdicts = [ct.verdict(found[(a, b)][(version, mode, causal)], b)
-                    if (version, mode, causal) in found.get((a, b), {}) else "–" for a, b, _ in COMPARISONS]
-        table.append([f"`{version}`", mode, "yes" if causal else "no", _us(df, BEFORE, r), _us(df, PORT, r),
-                      _us(df, T39, r), *verdicts])
+    table, unjudged = [], []
+    for version, mode in sorted({k[:2] for rows in found.values() for k in rows}):
+        def both(f):
+            return " / ".join(f(c) for c in (0, 1))
+
+        def us(tree):
+            return both(lambda c: fmt(_us(df, tree, {"version": version, "mode": mode, "N": N, "D": 64, "causal": c}),
+                                      ".0f"))
+
+        verdicts = [both(lambda c, k=k: short(found.get(k, {}).get((version, mode, c))))
+                    for k in ((a, b) for a, b, _ in COMPARISONS)]
+        if not any(w not in ("–", "1 round") for v in verdicts for w in v.split(" / ")):   # nothing judged
+            unjudged.append(f"`{version}`")
+            continue
+        table.append([f"`{version}`", mode, us(BEFORE), us(PORT), us(T39), *verdicts])
     return "\n".join([
-        f"Triton 3.6 and 3.9 side by side, per round ({PAGE}): µs at N = {N}, D = 64, B = 4, H = 8 (each tree's "
-        f"median over rounds of alternating fresh processes, by graph replay; the backward by do_bench), for the "
-        f"block-pointer kernels on 3.6, the pointer port on 3.6 and on 3.9, with the verdicts of port ÷ block "
-        f"pointers and 3.9 ÷ 3.6 from the per-round ratios (within 1%, or what the time and % of cuDNN say). The "
-        f"autotuned versions choose their configuration in each process, so a tree's median time and the ratios of "
-        f"the rounds can point different ways; the verdicts follow the ratios:", "",
-        md_table(["version", "mode", "causal", f"µs {BEFORE}", f"µs {PORT}", f"µs {T39}", "port ÷ block pointers",
+        f"Triton 3.6 and 3.9 side by side, per round ({PAGE}): µs at N = {N}, D = 64, non-causal / causal "
+        f"(medians; graph replay, the backward do_bench); verdicts from the per-round time ratios"
+        + (f" ({', '.join(dict.fromkeys(unjudged))}: too few rounds)" if unjudged else "") + ":", "",
+        md_table(["version", "mode", f"µs {BEFORE}", f"µs {PORT}", f"µs {T39}", "port ÷ block pointers",
                   "3.9 ÷ 3.6"], table)])
