@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import threading
 import time
+import warnings
 
 from .versions import REPO
 
@@ -64,46 +65,43 @@ SWITCH_PREFIX = "FA2_V7_"   # environment variables that change what a version r
 # kernels/v7_hopper); every other switch is off when unset.
 SWITCHES_ON_BY_DEFAULT = frozenset({"GLUON", "RACE_TL"})
 
-# Switches of retired options, which no kernel reads any more (the Gluon log's "Retired options"): what each meant when
-# unset, so that older rows' `switches` still say whether they ran the default kernels. "1": on by default, "0": off,
-# None: a switch with levels, whose every value departed from the default kernels.
-RETIRED_SWITCHES = {
-    "UNSYNCED_ARRIVE": "1", "LOOKAHEAD": "1", "EXP_TURN": "1", "SHARED_CODE": None,
-    **dict.fromkeys(("THREAD_ARRIVE", "ITEM_OVERLAP", "TMA_PREFETCH", "TMA_STORE", "V_BARRIER", "TREE_MAX", "ROW_SUM",
-                     "STREAM", "FOLD_FIRST", "L2_PREFETCH", "Q_MAJOR", "V_FIRST", "L2_256"), "0"),
-}
+# Retired switches (no kernel reads them; docs/experiments.md, "The FA2_V7_* switches", lists each with its last
+# commit) whose unset meaning was not "off", so that older rows' `switches` still say whether they ran the default
+# kernels: "1" on when unset, None a switch with levels, any value of which departed from the default kernels.
+RETIRED_NOT_OFF = {"UNSYNCED_ARRIVE": "1", "LOOKAHEAD": "1", "EXP_TURN": "1", "SHARED_CODE": None}
 
 
 def switch_on(name: str) -> bool:
     """Whether the kernel switch SWITCH_PREFIX + name is on for this process: set, any value but "0" turns it
-    on; unset, its default (SWITCHES_ON_BY_DEFAULT, or for a retired switch what it was). What kernel_switches
-    records is what these read."""
+    on; unset, its default (SWITCHES_ON_BY_DEFAULT). What kernel_switches records is what these read."""
     value = os.environ.get(SWITCH_PREFIX + name)
     if value is None:
-        return name in SWITCHES_ON_BY_DEFAULT or RETIRED_SWITCHES.get(name) == "1"
+        return name in SWITCHES_ON_BY_DEFAULT
     return value != "0"
 
 
-def switch_level(name: str) -> int | None:
-    """A switch with levels read as a whole number where its value is one, 1 for any other value that switch_on takes
-    as on, and None when unset. No kernel reads one any more (FA2_V7_SHARED_CODE was the last); older rows record it."""
-    value = os.environ.get(SWITCH_PREFIX + name)
-    if value is None:
-        return None
-    return int(value) if value.isdigit() else int(value != "0")
+def warn_unread_switches() -> list[str]:
+    """Warn once per FA2_V7_* variable set in this process that no kernel reads (a retired switch), rather than let
+    it be ignored silently; the names warned about."""
+    names = sorted(k for k in os.environ if k.startswith(SWITCH_PREFIX)
+                   and k[len(SWITCH_PREFIX):] not in SWITCHES_ON_BY_DEFAULT)
+    for name in names:
+        warnings.warn(f"{name} is set but no kernel reads it: a retired switch (docs/experiments.md, "
+                      "'The FA2_V7_* switches', names its last commit)", stacklevel=2)
+    return names
 
 
 def default_kernels(switches) -> bool:
     """Whether a row's `switches` (kernel_switches' "NAME=value ..."; empty or missing: none set) leave every kernel
     switch as it is when unset: rows of the default kernels, which the report's profile tables show. A retired switch
-    counts by what it was: set to its old default it changed nothing, a level switch set to anything did."""
+    counts by what it was (RETIRED_NOT_OFF; any other was off when unset)."""
     for item in (switches if isinstance(switches, str) else "").split():
         name, _, value = item.partition("=")
         if not name.startswith(SWITCH_PREFIX):
             continue
         key = name[len(SWITCH_PREFIX):]
-        if key in RETIRED_SWITCHES:
-            was = RETIRED_SWITCHES[key]
+        if key in RETIRED_NOT_OFF:
+            was = RETIRED_NOT_OFF[key]
             switched = was is None or (value != "0") != (was == "1")
         else:
             switched = (value != "0") != (key in SWITCHES_ON_BY_DEFAULT)

@@ -376,14 +376,13 @@ def test_the_race_is_on_unless_the_environment_turns_it_off_and_runs_record_it()
 
 
 def test_kernel_switches_read_and_recorded_alike(monkeypatch):
-    """fa2lab.provenance.switch_on (what v7 and the Gluon module read) and kernel_switches (what rows record):
-    set, any value but "0" is on; unset, the default; every FA2_V7_* set is recorded."""
+    """fa2lab.provenance.switch_on (what v7 reads) and kernel_switches (what rows record): set, any value but "0" is
+    on; unset, the default; every FA2_V7_* set is recorded."""
     from fa2lab.provenance import kernel_switches, switch_on
 
     for k in [k for k in os.environ if k.startswith("FA2_V7_")]:
         monkeypatch.delenv(k)
-    assert switch_on("TMA_STORE") is False and switch_on("GLUON") is True and switch_on("UNSYNCED_ARRIVE") is True
-    assert switch_on("LOOKAHEAD") is True
+    assert switch_on("GLUON") is True and switch_on("RACE_TL") is True and switch_on("TMA_STORE") is False
     assert kernel_switches() == ""
     monkeypatch.setenv("FA2_V7_TMA_STORE", "1")
     monkeypatch.setenv("FA2_V7_GLUON", "0")
@@ -391,19 +390,18 @@ def test_kernel_switches_read_and_recorded_alike(monkeypatch):
     assert kernel_switches() == "FA2_V7_GLUON=0 FA2_V7_TMA_STORE=1"
 
 
-def test_switch_level_reads_a_level_or_on_and_off(monkeypatch):
-    """fa2lab.provenance.switch_level (FA2_V7_SHARED_CODE): a whole number is its level, any other value on is 1,
-    "0" is 0 and unset None (each base candidate's own level); default_kernels counts any value set as switched."""
-    from fa2lab.provenance import default_kernels, switch_level
+def test_a_retired_switch_set_is_warned_about_not_silently_ignored(monkeypatch):
+    """warn_unread_switches (called when v7 is imported): each FA2_V7_* set that no kernel reads gets one warning
+    naming it and docs/experiments.md; the live switches none."""
+    from fa2lab.provenance import warn_unread_switches
 
-    monkeypatch.delenv("FA2_V7_SHARED_CODE", raising=False)
-    assert switch_level("SHARED_CODE") is None
-    for value, level in (("2", 2), ("3", 3), ("1", 1), ("on", 1), ("0", 0)):
-        monkeypatch.setenv("FA2_V7_SHARED_CODE", value)
-        assert switch_level("SHARED_CODE") == level, value
-    for value in ("0", "1", "2"):
-        assert not default_kernels(f"FA2_V7_SHARED_CODE={value}"), value
-    assert default_kernels("FA2_V7_EXP_TURN=1")
+    for k in [k for k in os.environ if k.startswith("FA2_V7_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("FA2_V7_GLUON", "0")
+    assert warn_unread_switches() == []
+    monkeypatch.setenv("FA2_V7_TMA_STORE", "1")
+    with pytest.warns(UserWarning, match=r"FA2_V7_TMA_STORE is set but no kernel reads it.*docs/experiments.md"):
+        assert warn_unread_switches() == ["FA2_V7_TMA_STORE"]
 
 
 def test_sm_clock_reads_nvml_once_and_is_nan_without_it(monkeypatch):
@@ -435,6 +433,10 @@ def test_default_kernels_tells_rows_of_switched_kernels():
         assert default_kernels(switches), switches
     for switches in ("FA2_V7_ROW_SUM=1", "FA2_V7_UNSYNCED_ARRIVE=0", "FA2_V7_TREE_MAX=0 FA2_V7_GLUON=0"):
         assert not default_kernels(switches), switches
+    # a retired switch counts by what it was when unset: on (EXP_TURN), or levels (SHARED_CODE: any value set)
+    assert default_kernels("FA2_V7_EXP_TURN=1") and default_kernels("FA2_V7_LOOKAHEAD=1")
+    for value in ("0", "1", "2"):
+        assert not default_kernels(f"FA2_V7_SHARED_CODE={value}"), value
 
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon is not interpreted: a Hopper GPU runs this")

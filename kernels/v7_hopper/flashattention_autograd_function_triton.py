@@ -105,7 +105,7 @@ from fa2lab.hostpath import LeanApply, Launch, LaunchCache, compiled_or_none, em
 from fa2lab.interpret import only_config
 from fa2lab.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2lab.reference import autograd_backward
-from fa2lab.provenance import switch_on
+from fa2lab.provenance import switch_on, warn_unread_switches
 from fa2lab.timing import queued_quantiles
 from fa2lab.versions import load, load_shared
 
@@ -724,6 +724,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     # (experiment other-shapes, results/nvidia-h200/experiments/other_shapes.csv). FA2_V7_RACE_TL=0 turns it off
     # for a process.
     RACE_TL = switch_on("RACE_TL")
+    warn_unread_switches()           # any other FA2_V7_* set is a retired switch: said, not silently ignored
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
     BACKWARD_DKDV = "auto"           # flash_backward_triton.DKDV_CHOICES: "auto", the Gluon kernels on Hopper
