@@ -1,90 +1,33 @@
-"""v7_hopper: v6_longest_first with Q, K, V and O as Hopper TMA tensor descriptors (K and V brought in by the bulk
-copy engine) and a key loop written so that the softmax of one tile can run while the tensor cores multiply the next
-Q K^T; beside it a warp-specialized Gluon path (kernels/_shared/gluon_forward_hopper.py), raced per input signature
-against this tl path; v6 itself wherever neither applies.
+"""v7_hopper: v6_longest_first with Q, K, V and O as Hopper TMA tensor descriptors and a key loop that issues the next
+Q K^T before each softmax (the "tl path"), raced per input signature against a warp-specialized Gluon path
+(kernels/_shared/gluon_forward_hopper.py); v6 itself wherever neither applies. Why: on the H200 v6 waited for every
+wgmma before its softmax; every round, with its numbers and result paths, is in HISTORY.md beside this file.
 
-What the profile said (the H200 on v6): v5/v6 reached 88% of cuDNN non-causal and 85% causal at N = 4096 (0.343 and
-0.216 ms against SDPA's 0.296 and 0.183). Their key loop loads K and V with per-thread cp.async (4 LDGSTS per
-iteration for 128x64 tiles with 8 warps), synchronises the program twice per iteration (2 BAR.SYNC), and waits for
-every outstanding wgmma right after Q K^T is issued (warp_group_dot_wait, pendings = 0), so in SASS no exp2 of the
-softmax is issued while a wgmma is in flight. Nsight Compute at N = 4096 (results/nvidia-h200/ncu/): v6's top stall
-is `wait` (1.38 cycles per issued instruction), the tensor pipe active 44% of the time (43.0% of peak, 336 us);
-v7's is still `wait` but shorter (1.25), the pipe active 48% (46.7% of peak, 311 us); cuDNN's pipe 51% (49.1%,
-295 us) with 3 warpgroups where v6 and v7 run 2 at 254-255 registers and one program per SM.
+Which path runs (last_path() says which one the last call took):
+- "gluon": FlashAttentionTriton.GLUON on, not interpreting, the Gluon module's rules (bf16/fp16 on Hopper, no window,
+  D = 64 or 128) and a candidate that fits the shared memory (gluon_applies); causal D = 64 only with RACE_TL. Per
+  signature its candidates are timed once, those within SHORTLIST_MARGIN of the fastest raced (_kept), with the tl
+  path's where RACE_TL; the race's fastest launch is kept.
+- "tma": bf16/fp16 on compute capability 9.x, every base pointer and non-unit stride a multiple of 16 bytes. Also
+  under the interpreter (descriptor loads and stores, zero padding, clipped stores), so the tests check its indexing
+  and masking on the CPU. Each configuration is a candidate with PIPELINE_QK = 1 (where pipelining_applies: wgmma,
+  and the second score tile fits) and 0; the autotuner decides, a pinned one takes it from config_kwargs.
+- "v6": everything else (fp32, other GPUs, misaligned inputs): v6's module as committed (fa2lab.versions.load), its
+  own autotuner and configurations (under the interpreter, the tiles of v7's first candidate).
+FORCE_PATH ("tma", "v6", "gluon") overrides the choice; forcing "gluon" where it cannot run is an error naming why.
+FA2_V7_GLUON=0 and FA2_V7_RACE_TL=0 (read once at import, fa2lab.provenance.switch_on; the class attributes GLUON and
+RACE_TL per process) turn the Gluon path and the race off; any other FA2_V7_* is retired (docs/experiments.md).
 
-The change (results/offline-sm_90/v7_feasibility/feasibility.md: every variant compiled offline for sm_90 with
-Triton 3.6.0 and read from its SASS):
-- TMA: host-side TensorDescriptors over the (batch*heads, N, D) tensors with (1, tile, D) blocks; K and V arrive by
-  2 UTMALDG per iteration (no LDGSTS) on an mbarrier. The 3-D view bounds each copy at its own head, so the ragged
-  last tile is zero-padded and the O store clipped by the hardware, as v6's row masks do. Not gained: Triton
-  3.6 puts 4 BAR.SYNC per iteration around the TMA issue (2 with cp.async).
-- PIPELINE_QK = 1: Triton 3.6 has no knob on the wgmma waits, so the loop is pipelined by hand (S of tile j+1 before
-  the softmax of tile j, the last tile peeled off); ptxas then moves 22 to 25 of the 36 MUFU.EX2 of a 128x64
-  iteration between the Q K^T HGMMAs and their wait (0 to 2 without). It costs 30 to 50 registers per thread, so
-  each configuration is also a candidate with PIPELINE_QK = 0 and the autotuner decides (a pinned configuration
-  takes it from config_kwargs); not offered for mma.sync configurations (fewer than 4 warps) or where the second
-  score tile does not fit (PIPELINE_REGISTER_LIMIT: 128x128 with 4 warps spills).
-- One program per (head, query tile), v6's longest-first order. Dropped, measured on the H200: a persistent grid of
-  SM slots looping over the work items, 0.62-0.98x of one program per tile (results/nvidia-h200/experiments/grid.csv);
-  part of the unmasked tiles' exp2 by a cubic polynomial on the FMA pipe, slower in all 12 cases, 0.86-0.98x
-  (results/nvidia-h200/experiments/exp2_poly.csv).
-- Not compiled by Triton 3.6 for this kernel: tl.range(warp_specialize=True) (ignored at 8 warps; at 4 the Hopper
-  NVGPUWarpSpecialization pass fails). Waits placed by hand and warp specialization are what the Gluon path adds.
+Buckets (BUCKETS, on; fa2lab.buckets.bucket_key): the first signature of a bucket of lengths is tuned and raced,
+later ones launch the pick untimed; picks persist in FlashAttentionTriton.picks (FA2_PICK_CACHE=off: memory only),
+keyed by the GPU, torch, triton and the hashes of this file, configs.json, the Gluon modules and v6's kernel.
 
-The measurement: the sm_90 configurations in configs.json come from v7's own sweep on the H200
-(results/nvidia-h200/sweep/v7_hopper.csv: 625 configurations x 8 shapes, each pinned with the PIPELINE_QK that
-pipelining_applies gives it, 4248 of 5000 ran). It moved the best tiles: 128x128 with 4 warps and 3 stages (no
-pipelined Q K^T: it does not fit there) wins 5 of the 8 shapes and is the single winner, at 448 TFLOP/s non-causal
-and 405 causal at N = 4096 in the sweep's do_bench, where v6's short list, which v7 used until then, gave it 425 and
-397 in the harness. The short list (128x64 4w 3s, 64x64 4w 3s, 128x128 4w 3s, 64x256 4w 1s) brings every shape to
-its best. The sm_89 entry is v6's Ada one, used only if the TMA path is forced there. v7's harness results against
-cuDNN, with a 95% interval for each median, are in RESULTS.md; every round, with its numbers, in HISTORY.md beside
-this file and the Gluon log (kernels/_shared/gluon_forward_hopper_log.md).
-
-Which path runs (LAST_PATH, or last_path(), says which one the last call took):
-- "gluon": non-causal, or causal raced against the tl path (RACE_TL) or at D = 128, not interpreting,
-  FlashAttentionTriton.GLUON on (the default), the Gluon module's rules (bf16 or fp16 on Hopper, no sliding
-  window, D = 64 or 128) and a candidate that fits the shared memory at this head dimension: per input signature
-  its candidates are timed once each, then those within SHORTLIST_MARGIN of the fastest are raced (_kept), with the
-  tl path's shortlist (below) where RACE_TL races the two paths; the race's fastest launch is kept.
-- "tma": bf16 or fp16 on a Hopper GPU (compute capability 9.x), every base pointer and every
-  non-unit stride a multiple of 16 bytes (TMA's rule). Also under Triton's interpreter, which
-  implements descriptor loads and stores (bounds per dimension, zero padding, clipped stores), so
-  the tests check this path's indexing and masking on the CPU; the interpreter says nothing about
-  TMA hardware, mbarriers, instruction scheduling or speed.
-- "v6": everything else (fp32 inputs, other GPUs, misaligned inputs): v6_longest_first's module as
-  committed, imported with fa2lab.versions.load("v6_longest_first") rather than copied, launched
-  through its own autotuner and configurations (under the interpreter, which cannot time, with the
-  query and key tiles of v7's first candidate).
-FlashAttentionTriton.FORCE_PATH ("tma", "v6" or "gluon") overrides the choice, for experiments; forcing
-"gluon" where it cannot run is an error naming why. Two switches reproduce the headline comparison (read once, at
-import, through fa2lab.provenance.switch_on; the class attributes set them per process too):
-  FA2_V7_GLUON=0     FlashAttentionTriton.GLUON = False: the Gluon path off (the tl path's numbers alone)
-  FA2_V7_RACE_TL=0   FlashAttentionTriton.RACE_TL = False: no race; where the Gluon path applies it runs alone
-                     (causal D = 64 inputs then stay on the tl path). On, the tl path is autotuned too there and the
-                     faster launch kept: neither path wins everywhere.
-
-Tuning per bucket of lengths (issue 40, not in the article): with FlashAttentionTriton.BUCKETS (on by default) the
-first signature of a bucket is tuned and raced as above, and every later one launches the pick untimed (the Gluon
-candidate of that label, or the tl or v6 autotuner pinned to that configuration). The bucket key: dtype, D, mask, the
-power-of-two buckets of N_q, N_k and of the batch times heads, the paths the rules above try, the window, FORCE_PATH,
-GLUON and RACE_TL. A bucket's top (the harness lengths) is tuned at itself, and a pinned tl configuration is launched
-as it is. Picks are kept in memory and in a JSON file of FlashAttentionTriton.picks (fa2lab.buckets: picks.cache_dir,
-else FA2_PICK_CACHE, else ~/.cache/fa2lab), keyed by the GPU, torch's and triton's versions and the hashes of this
-file, its configs.json, the Gluon modules and v6's kernel. FA2_PICK_CACHE=off (what the protocol's processes get:
-fa2lab.protocol.version_env) keeps them in memory only; BUCKETS = False tunes and races every new signature.
-
-Everything else is v6's algorithm: exp2 with the scale folded into one multiply-add, the key loop
-split into a masked lower band (sliding window), unmasked tiles and masked diagonal tiles with
-nothing outside visited, the head on the grid's first axis and query tiles reversed (longest
-first), -inf masks with O = 0 and L = -inf for rows that see no key, L saved (B, N_q) float32 in
-natural log, the optional causal sliding window, the Triton backward of kernels/_shared.
-
-The backward (BACKWARD_DQ_MODE and BACKWARD_DKDV "auto"), on Hopper (bf16, fp16, D = 64 or 128): from N = 1024 on,
-except at D = 64 causal, the warp-specialized Gluon kernel of kernels/_shared/gluon_backward_ws.py computes dK, dV and
-dQ's partials in one pass (dQ by TMA reduce-add, so not bitwise reproducible: set BACKWARD_DQ_MODE = "separate" for
-that); where dQ runs in its own kernel, dK and dV come from the Gluon kernel of gluon_backward_hopper.py. Elsewhere
-the Triton backward's own kernels.
+Invariants, v6's algorithm: exp2 with the scale folded into one multiply-add; the key loop split into a masked
+window band, unmasked tiles and masked diagonal tiles, nothing outside visited; head on the grid's first axis, query
+tiles longest first; rows that see no key get O = 0 and L = -inf; L saved (B, N_q) float32 in natural log. The
+backward (BACKWARD_DQ_MODE, BACKWARD_DKDV "auto") is kernels/_shared's: on Hopper from N = 1024 (not D = 64 causal)
+the warp-specialized Gluon kernel (gluon_backward_ws.py; dQ by TMA reduce-add, not bitwise reproducible: "separate"
+for that), else dK/dV by gluon_backward_hopper.py beside the Triton dQ, elsewhere the Triton backward.
 """
 
 import math
@@ -419,9 +362,7 @@ class TmaLaunch(Launch):
     """fa2lab.hostpath's lean repeat of a launch. The four descriptors are built on the first repeat
     and afterwards only their base tensors change: the cache key fixes every shape and stride, and
     the launcher turns each descriptor into a kernel parameter when it launches, so nothing keeps
-    the old base. Building four TensorDescriptors (with their checks) on every call is what the
-    H200's host times pointed at: v7 49-72 us per call against v6's 28-32 (the harness's host_us, medians
-    of a 3-run protocol in results/nvidia-h200/bench/)."""
+    the old base. Why: building four TensorDescriptors per call doubled v7's host time (HISTORY.md)."""
 
     blocks: tuple = ()
     descs: list | None = None
@@ -545,21 +486,8 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     or FlashAttentionTriton.GLUON with no FORCE_PATH), a causal mask at D = 64 only when raced against the tl path
     (RACE_TL) or forced (FORCE_PATH = "gluon"), not interpreting (Gluon is not interpreted), the Gluon module's own
     rules (gluon_forward_hopper.applies), and one of its candidates fits the GPU's shared memory at this head
-    dimension (D = 64 on the H200).
-
-    Causal inputs at D = 64 take the race too. Without the consumers' shared code, raced against the tl path, the
-    Gluon candidates lost at every causal harness shape in 4 harness runs (results/nvidia-h200/bench/v7_hopper.csv)
-    and at every causal shape of experiment other-shapes, while the first call of each signature compiled and timed
-    three Gluon kernels more. With one inlined copy of the consumers' code (shared_code, "/sc2") the
-    one-program-per-tile candidate made 101.3% of cuDNN at N = 512 by do_bench (median of 4 rounds; graph replay
-    117.2-118.3%) where the tl path made 89.3% (72.8-98.1%; graph 113.7-115.7%) (experiment gluon,
-    results/nvidia-h200/experiments/gluon.csv), and v7 made 98.5% there in 16 harness runs on the tl path
-    (results/nvidia-h200/bench/v7_hopper.csv); from N = 1024 the tl path stays ahead (graph 138% against 123% at
-    1024) and wins the race. Without the race (FA2_V7_RACE_TL=0) they stay on the tl path. At D = 128 they take the
-    Gluon path, raced against the tl path (RACE_TL): its lookahead candidate made 96.1/101.3/101.1% of cuDNN at
-    N = 1024/2048/4096 where the tl path made 119.2/103.3/90.1% (experiment gluon --D 128 --causal 1,
-    results/nvidia-h200/experiments/gluon.csv), and the one_q candidate 103.6/107.2/106.0% (a later run of the same
-    experiment in the same file; the tl path 117.5/104.4/90.7% in the same rounds)."""
+    dimension (D = 64 on the H200). Causal inputs take the race (at D = 64 the Gluon path wins at small N, the tl path
+    from N = 1024; at D = 128 the Gluon path): HISTORY.md, "Module notes moved out of the code"."""
     if force not in (None, "gluon") or (force is None and not FlashAttentionTriton.GLUON):
         return "not asked for"
     if is_causal and force is None and Q.shape[2] < 128 and not FlashAttentionTriton.RACE_TL:
@@ -573,18 +501,12 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     return why
 
 
-# Rounds of the race (_faster_of), the launches' order reversed every other round. At causal N = 4096, timed once
-# each, the Gluon launch (175 us by graph replay) won 4 races in 15 harness runs over the tl path's (171 us)
-# (results/nvidia-h200/bench/v7_hopper.csv); an even count gives each launch each position equally often, so a
-# drift between the first and the second timing (the GPU warming) cancels in the medians.
+# Rounds of the race (_faster_of), the launches' order reversed every other round: an even count gives each launch
+# each position equally often, so a drift between the first and the second timing (the GPU warming) cancels.
 RACE_ROUNDS = 4
-# A path's candidates timed one after another drift with the clock: at causal N = 4096 the tl autotuner's first
-# candidate ran at 1935-1965 MHz and its fourth at 1710-1860 (experiment tl-pick,
-# results/nvidia-h200/experiments/tl_pick.csv), so one process in six kept 64,64,4,3/p1 (189 us by graph replay)
-# over 128,128,4,3/p0 (173 us), and the Gluon path's harness picks changed from run to run at non-causal 4096 (301
-# against 283 us, 3 runs in 15) as the tl path's did at causal 2048.
-# Every candidate whose own first timing came within this fraction of its path's fastest is timed again in the
-# race (shortlist): the true best came within 4.3% in each of those processes.
+# A path's candidates timed one after another drift with the clock (experiment tl-pick), so every candidate whose own
+# first timing came within this fraction of its path's fastest is timed again in the race (shortlist). The numbers
+# behind both: HISTORY.md, "Module notes moved out of the code".
 SHORTLIST_MARGIN = 0.10
 
 
@@ -719,10 +641,8 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     # The Gluon path for non-causal inputs (kernels/_shared/gluon_forward_hopper.py, V7_CANDIDATES), on
     # where it applies; FA2_V7_GLUON=0 turns it off for a process (the tl path's numbers before it).
     GLUON = switch_on("GLUON")
-    # Where the Gluon path applies, also autotune the tl path and keep whichever launch is faster
-    # (_faster_of): at B=16 H=4 N=777 the tl path won, 1.03x v6 where the Gluon path alone made 0.96x
-    # (experiment other-shapes, results/nvidia-h200/experiments/other_shapes.csv). FA2_V7_RACE_TL=0 turns it off
-    # for a process.
+    # Where the Gluon path applies, also autotune the tl path and keep whichever launch is faster (_faster_of):
+    # neither path wins everywhere (docs/experiments.md, FA2_V7_RACE_TL). FA2_V7_RACE_TL=0 turns it off for a process.
     RACE_TL = switch_on("RACE_TL")
     warn_unread_switches()           # any other FA2_V7_* set is a retired switch: said, not silently ignored
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
