@@ -1,96 +1,33 @@
-"""The FlashAttention-2 backward pass in Triton (issue 7).
+"""The FlashAttention-2 backward pass in Triton (issue 7). Per (batch*head) slice, from the forward's O and L (the
+natural-log log-sum-exp of each query row's scaled scores) and dO, without ever holding a whole (N_q, N_k) matrix:
 
-Every version's forward saves O and L, the log-sum-exp of each query row's scaled
-scores. Given dO = dLoss/dO, the backward needs, per (batch*head) slice,
+    P  = exp(scale * Q K^T - L)         recomputed from L, scale = 1/sqrt(D); no second pass over keys
+    dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Delta),  Delta = rowsum(dO * O)  (= rowsum(P * dP))
+    dQ = scale * dS K,  dK = scale * dS^T Q
 
-    S  = scale * Q K^T                  (N_q, N_k), scale = 1/sqrt(D)
-    P  = exp(S - L)                     the softmax, recomputed from L: no second pass over keys
-    dV = P^T dO
-    dP = dO V^T
-    dS = P * (dP - Delta),  Delta = rowsum(dO * O)   (= rowsum(P * dP), one number per query)
-    dQ = scale * dS K
-    dK = scale * dS^T Q
+The kernels, by dq_mode (DQ_CHOICES):
+- `_bwd_preprocess_kernel`: Delta in fp32, one value per query row.
+- `_bwd_dkdv_kernel`: one program per (key tile, batch*head) keeps K, V and the fp32 dK, dV on chip and streams the
+  query tiles past (`_dkdv_query_tiles`); causal, it starts at the first query tile that sees the key tile (query i
+  sees key j iff j <= i). "atomic": the same loop also adds dS K into an fp32 dQ with tl.atomic_add (dQ's last bits
+  vary from run to run).
+- `_bwd_dq_kernel` ("separate", deterministic): one program per (query tile, batch*head) over the key tiles
+  (`_dq_key_tiles`), recomputing P and dP.
+- `_bwd_fused_kernel` ("fused"): the dK/dV and the dQ programs in one launch, each computing Delta from O: no
+  preprocess launch and no Delta buffer, for small N where the host's time dominates.
+- "auto" (v6's and v7's default): fused up to AUTO_FUSED_MAX_WORK_PER_SM, separate above; with a Gluon dK/dV on
+  Hopper (dkdv "auto") "atomic" wherever gluon_backward_ws.preferred says, its kernel computing all five products.
 
-without ever holding a whole (N_q, N_k) matrix. Three kernels do it:
+Units of L: the kernels take L in natural log as saved and load it as L * log2(e), so each score costs one FFMA and
+one exp2: P = exp2(S_raw * qk_scale - L * log2(e)), S_raw = Q K^T, qk_scale = scale * log2(e).
 
-1. `_bwd_preprocess_kernel`: Delta = rowsum(dO * O) in fp32, one value per query row.
-2. `_bwd_dkdv_kernel`: one program per (key tile, batch*head). It keeps its K and V tiles
-   and the fp32 accumulators dK and dV on chip, and streams the query tiles past them,
-   recomputing P^T for the tile pair (`_dkdv_query_tiles`). With causal masking the loop
-   starts at the first query tile that can see the key tile (query i sees key j iff
-   j <= i), runs the tiles straddling the diagonal with the mask, then the rest without.
-   dK is multiplied by the scale once, at the end. In dq_mode="atomic" the same loop also
-   adds each tile's dS Q-side product (dS K, scaled) into an fp32 dQ buffer with
-   tl.atomic_add: no second pass over the keys, but the order of the additions, hence
-   dQ's last bits, varies from run to run.
-3. `_bwd_dq_kernel` (dq_mode="separate", the default: deterministic): one program per
-   (query tile, batch*head), looping over key tiles like the forward (`_dq_key_tiles`),
-   recomputing P and dP a second time and accumulating dQ in fp32.
-
-Units of L. The forward works in log2 units internally: with qk_scale = scale * log2(e),
-exp(scale * s - m) == exp2(s * qk_scale - m * log2(e)), one multiply-add and an exp2 per
-score. It converts its L back to natural log on the way out (L_nat = L_log2 * ln 2),
-because that is what `fa2lab.reference.backward_from_lse` and the tests take. These kernels
-take the natural-log L as saved and convert each row's value back to log2 units when
-loading it (L * log2(e)), so the recomputation is again one FFMA and one exp2 per score:
-
-    P = exp2(S_raw * qk_scale - L * log2(e)),   S_raw = Q K^T (unscaled).
-
-Configuration. Without an explicit config, `default_config` takes this GPU's pick from
-backward_configs.json (written by `invoke sweep-backward --pick` from the sweep of
-results/<gpu>/sweep_bwd/) for 16-bit inputs with D <= 64, and the built-in defaults below otherwise.
-On the H200 the pick (64-row tiles in both kernels, 4 warps, 3 stages; least total time over the
-harness shapes from N = 2048 up, and correct at all 8) took the backward at N = 4096 from 1.166 to
-1.001 ms non-causal and from 0.766 to 0.572 ms causal (3-run protocols before and after the pick,
-results/nvidia-h200/bench_bwd/): 82% and 87% of cuDNN's backward, 130% and 142% of the
-FLASH_ATTENTION backend's. Nsight Compute with the pick (results/nvidia-h200/ncu_bwd/): at N = 4096
-non-causal dK/dV takes 591 us (48.5% of the tensor peak, 213 registers, 12.5% occupancy, top stall
-`wait`), dQ 351 us (64.6%), Delta 11 us: 952 us against cuDNN's 775 and FLASH's 1245; causal 563
-against 499 and 767. The dK/dV kernel is what is left. Deeper pipelines do not help it: the sweep
-ranked 1 < 2 < 3 stages for every tile shape, so stages 4 and 5 were swept too
-(results/nvidia-h200/sweep_bwd/, 36 configurations x 8 shapes, all correct), and from N = 1024 up
-the best with 4 or 5 stages is 1.5-6% slower than the best with 3 (N = 4096: 1.015 against 0.993 ms
-non-causal, 0.595 against 0.569 causal). The pick scores only N >= 2048 (`--min-n`): below that the
-sweep times the host, and one noisy 0.17 ms row at N = 512 in an earlier sweep made 4 stages the
-"least total time". Nor do dQ tiles chosen apart from dK/dV's (7 configurations with dK/dV at 64x64,
-`--configs`, results/nvidia-h200/sweep_bwd/): the mirrored 64x64 keeps the least total over the long
-shapes (2.005 ms against 2.023-3.531); dQ at 128x64 is 1.6% faster at N = 4096 non-causal and 7%
-slower causal.
-At N <= 1024 the harness measures the host: the autograd call through this backward costs 150-230 us
-per call on that machine's CPU against 105-160 for SDPA's whole backward. A Python
-torch.autograd.Function whose backward launches nothing already costs 88-92 us there (host_steps'
-backward_nop, results/nvidia-h200/hostpath/steps.csv); this module's checks, allocations and three
-launches add 50-85 us (backward_direct). dQ by atomics was slower at every N >= 2048 (1.225 against
-1.001 ms at N = 4096 non-causal).
-
-dq_mode="fused" (`_bwd_fused_kernel`) is the answer for small N: one launch in which the dK/dV
-programs and the dQ programs run side by side, each computing Delta from O, so no preprocessing
-kernel and no Delta buffer. `invoke experiment bwd-modes` timed the two modes apart
-(results/nvidia-h200/experiments/bwd_modes.csv, 5 interleaved rounds): on the GPU alone (graph
-replay) fused costs the same as separate causal at N <= 1024 (24.8 and 62.6 us against 24.8 and
-63.0) and more elsewhere (non-causal 31 against 25 us at N = 512, 93 against 78 at 1024; 1252
-against 995 at 4096: O is read once more per key tile), while on the host it saves 16-120 us per
-autograd backward. So dq_mode="auto", v6's and v7's default, runs fused up to
-AUTO_FUSED_MAX_WORK_PER_SM (the harness's N <= 1024 on the H200's 132 SMs) and separate above;
-with a Gluon dkdv (v7's "auto") on Hopper it runs "atomic" wherever gluon_backward_ws.preferred says,
-so that its warp-specialized kernel computes all five products in one pass.
-Autograd's call also keys its cached launch on the forward's own cache key plus dO
-(backward_after_forward: 3 us for key and lookup, host_steps' backward_key), and gradients of one
-shape come from one allocation (gradient_buffers). With all three, the host time per backward at
-N <= 1024 is 156-190 us against 183-218 for SDPA's FLASH_ATTENTION backend in the same process
-(host_steps, results/nvidia-h200/hostpath/steps.csv, one GPU, no other work). The harness with
-"auto" (5-run protocol, results/nvidia-h200/bench_bwd/, v7's forward): bwd at 108-149% of FLASH's at
-every harness shape (medians; single runs at N <= 1024 range 56-159%, the host's noise) and 81.6%
-(non-causal) and 86.5% (causal) of cuDNN's at N = 4096; v6 107-150% and 80.7% / 86.3%.
-
-Tiling notes (GPU): every product is a tl.dot with fp32 accumulation; P and dS are cast
-to the input dtype before their dots (what FlashAttention-2 does); tile sizes are constexpr,
-so each configuration is its own compiled kernel, and warps and stages come from
-`BackwardConfig`. Tiles entirely inside the tensors and below the causal diagonal run a
-loop copy without compares, selects or load masks (MASKED=False); only the diagonal tiles
-and the ragged last tile along each axis pay for the mask. Pointers are plain
-base + offsets * strides with load/store masks (no block pointers, which Triton 3.9
-removes).
+Invariants: every product a tl.dot with fp32 accumulation; P and dS cast to the input dtype before their dots (as
+FlashAttention-2); tiles inside the tensors and below the diagonal run a loop copy without masks (MASKED=False), the
+diagonal and ragged last tiles pay for them; plain base + offsets * strides pointers (no block pointers: Triton 3.9
+removed them). Configuration: default_config, this GPU's pick in backward_configs.json (`invoke sweep-backward
+--pick`) for 16-bit inputs with D <= 64, else the built-in defaults. Autograd keys its cached launch on the forward's
+key plus dO (backward_after_forward) and allocates a shape's gradients at once (gradient_buffers). Why each choice,
+with its numbers: kernels/_shared/backward_hopper_log.md, "The Triton backward's notes".
 """
 
 from __future__ import annotations
@@ -115,8 +52,7 @@ LOG2E = 1.4426950408889634  # log2(e): natural-log L -> log2 units
 DQ_MODES, DQ_CHOICES = _dq.DQ_MODES, _dq.DQ_CHOICES   # the kernels' dQ modes, and those plus "auto" (defined once there)
 # Who computes dK and dV: this module's _bwd_dkdv_kernel, a Gluon kernel for Hopper, or "auto": the Gluon kernel
 # wherever it takes the inputs. With dq_mode "separate" the Gluon kernel is gluon_backward_hopper's dK/dV kernel
-# (0.68-0.92x this one's time at N = 2048 and 4096, D = 64 and 128, both masks:
-# results/nvidia-h200/experiments/bwd_gluon_dkdv.csv); with "atomic" it is gluon_backward_ws's warp-specialized
+# (faster than this one's: experiment bwd-gluon-dkdv); with "atomic" it is gluon_backward_ws's warp-specialized
 # kernel, which also reduce-adds dQ's partials (TMA) into the fp32 accumulator.
 DKDV_CHOICES = ("triton", "gluon", "auto")
 
@@ -667,8 +603,7 @@ class BackwardLaunch:
     """What one checked call launched (fa2lab.hostpath's lean repeat; issues 7 and 8): the three
     compiled kernels with their grids and the arguments after their tensors. A repeat is three or
     four allocations and two or three launches, without the checks, the configuration choice or
-    Triton's argument binding, which made the H200's backward cost about 0.3 ms per call on the
-    host whatever N (results/nvidia-h200/bench_bwd/, N = 512 to 2048)."""
+    Triton's argument binding (the host's cost at small N)."""
 
     preprocess: object | None  # None in dq_mode="fused" (dkdv is then the fused kernel)
     dkdv: object
