@@ -6,23 +6,9 @@ for each new N: seconds per new length in a variable-length workload (the articl
 Here the first N of a bucket is tuned as before, and every later N of that bucket launches the pick that
 tuning made (the autotuner pinned to it for that call), so it pays at most a compile.
 
-The bucket: the smallest power of two >= N, for the queries and for the keys separately. Why powers of two:
-- Within a bucket, the work per program (the key loop's length) and the number of query tiles (programs per
-  SM wave) each vary by less than a factor of two, and the candidates' tiles are powers of two, so the ragged
-  last tile is the only thing a bucket's lengths do not share; the 2% goal is measured, not assumed
-  (harness/bench_varlen.py --compare-tuned times the bucket's pick against tuning that N alone).
-- It needs nothing but N. "Query tiles per SM wave" would depend on the candidate's query tile (the very thing
-  being picked) and on the batch, which the autotuner's key leaves out today.
-- The harness lengths (512..4096) are powers of two: each is the top of a bucket of its own, and a bucket's
-  top is tuned at itself (a pick made at another N of its bucket is not reused there: `PickCache.lookup`),
-  so the harness shapes take what tuning them gives, as before.
-
-Compiles: Triton specialises each integer argument on whether it is 1 and whether it is divisible by 16, and
-compiles once per (constexprs, specialisation). N_QUERIES, N_KEYS and the batch stride of L (= N_QUERIES) are
-the length-dependent integers, so a configuration has at most four binaries per (dtype, D, mask), two when
-N_QUERIES = N_KEYS (N % 16 == 0 or not), whatever the bucket; they are shared across buckets that pick the
-same configuration. A reused pick therefore compiles only when its divisibility class is new to it (in this
-process, or in Triton's on-disk cache).
+The bucket: the smallest power of two >= N, for the queries and for the keys separately. A bucket's top is tuned
+at itself (`PickCache.lookup` does not reuse another N's pick there), so the harness lengths (powers of two) take
+what tuning them gives. Why powers of two, and what a reused pick compiles: docs/configs.md, "Tuning per bucket".
 
 The pick cache: in memory, and one small JSON file per environment under a cache directory, keyed by the GPU
 (name, architecture), torch's and triton's versions and the content hash of the files that decide the kernel
@@ -36,10 +22,8 @@ is not this one, is ignored with a one-line warning (PickCacheWarning) and repla
 Use: an autotuned kernel calls `picks.autotuned(autotuner, bucket_key(Q, K, causal), launch, device_index)`
 around its launch (v5); a host path that picks some other way (a race between paths) calls
 `picks.choose(key, tune, reuse)`: tune() -> (result, a JSON-able pick, or None to keep nothing), and
-reuse(pick) -> result, raising StalePick when the pick cannot serve this call.
-
-Not thread-safe: pinning swaps the autotuner's candidate list for the duration of one call (as
-fa2lab.interpret.only_config does).
+reuse(pick) -> result, raising StalePick when the pick cannot serve this call. Not thread-safe: pinning swaps the
+autotuner's candidate list for the duration of one call (as fa2lab.interpret.only_config does).
 """
 
 from __future__ import annotations
