@@ -3,13 +3,11 @@
     python experiments/v7_feasibility.py [--check] [--only NAME,...] [--configs Q,K,W,S;...] [--causal 0,1]
                                          [--out results/offline-sm_90/v7_feasibility]
 
-One FlashAttention-2 forward (v6's algorithm: exp2 with the scale folded in, the key loop split
-into unmasked and masked ranges, -inf masks, L in natural log), written once with compile-time
-switches, so that each variant differs from the pointer reference by one feature:
+One FlashAttention-2 forward (v6's algorithm) written once with compile-time switches, so that each variant
+differs from the pointer reference by one feature:
 
-  LOADS        0 pointers with row masks (v6: cp.async = LDGSTS), 1 host TensorDescriptor over the
-               flattened (B*N, D) rows, 2 host TensorDescriptor over (B, N, D) with a
-               (1, tile, D) block, 3 device-side tl.make_tensor_descriptor per head
+  LOADS        0 pointers with row masks (v6: cp.async = LDGSTS), 1 host TensorDescriptor over the flattened
+               (B*N, D) rows, 2 over (B, N, D) with a (1, tile, D) block, 3 tl.make_tensor_descriptor per head
   WS           tl.range(..., warp_specialize=True) on the key loops
   LOOP_STAGES  tl.range(..., num_stages=LOOP_STAGES) on the key loops (0: only the kernel's num_stages)
   PIPELINE_QK  the key loop software-pipelined by hand: Q K^T of tile j+1 issued before the softmax
@@ -17,25 +15,19 @@ switches, so that each variant differs from the pointer reference by one feature
   PERSISTENT   a persistent grid: NUM_PROGRAMS programs loop over (head, query tile) work items,
                longest causal tiles first
 
-beside v6_longest_first's own kernel (v6_reference), v7_hopper's own kernel (v7_hopper_pipelined,
-v7_hopper_plain), and a minimal Gluon forward (triton.experimental.gluon) whose wgmma waits are
-placed by hand (gluon_*), for (d).
+beside v6's own kernel (v6_reference), v7_hopper's (v7_hopper_pipelined, v7_hopper_plain), and a minimal Gluon
+forward whose wgmma waits are placed by hand (gluon_*).
 
-What the kernels ship is imported, not copied: the online-softmax update and, for the (B, N, D) descriptors
-(LOADS 2) without WS or LOOP_STAGES, the whole key loop are v7_hopper's (_online_softmax_step, _attend_key_tiles);
-the Gluon sketch's TMA issue and P operand are kernels/_shared/gluon_forward_hopper.py's. The other loads (pointers,
-flattened and device descriptors), WS, LOOP_STAGES and PERSISTENT exist only here, as experiments.
+What the kernels ship is imported, not copied: the online-softmax update and, for LOADS 2 without WS or
+LOOP_STAGES, the whole key loop are v7_hopper's; the Gluon sketch's TMA issue and P operand are
+gluon_forward_hopper.py's. The other loads, WS, LOOP_STAGES and PERSISTENT exist only here. LOADS 0 used block
+pointers until Triton 3.9 removed them: the committed rows (Triton 3.6) name those blockptr*, the port pointers*.
 
-LOADS 0 used block pointers until Triton 3.9 removed them; the committed results (Triton 3.6) name those variants
-blockptr*, the pointer port pointers*.
-
-Each row is compiled OFFLINE for sm_90 (GPUTarget("cuda", 90, 32); no GPU, nothing loaded or run),
-in a child process so that the compiler's own error text is captured when it fails, and read from
-its TTGIR and SASS: TMA loads (UTMALDG, UBLKCP), HGMMA, LDGSTS, BAR.SYNC, SYNCS (mbarrier) and
-wgmma waits per iteration of the first key loop, the exp2s (MUFU.EX2) issued while a wgmma is in
-flight, registers, spills, shared and global-scratch bytes, ptxas's performance notes. With --check
-each tl variant also runs under Triton's interpreter on ragged shapes against a float64 reference.
-Nothing here measures speed: that needs the H200. Findings: feasibility.md beside the CSV.
+Each row is compiled OFFLINE for sm_90 (GPUTarget("cuda", 90, 32); no GPU) in a child process, so the compiler's
+own error text is captured, and read from its TTGIR and SASS: TMA loads, HGMMA, LDGSTS, BAR.SYNC, SYNCS and wgmma
+waits per iteration of the first key loop, MUFU.EX2 issued while a wgmma is in flight, registers, spills, shared and
+scratch bytes, ptxas's notes. --check also runs each tl variant under the interpreter on ragged shapes against a
+float64 reference. Nothing here measures speed. Findings: feasibility.md beside the CSV.
 """
 
 from __future__ import annotations
