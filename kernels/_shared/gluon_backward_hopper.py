@@ -18,18 +18,15 @@ issued by the same warps one tile ahead of its use. L and Delta rows are plain l
 async wgmma: S^T and dP^T from shared memory (SS), then dV += P^T dO and dK += dS^T Q with P^T and dS^T taken from
 registers as the A operand (RS): the S^T accumulator's fragment is the A operand's, so the conversion moves no data.
 dP^T's accumulator starts at -Delta, so that the product gives dP^T - Delta and Delta holds no registers past its
-issue (at D = 128 the kernel needs every one of its 255 registers).
+issue (registers are the limit at D = 128).
 
 Rows are addressed through the flattened (heads * N, D) view (gluon_forward_hopper.flattened), so a tile's rows past a
 head's N belong to the next head, or are zeros past the tensor's end (TMA fills them). In the ragged last query tile
 the columns past N_QUERIES get L = +inf, hence P^T = 0 and dS^T = 0 there; key rows past N_KEYS are computed and never
 stored (each row of dK and dV depends only on its own key). The query tiles come in three ranges as in the Triton
 kernel: the causal diagonal (the causal compare), the tiles wholly below it (no mask), the ragged tail; tiles that
-cannot see the key tile are skipped. dQ and Delta are not computed here: `_bwd_dq_kernel` and `_bwd_preprocess_kernel`
-keep doing them.
-
-Gluon is not interpreted (Triton 3.6), so this kernel runs only on a Hopper GPU; `compile_offline` compiles it for
-sm_90 without one.
+cannot see the key tile are skipped. dQ and Delta are not computed here (`_bwd_dq_kernel`, `_bwd_preprocess_kernel`).
+Gluon is not interpreted: this kernel runs only on a Hopper GPU; `compile_offline` compiles it for sm_90 without one.
 """
 
 from __future__ import annotations
@@ -52,26 +49,24 @@ if HAVE_GLUON:
 
     from fa2lab.triton_compat import tma_load
 
+    _hw = load_shared("hopper")
+    LOG2E = _hw.LOG2E
+    wgmma_layout, slot_of, ready_phase = _hw.wgmma_layout, _hw.slot_of, _hw.ready_phase
+
 BLOCK_N = 64          # keys per CTA
 BLOCK_M = 64          # queries per streamed tile
 NUM_WARPS = 4         # one warpgroup
 SLOTS = 2             # the Q / dO ring
 HEAD_DIMS = (64, 128)
 DTYPES = (torch.bfloat16, torch.float16)
-LOG2E = 1.4426950408889634
 
 
 if HAVE_GLUON:
-    _LOG2E = gl.constexpr(LOG2E)
+    _LOG2E = _hw.LOG2E_C
     _SLOTS = gl.constexpr(SLOTS)
     NO_MASK, TAIL, DIAGONAL = gl.constexpr(0), gl.constexpr(1), gl.constexpr(2)   # _query_tile's masks
 
     # ------------------------------------------------------------------------------------------ layouts and helpers
-
-    @gluon.constexpr_function
-    def _acc_layout(n):
-        """A wgmma accumulator n columns wide over the warpgroup's 4 warps (16 rows each)."""
-        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
 
     @gluon.constexpr_function
     def _store_layout(d):
@@ -145,7 +140,8 @@ if HAVE_GLUON:
         in (dV still in flight) and dV's token."""
         dtype: gl.constexpr = q_tile.dtype
         s_layout: gl.constexpr = zero.type.layout
-        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_acc_layout(q_tile.shape[1]), k_width=2)
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(4, q_tile.shape[1]),
+                                                     k_width=2)
         s_tok = warpgroup_mma(k_tile, q_tile.permute((1, 0)), zero, use_acc=False, is_async=True)    # S^T = K Q^T
         dp_tok = warpgroup_mma(v_tile, do_tile.permute((1, 0)), dp_init, is_async=True)              # V dO^T - Delta
 
@@ -171,14 +167,14 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr = k_smem.shape[0]
         SLOTS: gl.constexpr = q_smem.shape[0]
         dtype: gl.constexpr = q_smem.dtype
-        s_layout: gl.constexpr = _acc_layout(BLOCK_M)
-        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_acc_layout(D), k_width=2)
+        s_layout: gl.constexpr = wgmma_layout(4, BLOCK_M)
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(4, D), k_width=2)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
 
         t = (q_start - lo) // BLOCK_M
-        slot = t % SLOTS
+        slot = slot_of(t, SLOTS)
         nxt = q_start + BLOCK_M
-        _issue_query_tile(q_desc, do_desc, q_smem, do_smem, ready, q_row0 + nxt, (t + 1) % SLOTS, nxt < N_QUERIES)
+        _issue_query_tile(q_desc, do_desc, q_smem, do_smem, ready, q_row0 + nxt, slot_of(t + 1, SLOTS), nxt < N_QUERIES)
 
         # The tile's query offsets: the masks compare 32-bit tile-local values against one bound per tile.
         cols = gl.arange(0, BLOCK_M, layout=col_s)
@@ -192,7 +188,7 @@ if HAVE_GLUON:
         zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
         dp_init = _own_registers(zero - gl.expand_dims(delta, 0))
 
-        mbarrier.wait(ready.index(slot), (t // SLOTS) & 1)
+        mbarrier.wait(ready.index(slot), ready_phase(t, SLOTS))
         q_tile = q_smem.index(slot)
         do_tile = do_smem.index(slot)
         # (key k_start + r sees query q_start + c iff r <= c + (q_start - k_start))
@@ -229,7 +225,7 @@ if HAVE_GLUON:
         D: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         dtype: gl.constexpr = q_desc.dtype
-        o_layout: gl.constexpr = _acc_layout(D)
+        o_layout: gl.constexpr = wgmma_layout(4, D)
 
         k_start = gl.program_id(0) * BLOCK_N
         head = gl.program_id(1)

@@ -41,7 +41,7 @@ from fa2lab.versions import load_shared
 _r1 = load_shared("gluon_backward_hopper")
 HAVE_GLUON = _r1.HAVE_GLUON
 validate_inputs = _r1.validate
-HEAD_DIMS, DTYPES, LOG2E = _r1.HEAD_DIMS, _r1.DTYPES, _r1.LOG2E
+HEAD_DIMS, DTYPES = _r1.HEAD_DIMS, _r1.DTYPES
 
 if HAVE_GLUON:
     from triton.experimental import gluon
@@ -51,6 +51,10 @@ if HAVE_GLUON:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from fa2lab.triton_compat import tma_load, tma_reduce_add
+
+    _hw = load_shared("hopper")
+    LOG2E = _hw.LOG2E
+    wgmma_layout, slot_of, ready_phase, empty_phase = _hw.wgmma_layout, _hw.slot_of, _hw.ready_phase, _hw.empty_phase
 
 BLOCK_N = 128         # keys per CTA, 64 per consumer
 BLOCK_M = 64          # queries per streamed tile
@@ -62,11 +66,11 @@ NUM_WARPS = 4         # the default partition: consumer 0
 
 
 if HAVE_GLUON:
-    _LOG2E = gl.constexpr(LOG2E)
+    _LOG2E = _hw.LOG2E_C
     _DS_BUFFERS, _CONSUMERS = gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS)
     _CONSUMER_REGS, _LOADER_REGS = gl.constexpr(CONSUMER_REGS), gl.constexpr(LOADER_REGS)
     NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
-    _acc_layout, _own_registers, _store_tile = _r1._acc_layout, _r1._own_registers, _r1._store_tile
+    _own_registers, _store_tile = _r1._own_registers, _r1._store_tile
     _scores_and_dv, _query_ranges = _r1._scores_and_dv, _r1._query_ranges
 
     # ------------------------------------------------------------------------------------------ the loader
@@ -94,12 +98,12 @@ if HAVE_GLUON:
         L_ptr = L_ptr + head * stride_l_head
         Delta_ptr = Delta_ptr + head * stride_delta_head
         for t in range(gl.cdiv(N_QUERIES - lo, BLOCK_M)):
-            slot = t % SLOTS
+            slot = slot_of(t, SLOTS)
             q_start = lo + t * BLOCK_M
             cols = gl.minimum(q_start + offs, N_QUERIES - 1)   # past N_QUERIES: the last query's (masked later)
             l2 = gl.load(L_ptr + cols) * _LOG2E
             delta = gl.load(Delta_ptr + cols)
-            mbarrier.wait(empty.index(slot), ((t // SLOTS) & 1) ^ 1, pred=t >= SLOTS)
+            mbarrier.wait(empty.index(slot), empty_phase(t, SLOTS), pred=t >= SLOTS)
             l_smem.index(slot).store(l2)
             delta_smem.index(slot).store(delta)
             bar = ready.index(slot)
@@ -118,7 +122,7 @@ if HAVE_GLUON:
         empty = bars[2]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         HALF: gl.constexpr = q_smem.shape[2] // 2
-        mbarrier.arrive(empty.index(t % q_smem.shape[0]), count=1)
+        mbarrier.arrive(empty.index(slot_of(t, q_smem.shape[0])), count=1)
         tma.store_wait(0)                       # this consumer's previous reduce-add has read its buffer
         dq_buf = dq_smem.index(wg)
         dq_buf.reshape([BLOCK_M, HALF]).store(dq * scale)
@@ -138,19 +142,19 @@ if HAVE_GLUON:
         ROWS: gl.constexpr = ds_smem.shape[1] // 2     # one consumer's keys
         HALF: gl.constexpr = D // 2
         dtype: gl.constexpr = q_smem.dtype
-        s_layout: gl.constexpr = _acc_layout(BLOCK_M)
-        q_layout: gl.constexpr = _acc_layout(HALF)
-        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_acc_layout(D), k_width=2)
+        s_layout: gl.constexpr = wgmma_layout(4, BLOCK_M)
+        q_layout: gl.constexpr = wgmma_layout(4, HALF)
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(4, D), k_width=2)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         my_k = k_smem.slice(wg * ROWS, ROWS, dim=0)
         my_v = v_smem.slice(wg * ROWS, ROWS, dim=0)
         key0 = k_start + wg * ROWS
 
-        slot = t % SLOTS
+        slot = slot_of(t, SLOTS)
         cols = gl.arange(0, BLOCK_M, layout=col_s)
         left = N_QUERIES - q_start
-        mbarrier.wait(ready.index(slot), (t // SLOTS) & 1)
+        mbarrier.wait(ready.index(slot), ready_phase(t, SLOTS))
         l2 = l_smem.index(slot).load(col_s)
         if MASK != NO_MASK:
             l2 = gl.where(cols < left, l2, float("inf"))
@@ -168,11 +172,11 @@ if HAVE_GLUON:
         dk_tok = warpgroup_mma(gl.convert_layout(dsT, a_layout), q_tile, dk, is_async=True)         # dK += dS^T Q
 
         # dS^T into this consumer's rows of the shared tile
-        b = t % _DS_BUFFERS
+        b = slot_of(t, _DS_BUFFERS)
         ds_smem.index(b).slice(wg * ROWS, ROWS, dim=0).store(dsT)
         fence_async_shared()
         mbarrier.arrive(ds_bar.index(b), count=1)
-        mbarrier.wait(ds_bar.index(b), (t // _DS_BUFFERS) & 1)
+        mbarrier.wait(ds_bar.index(b), ready_phase(t, _DS_BUFFERS))
         dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),  # dQ = dS K
                                gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
         dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
@@ -203,7 +207,7 @@ if HAVE_GLUON:
         D: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_smem.shape[0]
         ROWS: gl.constexpr = BLOCK_N // 2
-        o_layout: gl.constexpr = _acc_layout(D)
+        o_layout: gl.constexpr = wgmma_layout(4, D)
         k_start = gl.program_id(0) * BLOCK_N
         head = gl.program_id(1)
 

@@ -28,6 +28,7 @@ the barrier base): either way a changed rewrite needs a new mark.
 import re
 
 from fa2lab.triton_compat import PARTITION_SYNC as _PARTITION_SYNC, install_stages_hook
+from fa2lab.versions import load_shared
 
 UNSYNCED_MARK = "fa2-unsynced-v1"
 # the kernel's inline PTX for the marks: register moves ptxas drops, carrying the mark as a comment
@@ -37,7 +38,7 @@ TIE_ONE_ASM = f"mov.b32 $0, $2;\n\tmov.b32 $1, $3; // {TIE_MARK} one"   # the se
 INLINE_MARK = "fa2-inline-once"
 INLINE_ASM = f"mov.b32 $0, $1; // {INLINE_MARK}"
 CONSUMER_CALL = "_ws_consumer_call"   # the kernel's consumer function (gluon_kernel._ws_consumer_call)
-PARTITION_BARRIER_BASE = 8            # partition_syncs' barrier ids: 8 + tid.x / 128 (Triton's own are 0-3)
+PARTITION_BARRIER_BASE = load_shared("hopper").BarrierId.PARTITION_BASE   # partition_syncs' ids: this + tid.x / 128
 
 _SKIPPABLE = re.compile(r"\s*(//.*|\{|\.reg\s.*|\.loc\s.*|waitLoop:|\$L__\w+:"
                         r"|(add|sub|mul|mad|shl|shr|and|or|xor|mov|selp)(\.\w+)+\s+%\w+,[^;]*;)?\s*$")   # no memory

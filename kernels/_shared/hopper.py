@@ -1,0 +1,57 @@
+"""Hopper (sm_90) helpers shared by the Gluon forward (gluon_kernel) and both Gluon backwards (gluon_backward_hopper,
+gluon_backward_ws): the constants of the exp2 softmax, the hardware barrier ids the PTX passes use, the wgmma
+accumulator layout and the slot and phase arithmetic of a ring of mbarrier-guarded shared-memory slots.
+
+Ring invariants (every ring here): use i of a ring of SLOTS slots is in slot i % SLOTS; its "ready" mbarrier completes
+phase (i // SLOTS) & 1 when use i's data is in; the producer of use i waits on the slot's "empty" mbarrier for phase
+((i // SLOTS) & 1) ^ 1, the release of use i - SLOTS (the first SLOTS uses skip that wait: pred i >= SLOTS).
+The helpers are small @gluon.jit functions (Triton inlines them, so the code is what the written-out arithmetic
+compiled to; offline sm_90 SASS opcode counts identical under Triton 3.6 and 3.9).
+
+Importing this module needs Gluon (triton.experimental.gluon); callers guard the import.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+LOG2E = 1.4426950408889634   # log2(e): exp(x) = exp2(x * LOG2E)
+LN2 = 0.6931471805599453     # ln(2): ln(x) = log2(x) * LN2
+# the same for @gluon.jit code, which reads a global only as a constexpr
+LOG2E_C = gl.constexpr(LOG2E)
+LN2_C = gl.constexpr(LN2)
+
+
+class BarrierId:
+    """Hardware named-barrier ids (bar.sync <id>, <threads>) in the kernels' PTX."""
+    CTA = 0              # Triton's whole-CTA barrier (Triton's own partition barriers use 1-3)
+    PARTITION_BASE = 8   # gluon_ptx.partition_syncs: partition p's barrier is PARTITION_BASE + tid.x / 128
+
+
+# The type of an aggregate's field holding a runtime scalar argument: Triton passes one it specialised (e.g. 1) as a
+# constexpr, which an aggregate's constexpr_function __init__ sees unwrapped (wrap it again: gl.constexpr(x)).
+Scalar = gl.tensor | gl.constexpr
+
+
+@gluon.constexpr_function
+def wgmma_layout(warps, n):
+    """The register layout of a wgmma accumulator n columns wide over `warps` warps (16 rows each)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1], instr_shape=[16, n, 16])
+
+
+@gluon.jit
+def slot_of(i, SLOTS: gl.constexpr):
+    """The slot of use i of a ring of SLOTS slots."""
+    return i % SLOTS
+
+
+@gluon.jit
+def ready_phase(i, SLOTS: gl.constexpr):
+    """The phase of use i's "ready" mbarrier (its consumers' wait)."""
+    return (i // SLOTS) & 1
+
+
+@gluon.jit
+def empty_phase(i, SLOTS: gl.constexpr):
+    """The phase the producer of use i waits for on the slot's "empty" mbarrier: the release of use i - SLOTS (the
+    first round's wait, pred i >= SLOTS false, is skipped)."""
+    return ((i // SLOTS) & 1) ^ 1
