@@ -48,11 +48,6 @@ class GluonConfig:
                              f"buffer released in _attend's key loop: not with lookahead: {self}")
 
     @property
-    def num_warps(self) -> int:
-        """Warps per partition (the kernel's num_warps): 4, one warpgroup."""
-        return 4
-
-    @property
     def label(self) -> str:
         return (f"ws{self.consumers}x64x{self.block_n}/{self.slots}s/preg{'/pp' if self.pingpong else ''}"
                 f"{'/split' if self.split_tail else ''}{'/persist' if self.persistent else ''}"

@@ -1,28 +1,24 @@
-"""v7's Hopper Gluon forward (triton.experimental.gluon, Triton 3.6): a warp-specialized FlashAttention forward whose
-wgmma waits are placed by hand, which Triton's own language cannot do.
+"""v7's Hopper Gluon forward (triton.experimental.gluon): the entry point of a warp-specialized FlashAttention forward
+whose wgmma waits are placed by hand, which Triton's own language cannot do.
 
-Why: v7's tl kernel waits for every outstanding warpgroup MMA right after each Q K^T, so the softmax of a tile and the
-tensor cores take turns (Nsight Compute at N = 4096 non-causal: v7's MUFU busy 49.5% and tensor pipe 48.0%, cuDNN's
-52.8% and 51.1%). This kernel issues Q K_j^T and then P_(j-1) V_(j-1) behind it, waits only for the first and computes
-tile j's softmax while P_(j-1) V_(j-1) runs (FlashAttention-3's intra-warpgroup overlap), with a loader warp and 2 or 3
-consumer warpgroups (gluon_kernel). v7 races its candidates per input signature (best_launch), and the winner against
-its tl path.
+This module is the host side: applies (what it can run), the launch (launch_plan: descriptors, the work items and
+the split tail; forward), the split tail's combine, the lean repeat GluonLaunch, the race of v7's candidates per
+input signature (best_launch) and the offline compile. Beside it: gluon_configs (GluonConfig, its shared-memory
+budget, the candidates), gluon_kernel (the kernel and its partitions), hopper (the helpers it shares with the
+backwards), gluon_ptx (the PTX passes, installed as a stage of Triton's pipeline on import).
 
-This module is the entry point: the launch (plans, the split tail's combine, the lean repeat GluonLaunch, the race,
-the offline compile). Beside it: gluon_configs (GluonConfig, its shared-memory budget, the candidates), gluon_kernel
-(the kernel and its partitions), gluon_ptx (the PTX passes, installed as a stage of Triton's pipeline on import).
-Every option tried on the H200, what it was aimed at and what it measured against cuDNN is in the Gluon log beside
-this file (gluon_forward_hopper_log.md), the dropped ones in its table "Retired options".
+Invariants: Q, K, V are read through their flattened (heads * N, D) rows (flattened: no copy, TMA-legal strides);
+O and L leave by plain masked stores (that view cannot bound a TMA store at a head's end); L is the natural-log
+log-sum-exp. Gluon is not interpreted, so this path runs only on a Hopper GPU; v7 uses its tl path elsewhere.
 
-O and L leave by plain masked stores (O through a coalescing layout): the flattened (heads * N, D) view cannot bound a
-TMA store at the head's end. Gluon is not interpreted (Triton 3.6: under TRITON_INTERPRET=1 a Gluon launch asks for a
-CUDA driver), so this path runs only on a Hopper GPU; v7 uses its tl TMA path everywhere else and the tests say which
-path ran.
+Why: the tl kernel waits for every wgmma right after each Q K^T, so softmax and tensor cores take turns; every option
+tried and what it measured against cuDNN: gluon_forward_hopper_log.md (its table "Retired options").
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -33,26 +29,31 @@ from fa2lab.timing import queued_ms
 from fa2lab.versions import load_shared
 
 _configs = load_shared("gluon_configs")
-_kernel = load_shared("gluon_kernel")
-_ptx = load_shared("gluon_ptx")
+try:
+    _kernel = load_shared("gluon_kernel")   # Gluon's kernel, its helpers (hopper) and PTX passes (gluon_ptx)
+    HAVE_GLUON = True
+except ImportError:  # pragma: no cover - a Triton without Gluon (the project asks for 3.6 or later, which has it)
+    _kernel, HAVE_GLUON = None, False
 
 GluonConfig = _configs.GluonConfig
 V7_CANDIDATES, V7_CANDIDATES_WIDE = _configs.V7_CANDIDATES, _configs.V7_CANDIDATES_WIDE
 EXPERIMENT_CONFIGS = _configs.EXPERIMENT_CONFIGS
 candidates_for, fitting, configs_named = _configs.candidates_for, _configs.fitting, _configs.configs_named
-drop_marked_syncs, tie_marked_arrives = _ptx.drop_marked_syncs, _ptx.tie_marked_arrives
-partition_syncs, inline_consumer_call = _ptx.partition_syncs, _ptx.inline_consumer_call
-UNSYNCED_MARK, TIE_MARK, INLINE_MARK, CONSUMER_CALL = (_ptx.UNSYNCED_MARK, _ptx.TIE_MARK, _ptx.INLINE_MARK,
-                                                       _ptx.CONSUMER_CALL)
-HAVE_GLUON = _kernel.HAVE_GLUON
-LOADER_REGS = _kernel.LOADER_REGS
 if HAVE_GLUON:
+    _ptx = load_shared("gluon_ptx")
+    drop_marked_syncs, tie_marked_arrives = _ptx.drop_marked_syncs, _ptx.tie_marked_arrives
+    partition_syncs, inline_consumer_call = _ptx.partition_syncs, _ptx.inline_consumer_call
+    UNSYNCED_MARK, TIE_MARK, INLINE_MARK, CONSUMER_CALL = (_ptx.UNSYNCED_MARK, _ptx.TIE_MARK, _ptx.INLINE_MARK,
+                                                           _ptx.CONSUMER_CALL)
+    LOADER_REGS = _kernel.LOADER_REGS
+    LOG2E, LN2 = _kernel.LOG2E, _kernel.LN2
+    _LN2 = _kernel.LN2_C
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     flash_fwd_gluon_ws = _kernel.flash_fwd_gluon_ws
 
-LOG2E = 1.4426950408889634
 DTYPES = (torch.bfloat16, torch.float16)
+NUM_WARPS = 4   # warps per partition (the kernel's num_warps): one warpgroup, every configuration
 
 
 def flattened(t: torch.Tensor) -> torch.Tensor | None:
@@ -152,7 +153,7 @@ def _combine_tail_kernel():
             keep = q < N_QUERIES
             tl.store(O_ptr + (head * N_QUERIES + q)[:, None] * stride_o_row + cols[None, :],
                      (acc / w[:, None]).to(O_ptr.dtype.element_ty), mask=keep[:, None])
-            tl.store(L_ptr + head * stride_l_head + q, (m + tl.log2(w)) * 0.6931471805599453, mask=keep)
+            tl.store(L_ptr + head * stride_l_head + q, (m + tl.log2(w)) * _LN2, mask=keep)
 
         _COMBINE = combine_tail
     return _COMBINE
@@ -161,9 +162,26 @@ def _combine_tail_kernel():
 _COMBINE = None
 
 
-def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
-    """Everything one launch needs: (kernel, grid, positional args, num_warps, constexprs, tail), where
-    tail is None or the split tail's (workspace O parts, L parts, whole tiles, splits) for the combine."""
+class SplitTail(NamedTuple):
+    """The split tail's workspace and plan, for the combine: O parts (fp32), L parts (log2), whole tiles, splits."""
+    Op: torch.Tensor
+    Lp: torch.Tensor
+    full: int
+    splits: int
+
+
+class LaunchPlan(NamedTuple):
+    """Everything one launch needs (launch_plan); tail is None unless the tail is split."""
+    kernel: object
+    grid: tuple
+    args: tuple
+    num_warps: int
+    flags: dict
+    tail: SplitTail | None
+
+
+def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int) -> LaunchPlan:
+    """Everything one launch needs: the kernel, grid, positional args, num_warps, constexprs and the split tail."""
     BH, N_q, D = Q.shape
     N_k = K.shape[1]
     args = (*descriptors(Q, K, V, cfg), O, L, O.stride(1), L.stride(0), N_q, N_k, LOG2E / math.sqrt(D))
@@ -180,11 +198,11 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int):
     if parts:
         Op = torch.empty((parts * cfg.block_m, D), dtype=torch.float32, device=Q.device)
         Lp = torch.empty((Op.shape[0],), dtype=torch.float32, device=Q.device)
-        tail = (Op, Lp, full, splits)
+        tail = SplitTail(Op, Lp, full, splits)
     else:   # nothing is split: the workspace pointers are never written
         Op, Lp, tail = L, L, None
     grid = (min(items, sms),) if cfg.persistent else (items,)
-    return flash_fwd_gluon_ws, grid, (*args, full, splits, items, Op, Lp), cfg.num_warps, flags, tail
+    return LaunchPlan(flash_fwd_gluon_ws, grid, (*args, full, splits, items, Op, Lp), NUM_WARPS, flags, tail)
 
 
 def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, cfg: GluonConfig,
@@ -231,12 +249,13 @@ class GluonLaunch(KeptL):
         self.descs = list(args[:3])
         self.l_shape = args[4].shape                # O needs no record: every call allocates it by empty_output(Q)
         self.scalars = tuple(args[5:13])            # O's row and L's head strides, sizes, scale, FULL, SPLITS, items
-        self.work_shape = None if tail is None else tail[0].shape
+        tail = None if tail is None else SplitTail(*tail)
+        self.work_shape = None if tail is None else tail.Op.shape
         self.combine = None
         if combined is not None:
             self.combine, cgrid, self.combine_constexprs = combined
             self.combine_grid = (*cgrid, 1)
-            self.combine_sizes = (tail[2], args[7], args[5], args[6])   # FULL, N_QUERIES, the two strides
+            self.combine_sizes = (tail.full, args[7], args[5], args[6])   # FULL, N_QUERIES, the two strides
 
     def __call__(self, Q, K, V, need_l=True):   # the per-call hot path: no checks here
         O = empty_output(Q)   # as forward allocated it: Q's shape, (heads, N_q, D)
