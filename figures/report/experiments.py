@@ -32,7 +32,6 @@ EXPERIMENT_KEYS = {"pcast": ("p_cast", "N", "causal"), "launch_order": ("order",
                    "bwd_modes": ("who", "N", "causal"), "bwd_gluon_ws": ("who", "N", "D", "causal")}
 EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke experiment launch-order",
                    "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes",
-                   "exp2_poly": "invoke experiment exp2-poly", "grid": "invoke experiment grid",
                    "bwd_modes": "invoke experiment bwd-modes", "gluon": "invoke experiment gluon",
                    "coldstart": "invoke experiment coldstart", "dobench": "invoke experiment dobench",
                    "items": "invoke experiment items", "tl_pick": "invoke experiment tl-pick",
@@ -51,6 +50,11 @@ def experiment(gpu, root, name: str):
 
 
 def experiment_not_run(label: str, name: str, path) -> str:
+    """The line for an experiment without rows: the task that writes them, or for a retired one (its option left the
+    kernels: experiments.RETIRED) that it can only be rerun at its last commit (docs/experiments.md)."""
+    if name not in EXPERIMENT_TASK:
+        return (f"{label}: {NOT_YET}; the experiment is retired (its option left the kernels), so it runs only at the "
+                f"last commit that had it (docs/experiments.md) and writes `{rel(path)}`.")
     return f"{label}: {NOT_YET} (`{EXPERIMENT_TASK[name]}` writes `{rel(path)}`)."
 
 
