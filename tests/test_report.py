@@ -917,7 +917,9 @@ def test_grid_and_bwd_modes_tables(full_root):
     """The two experiments of this round: v7's grid variants per shape, and the backward's dQ modes with the
     mode "auto" picks; before they ran, each says which task writes which file."""
     text = everything(full_root)
-    assert "v7's persistent grid: not measured yet (`invoke experiment grid` writes" in text
+    # grid is retired (experiments.RETIRED): no task to name, only its last commit
+    assert "v7's persistent grid: not measured yet; the experiment is retired" in text
+    assert "invoke experiment grid" not in text
     assert "The backward's dQ modes, timed apart: not measured yet (`invoke experiment bwd-modes` writes" in text
     folder = full_root / GPU / "experiments"
     append_rows(folder / "grid.csv", [
