@@ -655,7 +655,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     picks = PickCache("v7_hopper", files=(
         Path(__file__), Path(__file__).with_name("configs.json"),
         *(Path(GLUON.__file__).with_name(f"{m}.py") for m in ("gluon_forward_hopper", "gluon_kernel", "gluon_configs",
-                                                               "gluon_ptx")),
+                                                               "gluon_ptx", "hopper")),
         Path(V6.__file__), Path(V6.__file__).with_name("configs.json")))
     # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
     launches = LaunchCache()
