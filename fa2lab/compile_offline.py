@@ -99,19 +99,28 @@ def compile_on_gpu(kernel, args, *, grid, num_warps: int, num_stages: int, **con
     return compiled
 
 
-def tool_path(name: str, arch: int | None = None) -> str | None:
-    """Path of an NVIDIA tool (ptxas, cuobjdump, nvdisasm): Triton's bundled one (or the
-    TRITON_<NAME>_PATH override), else the one on PATH, else None. For ptxas with `arch`: the
-    one Triton's own compile runs for sm_<arch> (fa2lab.triton_compat.get_ptxas)."""
-    import shutil
-
+def bundled_tool(name: str, arch: int | None = None):
+    """Triton's own NVIDIA tool (ptxas, cuobjdump, nvdisasm; a knobs NvidiaTool with .path and .version, honouring
+    TRITON_<NAME>_PATH); for ptxas with `arch`, the one Triton's compile runs for sm_<arch>
+    (fa2lab.triton_compat.get_ptxas). None where Triton has none."""
     try:
         if name == "ptxas" and arch is not None:
             from .triton_compat import get_ptxas
 
-            return get_ptxas(arch).path
+            return get_ptxas(arch)
         from triton import knobs
 
-        return getattr(knobs.nvidia, name).path
-    except Exception:  # noqa: BLE001 - not bundled: fall back to PATH
+        return getattr(knobs.nvidia, name)
+    except Exception:  # noqa: BLE001 - not bundled
+        return None
+
+
+def tool_path(name: str, arch: int | None = None) -> str | None:
+    """Path of an NVIDIA tool: Triton's bundled one (bundled_tool), else the one on PATH, else None."""
+    import shutil
+
+    tool = bundled_tool(name, arch)
+    try:
+        return tool.path
+    except Exception:  # noqa: BLE001 - not bundled (or its path does not resolve): fall back to PATH
         return shutil.which(name)

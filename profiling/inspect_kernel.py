@@ -45,7 +45,7 @@ if __package__ in (None, ""):
 from fa2lab import budget, shapes  # noqa: E402
 from fa2lab.budget import Config  # noqa: E402
 from fa2lab.compile_offline import (DTYPES, ELEM_BYTES, compile_for_target, compile_on_gpu,  # noqa: E402
-                                    kernel_args, parse_arch, tool_path)
+                                    bundled_tool, kernel_args, parse_arch, tool_path)
 from profiling import ir  # noqa: E402
 
 SUMMARY_SASS_KEYS = ("HGMMA", "HMMA", "MUFU.EX2", "FSETP.GEU", "BAR.SYNC", "LDGSTS", "UTMALDG", "F2FP", "SHFL")
@@ -140,16 +140,9 @@ def ptxas_verbose(ptx: str, arch: int, fp_fusion: bool, cubin: bytes) -> dict:
 
 
 def _tool_version(name: str, arch: int | None = None) -> str | None:
-    """The version of an NVIDIA tool Triton bundles; for ptxas with `arch`, of the one Triton's own compile runs for
-    sm_<arch> (fa2lab.triton_compat.get_ptxas)."""
+    """The version of an NVIDIA tool Triton bundles (fa2lab.compile_offline.bundled_tool), None without one."""
     try:
-        if name == "ptxas" and arch is not None:
-            from fa2lab.triton_compat import get_ptxas
-
-            return get_ptxas(arch).version
-        from triton import knobs
-
-        return getattr(knobs.nvidia, name).version
+        return bundled_tool(name, arch).version
     except Exception:  # noqa: BLE001
         return None
 
