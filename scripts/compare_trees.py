@@ -1,13 +1,13 @@
 """Checkouts (or Triton versions) against each other on the GPU: a no-regression check for a refactor or a port.
 
-Each round runs one fresh process per tree, the trees' order rotating from round to round, and every process times
-its own tree's versions (fa2lab.versions.load from that tree, with that tree's fa2lab) and SDPA's default backend
-(cuDNN on Hopper) on the same inputs by do_bench with its L2 flush, and its versions also by CUDA-graph replay (cuDNN's
-forward too with --sdpa-graphs). A tree may carry its own environment (--env), such as another Triton first on
-PYTHONPATH. `--mode bwd` times the backward alone (autograd on a kept graph). One row per process, version and
-shape goes to results/<gpu>/experiments/<--csv>, with provenance, the child's own torch and Triton, the tree's label and
-commit. `--summary` prints, per version and shape, the median over rounds of each round's ratio B / A (of ms, and of %
-of cuDNN), with the min-max: within 1% is level.
+Each round runs one fresh process per tree, the trees' order rotating from round to round, and every process times its
+own tree's versions (fa2lab.versions.load from that tree, with that tree's fa2lab) and SDPA's default backend (cuDNN on
+Hopper) on the same inputs by do_bench with its L2 flush, and its versions' forward also by CUDA-graph replay (cuDNN's
+too with --sdpa-graphs). A tree may carry its own environment (--env), such as another Triton first on PYTHONPATH.
+`--mode bwd` times the backward alone (autograd on a kept graph), by do_bench only. One row per process, version and
+shape goes to results/<gpu>/experiments/<--csv>, with provenance, the child's own torch and Triton, the tree's label
+and commit. `--summary` prints, per version and shape, the median over rounds of each round's ratio B / A (of ms, and
+of % of cuDNN), with the min-max: within 1% is level.
 
     python scripts/compare_trees.py --tree before=/tmp/old --tree after=. --rounds 5
     python scripts/compare_trees.py --tree t36=. --tree t39=. --env t39:PYTHONPATH=/tmp/triton39 --kernel all
@@ -79,7 +79,7 @@ def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], m
             row = dict(version=name, mode=mode, N=N, D=D, causal=int(causal), B=B, H=H, max_abs_err_vs_sdpa=err,
                        path=(last() if last else "") or "", config=(FA.last_config() if last else "") or "",
                        child_torch=torch.__version__, child_triton=triton.__version__)
-            row["ms"], row["graph_ms"] = _timed(ours, True)
+            row["ms"], row["graph_ms"] = _timed(ours, mode == "fwd")   # autograd's backward is not captured
             row["sdpa_ms"], row["sdpa_graph_ms"] = _timed(sdpa, sdpa_graphs and mode == "fwd")
             row["sm_clock_mhz"] = sm_clock_mhz()
             print("ROW " + json.dumps(row), flush=True)
@@ -116,8 +116,8 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
                            pct_of_sdpa=100.0 * row["sdpa_ms"] / row["ms"],
                            graph_pct_of_sdpa=100.0 * row["sdpa_graph_ms"] / row["graph_ms"])
                 print(f"  {row['version']:<16} {mode} N={row['N']:>5} D={row['D']:>3} causal={row['causal']} "
-                      f"{row['ms'] * 1e3:8.2f} us {row['pct_of_sdpa']:6.1f}% of cuDNN  graph {row['graph_ms'] * 1e3:8.2f} us"
-                      f"  {row['path']}", flush=True)
+                      f"{row['ms'] * 1e3:8.2f} us {row['pct_of_sdpa']:6.1f}% of cuDNN  "
+                      f"graph {row['graph_ms'] * 1e3:8.2f} us  {row['path']}", flush=True)
             # the child's own torch and Triton are the row's (a tree may run another Triton than this process)
             append_rows(out, [dict(env, **row, torch=row["child_torch"], triton=row["child_triton"]) for row in rows])
     return 0

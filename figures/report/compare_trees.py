@@ -73,6 +73,12 @@ def cell(xs: list[float], spec: str = ".3f") -> str:
     return f"{statistics.median(xs):{spec}} ({min(xs):{spec}}–{max(xs):{spec}})" if xs else "–"
 
 
+def timed(r: dict) -> tuple[str, list[float]]:
+    """The time ratios a comparison is judged by: graph replay's, or do_bench's where nothing was captured (the
+    backward)."""
+    return ("graph replay", r["graph_ms"]) if r["graph_ms"] else ("do_bench", r["ms"])
+
+
 def verdict(r: dict, b: str = "after") -> str:
     """'within 1%' when the median ratio is within 1% by graph replay and by % of cuDNN; else, for each measure off by
     more, 'level (spread)' when its rounds' min-max holds 1 (a difference under the spread is noise), or by how much
@@ -81,12 +87,12 @@ def verdict(r: dict, b: str = "after") -> str:
         return "no complete round"
     if r["rounds"] < 2:
         return "one round: no spread to judge by"
-    timed = ("graph replay", r["graph_ms"]) if r["graph_ms"] else ("do_bench", r["ms"])   # no graph: do_bench's ms
-    graph, pct = statistics.median(timed[1]), statistics.median(r["pct_of_sdpa"])
+    by = timed(r)
+    graph, pct = statistics.median(by[1]), statistics.median(r["pct_of_sdpa"])
     if abs(graph - 1) <= LEVEL and abs(pct - 1) <= LEVEL:
         return f"within {100 * LEVEL:.0f}%"
     said = []
-    for name, values, m, slower in ((*timed, graph, graph > 1),                          # a time ratio > 1: slower
+    for name, values, m, slower in ((*by, graph, graph > 1),                             # a time ratio > 1: slower
                                     ("% of cuDNN", r["pct_of_sdpa"], pct, pct < 1)):       # a % ratio < 1: slower
         if abs(m - 1) <= LEVEL:
             continue

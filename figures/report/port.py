@@ -1,7 +1,7 @@
 """The Triton 3.9 port (scripts/compare_trees.py into port_triton39.csv): three trees timed in alternating fresh
 processes, round by round: the block-pointer kernels on Triton 3.6 (BEFORE), the pointer port on 3.6 (PORT) and the
 same checkout on 3.9 (T39). Two comparisons, each `compare_trees.ratios`: the port on 3.6 (PORT / BEFORE), and 3.9
-against 3.6 (T39 / PORT). RESULTS.md gets one table per round (`section_port_brief`); the page every shape.
+against 3.6 (T39 / PORT). RESULTS.md gets a row per version (`section_port_brief`); the page every shape.
 """
 
 from __future__ import annotations
@@ -64,10 +64,11 @@ def section_port(gpu, root) -> str:
              f"replay: `{BEFORE}` the block-pointer kernels on Triton {_tritons(df, BEFORE)}, `{PORT}` the pointer "
              f"port on Triton {_tritons(df, PORT)}, `{T39}` the same checkout on Triton {_tritons(df, T39)}. µs: each "
              f"tree's median over its rounds, by graph replay (the backward: by do_bench); ratios: the median "
-             f"(min–max) of the per-round ratios over the complete rounds. Verdict: within {100 * ct.LEVEL:.0f}% by graph replay and by % of cuDNN, else what each "
-             f"says (a spread that holds 1 is level). Backward rows time the backward alone (cuDNN by do_bench "
-             f"only). At small N, do_bench times the host path of the versions that launch through Triton's JIT "
-             f"(v0–v4), and what it reads there changes from process to process: graph replay is the kernels' time. "
+             f"(min–max) of the per-round ratios over the complete rounds. Verdict: within {100 * ct.LEVEL:.0f}% "
+             f"by graph replay and by % of cuDNN, else what each says (a spread that holds 1 is level). Backward "
+             f"rows time the backward alone, by do_bench. At small N, do_bench times the host path of the versions "
+             f"that launch through Triton's JIT (v0–v4), and what it reads there changes from process to process: "
+             f"graph replay is the kernels' time. "
              f"Source: `{rel(path_of(gpu, root))}`."]
     for a, b, title in COMPARISONS:
         if not {a, b} <= set(df.tree):
@@ -84,7 +85,7 @@ def short(r: dict | None) -> str:
         return "–"
     if r["rounds"] < 2:
         return "1 round"
-    xs = r["graph_ms"] or r["ms"]
+    xs = ct.timed(r)[1]
     m = statistics.median(xs)
     if abs(m - 1) <= ct.LEVEL or min(xs) <= 1 <= max(xs):
         return "level"
