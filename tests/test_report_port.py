@@ -64,3 +64,17 @@ def test_port_brief_says_faster_slower_in_short(root):
     _write(root / GPU / "experiments" / port.CSV, port_rows(t39_slow=0.95))
     brief = build.build(root, width=None)
     assert "| `v5_final` | fwd | 923 / – | 923 / – | 872 / – | level / – | faster 5.1% / – |" in brief
+
+
+def test_a_version_measured_later_keeps_the_others_rounds(root):
+    """v7 re-measured at a later commit starts its own comparison; v5's rounds, at the earlier commit, stay judged."""
+    rows = port_rows(t39_slow=1.05)
+    later = [dict(r, round=r["round"] + 20, tree_commit="def5678") for r in rows
+             if r["version"] == "v7_hopper" and r["tree"] != port.BEFORE]
+    _write(root / GPU / "experiments" / port.CSV, rows + later)
+    df = port._load(GPU, root)
+    table = port.comparison_table(df, port.PORT, port.T39)
+    assert "| `v5_final` | fwd | 4096 | 64 | no | 3 |" in table and "| `v7_hopper` | bwd | 4096 | 64 | no | 3 |" in table
+    text = build.build(root, width=None)
+    brief = text[text.index("Triton 3.6 and 3.9 side by side"):]
+    assert "| `v5_final` | fwd |" in brief and "| `v7_hopper` | bwd |" in brief

@@ -69,7 +69,8 @@ def heading(text: str) -> Part:
     return lambda c: text
 
 
-# RESULTS.md, per GPU: the summary, the article's rounds in its order, beyond the article, the ledger.
+# RESULTS.md, per GPU: the summary, the article's rounds in its order (each section's title names its round),
+# beyond the article, the ledger.
 SECTIONS: list[Part] = [
     lambda c: section_summary(c.gpu, c.root, c.claims),
     lambda c: varlen_brief(c.gpu, c.root),
@@ -77,17 +78,12 @@ SECTIONS: list[Part] = [
     heading("## The article's rounds, in its order, beside Ada's numbers"),
     lambda c: section_versions(c.gpu, c.root, c.summary, c.paths, c.ref, c.ref_path),
     lambda c: section_rounds(c.gpu, c.root, c.summary, c.paths, c.ref),
-    heading("#### Rounds 0, 2 and 4: what the compiler made, and the profiles"),
     lambda c: section_inspect(c.root),
-    heading("#### Round 1: tile sizes, warps and stages"),
     sweep(0, note=True),
     lambda c: section_budget(c.gpu, c.root, c.root),
-    heading("#### Round 2: the matmul peak under Nsight Compute"),
     lambda c: section_matmul_ncu(c.gpu, c.root),
-    heading("#### Round 3: autotune, and what it costs"),
     lambda c: section_compile_cost(c.gpu, c.root, c.root),
     lambda c: section_autotune_bias(c.gpu, c.root),
-    heading("#### Round 5: re-tune, and the final profile"),
     sweep(1),
     lambda c: section_ncu(c.gpu, c.root, c.root),
     heading("## Beyond the article"),

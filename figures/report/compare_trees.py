@@ -44,7 +44,8 @@ def labels(df: pd.DataFrame, a: str | None = None, b: str | None = None) -> tupl
 
 def pooled(df: pd.DataFrame, b: str) -> pd.DataFrame:
     """The rounds that measured B at its latest commit (the last in file order): a later checkout of B starts a new
-    comparison, and the rounds of an earlier one are history, not pooled with it."""
+    comparison, and the rounds of an earlier one are history, not pooled with it. `ratios` asks this per version and
+    mode, so a version measured later does not retire another version's rounds."""
     mine = df[df.tree == b]
     if not len(mine):
         return df
@@ -53,11 +54,12 @@ def pooled(df: pd.DataFrame, b: str) -> pd.DataFrame:
 
 
 def ratios(df: pd.DataFrame, a: str, b: str) -> list[dict]:
-    """Per (version, mode, N, D, causal): the complete rounds of B's latest commit (`pooled`) and, for each metric,
-    the per-round ratios B / A (a round counts when both trees have that shape's row in it; the last row per round
-    and tree where a round was re-run)."""
+    """Per (version, mode, N, D, causal): the complete rounds of B's latest commit for that version and mode
+    (`pooled`) and, for each metric, the per-round ratios B / A (a round counts when both trees have that shape's row
+    in it; the last row per round and tree where a round was re-run)."""
     out = []
-    df = pooled(df[df.tree.isin([a, b])], b)
+    df = df[df.tree.isin([a, b])]
+    df = pd.concat([pooled(g, b) for _, g in df.groupby(["version", "mode"], sort=False)]) if len(df) else df
     for (version, mode, N, D, c), g in df.groupby(list(KEY), sort=False):
         key = {"version": version, "mode": mode, "N": int(N), "D": int(D), "causal": int(c)}
         per = g.drop_duplicates(["round", "tree"], keep="last").pivot(index="round", columns="tree", values=list(METRICS))
