@@ -336,10 +336,10 @@ def autotune_bias(c, processes=10, pause=20.0, N=512, causal=False):
 @task(help={"readme": "also rewrite README.md's generated block, between its <!-- report:... --> markers "
                       "(default; --no-readme skips it)"})
 def report(c, readme=True):
-    """Write RESULTS.md, its pages docs/results/*.md and README.md's generated block from results/ alone: a
+    """Write REPORT.md, its pages docs/report/*.md and README.md's generated block from results/ alone: a
     one-screen summary, the article's rounds beside its Ada numbers, v7 against cuDNN, the backward, the claims
-    ledger, and one page per experiment (python -m figures.report)."""
-    if _run([sys.executable, "-m", "figures.report", *(["--readme", "README.md"] if readme else [])]) != 0:
+    ledger, and one page per experiment (python -m report)."""
+    if _run([sys.executable, "-m", "report", *(["--readme", "README.md"] if readme else [])]) != 0:
         raise Exit("report failed", code=1)
 
 

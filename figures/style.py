@@ -45,7 +45,7 @@ def label(version: str) -> str:
 
 
 def round_label(version: str) -> str:
-    """The registry's round label of a version ("0", "4a", "beyond: 6"), as README and RESULTS.md print it."""
+    """The registry's round label of a version ("0", "4a", "beyond: 6"), as README and REPORT.md print it."""
     return versions.get(version).round_label
 
 

@@ -1,7 +1,7 @@
-"""`python -m figures.report`: write RESULTS.md and docs/results/ (and README's block with --readme)."""
+"""`python -m report`: write REPORT.md and docs/report/ (and README's block with --readme)."""
 
 import sys
 
-from figures.report.build import main
+from report.build import main
 
 sys.exit(main())

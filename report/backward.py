@@ -12,9 +12,9 @@ from fa2lab import shapes, versions
 from fa2lab.sweep_backward import CONFIG_FIELDS, KEY_FIELDS
 from figures import data, roofline
 from profiling.ncu_export import backward_share
-from figures.report.tables import peer_rows, fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
-from figures.report.profile import NCU_EXTRA, row_peaks, tensor_ops
-from figures.report.experiments import experiment, experiment_not_run, shape_table
+from report.tables import peer_rows, fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
+from report.profile import NCU_EXTRA, row_peaks, tensor_ops
+from report.experiments import experiment, experiment_not_run, shape_table
 
 
 def section_bwd_modes(gpu, root) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fa2lab import versions
 from figures import data
-from figures.report.tables import NOT_YET, md_table, not_yet, numeric, optional, rel
+from report.tables import NOT_YET, md_table, not_yet, numeric, optional, rel
 
 
 # ---------------------------------------------------------------- the non-square causal check (issue 6)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from figures import data
-from figures.report.tables import NOT_YET, md_table, numeric, rel
+from report.tables import NOT_YET, md_table, numeric, rel
 
 COLUMNS = ("N", "D", "causal", "round", "tree", "tree_commit", "ms", "pct_of_sdpa", "graph_ms")
 KEY = ("version", "mode", "N", "D", "causal")   # one comparison per key
@@ -127,9 +127,9 @@ def compare(gpu, root) -> tuple[pd.DataFrame, str, str, list[dict]] | None:
 
 
 def within_count(gpu, root) -> str:
-    """RESULTS.md's one line: how many shapes are within 1%, and where the page is."""
+    """REPORT.md's one line: how many shapes are within 1%, and where the page is."""
     found = compare(gpu, root)
-    link = "[its page](docs/results/compare_trees.md)"
+    link = "[its page](docs/report/compare_trees.md)"
     if found is None:
         return f"The refactor's no-regression check: {NOT_YET} (`{TASK}`)."
     _, a, b, rows = found

@@ -1,4 +1,4 @@
-"""The experiments beyond the harness (one page each under docs/results/): the registry of their files, keys and
+"""The experiments beyond the harness (one page each under docs/report/): the registry of their files, keys and
 tasks, and the sections of v6's experiments (P_CAST, launch order, small-N timing) and of v7's exp2 polynomial and grid."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 from figures import data
-from figures.report.tables import NOT_YET, fmt, latest_rows, md_table, numeric, optional, rel, span
+from report.tables import NOT_YET, fmt, latest_rows, md_table, numeric, optional, rel, span
 
 
 # ---------------------------------------------------------------- experiments beyond the harness

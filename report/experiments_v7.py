@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from figures import data
-from figures.report.tables import fmt, latest_rows, md_table, numeric, optional, rel, span
-from figures.report.experiments import experiment_not_run
+from report.tables import fmt, latest_rows, md_table, numeric, optional, rel, span
+from report.experiments import experiment_not_run
 
 
 def section_gluon(gpu, root) -> str:
@@ -265,7 +265,7 @@ def section_items(gpu, root) -> str:
 
 def section_experiments(gpu, root) -> str:
     """Every experiment's section of this module and experiments.py, one after another (each also has a page)."""
-    from figures.report.experiments import (section_exp2_poly, section_grid, section_launch_order, section_pcast,
+    from report.experiments import (section_exp2_poly, section_grid, section_launch_order, section_pcast,
                                             section_timing)
     parts = (section_pcast, section_launch_order, section_timing, section_exp2_poly, section_grid, section_gluon,
              section_coldstart, section_dobench, section_items, section_tl_pick)

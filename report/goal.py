@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from figures import data
-from figures.report.tables import fmt, md_table, not_yet, rel, span
-from figures.report.experiments import EXPERIMENT_TASK, experiment
+from report.tables import fmt, md_table, not_yet, rel, span
+from report.experiments import EXPERIMENT_TASK, experiment
 
 
 V6, V7 = "v6_longest_first", "v7_hopper"
@@ -159,7 +159,7 @@ def section_goal(gpu, root) -> str:
         md_table(GOAL_HEADER, rows), "", _goal_summary(verdicts)]
     for _, what, pooled in rest:
         rows, verdicts = _goal_table(pooled)
-        out += ["", f"Pooled over {what} (GOAL_KERNELS_SINCE in figures/report/goal.py: later commits changed how a "
+        out += ["", f"Pooled over {what} (GOAL_KERNELS_SINCE in report/goal.py: later commits changed how a "
                 "configuration is picked, not the default candidates' code), different machines among them.", "",
                 md_table(GOAL_HEADER, rows), "", _goal_summary(verdicts)]
     return "\n".join(out)

@@ -8,7 +8,7 @@ import pandas as pd
 from fa2lab import versions
 from figures import data
 from profiling.host_steps import STEPS as HOST_STEPS
-from figures.report.tables import NOT_YET, fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
+from report.tables import NOT_YET, fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
 
 
 def hostpath_table(gpu, root):

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pandas as pd
 
 from figures import data
-from figures.report.tables import Claim, NOT_YET, fmt, get, md_table, rel
-from figures.report.sweeps import sweep_winners
-from figures.report.tuning import ARTICLE_PER_CONFIG_S, ARTICLE_STARTUP_S, autotune_bias, compile_cost_table, compile_fit, line_text, marginal_costs
-from figures.report.hostpath import hostpath_table
-from figures.report.profile import HALF, MATMUL_FILE, WHOLE, inspections, matmul_profile, ncu_get, ncu_profile
-from figures.report.experiments import experiment
+from report.tables import Claim, NOT_YET, fmt, get, md_table, rel
+from report.sweeps import sweep_winners
+from report.tuning import ARTICLE_PER_CONFIG_S, ARTICLE_STARTUP_S, autotune_bias, compile_cost_table, compile_fit, line_text, marginal_costs
+from report.hostpath import hostpath_table
+from report.profile import HALF, MATMUL_FILE, WHOLE, inspections, matmul_profile, ncu_get, ncu_profile
+from report.experiments import experiment
 
 
 # ---------------------------------------------------------------- the ledger
@@ -335,5 +335,5 @@ def section_ledger(claims: list[Claim], full: bool = False) -> str:
         header = ["#", "the article's claim", "on this GPU"]
     return "\n".join(["### Claims ledger", f"{held} hold, {len(claims) - held - pending} do not (or only partly), "
                       f"{pending} not measured yet" + ("." if full else "; the numbers that decide each, and their "
-                                                       "files: [the ledger's page](docs/results/ledger.md)."), "",
+                                                       "files: [the ledger's page](docs/report/ledger.md)."), "",
                       md_table(header, rows)])

@@ -13,8 +13,8 @@ import pandas as pd
 
 from fa2lab import shapes
 from figures import data, roofline
-from figures.report.profile import tensor_ops
-from figures.report.tables import NOT_YET, PEER, fmt, md_table, rel
+from report.profile import tensor_ops
+from report.tables import NOT_YET, PEER, fmt, md_table, rel
 
 TASK = "invoke profile --tool ncu --kernel v7_hopper --peer fa4 --N 4096 --D 64,128 --masks both"
 OURS, THEIRS = "v7_hopper", "fa4-fwd"          # the NVTX ranges profile_driver names them by

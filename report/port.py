@@ -1,7 +1,7 @@
 """The Triton 3.9 port (scripts/compare_trees.py into port_triton39.csv): three trees timed in alternating fresh
 processes, round by round: the block-pointer kernels on Triton 3.6 (BEFORE), the pointer port on 3.6 (PORT) and the
 same checkout on 3.9 (T39). Two comparisons, each `compare_trees.ratios`: the port on 3.6 (PORT / BEFORE), and 3.9
-against 3.6 (T39 / PORT). RESULTS.md gets a row per version (`section_port_brief`); the page every shape.
+against 3.6 (T39 / PORT). REPORT.md gets a row per version (`section_port_brief`); the page every shape.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import statistics
 from pathlib import Path
 
 from figures import data
-from figures.report import compare_trees as ct
-from figures.report.tables import NOT_YET, fmt, md_table, rel
+from report import compare_trees as ct
+from report.tables import NOT_YET, fmt, md_table, rel
 
 CSV = "port_triton39.csv"
 BEFORE, PORT, T39 = "bp36", "t36", "t39"
@@ -19,7 +19,7 @@ COMPARISONS = ((BEFORE, PORT, "the port on Triton 3.6: pointer arithmetic ÷ blo
                (PORT, T39, "Triton 3.9 ÷ Triton 3.6, the same checkout"))
 TASK = ("python scripts/compare_trees.py --csv port_triton39.csv --kernel all --tree bp36=<block-pointer checkout> "
         "--tree t36=. --tree t39=. --env t39:PYTHONPATH=<Triton 3.9>")
-PAGE = "[its page](docs/results/compare_trees.md#the-triton-39-port)"
+PAGE = "[its page](docs/report/compare_trees.md#the-triton-39-port)"
 
 
 def path_of(gpu, root) -> Path:
@@ -93,7 +93,7 @@ def short(r: dict | None) -> str:
 
 
 def section_port_brief(gpu, root) -> str:
-    """RESULTS.md's table: per version and mode at the largest N measured (D = 64), each tree's time and both
+    """REPORT.md's table: per version and mode at the largest N measured (D = 64), each tree's time and both
     comparisons in short, non-causal / causal in each cell."""
     df = _load(gpu, root)
     if df is None or not {PORT, T39} <= set(df.tree):

@@ -15,7 +15,7 @@ from fa2lab import versions
 from figures import data, roofline
 from profiling.ncu_export import read_source, stall_profile
 from profiling.run_profile import MATMUL_SIZE
-from figures.report.tables import NOT_YET, ada, fmt, md_table, not_yet, numeric, optional, rel
+from report.tables import NOT_YET, ada, fmt, md_table, not_yet, numeric, optional, rel
 
 
 # ---------------------------------------------------------------- Round 5: the final profile (Nsight Compute)

@@ -3,7 +3,7 @@
 `<!-- report:results -->` ... `<!-- /report:results -->` holds every version at N = 4096 against SDPA (and the peer
 once measured), v7 against cuDNN at the harness shapes with the verdict, and the backward; `<!-- report:versions -->`
 ... `<!-- /report:versions -->` one line per version of fa2lab/versions.py. The numbers are summary.py's, the same
-functions RESULTS.md's summary prints. Nothing outside the markers is touched.
+functions REPORT.md's summary prints. Nothing outside the markers is touched.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 from fa2lab import versions
 from figures import data
-from figures.report.summary import (HEADLINE_N, backward_headline, goal_cells, headline,
+from report.summary import (HEADLINE_N, backward_headline, goal_cells, headline,
                                     versions_table)
-from figures.report.tables import NOT_YET, PEER, fmt, md_table
+from report.tables import NOT_YET, PEER, fmt, md_table
 
 BLOCKS = ("results", "versions")
 
@@ -41,10 +41,10 @@ def results_block(root=None) -> str:
         body = [[N] + [" ".join(cells[(N, c)][i] for i in (0, 2)) if (N, c) in cells else "–" for c in ("no", "yes")]
                 for N in Ns]
         out += ["", f"v7 against cuDNN at the harness shapes: the median of each run's own ratio and the verdict of its "
-                f"95% interval, pooled over {what} (`{path.name}`; RESULTS.md gives each interval):", "",
+                f"95% interval, pooled over {what} (`{path.name}`; REPORT.md gives each interval):", "",
                 md_table(["N", "non-causal", "causal"], body)]
     bwd, _ = backward_headline(gpu, root)
-    if bwd:   # the last version with a backward: one line (RESULTS.md's summary has every version's)
+    if bwd:   # the last version with a backward: one line (REPORT.md's summary has every version's)
         r = bwd[-1]
         peer = (f"{fmt(r['peer_0'], '.0f', '%')} / {fmt(r['peer_1'], '.0f', '%')} of {PEER}'s (its runs at the "
                 f"latest commit that measured it)"

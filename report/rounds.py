@@ -7,7 +7,7 @@ import pandas as pd
 
 from fa2lab import versions
 from figures import data
-from figures.report.tables import ada_ms, fmt, get, md_table, optional, rel, span
+from report.tables import ada_ms, fmt, get, md_table, optional, rel, span
 
 
 # ---------------------------------------------------------------- sections

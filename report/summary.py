@@ -1,4 +1,4 @@
-"""The one-screen summary that opens RESULTS.md, and the numbers README's generated block prints.
+"""The one-screen summary that opens REPORT.md, and the numbers README's generated block prints.
 
 Each number here comes from one function, and each table says in a phrase what it pools: `headline` (every version
 at N = 4096 against SDPA and against the FA3-class peer), `goal_pools` (v7 against cuDNN at the harness shapes),
@@ -15,9 +15,9 @@ import pandas as pd
 
 from fa2lab import shapes, versions
 from figures import data
-from figures.report.backward import DEFAULT_DQ_MODE, backward_summary
-from figures.report.goal import GOAL_LEVEL, _goal_table, goal_pools, goal_rows, goal_verdict
-from figures.report.tables import NOT_YET, PEER, fmt, md_table, numeric, peer_rows, rel
+from report.backward import DEFAULT_DQ_MODE, backward_summary
+from report.goal import GOAL_LEVEL, _goal_table, goal_pools, goal_rows, goal_verdict
+from report.tables import NOT_YET, PEER, fmt, md_table, numeric, peer_rows, rel
 
 HEADLINE_N = 4096
 PEER_GOAL_MIN_N = 2048         # the peer goal's shapes: N from here up, D = 64 and 128, both masks
@@ -49,7 +49,7 @@ def spread(rows: pd.DataFrame, col: str) -> Spread:
 def headline(gpu, root, N: int = HEADLINE_N) -> tuple[list[dict], str, list]:
     """Per version (registry order) at N: each mask's median (min–max) of the per-run % of SDPA's default backend
     and, over the rows whose peer was measured, of the per-run % of the peer; the phrase saying what it pools; the
-    files. README's block and RESULTS.md's summary both print this."""
+    files. README's block and REPORT.md's summary both print this."""
     df, paths = data.bench(gpu, root)
     measured = data.peer_measured_rows(gpu, root)
     out = []
@@ -235,7 +235,7 @@ def section_peer_goal(gpu, root) -> str:
             f"Each round's own ratio {PEER} ms ÷ v7 ms (and cuDNN ms ÷ v7 ms), pooled over {pooling}: the median "
             "(min–max) over the rounds; verdict: ahead when every round is above 100%, behind when every round is "
             "below, level otherwise (within the spread). The two kernels under Nsight Compute: "
-            "[the peer profile](docs/results/peer-profile.md).", "",
+            "[the peer profile](docs/report/peer-profile.md).", "",
             md_table(["N", "D", "causal", "rounds", f"% of {PEER}", "verdict", "graph replay", "verdict",
                       "% of cuDNN", "graph replay", "commit"], rows)])
     found = peer_goal(gpu, root)
@@ -303,7 +303,7 @@ def section_backward_goal(gpu, root) -> str:
 
 
 def section_summary(gpu, root, claims) -> str:
-    """RESULTS.md's first screen for one GPU."""
+    """REPORT.md's first screen for one GPU."""
     rows, pooling, _ = headline(gpu, root)
     goal, sentence = goal_compact(gpu, root)
     bwd, bwd_pooling = backward_headline(gpu, root)

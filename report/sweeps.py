@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from figures import data
-from figures.report.tables import NOT_YET, ada, fmt, md_table, not_yet, numeric, optional, rel
+from report.tables import NOT_YET, ada, fmt, md_table, not_yet, numeric, optional, rel
 
 
 # (swept body, round, the article's transcribed winners of that round (None: the article has no such round),

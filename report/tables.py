@@ -15,7 +15,7 @@ import pandas as pd
 from figures import data
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 NOT_YET = "not measured yet"
 PEER = "flash-attn-4"   # the FA3-class peer the harness times beside SDPA (columns fa4_*)
 PEER_OK = "ok"          # fa4_status of a row whose peer columns were measured

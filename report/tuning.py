@@ -11,7 +11,7 @@ import pandas as pd
 
 from figures import compile_cost as compile_cost_fig
 from figures import data
-from figures.report.tables import fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
+from report.tables import fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
 
 
 # ---------------------------------------------------------------- Round 3: compile cost, autotune bias

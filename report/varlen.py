@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from figures import data
-from figures.report.tables import NOT_YET, fmt, md_table, rel
+from report.tables import NOT_YET, fmt, md_table, rel
 
 VARLEN_COLUMNS = ("version", "run_id", "triton_cache", "pick_cache", "row", "group", "calls", "total_first_call_s",
                   "median_first_call_s", "max_first_call_s", "median_pct_of_sdpa")
@@ -120,12 +120,12 @@ POOLING = ("per version and cache state (Triton's and the picks' caches empty: c
 
 
 def varlen_brief(gpu, root) -> str:
-    """RESULTS.md's line and small table (no incomplete runs' list: the page has it)."""
+    """REPORT.md's line and small table (no incomplete runs' list: the page has it)."""
     found = varlen_table(gpu, root)
     if found is None:
         return f"Variable-length workloads: {NOT_YET} (`{TASK}`)."
     rows, cut, tuned = found
-    return "\n".join([f"Variable-length workloads ([the page](docs/results/varlen.md)): first calls and later calls per "
+    return "\n".join([f"Variable-length workloads ([the page](docs/report/varlen.md)): first calls and later calls per "
                       f"version and cache state over the complete runs ({len(cut)} incomplete, not pooled); within 2% of tuning N alone: {tuned}.", "", md_table(HEADER, rows)])
 
 

@@ -1,5 +1,5 @@
-"""The report's builder and README's generated block: RESULTS.md and docs/results/ are what the builder writes from
-results/ (byte for byte, twice the same), RESULTS.md stays one screen of summary plus a short body, README's block is
+"""The report's builder and README's generated block: REPORT.md and docs/report/ are what the builder writes from
+results/ (byte for byte, twice the same), REPORT.md stays one screen of summary plus a short body, README's block is
 the report's numbers, and the peer (flash-attn-4) column reads 'not measured yet' until rows with fa4_status ok exist."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from fa2lab import versions
-from figures import data, report
-from figures.report import readme, summary
+import report
+from figures import data
+from report import readme, summary
 from test_figures import GPU, PROV, _bench_rows, _write
 
-build = importlib.import_module("figures.report.build")   # the module (figures.report.build is also its function)
+build = importlib.import_module("report.build")   # the module (report.build is also its function)
 REPO = Path(__file__).resolve().parent.parent
 NAMES = list(versions.NAMES)
 
@@ -58,13 +59,13 @@ def test_the_builder_gives_the_same_bytes_twice(root):
 
 
 def test_results_md_is_short_and_opens_with_the_verdict(committed):
-    lines = committed["RESULTS.md"].split("\n")
+    lines = committed["REPORT.md"].split("\n")
     assert len(lines) <= 500
     verdict = next(i for i, line in enumerate(lines) if line.startswith("| N | causal | A: median"))
     assert verdict < 60 and any(w in "\n".join(lines[verdict:verdict + 12]) for w in ("ahead", "behind", "level"))
     assert sum(len(line) > 300 for line in lines if not line.startswith("|")) == 0   # prose is wrapped
     for page in build.PAGES:
-        assert f"({build.PAGES_DIR}/{page.slug}.md)" in committed["RESULTS.md"]
+        assert f"({build.PAGES_DIR}/{page.slug}.md)" in committed["REPORT.md"]
 
 
 def test_no_work_log_labels_or_commit_hashes_in_the_prose(committed):
