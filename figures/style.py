@@ -78,13 +78,19 @@ def figure(nrows: int, ncols: int, panel=(4.0, 3.2), **kw):
                         squeeze=False, dpi=DPI, **kw)
 
 
+# No date and no matplotlib version in the files: the same rows give the same bytes (a clean `invoke figures`
+# leaves git status clean), with svg.hashsalt above fixing the SVG's element ids.
+METADATA = {".png": {"Software": None}, ".svg": {"Date": None, "Creator": None}}
+
+
 def save(fig, out_dir: str | Path, name: str, svg: bool = True) -> list[Path]:
-    """Write out_dir/name.png (dpi 150) and out_dir/name.svg, creating out_dir; close the figure."""
+    """Write out_dir/name.png (dpi 150) and out_dir/name.svg, creating out_dir, without dates or versions in their
+    metadata (METADATA); close the figure."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.png"] + ([out_dir / f"{name}.svg"] if svg else [])
     for p in paths:
-        fig.savefig(p, dpi=DPI, bbox_inches="tight", metadata={"Date": None} if p.suffix == ".svg" else None)
+        fig.savefig(p, dpi=DPI, bbox_inches="tight", metadata=METADATA[p.suffix])
     plt.close(fig)
     return paths
 
