@@ -34,6 +34,22 @@ def _need_gpu(what: str, instead: str) -> None:
         raise Exit(f"{what} needs a CUDA GPU, and none is visible here. Instead: {instead}", code=2)
 
 
+def _versions(kernel: str, one: bool = False, also: tuple[str, ...] = ()) -> list:
+    """The versions --kernel names (fa2lab.versions.resolve), checked before anything runs or needs a GPU: an
+    unknown name exits 2 with one line naming the known versions. `one`: exactly one version; `also`: other
+    names the task takes (returned as no version)."""
+    if kernel in also:
+        return []
+    try:
+        chosen = versions.resolve(kernel)
+    except ValueError as e:
+        raise Exit(f"--kernel: {e}", code=2) from None
+    if not chosen or (one and len(chosen) != 1):
+        raise Exit(f"--kernel takes {'one version' if one else 'versions'}, not {kernel!r}; known: "
+                   f"{', '.join(versions.NAMES)}", code=2)
+    return chosen
+
+
 def _xdist_args(workers: int) -> list[str]:
     """pytest-xdist's `-n` when asked for and installed; an empty list otherwise."""
     if workers <= 1:
@@ -56,6 +72,7 @@ def test(c, kernel="all", unit=True, k="", workers=0):
     Writes nothing. GPU: optional; without one the kernels run on the CPU under Triton's interpreter
     (TRITON_INTERPRET=1), and the tests that need one are skipped.
     """
+    chosen = _versions(kernel)
     from fa2lab.protocol import TEST_FILE, version_env
 
     extra = {} if has_gpu() else {"TRITON_INTERPRET": "1"}
@@ -63,7 +80,7 @@ def test(c, kernel="all", unit=True, k="", workers=0):
         print("no CUDA GPU visible: running the kernels under Triton's CPU interpreter (TRITON_INTERPRET=1)")
     parallel = _xdist_args(int(workers))
     failed = []
-    for v in versions.resolve(kernel):
+    for v in chosen:
         print(f"\n=== {v.name}: {v.changed}")
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, str(TEST_FILE)]
         if k:
@@ -102,6 +119,7 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
     Writes results/<gpu>/bench/<version>.csv (--mode bwd: results/<gpu>/bench_bwd/<version>.csv), one row per
     shape and run. Needs a GPU.
     """
+    chosen = _versions(kernel)
     _need_gpu("invoke bench", "`invoke test` runs every version on the CPU under the interpreter, and "
               "`invoke report` / `invoke figures` read the committed H200 results")
     if varlen:   # its own fresh processes, rows in results/<gpu>/varlen/ (python harness/bench_varlen.py --help)
@@ -126,7 +144,6 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
     if int(D) not in HEAD_DIMS:
         raise Exit(f"--D must be one of {', '.join(map(str, HEAD_DIMS))}, not {D}", code=2)
     args = ["--causal", causal] + (["--N", *N.split(",")] if N else []) + ["--peers", peers, "--D", str(D)]
-    chosen = versions.resolve(kernel)
     from fa2lab.sweep_backward import DQ_CHOICES
 
     if dq_mode not in ("default", *DQ_CHOICES):
@@ -155,6 +172,7 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
     v0_baseline for Round 1, v4_exp2 for Round 5; v7_hopper re-sweeps an autotuned body pinned to one
     configuration at a time. Writes results/<gpu>/sweep/<version>.csv (a status per row: ok, wrong,
     out_of_smem, skipped_registers, compile_error). Needs a GPU."""
+    _versions(kernel, one=True)
     _need_gpu("invoke sweep", "the committed results/<gpu>/sweep/*.csv feed `invoke pick-configs` and `invoke figures`")
     cmd = [sys.executable, "sweeps/sweep.py", "--kernel", kernel, "--causal", causal]
     cmd += ["--N", *N.split(",")] if N else []
@@ -206,6 +224,7 @@ def pick_configs(c, kernel="v4_exp2", gpu="", dry_run=False):
     The single winner (v1, v3, v4), the per-shape winners (v2) and the greedy short list that keeps
     every shape within 1% of its best (v5, v6), for the sweep's GPU architecture. Writes the versions'
     configs.json and results/<gpu>/sweep/<version>.picks.csv (what it chose, from which CSV). No GPU needed."""
+    _versions(kernel, one=True)
     cmd = [sys.executable, "sweeps/pick_configs.py", "--kernel", kernel] + (["--gpu", gpu] if gpu else [])
     cmd += ["--dry-run"] if dry_run else []
     if _run(cmd) != 0:
@@ -219,6 +238,7 @@ def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
 
     Formula, Hopper-aware prediction and compiled bytes; also programs per SM by shared memory and by registers, registers and spills. Prints only (the committed
     table is results/<gpu>/budget/<kernel>.csv). Needs a GPU."""
+    _versions(kernel, one=True)
     _need_gpu("invoke budget", "fa2lab.budget.formula_shared_bytes gives the formula side on any machine")
     cmd = [sys.executable, "sweeps/budget_table.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype]
     cmd += ["--configs", configs] if configs else []
@@ -254,6 +274,7 @@ def check_nonsquare(c, kernel="all", quick=False, save=False, jobs=1):
     results/<gpu>/checks/nonsquare.csv with --save (GPU only, resumed case by case), else nothing.
     GPU: optional.
     """
+    _versions(kernel)
     cmd = [sys.executable, "harness/check_nonsquare.py", "--kernel", kernel, "--jobs", str(jobs)]
     cmd += (["--quick"] if quick else []) + (["--save"] if save else [])
     if _run(cmd) != 0:
@@ -270,6 +291,7 @@ def inspect(c, kernel="v1_tiles", config="", causal=False, D=64, dtype="bf16", a
     Writes registers, spills, shared bytes, TTGIR, PTX, SASS and a one-screen summary (MMA layout,
     loop contents, key instruction counts) under results/<gpu>/inspect/ (offline: results/offline-<arch>/inspect/).
     No GPU needed: without one it compiles offline for sm_90 (or --arch); nothing is run."""
+    _versions(kernel, one=True)
     cmd = [sys.executable, "profiling/inspect_kernel.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype,
            "--causal", str(int(causal))]
     cmd += (["--config", config] if config else []) + (["--arch", arch] if arch else [])
@@ -278,7 +300,8 @@ def inspect(c, kernel="v1_tiles", config="", causal=False, D=64, dtype="bf16", a
 
 
 @task(help={"tool": "ncu (counters), nsys (timeline) or torch (timeline via torch.profiler)",
-            "kernel": KERNEL_HELP + " ('all' leaves out v2, whose kernel and configurations are v1's)",
+            "kernel": KERNEL_HELP + " ('all' leaves out v2, whose kernel and configurations are v1's), or matmul "
+                      "(the Round 2 matmul peak table, as `invoke ceilings --ncu`)",
             "N": "sequence length", "causal": "causal attention", "config": "Q,K,WARPS,STAGES for every version",
             "mode": "fwd, or bwd: the Triton backward's kernels (both dQ modes) beside SDPA's backward (v6 on)",
             "gluon": "comma-separated Gluon forward configurations to profile beside them (experiment gluon's labels)",
@@ -299,6 +322,7 @@ def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", m
     are exported to results/<gpu>/ncu/*.csv (--source: results/<gpu>/ncu/source/; --mode bwd:
     results/<gpu>/ncu_bwd/); nsys and torch give a timeline (results/<gpu>/nsys/, results/<gpu>/torch/).
     Needs a GPU (--dry-run does not)."""
+    _versions(kernel, also=("matmul",))
     if not dry_run:
         _need_gpu("invoke profile", "`invoke profile --dry-run` prints the commands; `invoke inspect` works offline")
     cmd = [sys.executable, "profiling/run_profile.py", "--tool", tool, "--kernel", kernel, "--N", str(N),
@@ -403,6 +427,7 @@ def host_steps(c, kernel="v5_final,v6_longest_first,v7_hopper", N="512", repeats
     Where the host time goes (issue 8): SDPA, apply, an empty autograd.Function, the cached
     launch, its signature lookup, the allocations, v7's descriptors and Triton's launcher, each timed alone;
     rows to results/<gpu>/hostpath/steps.csv. Needs a GPU."""
+    _versions(kernel)
     _need_gpu("invoke host-steps", "results/<gpu>/hostpath/steps.csv holds the committed measurements")
     if _run([sys.executable, "profiling/host_steps.py", "--kernel", kernel, "--N", *N.split(","),
              "--repeats", str(repeats)]) != 0:

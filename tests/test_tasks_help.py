@@ -75,3 +75,27 @@ def test_invoke_list_prints_one_line_per_task():
                          timeout=120, env={**os.environ, "COLUMNS": str(LIST_COLUMNS)})
     body = [ln for ln in out.stdout.splitlines()[1:] if ln.strip()]
     assert body and all(re.match(r"^  \S+ +\S.*[.?]$", ln) for ln in body), out.stdout   # no continuation lines
+
+
+def test_an_unknown_version_is_one_line_naming_the_known_ones():
+    """`invoke TASK --kernel v9` for every task with --kernel: exit 2 and one line, not a traceback."""
+    import inspect
+
+    import invoke
+
+    sys.path.insert(0, str(REPO))
+    import tasks
+    from fa2lab import versions
+
+    with_kernel = sorted(name.replace("_", "-") for name, obj in vars(tasks).items()
+                         if isinstance(obj, invoke.Task) and "kernel" in inspect.signature(obj.body).parameters)
+    assert {"test", "bench", "sweep", "profile", "inspect"} <= set(with_kernel)
+    bad = []
+    for name in with_kernel:
+        out = subprocess.run([sys.executable, "-m", "invoke", name, "--kernel", "v9"], capture_output=True,
+                             text=True, cwd=REPO, timeout=120)
+        said = (out.stdout + out.stderr).strip()
+        if (out.returncode != 2 or len(said.splitlines()) != 1 or "'v9'" not in said
+                or not all(v in said for v in versions.NAMES)):
+            bad.append(f"{name}: rc {out.returncode}, {said[-300:]!r}")
+    assert not bad, "\n".join(bad)
