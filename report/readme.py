@@ -12,8 +12,7 @@ from pathlib import Path
 
 from fa2lab import versions
 from figures import data
-from report.summary import (HEADLINE_N, backward_headline, goal_cells, headline,
-                                    versions_table)
+from report.summary import HEADLINE_N, backward_headline, goal_cells, headline, versions_legend, versions_table
 from report.tables import NOT_YET, PEER, fmt, md_table
 
 BLOCKS = ("results", "versions")
@@ -32,8 +31,8 @@ def results_block(root=None) -> str:
     if gpu is None:
         raise data.ResultsError(f"no measured GPU under {data.root(root)}: nothing to report")
     rows, pooling, _ = headline(gpu, root)
-    out = [f"{gpu}, N = {HEADLINE_N}: % of SDPA's default backend (cuDNN) and of {PEER} (over 100%: faster), "
-           f"pooled over {pooling}:", "", versions_table(rows)]
+    out = [f"{gpu}, N = {HEADLINE_N}: every version against SDPA's default backend (cuDNN) and {PEER}, pooled over "
+           f"{pooling}:", "", versions_table(rows), "", versions_legend()]
     pools, path = goal_cells(gpu, root)
     if pools:
         what, cells, _ = pools[-1]

@@ -20,6 +20,7 @@ from report.goal import GOAL_LEVEL, _goal_table, goal_pools, goal_rows, goal_ver
 from report.tables import NOT_YET, PEER, fmt, md_table, numeric, peer_rows, rel
 
 HEADLINE_N = 4096
+SDPA_ROW = "SDPA (same runs)"   # headline's last row: the reference's own ms and TFLOP/s
 PEER_GOAL_MIN_N = 2048         # the peer goal's shapes: N from here up, D = 64 and 128, both masks
 PEER_GOAL_D = (64, 128)
 
@@ -46,21 +47,38 @@ def spread(rows: pd.DataFrame, col: str) -> Spread:
     return Spread(float(v.median()), float(v.min()), float(v.max()), int(runs))
 
 
+def _median(rows: pd.DataFrame, col: str) -> float:
+    v = pd.to_numeric(rows[col], errors="coerce").dropna() if col in rows else pd.Series(dtype=float)
+    return float(v.median()) if len(v) else float("nan")
+
+
 def headline(gpu, root, N: int = HEADLINE_N) -> tuple[list[dict], str, list]:
-    """Per version (registry order) at N: each mask's median (min–max) of the per-run % of SDPA's default backend
-    and, over the rows whose peer was measured, of the per-run % of the peer; the phrase saying what it pools; the
-    files. README's block and REPORT.md's summary both print this."""
+    """Per version (registry order) at N: each mask's median ms and TFLOP/s over the runs' rows, the median (min–max)
+    of the per-run % of SDPA's default backend and, over the rows whose peer was measured, of the per-run % of the
+    peer; then SDPA's own row (version SDPA_ROW: its ms and TFLOP/s pooled over every version's rows, the run count
+    summed); the phrase saying what it pools; the files. README's block and REPORT.md's summary both print this."""
     df, paths = data.bench(gpu, root)
     measured = data.peer_measured_rows(gpu, root)
     out = []
+    none = Spread(float("nan"), float("nan"), float("nan"), 0)
     for v in versions.VERSIONS:
         rows = df[(df.version == v.name) & (df.N == N)]
         if not len(rows):
             continue
         peer = peer_rows(measured[(measured.version == v.name) & (measured.N == N)])
         out.append({"version": v.name, "round": getattr(v, "round_label", None) or str(v.round),
+                    **{f"ms_{c}": _median(rows[rows.causal == c], "ms") for c in (0, 1)},
+                    **{f"tflops_{c}": _median(rows[rows.causal == c], "tflops") for c in (0, 1)},
                     **{f"sdpa_{c}": spread(rows[rows.causal == c], "pct_of_sdpa") for c in (0, 1)},
                     **{f"peer_{c}": spread(peer[peer.causal == c], "pct_of_fa4") for c in (0, 1)}})
+    if out:
+        rows = df[df.N == N]
+        out.append({"version": SDPA_ROW, "round": "–",
+                    **{f"ms_{c}": _median(rows[rows.causal == c], "sdpa_ms") for c in (0, 1)},
+                    **{f"tflops_{c}": _median(rows[rows.causal == c], "sdpa_tflops") for c in (0, 1)},
+                    **{f"sdpa_{c}": Spread(float("nan"), float("nan"), float("nan"),
+                                           sum(r[f"sdpa_{c}"].runs for r in out)) for c in (0, 1)},
+                    **{f"peer_{c}": none for c in (0, 1)}})
     pooling = (f"each version's latest protocol of ≥ {data.MIN_PROTOCOL_RUNS} runs (`results/{gpu}/bench/`, "
                f"D = {shapes.HEAD_DIM}; the peer: its runs at the latest commit that measured it), the median (min–max) "
                f"of each run's ratio")
@@ -72,16 +90,37 @@ def peer_measured(rows: list[dict]) -> bool:
 
 
 def versions_table(rows: list[dict]) -> str:
+    """headline's rows as one table: per mask ms, TFLOP/s and % of SDPA, the runs, the peer's % (VERSIONS_LEGEND
+    says what each column is)."""
     peer = peer_measured(rows)
     body = []
     for r in rows:
-        line = [f"`{r['version']}`", r["round"], r["sdpa_0"].text(), r["sdpa_1"].text(),
-                f"{r['sdpa_0'].runs} / {r['sdpa_1'].runs}"]
-        line += ([r["peer_0"].text(), r["peer_1"].text()] if peer else [NOT_YET])
+        ref = r["version"] == SDPA_ROW
+        line = [r["version"] if ref else f"`{r['version']}`", r["round"]]
+        for c in (0, 1):
+            line += [fmt(r[f"ms_{c}"], ".3f"), fmt(r[f"tflops_{c}"], ".0f"), "–" if ref else r[f"sdpa_{c}"].text()]
+        line.append(f"{r['sdpa_0'].runs} / {r['sdpa_1'].runs}")
+        line += ([r["peer_0"].text(), r["peer_1"].text()] if peer else ["–" if ref else NOT_YET])
         body.append(line)
-    header = ["version", "round", "% of SDPA, non-causal", "% of SDPA, causal", "runs"]
+    header = ["version", "round", "ms, non-causal", "TFLOP/s, non-causal", "% of SDPA, non-causal", "ms, causal",
+              "TFLOP/s, causal", "% of SDPA, causal", "runs"]
     header += [f"% of {PEER}, non-causal", f"% of {PEER}, causal"] if peer else [f"% of {PEER}"]
     return md_table(header, body)
+
+
+def versions_legend(N: int = HEADLINE_N) -> str:
+    """One line per column of versions_table, as a Markdown list."""
+    return "\n".join(f"- {line}" for line in (
+        "version, round: the kernel folder under `kernels/` and the article's round that made it (beyond: past the "
+        f"article); {SDPA_ROW}: SDPA's own times in the same runs, pooled over every version's rows.",
+        f"ms, TFLOP/s: the median over the runs of the harness's do_bench time at N = {N} (B = {shapes.BATCH}, "
+        f"H = {shapes.HEADS}, D = {shapes.HEAD_DIM}, {shapes.DTYPE_NAME}) and of its FLOP count (4·B·H·N²·D, halved "
+        "for causal) over that time.",
+        "% of SDPA: per run, SDPA's default backend's ms (timed in the same process) over the version's; the median "
+        "(min–max) over the runs. Over 100%: faster than SDPA.",
+        "runs: the protocol runs pooled (non-causal / causal), each a fresh process with the versions interleaved.",
+        f"% of {PEER}: the same per-run ratio against {PEER}, timed in the same runs, at the latest commit that "
+        "measured it; – where not measured."))
 
 
 def goal_cells(gpu, root) -> tuple[list[tuple[str, dict, dict]], object]:
@@ -311,7 +350,7 @@ def section_summary(gpu, root, claims) -> str:
     pending = sum(c.verdict == NOT_YET for c in claims)
     out = ["### Summary",
            f"Every version at N = {HEADLINE_N} against SDPA's default backend (cuDNN here) and {PEER}; pooled over "
-           f"{pooling}.", "", versions_table(rows), "",
+           f"{pooling}.", "", versions_table(rows), "", versions_legend(), "",
            "v7 against cuDNN at every harness shape. " + goal, ""]
     if sentence:
         out += [sentence, ""]

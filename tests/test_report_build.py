@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fa2lab import versions
+from fa2lab import shapes, versions
 import report
 from figures import data
 from report import readme, summary
@@ -197,3 +197,28 @@ def test_peer_goal_verdicts_follow_the_interval(root):
     verdicts = {(r[0], r[2]): r[-1] for r in summary.peer_goal(GPU, root)[0] if r[1] == 64}
     assert verdicts == {(2048, "no"): "ahead", (2048, "yes"): "ahead", (4096, "no"): "behind",
                         (4096, "yes"): "behind"}
+
+
+def test_versions_table_gives_ms_tflops_and_a_legend_line_per_column(root):
+    """README's and the summary's table: median ms and TFLOP/s beside each % of SDPA, SDPA's own row, and one legend
+    line naming every column."""
+    rows, _, _ = summary.headline(GPU, root)
+    table = summary.versions_table(rows)
+    header = [h.strip() for h in table.splitlines()[0].strip("|").split("|")]
+    v5 = [c.strip() for c in next(ln for ln in table.splitlines() if ln.startswith("| `v5_final` |")).strip("|").split("|")]
+    flop = shapes.flops(4, 8, 4096, 64, False)
+    ms = [0.001 * 4096 / 512 * 1.1 * (1 + 0.01 * run) for run in (1, 2, 3)]   # _bench_rows, v5_final, non-causal
+    assert v5[header.index("ms, non-causal")] == f"{ms[1]:.3f}"
+    assert v5[header.index("TFLOP/s, non-causal")] == f"{flop / ms[1] / 1e9:.0f}"
+    sdpa = [c.strip() for c in table.splitlines()[-1].strip("|").split("|")]
+    assert sdpa[0] == summary.SDPA_ROW and sdpa[header.index("ms, causal")] == f"{0.001 * 4096 / 512:.3f}"
+    assert sdpa[header.index("runs")] == f"{3 * len(versions.NAMES)} / {3 * len(versions.NAMES)}"
+    legend = summary.versions_legend().splitlines()
+    named = {name.strip() for line in legend for name in line[2:].split(":")[0].split(",")}
+    assert {h.split(",")[0] for h in header} <= named and all(line.startswith("- ") for line in legend)
+    block = readme.results_block(root)
+    assert table in block and summary.versions_legend() in block
+
+
+def test_readme_says_how_long_the_tests_take():
+    assert "`invoke test` takes about" in (REPO / "README.md").read_text()
