@@ -197,9 +197,9 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
 def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0, stages="", configs="", pick=False):
     """Sweep the Triton backward's tiles, warps and stages.
 
-    At the harness shapes, each checked against SDPA's gradients; resumable. Writes one row per measurement to results/<gpu>/sweep_bwd/flash_backward_triton.csv;
-    needs a GPU. --pick (no GPU) turns a finished sweep into that GPU's backward default in
-    kernels/_shared/backward_configs.json."""
+    At the harness shapes, each checked against SDPA's gradients; resumable. Writes one row per measurement to
+    results/<gpu>/sweep_bwd/flash_backward_triton.csv; needs a GPU. --pick (no GPU) turns a finished sweep into that
+    GPU's backward default in kernels/_shared/backward_configs.json."""
     if pick:
         if _run([sys.executable, "sweeps/sweep_backward.py", "--pick", "--dq-mode", dq_mode]) != 0:
             raise Exit("no backward configuration picked", code=1)
@@ -236,8 +236,8 @@ def pick_configs(c, kernel="v4_exp2", gpu="", dry_run=False):
 def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
     """Print the shared-memory budget table on this GPU.
 
-    Formula, Hopper-aware prediction and compiled bytes; also programs per SM by shared memory and by registers, registers and spills. Prints only (the committed
-    table is results/<gpu>/budget/<kernel>.csv). Needs a GPU."""
+    Formula, Hopper-aware prediction and compiled bytes; also programs per SM by shared memory and by registers,
+    registers and spills. Prints only (the committed table is results/<gpu>/budget/<kernel>.csv). Needs a GPU."""
     _versions(kernel, one=True)
     _need_gpu("invoke budget", "fa2lab.budget.formula_shared_bytes gives the formula side on any machine")
     cmd = [sys.executable, "sweeps/budget_table.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype]
@@ -250,7 +250,8 @@ def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
 def list_versions(c):
     """Print the version registry, in the article's round order.
 
-    fa2lab/versions.py: each round's label, the version it made (Round 2 profiles and makes none), and what changed. Writes nothing; no GPU needed."""
+    fa2lab/versions.py: each round's label, the version it made (Round 2 profiles and makes none), and what changed.
+    Writes nothing; no GPU needed."""
     made = {}
     for v in versions.VERSIONS:
         made.setdefault(v.round_label, []).append(v)
@@ -362,7 +363,8 @@ def compile_cost(c, counts="1,2,4,8,16", sweep=""):
 def autotune_bias(c, processes=10, pause=20.0, N=512, causal=False):
     """Round 3: check the autotuner's pick after an idle GPU.
 
-    Which candidate it picks, with and without a warm-up and with longer timing, against careful timings; rows to results/<gpu>/tuning/autotune_bias.csv. Needs a GPU."""
+    Which candidate it picks, with and without a warm-up and with longer timing, against careful timings; rows to
+    results/<gpu>/tuning/autotune_bias.csv. Needs a GPU."""
     _need_gpu("invoke autotune-bias", "results/<gpu>/tuning/autotune_bias.csv holds the committed measurements")
     cmd = [sys.executable, "sweeps/autotune_bias.py", "--processes", str(processes), "--pause", str(pause),
            "--N", str(N), "--causal", str(int(causal))]
