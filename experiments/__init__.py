@@ -1,7 +1,7 @@
 """The experiments beyond the article's harness, one module each (experiments/<module>.py, with main(argv)), and
 their one registry: `invoke experiment NAME` (tasks.py), `python experiments/run.py NAME` and
 `python experiments/<module>.py` all run what EXPERIMENTS names. Each appends rows with provenance to
-results/<gpu>/experiments/<file>.csv (the report, figures/report.py, reads those files). GPU only.
+results/<gpu>/experiments/<file>.csv (the report, report/, reads those files). GPU only.
 
 RETIRED experiments measured an option that is no longer in the kernels: their code is gone, their committed rows
 stay and the report still reads them.

@@ -22,7 +22,7 @@ class Version:
     round: int         # the round number that produced it (the article's 0-5; 6 and 7 are beyond the article)
     autotuned: bool    # wraps its kernel in @triton.autotune
     kernel_of: str     # the version whose kernel body it runs (v2 runs v1's)
-    round_label: str   # the round as README, RESULTS.md and the figures print it: one of ROUND_LABELS
+    round_label: str   # the round as README, REPORT.md and the figures print it: one of ROUND_LABELS
 
     def __post_init__(self):
         if self.round_label not in ROUND_LABELS:

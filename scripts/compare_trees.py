@@ -124,9 +124,9 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
 
 
 def summary(path: Path, a: str, b: str) -> int:
-    """Print figures.report.compare_trees's table (the report's page prints the same)."""
+    """Print report.compare_trees's table (the report's page prints the same)."""
     sys.path.insert(0, str(REPO))
-    from figures.report import compare_trees
+    from report import compare_trees
 
     df = compare_trees.load(path)
     a, b = compare_trees.labels(df, a, b)

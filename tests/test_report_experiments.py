@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from figures import data
-from figures.report import compare_trees, summary, varlen
+from report import compare_trees, summary, varlen
 from test_figures import GPU, PROV, _bench_rows, _write
 from test_report_build import build, root  # noqa: F401 - root is the shared fixture: every version's bench rows
 
@@ -96,7 +96,7 @@ def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
 def test_backward_goal_and_headline_pool_the_default_dq_mode(root):
     """A later --dq-mode experiment's protocol does not replace the default backward's in either summary."""
     from fa2lab import versions
-    from figures.report.backward import DEFAULT_DQ_MODE
+    from report.backward import DEFAULT_DQ_MODE
 
     assert all(versions.load(v).FlashAttentionTriton.BACKWARD_DQ_MODE == DEFAULT_DQ_MODE
                for v in ("v6_longest_first", "v7_hopper"))
@@ -173,9 +173,9 @@ def test_varlen_pools_complete_runs_against_the_goals(root, monkeypatch):
            + varlen_run("v5_final", "s", "cold", [40.0, 1.0]))
     small = [r for r in varlen.varlen_table(GPU, root)[0] if r[0] == "`v5_final`" and r[3] == "2"]
     assert len(small) == 1 and small[0][4] == "41.0" and small[0][8].startswith("– (not the goals' 3 calls)")
-    page = build.build_all(root)["docs/results/varlen.md"]
+    page = build.build_all(root)["docs/report/varlen.md"]
     assert "Incomplete runs" in page and "| `v7_hopper` | `cut` | warm | warm | 2 |" in page
-    assert "Variable-length workloads ([the page](docs/results/varlen.md))" in build.build(root, width=None)
+    assert "Variable-length workloads ([the page](docs/report/varlen.md))" in build.build(root, width=None)
 
 
 def test_varlen_compare_rows_decide_the_tuned_goal(root):
@@ -222,7 +222,7 @@ def test_compare_trees_ratios_over_complete_rounds(root, capsys):
     assert compare_trees.verdict(slow) == "graph replay: after slower by 5.0%"
     assert compare_trees.cell(slow["graph_ms"]) == "1.050 (1.050–1.050)"
     assert "at 1 of 2 shapes" in compare_trees.within_count(GPU, root)
-    page = build.build_all(root)["docs/results/compare_trees.md"]
+    page = build.build_all(root)["docs/report/compare_trees.md"]
     assert "| before | `dddddd1` | 3 |" in page and "| after | `eeeeee2` | 3 |" in page   # round 4 had no after
     assert "| 4096 | 64 | no | 3 |" in page and "graph replay: after slower by 5.0%" in page
     assert "at 1 of 2 shapes" in build.build(root, width=None)
@@ -287,7 +287,7 @@ def peer_ncu_rows(run_id: str, v7_us: float, barrier: tuple[float, float], grid=
 
 
 def test_peer_profile_tables_and_what_differs(root):
-    page_of = lambda: build.build_all(root)["docs/results/peer-profile.md"]   # noqa: E731
+    page_of = lambda: build.build_all(root)["docs/report/peer-profile.md"]   # noqa: E731
     assert "not measured yet" in page_of()
     path = root / GPU / "ncu" / "v7_hopper_fa4_N4096_noncausal_D128.csv"
     _write(path, peer_ncu_rows("2026-12-01T00:00:00+00:00", 800.0, (0.6, 0.6))
@@ -324,7 +324,7 @@ def ws_rows(v7_us: float, ws_us: float, cudnn_us: float, N=4096, D=128, causal=0
 
 
 def test_the_ws_page_gives_each_shapes_ratios_from_the_rows(root):
-    from figures.report.backward import section_bwd_gluon_ws
+    from report.backward import section_bwd_gluon_ws
 
     assert "not measured yet (`invoke experiment bwd-gluon-ws` writes" in section_bwd_gluon_ws(GPU, root)
     _write(root / GPU / "experiments" / "bwd_gluon_ws.csv",

@@ -1,4 +1,4 @@
-"""The registry's round labels: one scheme (fa2lab.versions.ROUNDS) that README, RESULTS.md and the figures print."""
+"""The registry's round labels: one scheme (fa2lab.versions.ROUNDS) that README, REPORT.md and the figures print."""
 
 import subprocess
 import sys
