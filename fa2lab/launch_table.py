@@ -138,9 +138,9 @@ def load(path: str | Path, kernel: str) -> Table:
     return Table(kernel, read(path, kernel)["gpus"], Path(path))
 
 
-def write(path: str | Path, data: dict) -> None:
-    """Validate, then write atomically (a reader sees the old file or the new one)."""
-    validate(data, data.get("kernel", "?"), str(path))
+def write(path: str | Path, data: dict, kernel: str) -> None:
+    """Validate as `kernel`'s table, then write atomically (a reader sees the old file or the new one)."""
+    validate(data, kernel, str(path))
     write_atomically(Path(path), data)
 
 

@@ -136,7 +136,7 @@ def run_grid(path: Path, data: dict, section: dict, points: list[Point], race, m
         section["entries"].append(entry)
         section["complete"] = not todo(section, points)
         section["provenance"]["updated"] = now()
-        launch_table.write(path, data)
+        launch_table.write(path, data, KERNEL)
         counts["measured"] += 1
         won = entry["launch"]
         log(f"[{counts['done_before'] + i + 1}/{len(points)}] {p}: {won['path']}:{won['label']} of "
