@@ -256,6 +256,26 @@ def test_v7_launches_the_tables_tl_choice_pinned_and_matches_float64(fresh, monk
 
 
 @interpreted
+def test_a_tl_launch_the_race_timed_with_fewer_stages_is_launched_as_timed(fresh, monkeypatch):
+    """The autotuner times each candidate as fitted to the shared memory (prune_tma_configs drops stages where one
+    does not fit, at D = 128 say): that form's label, which the race recorded, is a candidate too."""
+    import triton
+
+    base = TUNER.configs[0]
+    fitted = triton.Config(dict(base.kwargs), num_warps=base.num_warps, num_stages=base.num_stages - 1)
+    label = v7.config_label(fitted)
+    assert label not in {v7.config_label(c) for c in TUNER.configs}
+    monkeypatch.setattr(v7, "prune_tma_configs", lambda configs, named, **kw: [fitted])
+    forbid_the_race(monkeypatch)
+    seen, real = [], v7._tma_launch
+    monkeypatch.setattr(v7, "_tma_launch", lambda *args: (seen.append(list(TUNER.configs)), real(*args))[1])
+    monkeypatch.setattr(FA, "LAUNCH_TABLE", table(entry(D=16, causal=1, N=128, BH=1, won=("tma", label),
+                                                        raced=(("tma", label, 0.1),)), gpu=HERE))
+    FA.apply(*qkv(100, D=16), True)
+    assert [[v7.config_label(c) for c in configs] for configs in seen] == [[label]] and v7.LAST_CHOICE == "table"
+
+
+@interpreted
 def test_a_pinned_tl_configuration_runs_as_it_is_not_the_tables(fresh, monkeypatch):
     other = v7.config_label(TUNER.configs[-1])
     monkeypatch.setattr(FA, "LAUNCH_TABLE", table(entry(D=16, causal=1, N=128, BH=1, won=("tma", other),

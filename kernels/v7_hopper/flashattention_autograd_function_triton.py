@@ -70,9 +70,8 @@ def last_path():
 
 
 def last_config():
-    """The configuration the last FlashAttentionTriton.apply ran: "Q,K,warps,stages" and PIPELINE_QK
-    for the tma path ("128,64,4,3/p1"), the same for v6's, the GluonConfig label for the Gluon path.
-    The harness records it beside the path, so a run whose autotuner chose differently says so."""
+    """The configuration the last FlashAttentionTriton.apply ran: "Q,K,warps,stages/pPIPELINE_QK" on the tl path
+    ("128,64,4,3/p1") and v6's, the GluonConfig label on the Gluon path; the harness records it beside the path."""
     return LAST_CONFIG
 
 
@@ -385,8 +384,7 @@ class TmaLaunch(Launch):
 
 
 class _MarkedLaunch:
-    """Another path's recorded launch (v6's, the Gluon module's GluonLaunch), marking the path it took
-    and its configuration."""
+    """Another path's recorded launch (v6's, the Gluon module's GluonLaunch), marking its path and configuration."""
 
     def __init__(self, launch, path: str, label: str):
         self.launch, self.path, self.label = launch, path, label
@@ -475,8 +473,14 @@ def _v6_launch(Q, K, V, is_causal, window):
     return O, L, None
 
 
-def _gluon_candidates(Q):
-    return GLUON.fitting(GLUON.candidates_for(Q.shape[2]), Q.shape[2], Q.device.index)
+def _candidates(path: str, Q) -> dict:
+    """A path's candidates now, by label, at Q's head dimension: the Gluon ones that fit, or the tl ones and their forms
+    fitted to the shared memory (prune_tma_configs: the forms the autotuner times and the race races)."""
+    D = Q.shape[2]
+    if path == "gluon":
+        return {c.label: c for c in GLUON.fitting(GLUON.candidates_for(D), D, Q.device.index)}
+    tl = (*flash_fwd_kernel.configs, *prune_tma_configs(flash_fwd_kernel.configs, {}, D=D))
+    return {config_label(c): c for c in tl}
 
 
 def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> str | None:
@@ -494,7 +498,7 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     if interpreting():
         return "the interpreter cannot run Gluon"
     why = GLUON.applies(Q, K, V, window)
-    if why is None and not _gluon_candidates(Q):
+    if why is None and not _candidates("gluon", Q):
         why = f"no candidate fits the shared memory at head dimension {Q.shape[2]}"
     return why
 
@@ -580,9 +584,8 @@ def _route(Q, K, V, is_causal, window, force, race_tl) -> str:
 
 
 def _tune(Q, K, V, is_causal, window, route):
-    """A first call on `route`, timed: the Gluon candidates each timed once, the shortlist raced (_kept), with the tl
-    path's where the route says so; or the tl path's autotuner and race; or v6's autotuner. Returns O, L and the
-    launch kept (None under the interpreter)."""
+    """A first call on `route`, timed: the Gluon candidates once each, the shortlist raced (_kept), with the tl path's
+    on "gluon+tma"; the tl autotuner and race; v6's autotuner. Returns O, L, the launch kept (None: the interpreter)."""
     global LAST_PATH, LAST_CONFIG
     if route.startswith("gluon"):   # each candidate timed once per first call, the shortlist raced (_kept)
         O, L, _, timed = GLUON.best_launch(Q, K, V, is_causal)
@@ -602,9 +605,8 @@ def table_choice(Q, K, is_causal, route):
     """The launch table's Choice for these inputs among the route's paths and today's candidates; where it has
     none, its reason is warned once (not under the interpreter, which times nothing) and the caller races."""
     table, gpu = FlashAttentionTriton.LAUNCH_TABLE, launch_table.gpu_identity(Q.device.index)
-    allowed = ("gluon", "tma") if route == "gluon+tma" else (route,)
-    known = {"tma": {config_label(c) for c in flash_fwd_kernel.configs},
-             "gluon": {c.label for c in _gluon_candidates(Q)} if "gluon" in allowed else set()}
+    allowed = tuple(route.split("+"))   # "gluon+tma", "gluon" or "tma"
+    known = {path: set(_candidates(path, Q)) for path in allowed}
     choice = launch_table.lookup(table, launch_table.signature(Q, K, is_causal), gpu, allowed, known)
     if choice.launch is None and gpu.key != launch_table.INTERPRETER:
         table.warn_once(choice.reason)
@@ -615,12 +617,12 @@ def _table_launch(Q, K, V, is_causal, window, launch):
     """The table's launch, untimed: the Gluon candidate of that label, or the tl autotuner left the candidate of that
     label (one candidate: nothing timed). table_choice's lookup checked that the label is a candidate."""
     global LAST_PATH, LAST_CONFIG
+    cfg = _candidates(launch.path, Q)[launch.label]
     if launch.path == "gluon":
-        cfg = next(c for c in _gluon_candidates(Q) if c.label == launch.label)
         O, L, recorded = GLUON.forward(Q, K, V, is_causal, cfg)
         LAST_PATH, LAST_CONFIG = "gluon", launch.label
         return O, L, _MarkedLaunch(recorded, "gluon", launch.label)
-    with only_config(flash_fwd_kernel, next(c for c in flash_fwd_kernel.configs if config_label(c) == launch.label)):
+    with only_config(flash_fwd_kernel, cfg):
         return _tune(Q, K, V, is_causal, window, "tma")
 
 
