@@ -231,6 +231,31 @@ def pick_configs(c, kernel="v4_exp2", gpu="", dry_run=False):
         raise Exit("pick-configs failed", code=1)
 
 
+@task(help={"kernel": "the version whose launches are raced (v7_hopper: the only one with a run-time race)",
+            "D": "comma-separated head dimensions (default 64,128)", "causal": "both, 0 or 1",
+            "N": "comma-separated sequence lengths, powers of two (default 512 to 8192)",
+            "bh": "comma-separated batch x heads, powers of two (default 32)",
+            "max_seconds": "start no grid point after this many seconds (rerun to resume)",
+            "dry_run": "list the grid and what the table holds for each GPU; no GPU needed",
+            "fresh": "start this GPU's section of the table again instead of resuming"})
+def pick_launch(c, kernel="v7_hopper", D="", causal="both", N="", bh="", max_seconds=240.0, dry_run=False,
+                fresh=False):
+    """Race v7's launches once per grid point (D, mask, N, batch x heads) on this GPU, as v7 raced them at every new
+    input signature, and write each winner to kernels/v7_hopper/launch_table.json with provenance, entry by entry;
+    a rerun at the same commit on the same GPU resumes. v7 then looks its launch up there instead of racing
+    (fa2lab/launch_table.py; docs/configs.md). Needs a Hopper GPU, except --dry-run."""
+    if not dry_run:
+        _need_gpu("invoke pick-launch", "--dry-run lists the grid; v7 races at run time where its table has no entry")
+    cmd = [sys.executable, "sweeps/pick_launch.py", "--kernel", kernel, "--causal", causal,
+           "--max-seconds", str(max_seconds)]
+    for flag, values in (("--D", D), ("--N", N), ("--bh", bh)):
+        cmd += [flag, *values.split(",")] if values else []
+    cmd += ["--dry-run"] if dry_run else []
+    cmd += ["--fresh"] if fresh else []
+    if _run(cmd) != 0:
+        raise Exit("pick-launch failed", code=1)
+
+
 @task(help={"configs": "semicolon-separated Q,K,WARPS,STAGES (default: the article's budget-table rows)",
             "kernel": "version whose kernel is compiled", "D": "head dimension", "dtype": "bf16, fp16 or fp32"})
 def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):

@@ -18,8 +18,8 @@ path; "cold,warm" (the default) runs both, one after the other. --pick-cache pic
 for warm, fa2lab's default directory for warm alone or a path), or "default", "off", a path.
 
 --compare-tuned: afterwards, for --compare-count of the calls (seeded), also tune that length alone (the
-version's BUCKETS off) and time the two launches in alternating rounds: pct_of_tuned = 100 * tuned_ms /
-bucketed_ms (the goal: at least 98).
+version's BUCKETS off; v7: its LAUNCH_FROM "race" against its launch table's launch, the "bucketed" one) and time
+the two launches in alternating rounds: pct_of_tuned = 100 * tuned_ms / bucketed_ms (the goal: at least 98).
 
 Rows, written as they are measured (an interrupted run keeps what it measured), go to
 results/<gpu>/varlen/<version>.csv with provenance: `row` says "call", "total" or "compare".
@@ -174,12 +174,33 @@ def config_of(module) -> str:
     return f"{cfg.kwargs.get('Q_TILE_SIZE')},{cfg.kwargs.get('K_TILE_SIZE')},{cfg.num_warps},{cfg.num_stages}"
 
 
+def first_call_switch(cls):
+    """(attribute, the cheap value, the tuning value) of how a version chooses at a first call: v7's LAUNCH_FROM
+    (its launch table against its race), else BUCKETS (a bucket's pick against tuning each N); None for neither."""
+    if hasattr(cls, "LAUNCH_FROM"):
+        return "LAUNCH_FROM", "table", "race"
+    return ("BUCKETS", True, False) if hasattr(cls, "BUCKETS") else None
+
+
 class GpuMeasure:
     """Times one version's FlashAttentionTriton.apply and SDPA on fresh (B * H, N, D) bf16 inputs."""
 
     def __init__(self, module, B: int, H: int):
         self.module, self.cls, self.B, self.H = module, module.FlashAttentionTriton, B, H
         self.picks = getattr(self.cls, "picks", None)
+
+    def choice(self) -> str:
+        """How the latest first call chose: the pick cache's last ("tuned", "reused", ...), or v7's LAST_CHOICE
+        ("table", "tuned", "pinned")."""
+        if self.picks is not None:
+            return self.picks.last
+        return getattr(self.module, "LAST_CHOICE", None) or ""
+
+    def forget_choice(self) -> None:
+        if self.picks is not None:
+            self.picks.last = ""
+        elif hasattr(self.module, "LAST_CHOICE"):
+            self.module.LAST_CHOICE = None
 
     def inputs(self, call: Call):
         import torch
@@ -195,10 +216,9 @@ class GpuMeasure:
         q, k, v, (q4, k4, v4) = self.inputs(call)
         ours = lambda: self.cls.apply(q, k, v, call.causal)  # noqa: E731
         sdpa = lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=call.causal)  # noqa: E731
-        if self.picks is not None:
-            self.picks.last = ""
+        self.forget_choice()
         first = _seconds(ours)
-        row = {"pick": self.picks.last if self.picks is not None else "", "config": config_of(self.module),
+        row = {"pick": self.choice(), "config": config_of(self.module),
                "path": (getattr(self.module, "last_path", lambda: "")() or "")}
         sdpa_first = _seconds(sdpa)
         err = (ours().float() - sdpa().reshape(q.shape).float()).abs().max().item()
@@ -207,27 +227,33 @@ class GpuMeasure:
                 "pct_of_sdpa": 100.0 * sdpa_ms / ms, "max_abs_err_vs_sdpa": err, **row}
 
     def pair(self, call: Call, rounds: int = 3) -> dict:
-        """The bucketed launch and the launch of tuning this N alone (BUCKETS off), each recorded by one call on
-        an empty launch cache, then timed in `rounds` alternating rounds of do_bench (medians)."""
+        """The bucketed launch and the launch of tuning this N alone (first_call_switch: BUCKETS off, v7's race),
+        each recorded by one call on an empty launch cache, then timed in `rounds` alternating rounds of do_bench
+        (medians)."""
         from fa2lab.timing import bench_ms
 
         cls, launches = self.cls, self.cls.launches
+        switch, cheap, tuning = first_call_switch(cls)
         q, k, v, _ = self.inputs(call)
         ours = lambda: cls.apply(q, k, v, call.causal)  # noqa: E731
-        kept, buckets = launches.entries, cls.BUCKETS
+        kept, before = launches.entries, getattr(cls, switch)
         recorded, configs = {}, {}
         try:
-            for name, on in (("bucketed", True), ("tuned", False)):
-                launches.entries, cls.BUCKETS = {}, on
+            values = {"bucketed": cheap, "tuned": tuning}
+            for name, value in values.items():
+                launches.entries = {}
+                setattr(cls, switch, value)
                 ours()
                 recorded[name], configs[name] = launches.entries, config_of(self.module)
             ms = {"bucketed": [], "tuned": []}
             for r in range(rounds):
                 for name in (("bucketed", "tuned") if r % 2 == 0 else ("tuned", "bucketed")):
                     launches.entries = recorded[name]
+                    setattr(cls, switch, values[name])   # (a call the cache cannot repeat chooses again)
                     ms[name].append(bench_ms(ours))
         finally:
-            launches.entries, cls.BUCKETS = kept, buckets
+            launches.entries = kept
+            setattr(cls, switch, before)
         return {"bucketed_ms": statistics.median(ms["bucketed"]), "tuned_ms": statistics.median(ms["tuned"]),
                 "bucketed_config": configs["bucketed"], "tuned_config": configs["tuned"],
                 "same_config": int(configs["bucketed"] == configs["tuned"])}
@@ -364,8 +390,9 @@ def worker(args) -> int:
 
     module = versions.load(args.kernel)
     cls = module.FlashAttentionTriton
-    if args.compare_tuned and not hasattr(cls, "BUCKETS"):
-        print(f"--compare-tuned needs a version with a BUCKETS switch; {args.kernel} has none", file=sys.stderr)
+    if args.compare_tuned and first_call_switch(cls) is None:
+        print(f"--compare-tuned needs a version with a BUCKETS or LAUNCH_FROM switch; {args.kernel} has neither",
+              file=sys.stderr)
         return 2
     picks = getattr(cls, "picks", None)
     if picks is not None:
@@ -375,7 +402,8 @@ def worker(args) -> int:
     env = environment()
     base = {"version": args.kernel, "run_id": args.run_id, "seed": args.seed, "B": args.batch, "H": args.heads,
             "dtype": shapes.DTYPE_NAME, "triton_cache": args.triton_label, "pick_cache": args.pick_label,
-            "buckets": int(bool(getattr(cls, "BUCKETS", False)))}
+            "buckets": int(bool(getattr(cls, "BUCKETS", False))), **(
+                {"launch_from": cls.LAUNCH_FROM} if hasattr(cls, "LAUNCH_FROM") else {})}
     out = args.out or gpu_dir() / "varlen" / f"{args.kernel}.csv"
 
     def write(row: dict) -> None:

@@ -269,3 +269,36 @@ def test_a_config_survives_json(tmp_path):
     assert back == c and back.kwargs == c.kwargs
     with pytest.raises(ValueError, match="not a configuration"):
         buckets.config_from_json({"kwargs": {}})
+
+
+# ------------------------------------------------------------------------------------------------ the protocol
+
+def test_the_protocols_processes_get_the_disk_cache_off(monkeypatch):
+    """Each fresh process of the protocol tunes for itself (v5's picks): FA2_PICK_CACHE=off, whatever the caller's."""
+    from types import SimpleNamespace
+
+    from fa2lab import protocol, versions
+
+    monkeypatch.setenv(buckets.ENV_VAR, "/somewhere/the/caller/keeps/picks")
+    v = versions.get("v5_final")
+    assert protocol.version_env(v)[buckets.ENV_VAR] == "off"
+    assert protocol.version_env(v, FA2_RUN_ID="x")[buckets.ENV_VAR] == "off"
+    seen = []
+    monkeypatch.setattr(protocol.subprocess, "run", lambda cmd, env, cwd: seen.append(env) or SimpleNamespace(
+        returncode=0))
+    protocol.run_protocol([v, versions.get("v7_hopper")], runs=2, pause_s=0, harness_args=[])
+    assert len(seen) == 4 and all(env[buckets.ENV_VAR] == "off" for env in seen)
+
+
+def test_a_fresh_process_in_the_protocols_environment_has_no_pick_directory(tmp_path):
+    import subprocess
+    import sys
+
+    from fa2lab import protocol, versions
+
+    code = "from fa2lab.buckets import PickCache; print(PickCache('v5_final').directory())"
+    env = protocol.version_env(versions.get("v5_final"), TRITON_INTERPRET="0", XDG_CACHE_HOME=str(tmp_path))
+    without = {k: v for k, v in env.items() if k != buckets.ENV_VAR}
+    out = [subprocess.run([sys.executable, "-c", code], env=e, cwd=versions.REPO, capture_output=True, text=True,
+                          check=True).stdout.strip() for e in (env, without)]
+    assert out == ["None", str(tmp_path / "fa2lab")]

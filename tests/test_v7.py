@@ -48,12 +48,10 @@ def tma_unless_asked(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def own_picks(monkeypatch):
-    """Each test starts from no bucket picks, kept in memory only: on a GPU a pick another test made for a bucket
-    would otherwise stand in for the tuning or the race a test checks (tests/test_v7_buckets.py tests the picks)."""
-    from fa2lab.buckets import PickCache
-
-    monkeypatch.setattr(FA, "picks", PickCache("v7_hopper", files=FA.picks.files, cache_dir="off"))
+def race_unless_asked(monkeypatch):
+    """The race (LAUNCH_FROM "race"): on a GPU the tests here check what the race and the tl autotuner choose, not
+    the launch table's entry (tests/test_launch_table.py tests the table)."""
+    monkeypatch.setattr(FA, "LAUNCH_FROM", "race")
 
 
 def tile_configs():

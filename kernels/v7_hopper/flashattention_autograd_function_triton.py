@@ -5,8 +5,8 @@ wgmma before its softmax; every round, with its numbers and result paths, is in 
 
 Which path runs (last_path() says which one the last call took):
 - "gluon": FlashAttentionTriton.GLUON on, not interpreting, the Gluon module's rules (bf16/fp16 on Hopper, no window,
-  D = 64 or 128) and a candidate that fits the shared memory (gluon_applies); causal D = 64 only with RACE_TL. Per
-  signature its candidates are timed once, those within SHORTLIST_MARGIN of the fastest raced (_kept), with the tl
+  D = 64 or 128) and a candidate that fits the shared memory (gluon_applies); causal D = 64 only with RACE_TL. The
+  race: its candidates are timed once, those within SHORTLIST_MARGIN of the fastest raced (_kept), with the tl
   path's where RACE_TL; the race's fastest launch is kept.
 - "tma": bf16/fp16 on compute capability 9.x, every base pointer and non-unit stride a multiple of 16 bytes. Also
   under the interpreter (descriptor loads and stores, zero padding, clipped stores), so the tests check its indexing
@@ -18,9 +18,9 @@ FORCE_PATH ("tma", "v6", "gluon") overrides the choice; forcing "gluon" where it
 FA2_V7_GLUON=0 and FA2_V7_RACE_TL=0 (read once at import, fa2lab.provenance.switch_on; the class attributes GLUON and
 RACE_TL per process) turn the Gluon path and the race off; any other FA2_V7_* is retired (docs/experiments.md).
 
-Buckets (BUCKETS, on; fa2lab.buckets.bucket_key): the first signature of a bucket of lengths is tuned and raced,
-later ones launch the pick untimed; picks persist in FlashAttentionTriton.picks (FA2_PICK_CACHE=off: memory only),
-keyed by the GPU, torch, triton and the hashes of this file, configs.json, the Gluon modules and v6's kernel.
+The launch (LAUNCH_FROM "table"): the first call of a signature on the "gluon"/"tma" paths launches, untimed, what
+launch_table.json beside this file holds for this GPU (fa2lab.launch_table.lookup; `invoke pick-launch` writes it by
+running the race above offline); LAUNCH_FROM "race", or a GPU the table lacks (one warning), times and races instead.
 
 Invariants, v6's algorithm: exp2 with the scale folded into one multiply-add; the key loop split into a masked
 window band, unmasked tiles and masked diagonal tiles, nothing outside visited; head on the grid's first axis, query
@@ -30,6 +30,7 @@ the warp-specialized Gluon kernel (gluon_backward_ws.py; dQ by TMA reduce-add, n
 for that), else dK/dV by gluon_backward_hopper.py beside the Triton dQ, elsewhere the Triton backward.
 """
 
+import contextlib
 import math
 import statistics
 from pathlib import Path
@@ -39,7 +40,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fa2lab.buckets import PickCache, StalePick, bucket, bucket_key, config_from_json, config_to_json, pinned
+from fa2lab import launch_table
 from fa2lab.budget import Config, accumulator_registers
 from fa2lab.checks import unit_stride, validate_qkv
 from fa2lab.configs import load_table, select
@@ -59,6 +60,7 @@ GLUON = load_shared("gluon_forward_hopper")   # the non-causal path (FlashAttent
 PATHS = ("tma", "v6", "gluon")
 LAST_PATH = None                       # the path the last forward call took: "tma", "v6" or "gluon"
 LAST_CONFIG = None                     # and the configuration it ran (config_label)
+LAST_CHOICE = None                     # and how its first call chose it: "table", "tuned" or "pinned"
 TMA_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -68,9 +70,8 @@ def last_path():
 
 
 def last_config():
-    """The configuration the last FlashAttentionTriton.apply ran: "Q,K,warps,stages" and PIPELINE_QK
-    for the tma path ("128,64,4,3/p1"), the same for v6's, the GluonConfig label for the Gluon path.
-    The harness records it beside the path, so a run whose autotuner chose differently says so."""
+    """The configuration the last FlashAttentionTriton.apply ran: "Q,K,warps,stages/pPIPELINE_QK" on the tl path
+    ("128,64,4,3/p1") and v6's, the GluonConfig label on the Gluon path; the harness records it beside the path."""
     return LAST_CONFIG
 
 
@@ -220,23 +221,18 @@ class _FitDescriptors:
         self.arg_names = fn.arg_names
 
     def run(self, *args, **kwargs):
-        named = dict(zip(self.arg_names, args))
-        named.update(kwargs)
-        fit_descriptor_blocks(named)
+        fit_descriptor_blocks({**dict(zip(self.arg_names, args)), **kwargs})
         return self.fn.run(*args, **kwargs)
 
     def warmup(self, *args, **kwargs):
-        named = dict(zip(self.arg_names, args))
-        named.update(kwargs)
-        fit_descriptor_blocks(named)
+        fit_descriptor_blocks({**dict(zip(self.arg_names, args)), **kwargs})
         return self.fn.warmup(*args, **kwargs)
 
 
 def fit_descriptor_blocks(named: dict) -> None:
     D, q, k = named["D"], named["Q_TILE_SIZE"], named["K_TILE_SIZE"]
     for name, tile in (("Q_desc", q), ("O_desc", q), ("K_desc", k), ("V_desc", k)):
-        desc = named.get(name)
-        if isinstance(desc, TensorDescriptor):
+        if isinstance(desc := named.get(name), TensorDescriptor):
             desc.block_shape = [1, tile, D]
 
 
@@ -388,8 +384,7 @@ class TmaLaunch(Launch):
 
 
 class _MarkedLaunch:
-    """Another path's recorded launch (v6's, the Gluon module's GluonLaunch), marking the path it took
-    and its configuration."""
+    """Another path's recorded launch (v6's, the Gluon module's GluonLaunch), marking its path and configuration."""
 
     def __init__(self, launch, path: str, label: str):
         self.launch, self.path, self.label = launch, path, label
@@ -417,11 +412,8 @@ def _tma_launch(Q, K, V, is_causal, window):
     tail = (*L.stride(), N_q, N_k, window, 1.0 / math.sqrt(D))
     flags = dict(is_causal=is_causal, HAS_WINDOW=window > 0)
     keys_before = set(flash_fwd_kernel.cache)
-    if interpreting() and len(flash_fwd_kernel.configs) > 1:
-        # The interpreter cannot time candidates: run the first (the tests pin the one they check).
-        with only_config(flash_fwd_kernel, flash_fwd_kernel.configs[0]):
-            compiled = flash_fwd_kernel[grid](*descs, L, *tail, D=D, **flags)
-    else:
+    first = interpreting() and len(flash_fwd_kernel.configs) > 1   # it cannot time: the first (the tests pin theirs)
+    with only_config(flash_fwd_kernel, flash_fwd_kernel.configs[0]) if first else contextlib.nullcontext():
         compiled = flash_fwd_kernel[grid](*descs, L, *tail, D=D, **flags)
     if compiled_or_none(compiled) is None:  # the interpreter launches no binary
         return O, L, []
@@ -481,6 +473,16 @@ def _v6_launch(Q, K, V, is_causal, window):
     return O, L, None
 
 
+def _candidates(path: str, Q) -> dict:
+    """A path's candidates now, by label, at Q's head dimension: the Gluon ones that fit, or the tl ones and their forms
+    fitted to the shared memory (prune_tma_configs: the forms the autotuner times and the race races)."""
+    D = Q.shape[2]
+    if path == "gluon":
+        return {c.label: c for c in GLUON.fitting(GLUON.candidates_for(D), D, Q.device.index)}
+    tl = (*flash_fwd_kernel.configs, *prune_tma_configs(flash_fwd_kernel.configs, {}, D=D))
+    return {config_label(c): c for c in tl}
+
+
 def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> str | None:
     """None when the Gluon path takes these inputs, else why not: it is asked for (FORCE_PATH = "gluon",
     or FlashAttentionTriton.GLUON with no FORCE_PATH), a causal mask at D = 64 only when raced against the tl path
@@ -496,7 +498,7 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     if interpreting():
         return "the interpreter cannot run Gluon"
     why = GLUON.applies(Q, K, V, window)
-    if why is None and not GLUON.fitting(GLUON.candidates_for(Q.shape[2]), Q.shape[2], Q.device.index):
+    if why is None and not _candidates("gluon", Q):
         why = f"no candidate fits the shared memory at head dimension {Q.shape[2]}"
     return why
 
@@ -551,23 +553,23 @@ def _kept(Q, K, V, O, L, launches: list):
 
 
 def _checked_launch(Q, K, V, mode):
-    """The normal path: check, choose the path, allocate, autotune or race (first time per bucket of lengths, or per
-    key with BUCKETS off), launch. Returns O, L and the launch that repeats it (see fa2lab.hostpath)."""
-    is_causal, window, force, gluon, race_tl = mode
+    """The normal path: check, choose the path, allocate, launch the table's choice or autotune and race (module
+    docstring). Returns O, L and the launch that repeats it (fa2lab.hostpath); LAST_CHOICE says which it did."""
+    global LAST_CHOICE
+    is_causal, window, force, _, race_tl, launch_from = mode
+    if launch_from not in ("table", "race"):
+        raise ValueError(f"LAUNCH_FROM must be 'table' or 'race', got {launch_from!r}")
     validate_qkv(Q, K, V)
     Q, K, V = (unit_stride(t) for t in (Q, K, V))
     route = _route(Q, K, V, is_causal, window, force, race_tl)
-    tune = lambda: _tune(Q, K, V, is_causal, window, route)  # noqa: E731
-    picks = FlashAttentionTriton.picks
-    if not FlashAttentionTriton.BUCKETS:
-        return tune()[0]
-    if route != "gluon" and len(_autotuner_of(route).configs) <= 1:
-        # a pinned tl or v6 configuration (fa2lab.launch.pin_config, the tests' only_config): it times nothing,
-        # so there is nothing to bucket, and its one candidate is not a pick
-        picks.last = "pinned"
-        return tune()[0]
-    key = bucket_key(Q, K, is_causal, extra=(route, f"BH<={bucket(Q.shape[0])}", window, force, gluon, race_tl))
-    return picks.choose(key, tune, lambda pick: _reuse(Q, K, V, is_causal, window, route, pick), Q.device.index)
+    # a pinned tl or v6 configuration (fa2lab.launch.pin_config, the tests' only_config) runs as it is
+    pinned = route != "gluon" and len((V6.flash_fwd_kernel if route == "v6" else flash_fwd_kernel).configs) <= 1
+    choice = None if pinned or route == "v6" or launch_from == "race" else table_choice(Q, K, is_causal, route)
+    if choice is not None and choice.launch is not None:
+        LAST_CHOICE = "table"
+        return _table_launch(Q, K, V, is_causal, window, choice.launch)
+    LAST_CHOICE = "pinned" if pinned else "tuned"
+    return _tune(Q, K, V, is_causal, window, route)
 
 
 def _route(Q, K, V, is_causal, window, force, race_tl) -> str:
@@ -581,59 +583,47 @@ def _route(Q, K, V, is_causal, window, force, race_tl) -> str:
     return select_path(Q, K, V, force)
 
 
-def _autotuner_of(route: str):
-    return V6.flash_fwd_kernel if route == "v6" else flash_fwd_kernel
-
-
 def _tune(Q, K, V, is_causal, window, route):
-    """A first call on `route`: the Gluon candidates each timed once, the shortlist raced (_kept), with the tl
-    path's where the route says so; or the tl path's autotuner and race; or v6's autotuner. Returns ((O, L, the
-    launch kept), its pick for fa2lab.buckets: {"path", "label", "config": the triton.Config as JSON, or None for the
-    Gluon path}, or None when no launch was made: the interpreter)."""
+    """A first call on `route`, timed: the Gluon candidates once each, the shortlist raced (_kept), with the tl path's
+    on "gluon+tma"; the tl autotuner and race; v6's autotuner. Returns O, L, the launch kept (None: the interpreter)."""
     global LAST_PATH, LAST_CONFIG
     if route.startswith("gluon"):   # each candidate timed once per first call, the shortlist raced (_kept)
         O, L, _, timed = GLUON.best_launch(Q, K, V, is_causal)
         launches = [_MarkedLaunch(launch, "gluon", launch.label) for launch in shortlist(timed.values())]
         if route == "gluon+tma":
             launches += _tma_launch(Q, K, V, is_causal, window)[2]
-        out = _kept(Q, K, V, O, L, launches)
-    elif route == "tma":
+        return _kept(Q, K, V, O, L, launches)
+    if route == "tma":
         LAST_PATH, LAST_CONFIG = "tma", None   # the configuration stays None under the interpreter
-        out = _kept(Q, K, V, *_tma_launch(Q, K, V, is_causal, window))
-    else:
-        LAST_PATH, LAST_CONFIG = "v6", None
-        out = _v6_launch(Q, K, V, is_causal, window)
-        LAST_CONFIG = getattr(out[2], "label", None)
-    launch = out[2]
-    if launch is None:
-        return out, None
-    config = V6.flash_fwd_kernel.best_config if launch.path == "v6" else getattr(launch, "config", None)
-    return out, {"path": launch.path, "label": launch.label,
-                 "config": None if config is None else config_to_json(config)}
+        return _kept(Q, K, V, *_tma_launch(Q, K, V, is_causal, window))
+    out = _v6_launch(Q, K, V, is_causal, window)
+    LAST_PATH, LAST_CONFIG = "v6", getattr(out[2], "label", None)
+    return out
 
 
-def _reuse(Q, K, V, is_causal, window, route, pick):
-    """The launch of a pick that _tune made for this bucket, untimed: the Gluon candidate of that label, or the tl
-    (v6) autotuner pinned to its configuration. StalePick where the pick does not serve this route any more."""
+def table_choice(Q, K, is_causal, route):
+    """The launch table's Choice for these inputs among the route's paths and today's candidates; where it has
+    none, its reason is warned once (not under the interpreter, which times nothing) and the caller races."""
+    table, gpu = FlashAttentionTriton.LAUNCH_TABLE, launch_table.gpu_identity(Q.device.index)
+    allowed = tuple(route.split("+"))   # "gluon+tma", "gluon" or "tma"
+    known = {path: set(_candidates(path, Q)) for path in allowed}
+    choice = launch_table.lookup(table, launch_table.signature(Q, K, is_causal), gpu, allowed, known)
+    if choice.launch is None and gpu.key != launch_table.INTERPRETER:
+        table.warn_once(choice.reason)
+    return choice
+
+
+def _table_launch(Q, K, V, is_causal, window, launch):
+    """The table's launch, untimed: the Gluon candidate of that label, or the tl autotuner left the candidate of that
+    label (one candidate: nothing timed). table_choice's lookup checked that the label is a candidate."""
     global LAST_PATH, LAST_CONFIG
-    path = pick.get("path") if isinstance(pick, dict) else None
-    if path == "gluon" and route.startswith("gluon"):
-        D = Q.shape[2]
-        cfg = next((c for c in GLUON.fitting(GLUON.candidates_for(D), D, Q.device.index)
-                    if c.label == pick.get("label")), None)
-        if cfg is None:
-            raise StalePick(f"no Gluon candidate {pick.get('label')!r} at head dimension {D}")
-        O, L, launch = GLUON.forward(Q, K, V, is_causal, cfg)
-        LAST_PATH, LAST_CONFIG = "gluon", cfg.label
-        return O, L, _MarkedLaunch(launch, "gluon", cfg.label)
-    if (path, route) not in (("tma", "tma"), ("tma", "gluon+tma"), ("v6", "v6")):
-        raise StalePick(f"a pick of the {path!r} path for inputs on the {route!r} route")
-    try:
-        config = config_from_json(pick["config"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise StalePick(e) from None
-    with pinned(_autotuner_of(route), config):
-        return _tune(Q, K, V, is_causal, window, path)[0]
+    cfg = _candidates(launch.path, Q)[launch.label]
+    if launch.path == "gluon":
+        O, L, recorded = GLUON.forward(Q, K, V, is_causal, cfg)
+        LAST_PATH, LAST_CONFIG = "gluon", launch.label
+        return O, L, _MarkedLaunch(recorded, "gluon", launch.label)
+    with only_config(flash_fwd_kernel, cfg):
+        return _tune(Q, K, V, is_causal, window, "tma")
 
 
 class FlashAttentionTriton(LeanApply, torch.autograd.Function):
@@ -648,17 +638,11 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
     BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
     BACKWARD_DKDV = "auto"           # flash_backward_triton.DKDV_CHOICES: "auto", the Gluon kernels on Hopper
-    # Tune and race once per bucket of lengths and reuse the pick for every other length of the bucket, kept across
-    # processes by `picks` (fa2lab.buckets; its directory: picks.cache_dir, else FA2_PICK_CACHE, else
-    # ~/.cache/fa2lab). False: tune and race every new signature, as before.
-    BUCKETS = True
-    picks = PickCache("v7_hopper", files=(
-        Path(__file__), Path(__file__).with_name("configs.json"),
-        *(Path(GLUON.__file__).with_name(f"{m}.py") for m in ("gluon_forward_hopper", "gluon_kernel", "gluon_configs",
-                                                               "gluon_ptx", "hopper")),
-        Path(V6.__file__), Path(V6.__file__).with_name("configs.json")))
-    # Input signature -> the launch the normal path made for it (see fa2lab.hostpath).
-    launches = LaunchCache()
+    # A first call's launch: "table", launch_table.json's for this GPU (fa2lab.launch_table), else the race; "race",
+    # time and race every new signature as `invoke pick-launch` does (the table's lab: sweeps/pick_launch.py).
+    LAUNCH_FROM = "table"
+    LAUNCH_TABLE = launch_table.load(Path(__file__).with_name("launch_table.json"), "v7_hopper")
+    launches = LaunchCache()         # input signature -> the launch the normal path made for it (fa2lab.hostpath)
 
     @staticmethod
     def forward(ctx, Q, K, V, is_causal=False, window_size=None):
@@ -667,7 +651,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
             raise ValueError(f"window_size={window_size!r}: a sliding window is a causal band of at least one "
                              "key (query i sees keys i - window < j <= i); pass is_causal=True and window_size >= 1")
         mode = (bool(is_causal), window, FlashAttentionTriton.FORCE_PATH, FlashAttentionTriton.GLUON,
-                FlashAttentionTriton.RACE_TL)
+                FlashAttentionTriton.RACE_TL, FlashAttentionTriton.LAUNCH_FROM)
         O, L = FlashAttentionTriton.launches(Q, K, V, mode, _checked_launch, ctx)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = bool(is_causal)
