@@ -18,8 +18,8 @@ _invoke_context.to_flag = lambda name: "--" + name if name in ("N", "D") else _t
 REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
-from fa2lab import versions  # noqa: E402
-from fa2lab.gpu import has_gpu  # noqa: E402
+from fa2triton import versions  # noqa: E402
+from fa2triton.gpu import has_gpu  # noqa: E402
 
 KERNEL_HELP = "a version (e.g. v5_final), a comma-separated list, or 'all'"
 
@@ -125,7 +125,7 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
         raise Exit(f"--D must be one of {', '.join(map(str, HEAD_DIMS))}, not {D}", code=2)
     args = ["--causal", causal] + (["--N", *N.split(",")] if N else []) + ["--peers", peers, "--D", str(D)]
     chosen = versions.resolve(kernel)
-    from fa2lab.sweep_backward import DQ_CHOICES
+    from fa2triton.flash_backward_triton import DQ_CHOICES
 
     if dq_mode not in ("default", *DQ_CHOICES):
         raise Exit(f"--dq-mode must be default or one of {', '.join(DQ_CHOICES)}, not {dq_mode!r}", code=2)
@@ -172,12 +172,12 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
                        "of the mirrored space",
             "pick": "no sweep: write the sweep's best configuration (least total time over the shapes from "
                     "N = 2048 up, correct at every shape) as this GPU's backward default in "
-                    "kernels/_shared/backward_configs.json (no GPU needed)"})
+                    "fa2triton/backward_configs.json (no GPU needed)"})
 def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0, stages="", configs="", pick=False):
     """Sweep the Triton backward's tiles, warps and stages at the harness shapes, each checked against SDPA's
     gradients; resumable. Writes one row per measurement to results/<gpu>/sweep_bwd/flash_backward_triton.csv;
     needs a GPU. --pick (no GPU) turns a finished sweep into that GPU's backward default in
-    kernels/_shared/backward_configs.json."""
+    fa2triton/backward_configs.json."""
     if pick:
         if _run([sys.executable, "sweeps/sweep_backward.py", "--pick", "--dq-mode", dq_mode]) != 0:
             raise Exit("no backward configuration picked", code=1)
@@ -214,7 +214,7 @@ def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
 
     Also programs per SM by shared memory and by registers, registers and spills. Prints only (the committed
     table is results/<gpu>/budget/<kernel>.csv). Needs a GPU."""
-    _need_gpu("invoke budget", "fa2lab.budget.formula_shared_bytes gives the formula side on any machine")
+    _need_gpu("invoke budget", "fa2triton.budget.formula_shared_bytes gives the formula side on any machine")
     cmd = [sys.executable, "sweeps/budget_table.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype]
     cmd += ["--configs", configs] if configs else []
     if _run(cmd) != 0:
@@ -223,7 +223,7 @@ def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
 
 @task
 def list_versions(c):
-    """Print the version registry (fa2lab/versions.py), in the article's round order: each round's label, the
+    """Print the version registry (fa2triton/versions.py), in the article's round order: each round's label, the
     version it made (Round 2 profiles and makes none), and what changed. Writes nothing; no GPU needed."""
     made = {}
     for v in versions.VERSIONS:
@@ -317,7 +317,7 @@ def compile_cost(c, counts="1,2,4,8,16", sweep=""):
     Fresh processes, empty then warm TRITON_CACHE_DIR, with and without cache_results=True;
     rows to results/<gpu>/tuning/compile_cost.csv. Needs a GPU."""
     _need_gpu("invoke compile-cost", "results/<gpu>/tuning/compile_cost.csv holds the committed measurements")
-    if _run([sys.executable, "sweeps/compile_cost.py", "--counts", counts] + (["--sweep", sweep] if sweep else [])):
+    if _run([sys.executable, "sweeps/measure_compile_cost.py", "--counts", counts] + (["--sweep", sweep] if sweep else [])):
         raise Exit("compile-cost failed", code=1)
 
 

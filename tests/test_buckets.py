@@ -1,4 +1,4 @@
-"""fa2lab.buckets: the bucket of a length, the pick cache in memory and on disk, pinning an autotuner."""
+"""fa2triton.buckets: the bucket of a length, the pick cache in memory and on disk, pinning an autotuner."""
 
 import json
 import os
@@ -8,8 +8,9 @@ import pytest
 import torch
 import triton
 
-from fa2lab import buckets, shapes
-from fa2lab.buckets import BucketKey, PickCache, PickCacheWarning, bucket, bucket_key
+from fa2lab import shapes
+from fa2triton import buckets
+from fa2triton.buckets import BucketKey, PickCache, PickCacheWarning, bucket, bucket_key
 
 
 def key(n_q=300, n_k=None, D=64, causal=False, dtype="bfloat16"):
@@ -199,7 +200,7 @@ def test_the_file_is_written_by_a_temporary_file_and_a_rename(tmp_path, kernel_f
 
 
 def test_the_directory_is_read_at_call_time(tmp_path, kernel_file, monkeypatch):
-    monkeypatch.setattr("fa2lab.gpu.interpreting", lambda: False)
+    monkeypatch.setattr("fa2triton.gpu.interpreting", lambda: False)
     monkeypatch.delenv(buckets.ENV_VAR, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     picks = PickCache("v", files=(kernel_file,))
@@ -215,7 +216,7 @@ def test_the_directory_is_read_at_call_time(tmp_path, kernel_file, monkeypatch):
 
 
 def test_under_the_interpreter_only_an_explicit_directory_is_used(tmp_path, kernel_file, monkeypatch):
-    monkeypatch.setattr("fa2lab.gpu.interpreting", lambda: True)
+    monkeypatch.setattr("fa2triton.gpu.interpreting", lambda: True)
     monkeypatch.setenv(buckets.ENV_VAR, str(tmp_path / "from-env"))
     assert PickCache("v", files=(kernel_file,)).directory() is None
     assert PickCache("v", files=(kernel_file,), cache_dir=tmp_path / "x").directory() == tmp_path / "x"

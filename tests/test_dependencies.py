@@ -1,5 +1,5 @@
 """pyproject.toml's requirements keep a user's stack: every Triton that CI tests is admitted, nothing
-pins numpy or torch to one release, and the range matches fa2lab.triton_compat.SUPPORTED."""
+pins numpy or torch to one release, and the range matches fa2triton.triton_compat.SUPPORTED."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_untested_tritons_are_not(version):
 
 
 def test_triton_range_is_the_runtime_guard():
-    from fa2lab.triton_compat import SUPPORTED
+    from fa2triton.triton_compat import SUPPORTED
 
     assert str(_requirements()["triton"].specifier) == ",".join(sorted(SUPPORTED.split(",")))
 

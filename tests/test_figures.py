@@ -16,7 +16,8 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-from fa2lab import shapes, versions
+from fa2lab import shapes
+from fa2triton import versions
 from figures import (ada_vs_hopper, compile_cost, data, make_all, report, roofline, style, sweep_grids,
                      tile_heatmap, timeline, versions_bench)
 

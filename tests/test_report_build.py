@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fa2lab import versions
+from fa2triton import versions
 from figures import data, report
 from figures.report import readme, summary
 from test_figures import GPU, PROV, _bench_rows, _write

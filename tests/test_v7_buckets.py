@@ -12,12 +12,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fa2lab import protocol, versions
-from fa2lab.buckets import ENV_VAR, PickCache, PickCacheWarning, StalePick, config_to_json
-from fa2lab.gpu import interpreting
-from fa2lab.hostpath import LaunchCache
-from fa2lab.interpret import autotuner_of, only_config
-from fa2lab.reference import attention, relative_error
+from fa2lab import protocol
+from fa2triton import versions
+from fa2triton.buckets import ENV_VAR, PickCache, PickCacheWarning, StalePick, config_to_json
+from fa2triton.gpu import interpreting
+from fa2triton.lean_path import LaunchCache
+from fa2triton.interpret import autotuner_of, only_config
+from fa2triton.reference import attention, relative_error
 
 REPO = Path(__file__).resolve().parent.parent
 v7 = versions.load("v7_hopper")
@@ -84,7 +85,7 @@ def gluon(monkeypatch):
     for name in ("best_launch", "candidates_for", "fitting", "forward"):
         monkeypatch.setattr(v7.GLUON, name, getattr(fake, name))
     monkeypatch.setattr(v7, "gluon_applies", lambda *args: None)   # as on a Hopper GPU
-    monkeypatch.setattr("fa2lab.timing.queued_ms", lambda fn, *a, **kw: FakeGluon.RACE_MS[fn.__defaults__[0].label])
+    monkeypatch.setattr("fa2triton.queued_timing.queued_ms", lambda fn, *a, **kw: FakeGluon.RACE_MS[fn.__defaults__[0].label])
     return fake
 
 
@@ -137,7 +138,7 @@ def test_a_bucket_top_and_other_buckets_are_raced_at_themselves(picks, gluon):
 
 def _key(n, D=64, B=1, causal=False):
     """The key v7 builds for a non-causal bf16 call on the Gluon route (the fixture's switches)."""
-    from fa2lab.buckets import bucket, bucket_key
+    from fa2triton.buckets import bucket, bucket_key
 
     t = torch.empty(B, n, D, dtype=torch.bfloat16)
     return bucket_key(t, t, causal, extra=("gluon", f"BH<={bucket(B)}", 0, None, True, False))
@@ -270,9 +271,9 @@ def test_the_disk_cache_is_read_at_call_time_and_off_in_the_protocols_environmen
     """In a process on a GPU (the interpreter, which uses only an explicit directory, is switched off here), v7's
     pick cache writes under the default directory, and writes nothing once the environment is the protocol's: the
     variable is read at each call, not at import."""
-    import fa2lab.gpu
+    import fa2triton.gpu
 
-    monkeypatch.setattr(fa2lab.gpu, "interpreting", lambda: False)
+    monkeypatch.setattr(fa2triton.gpu, "interpreting", lambda: False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(ENV_VAR, raising=False)
     cache = PickCache("v7_hopper", files=FA.picks.files)      # as the class makes it: no directory of its own
@@ -287,7 +288,7 @@ def test_the_disk_cache_is_read_at_call_time_and_off_in_the_protocols_environmen
 
 
 def test_a_fresh_process_in_the_protocols_environment_has_no_pick_directory(tmp_path):
-    code = "from fa2lab.buckets import PickCache; print(PickCache('v7_hopper').directory())"
+    code = "from fa2triton.buckets import PickCache; print(PickCache('v7_hopper').directory())"
     env = protocol.version_env(versions.get("v7_hopper"), TRITON_INTERPRET="0", XDG_CACHE_HOME=str(tmp_path))
     out = [subprocess.run([sys.executable, "-c", code], env=e, cwd=REPO, capture_output=True, text=True, check=True)
            .stdout.strip() for e in (env, {k: v for k, v in env.items() if k != ENV_VAR})]
@@ -307,7 +308,7 @@ def test_bench_varlen_measures_v7_and_records_its_picks(picks, gluon, monkeypatc
 
     monkeypatch.setattr(bench.GpuMeasure, "inputs", inputs)
     monkeypatch.setattr(bench, "_seconds", lambda fn: (fn(), 1.5)[1])
-    monkeypatch.setattr("fa2lab.timing.bench_ms", lambda fn: 1.0)
+    monkeypatch.setattr("fa2lab.timers.bench_ms", lambda fn: 1.0)
     measure = bench.GpuMeasure(v7, 1, 2)
     rows = [measure(bench.Call(i, n, 64, False)) for i, n in enumerate((300, 400))]
     assert [(r["pick"], r["config"], r["path"]) for r in rows] == [("tuned", "b", "gluon"), ("reused", "b", "gluon")]

@@ -76,4 +76,4 @@ from figures.report.build import (  # noqa: F401
     page_text, results_text, sweep, wrap, write
 )
 from figures import data  # noqa: F401,E402
-from fa2lab import versions  # noqa: F401,E402
+from fa2triton import versions  # noqa: F401,E402

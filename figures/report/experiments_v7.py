@@ -56,7 +56,7 @@ def section_gluon(gpu, root) -> str:
             "the later runs) and SDPA from the same rounds.", "",
             md_table(["run", "N", "configuration", "do_bench ms, graph ms (% of SDPA)"], wide)]
     return "\n".join([
-        "The Gluon forward (`kernels/_shared/gluon_forward_hopper.py`; v7's non-causal path by default, whose "
+        "The Gluon forward (`fa2triton/gluon/gluon_forward_hopper.py`; v7's non-causal path by default, whose "
         "harness rows are in the main table): per run and "
         "shape, the configuration with the least graph-replay time among those the run timed, beside v7's tl "
         "path and SDPA timed in the same interleaved rounds; runs in the order they ran. Cells: do_bench ms "

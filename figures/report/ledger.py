@@ -139,7 +139,7 @@ def ledger(gpu, root, ref_root, summary, bench_paths, ref) -> list[Claim]:
                             "memory byte for byte when the warps own whole rows",
                             "does not hold on Hopper" if match < len(b) else "holds",
                             f"{match} of {len(b)} bf16 configurations match; on the wgmma path the compiler keeps "
-                            "num_stages K and V buffers, one more of each (fa2lab.budget.predicted_shared_bytes "
+                            "num_stages K and V buffers, one more of each (fa2triton.budget.predicted_shared_bytes "
                             "matches every compiled size of the sweep)", rel(budget)))
     frames = hostpath_table(gpu, root)
     v5, v5_path = next(((df, p) for v, df, p in frames if v == "v5_final"), (None, None))

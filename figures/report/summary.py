@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fa2lab import shapes, versions
+from fa2lab import shapes
+from fa2triton import versions
 from figures import data
 from figures.report.backward import DEFAULT_DQ_MODE, backward_summary
 from figures.report.goal import GOAL_LEVEL, _goal_table, goal_pools, goal_rows, goal_verdict

@@ -16,7 +16,7 @@ SWEEPS = (("v0_baseline", "Round 1", "sweep_winners_round1", "Round 1 sweep winn
           ("v4_exp2", "Round 5", "sweep_winners_round5", "Round 5 sweep winners (v4_exp2's body{n})"),
           ("v7_hopper", "Round 7", None, "Round 7: v7's re-sweep (v7_hopper's own body, pinned one configuration "
                                          "at a time{n})"))
-PIPELINE_QK = "PIPELINE_QK"   # v7's loop order, recorded by the sweep beside the tiles (fa2lab.sweep)
+PIPELINE_QK = "PIPELINE_QK"   # v7's loop order, recorded by the sweep beside the tiles (fa2lab.forward_sweep)
 PICK_ROLES = (("single", "single winner"), ("per_shape", "per-shape winners"), ("shortlist", "short list"))
 
 
@@ -127,8 +127,8 @@ def section_sweep(gpu, root, ref_root) -> str:
 
 
 def section_budget(gpu, root, ref_root) -> str:
-    from fa2lab import budget
-    from fa2lab.budget import Config
+    from fa2triton import budget
+    from fa2triton.budget import Config
 
     path = data.root(root) / gpu / "budget" / "v1_tiles.csv"
     try:
@@ -147,6 +147,6 @@ def section_budget(gpu, root, ref_root) -> str:
                      ("" if r.status == "ok" else f" ({r.status})")])
     return "\n".join(["### The shared-memory budget",
                       f"Source: `{rel(path)}` (formula and compiled bytes as measured; the prediction and the "
-                      "explanation are fa2lab.budget's, recomputed here).", "",
+                      "explanation are fa2triton.budget's, recomputed here).", "",
                       md_table(["config", "dtype", "D", "formula B", "predicted B", "compiled B", "programs/SM (smem)",
                                 "regs", "difference"], rows)])
