@@ -31,27 +31,41 @@ LAYOUTS = {1: "(batch, heads, sequence, head_dim)", 2: "(batch, sequence, heads,
 
 def _sizes(q, k, v, heads_axis: int) -> tuple[int, int, int, int, int]:
     """(B, H, N_q, N_k, D) of 4-D q, k, v with the heads on `heads_axis` (LAYOUTS), or one ValueError naming what
-    does not fit: each must be 4-D; all three share batch, heads and head dimension, and k and v their length."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if getattr(t, "ndim", None) != 4:
-            got = f"shape {tuple(t.shape)}" if hasattr(t, "shape") else f"a {type(t).__name__}"
-            raise ValueError(f"{name} must be a 4-D tensor {LAYOUTS[heads_axis]}, got {got}")
-    seq_axis = 3 - heads_axis
-    (B, H, D), N_q = (q.shape[0], q.shape[heads_axis], q.shape[3]), q.shape[seq_axis]
-    N_k = k.shape[seq_axis]
-    if any((t.shape[0], t.shape[heads_axis], t.shape[3]) != (B, H, D) for t in (k, v)) or v.shape[seq_axis] != N_k:
+    does not fit: each must be 4-D; all three share batch, heads and head dimension, and k and v their length.
+    Runs on every call: unpacking and integer compares only."""
+    try:
+        if heads_axis == 1:
+            (B, H, N_q, D), (Bk, Hk, N_k, Dk), (Bv, Hv, N_v, Dv) = q.shape, k.shape, v.shape
+        else:
+            (B, N_q, H, D), (Bk, N_k, Hk, Dk), (Bv, N_v, Hv, Dv) = q.shape, k.shape, v.shape
+    except (AttributeError, ValueError):
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if getattr(t, "ndim", None) != 4:
+                got = f"shape {tuple(t.shape)}" if hasattr(t, "shape") else f"a {type(t).__name__}"
+                raise ValueError(f"{name} must be a 4-D tensor {LAYOUTS[heads_axis]}, got {got}") from None
+        raise
+    if Bk != B or Bv != B or Hk != H or Hv != H or Dk != D or Dv != D or N_v != N_k:
         raise ValueError(f"q, k and v must share batch, heads and head dimension, and k and v their length "
                          f"{LAYOUTS[heads_axis]}; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     return B, H, N_q, N_k, D
 
 
-def _forward(fn, q, k, v, causal: bool, scale, B: int, H: int, N_q: int, N_k: int, D: int):
-    """fn.apply on (B * H, N, D) views (copies where B and H cannot share one stride) of (B, H, N, D) q, k, v."""
-    if scale is not None and not math.isclose(scale, 1.0 / math.sqrt(D), rel_tol=1e-12):
-        if not math.isfinite(scale):
-            raise ValueError(f"scale must be a finite number, got {scale!r}")
-        q = q * (scale * math.sqrt(D))
-    return fn.apply(q.reshape(B * H, N_q, D), k.reshape(B * H, N_k, D), v.reshape(B * H, N_k, D), causal)
+def _scaled(q, scale, D: int):
+    """q itself for the kernels' own scale 1/sqrt(D), else q * scale * sqrt(D) (the kernels then apply 1/sqrt(D))."""
+    if math.isclose(scale, 1.0 / math.sqrt(D), rel_tol=1e-12):
+        return q
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
+    return q * (scale * math.sqrt(D))
+
+
+def _apply(fn, q, k, v, causal: bool, BH: int, N_q: int, N_k: int, D: int):
+    """fn.apply on q, k, v (B, H, N, D) as (B * H, N, D): views where B and H share one stride, else copies."""
+    try:
+        q3, k3, v3 = q.view(BH, N_q, D), k.view(BH, N_k, D), v.view(BH, N_k, D)   # view: cheaper than reshape
+    except RuntimeError:
+        q3, k3, v3 = q.reshape(BH, N_q, D), k.reshape(BH, N_k, D), v.reshape(BH, N_k, D)
+    return fn.apply(q3, k3, v3, causal)
 
 
 def attention(q, k, v, is_causal: bool = False, scale: float | None = None, version: str = DEFAULT_VERSION):
@@ -59,7 +73,9 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, vers
     (B, H, N_k, D), any strides; returns (B, H, N_q, D) in q's dtype. `version` names a round (fa2triton.VERSIONS)."""
     fn = _FUNCTIONS.get(version) or _function(version)
     B, H, N_q, N_k, D = _sizes(q, k, v, 1)
-    return _forward(fn, q, k, v, is_causal, scale, B, H, N_q, N_k, D).view(B, H, N_q, D)
+    if scale is not None:
+        q = _scaled(q, scale, D)
+    return _apply(fn, q, k, v, is_causal, B * H, N_q, N_k, D).view(B, H, N_q, D)
 
 
 def flash_attn_func(q, k, v, causal: bool = False, softmax_scale: float | None = None,
@@ -71,5 +87,7 @@ def flash_attn_func(q, k, v, causal: bool = False, softmax_scale: float | None =
     if causal and N_q != N_k:
         raise ValueError(f"causal with seqlen_q {N_q} != seqlen_k {N_k}: flash-attn aligns that mask bottom-right, "
                          "these kernels top-left (SDPA's is_causal); fa2triton.attention takes it")
-    O = _forward(fn, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, softmax_scale, B, H, N_q, N_k, D)
+    if softmax_scale is not None:
+        q = _scaled(q, softmax_scale, D)
+    O = _apply(fn, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, B * H, N_q, N_k, D)
     return O.view(B, H, N_q, D).transpose(1, 2)
