@@ -13,7 +13,7 @@ import importlib
 from types import ModuleType
 
 # CLI name -> (module under experiments/, what it measures). The rows go to results/<gpu>/experiments/<module>.csv
-# (gluon also writes gluon_check.csv).
+# (gluon, in gluon_candidates.py: gluon.csv and gluon_check.csv).
 EXPERIMENTS = {
     "pcast": ("pcast", "where P is rounded: time at N = 4096 and error against float64 (v6's P_CAST)"),
     "launch-order": ("launch_order", "v6's launch orders with the same configurations pinned"),
