@@ -18,8 +18,8 @@ _invoke_context.to_flag = lambda name: "--" + name if name in ("N", "D") else _t
 REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
-from fa2lab import versions  # noqa: E402
-from fa2lab.gpu import has_gpu  # noqa: E402
+from fa2triton import versions  # noqa: E402
+from fa2triton.gpu import has_gpu  # noqa: E402
 
 KERNEL_HELP = "a version (e.g. v5_final), a comma-separated list, or 'all'"
 
@@ -144,7 +144,7 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
     if int(D) not in HEAD_DIMS:
         raise Exit(f"--D must be one of {', '.join(map(str, HEAD_DIMS))}, not {D}", code=2)
     args = ["--causal", causal] + (["--N", *N.split(",")] if N else []) + ["--peers", peers, "--D", str(D)]
-    from fa2lab.sweep_backward import DQ_CHOICES
+    from fa2triton.flash_backward_triton import DQ_CHOICES
 
     if dq_mode not in ("default", *DQ_CHOICES):
         raise Exit(f"--dq-mode must be default or one of {', '.join(DQ_CHOICES)}, not {dq_mode!r}", code=2)
@@ -193,13 +193,13 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
                        "of the mirrored space",
             "pick": "no sweep: write the sweep's best configuration (least total time over the shapes from "
                     "N = 2048 up, correct at every shape) as this GPU's backward default in "
-                    "kernels/_shared/backward_configs.json (no GPU needed)"})
+                    "fa2triton/backward_configs.json (no GPU needed)"})
 def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0, stages="", configs="", pick=False):
     """Sweep the Triton backward's tiles, warps and stages.
 
     At the harness shapes, each checked against SDPA's gradients; resumable. Writes one row per measurement to
     results/<gpu>/sweep_bwd/flash_backward_triton.csv; needs a GPU. --pick (no GPU) turns a finished sweep into that
-    GPU's backward default in kernels/_shared/backward_configs.json."""
+    GPU's backward default in fa2triton/backward_configs.json."""
     if pick:
         if _run([sys.executable, "sweeps/sweep_backward.py", "--pick", "--dq-mode", dq_mode]) != 0:
             raise Exit("no backward configuration picked", code=1)
@@ -244,7 +244,7 @@ def pick_launch(c, kernel="v7_hopper", D="", causal="both", N="", bh="", max_sec
 
     Races once per grid point (D, mask, N, batch x heads), as v7 raced at every new input signature, and writes each
     winner to kernels/v7_hopper/launch_table.json with provenance, entry by entry; a rerun at the same commit on the
-    same GPU resumes. v7 then looks its launch up there instead of racing (fa2lab/launch_table.py; docs/configs.md).
+    same GPU resumes. v7 then looks its launch up there instead of racing (fa2triton/launch_table.py; docs/configs.md).
     Needs a Hopper GPU, except --dry-run."""
     _versions(kernel, one=True)
     if not dry_run:
@@ -267,7 +267,7 @@ def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
     Formula, Hopper-aware prediction and compiled bytes; also programs per SM by shared memory and by registers,
     registers and spills. Prints only (the committed table is results/<gpu>/budget/<kernel>.csv). Needs a GPU."""
     _versions(kernel, one=True)
-    _need_gpu("invoke budget", "fa2lab.budget.formula_shared_bytes gives the formula side on any machine")
+    _need_gpu("invoke budget", "fa2triton.budget.formula_shared_bytes gives the formula side on any machine")
     cmd = [sys.executable, "sweeps/budget_table.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype]
     cmd += ["--configs", configs] if configs else []
     if _run(cmd) != 0:
@@ -278,7 +278,7 @@ def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
 def list_versions(c):
     """Print the version registry, in the article's round order.
 
-    fa2lab/versions.py: each round's label, the version it made (Round 2 profiles and makes none), and what changed.
+    fa2triton/versions.py: each round's label, the version it made (Round 2 profiles and makes none), and what changed.
     Writes nothing; no GPU needed."""
     made = {}
     for v in versions.VERSIONS:
@@ -382,7 +382,7 @@ def compile_cost(c, counts="1,2,4,8,16", sweep=""):
     Fresh processes, empty then warm TRITON_CACHE_DIR, with and without cache_results=True;
     rows to results/<gpu>/tuning/compile_cost.csv. Needs a GPU."""
     _need_gpu("invoke compile-cost", "results/<gpu>/tuning/compile_cost.csv holds the committed measurements")
-    if _run([sys.executable, "sweeps/compile_cost.py", "--counts", counts] + (["--sweep", sweep] if sweep else [])):
+    if _run([sys.executable, "sweeps/measure_compile_cost.py", "--counts", counts] + (["--sweep", sweep] if sweep else [])):
         raise Exit("compile-cost failed", code=1)
 
 

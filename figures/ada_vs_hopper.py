@@ -20,7 +20,8 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fa2lab import shapes, versions  # noqa: E402
+from fa2lab import shapes  # noqa: E402
+from fa2triton import versions  # noqa: E402
 from figures import data, style  # noqa: E402
 
 NAME = "ada_vs_hopper"

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fa2lab import versions  # noqa: E402
+from fa2triton import versions  # noqa: E402
 
 from . import data  # noqa: E402
 

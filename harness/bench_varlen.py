@@ -14,7 +14,7 @@ do_bench medians against SDPA's default backend (cuDNN on the H200) in the same 
 --cache-dir picks Triton's cache directory (TRITON_CACHE_DIR of the child): "cold" an empty temporary directory,
 "warm" the one the preceding cold run of this command filled (run alone: the caller's own Triton cache), or a
 path; "cold,warm" (the default) runs both, one after the other. --pick-cache picks the tuning picks' directory
-(fa2lab.buckets) the same way: "same" (the default) follows --cache-dir (an empty one for cold, the cold run's
+(fa2triton.buckets) the same way: "same" (the default) follows --cache-dir (an empty one for cold, the cold run's
 for warm, fa2lab's default directory for warm alone or a path), or "default", "off", a path.
 
 --compare-tuned: afterwards, for --compare-count of the calls (seeded), also tune that length alone (the
@@ -44,7 +44,7 @@ from typing import Callable, Iterable
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the fa2lab package, uninstalled
 
-from fa2lab.buckets import bucket  # noqa: E402
+from fa2triton.buckets import bucket  # noqa: E402
 
 CACHE_MODES = ("cold", "warm")
 
@@ -211,7 +211,7 @@ class GpuMeasure:
 
     def __call__(self, call: Call) -> dict:
         import torch.nn.functional as F
-        from fa2lab.timing import bench_ms
+        from fa2lab.timers import bench_ms
 
         q, k, v, (q4, k4, v4) = self.inputs(call)
         ours = lambda: self.cls.apply(q, k, v, call.causal)  # noqa: E731
@@ -230,7 +230,7 @@ class GpuMeasure:
         """The bucketed launch and the launch of tuning this N alone (first_call_switch: BUCKETS off, v7's race),
         each recorded by one call on an empty launch cache, then timed in `rounds` alternating rounds of do_bench
         (medians)."""
-        from fa2lab.timing import bench_ms
+        from fa2lab.timers import bench_ms
 
         cls, launches = self.cls, self.cls.launches
         switch, cheap, tuning = first_call_switch(cls)
@@ -326,7 +326,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.worker:
         return worker(args)
-    from fa2lab import versions
+    from fa2triton import versions
 
     try:
         chosen = versions.resolve(args.kernel)
@@ -384,11 +384,12 @@ def worker(args) -> int:
         print("bench_varlen.py needs a CUDA GPU; without one, its bookkeeping is tested on the CPU "
               "(tests/test_varlen.py).", file=sys.stderr)
         return 2
-    from fa2lab import shapes, versions
+    from fa2lab import shapes
     from fa2lab.provenance import environment, now
     from fa2lab.results import append_rows, gpu_dir
+    from fa2lab.switches import load
 
-    module = versions.load(args.kernel)
+    module = load(args.kernel)
     cls = module.FlashAttentionTriton
     if args.compare_tuned and first_call_switch(cls) is None:
         print(f"--compare-tuned needs a version with a BUCKETS or LAUNCH_FROM switch; {args.kernel} has neither",
@@ -396,7 +397,7 @@ def worker(args) -> int:
         return 2
     picks = getattr(cls, "picks", None)
     if picks is not None:
-        picks.cache_dir = args.pick_dir or None   # "": fa2lab.buckets' own choice (FA2_PICK_CACHE, the default)
+        picks.cache_dir = args.pick_dir or None   # "": fa2triton.buckets' own choice (FA2_PICK_CACHE, the default)
     calls = plan(lengths(args.seed, args.count, args.min_n, args.max_n), int_list(args.D, "D"),
                  shapes.masks_from(args.causal))
     env = environment()

@@ -17,7 +17,7 @@ from report.tables import (  # noqa: F401
 from report.rounds import (  # noqa: F401
     ROUNDS, configs_note, section_rounds, section_versions, speedup
 )
-from report.sweeps import (  # noqa: F401
+from report.sweep_tables import (  # noqa: F401
     PICK_ROLES, PIPELINE_QK, SMALL_N_NOTE, SWEEPS, ada_winner, config_key, section_budget, section_one_sweep,
     section_sweep, sweep_picks, sweep_winners
 )
@@ -34,7 +34,7 @@ from report.profile import (  # noqa: F401
     ncu_get, ncu_profile, row_peaks, section_inspect, section_matmul_ncu, section_ncu, section_ncu_source,
     tensor_ops
 )
-from report.experiments import (  # noqa: F401
+from report.experiment_pages import (  # noqa: F401
     EXPERIMENTS, EXPERIMENT_KEYS, EXPERIMENT_TASK, EXPERIMENT_TEXT, GRID_VARIANTS, by_shape, experiment,
     experiment_not_run, section_exp2_poly, section_grid, section_launch_order, section_pcast, section_timing,
     shape_table
@@ -66,7 +66,7 @@ from report.summary import (  # noqa: F401
     versions_table
 )
 from report.varlen import section_varlen, varlen_brief, varlen_table  # noqa: F401
-from report.compare_trees import section_compare_trees, within_count  # noqa: F401
+from report.no_regression import section_compare_trees, within_count  # noqa: F401
 from report.readme import (  # noqa: F401
     BLOCKS, ReadmeError, _span, between, blocks, differences, has_markers, markers, results_block, rewrite,
     versions_block, write
@@ -76,4 +76,4 @@ from report.build import (  # noqa: F401
     page_text, results_text, sweep, wrap, write
 )
 from figures import data  # noqa: F401,E402
-from fa2lab import versions  # noqa: F401,E402
+from fa2triton import versions  # noqa: F401,E402

@@ -8,13 +8,14 @@ import re
 import numpy as np
 import pandas as pd
 
-from fa2lab import shapes, versions
-from fa2lab.sweep_backward import CONFIG_FIELDS, KEY_FIELDS
+from fa2lab import shapes
+from fa2triton import versions
+from fa2lab.backward_sweep import CONFIG_FIELDS, KEY_FIELDS
 from figures import data, roofline
 from profiling.ncu_export import backward_share
 from report.tables import peer_rows, fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
 from report.profile import NCU_EXTRA, row_peaks, tensor_ops
-from report.experiments import experiment, experiment_not_run, shape_table
+from report.experiment_pages import experiment, experiment_not_run, shape_table
 
 
 def section_bwd_modes(gpu, root) -> str:
@@ -59,7 +60,7 @@ def section_bwd_gluon_ws(gpu, root) -> str:
                          span(100 * v.cudnn_over_dobench, 100 * v.cudnn_over_dobench_min,
                               100 * v.cudnn_over_dobench_max, ".1f", "%"), fmt(r.max_rel_err_vs_fp64, ".1e")])
     return "\n".join([
-        "The warp-specialized Gluon backward (kernels/_shared/gluon_backward_ws.py, with the backward's preprocess and "
+        "The warp-specialized Gluon backward (fa2triton/gluon/gluon_backward_ws.py, with the backward's preprocess and "
         "dQ's cast: dq_mode \"atomic\", dkdv \"gluon\") against v7's previous backward (dq_mode and dkdv \"auto\" "
         "as they were: fused at N = 1024, else the Gluon dK/dV kernel and the Triton dQ kernel) and cuDNN's, whole "
         "backwards on the same inputs, interleaved rounds in one process: graph = CUDA-graph replay (the kernels "
@@ -243,7 +244,7 @@ def section_backward_profile(gpu, root) -> str:
                   "regs", "smem B", "occupancy", "tensor pipe", "top stalls"], rows)])
 
 
-BWD_SWEEP_CONFIG, BWD_SWEEP_KEYS = CONFIG_FIELDS, KEY_FIELDS   # fa2lab.sweep_backward's
+BWD_SWEEP_CONFIG, BWD_SWEEP_KEYS = CONFIG_FIELDS, KEY_FIELDS   # fa2lab.backward_sweep's
 BWD_SWEEP_MEASURED = ("bwd_ms", "tflops", "pct_of_sdpa", "sdpa_bwd_ms")
 BWD_DEFAULTS = ("SM90_DEFAULT", "SM90_FP32_D128", "SM80_DEFAULT", "FALLBACK")   # the backward module's names
 
@@ -255,11 +256,12 @@ def bwd_config_text(r) -> str:
 
 def backward_default(df: pd.DataFrame):
     """(the configuration the Triton backward uses when none is given, for the sweep's GPU, head dimension and
-    bf16; its name in kernels/_shared/flash_backward_triton.py): default_config of that module, read through
-    fa2lab.versions.load_shared, for the architecture the sweep rows name (sm_90 if none is named)."""
+    bf16; its name in fa2triton/flash_backward_triton.py): default_config of that module, read through
+    fa2triton.flash_backward_triton, for the architecture the sweep rows name (sm_90 if none is named)."""
     import torch
 
-    bwd = versions.load_shared("flash_backward_triton")
+    from fa2triton import flash_backward_triton as bwd
+
     arch = next((a for a in df.get("arch", pd.Series(dtype=object)).dropna().astype(str)[::-1]
                  if re.fullmatch(r"sm_\d+a?", a)), "sm_90")
     D = int(pd.to_numeric(df["D"], errors="coerce").dropna().iloc[-1]) if "D" in df and df["D"].notna().any() else 64
@@ -272,7 +274,7 @@ def backward_default(df: pd.DataFrame):
 
 def backward_sweep(gpu, root):
     """(every row, the best ok row per (N, causal, dq_mode), the file) of results/<gpu>/sweep_bwd/
-    flash_backward_triton.csv (fa2lab.sweep_backward; the latest row per configuration); (None, None, path)
+    flash_backward_triton.csv (fa2lab.backward_sweep; the latest row per configuration); (None, None, path)
     if it has not run. A malformed file, or one without a single ok configuration, is a ResultsError naming it."""
     path = data.root(root) / gpu / "sweep_bwd" / "flash_backward_triton.csv"
     df = optional(path, (*BWD_SWEEP_KEYS, "status"))
@@ -314,7 +316,7 @@ def section_backward_sweep(gpu, root) -> str:
                        + ", ".join(f"{n} {s}" for s, n in g.status.value_counts().items())
                        for mode, g in sorted(df.groupby("dq_mode"), key=lambda kv: mode_order.get(kv[0], 2)))
     text = [title,
-            "The Triton backward of kernels/_shared/ with each configuration launched as given (dK/dV's query × key "
+            "The Triton backward of fa2triton/flash_backward_triton.py with each configuration launched as given (dK/dV's query × key "
             "tile, dQ's query × key tile, warps, stages), checked against SDPA's gradients and timed with do_bench "
             f"against SDPA's backward in the same process (% of SDPA: SDPA's ms over ours); the latest row per "
             f"configuration. Rows per status: {counts}. The default: `{name}` ({cfg}; default_config for {arch}, "

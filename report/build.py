@@ -20,10 +20,10 @@ from report import readme
 from report.backward import (section_backward, section_backward_profile,
                                      section_backward_sweep, section_bwd_gluon_ws, section_bwd_modes)
 from report.checks import section_nonsquare, section_pending
-from report.compare_trees import section_compare_trees, within_count
+from report.no_regression import section_compare_trees, within_count
 from report.peer_profile import section_peer_profile
 from report.port import section_port, section_port_brief
-from report.experiments import section_exp2_poly, section_grid, section_launch_order, section_pcast, section_timing
+from report.experiment_pages import section_exp2_poly, section_grid, section_launch_order, section_pcast, section_timing
 from report.experiments_v7 import section_coldstart, section_dobench, section_gluon, section_items, section_tl_pick
 from report.goal import section_goal, section_other_shapes
 from report.hostpath import section_host_steps, section_hostpath
@@ -31,7 +31,7 @@ from report.ledger import ledger, section_ledger
 from report.profile import section_inspect, section_matmul_ncu, section_ncu, section_ncu_source
 from report.rounds import section_rounds, section_versions
 from report.summary import section_summary
-from report.sweeps import SWEEPS, SMALL_N_NOTE, section_budget, section_one_sweep
+from report.sweep_tables import SWEEPS, SMALL_N_NOTE, section_budget, section_one_sweep
 from report.tables import NOT_YET, REPO, ada, bench_summary
 from report.tuning import section_autotune_bias, section_compile_cost
 from report.varlen import section_varlen, varlen_brief

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 
-from fa2lab import versions
+from fa2triton import versions
 from figures import data
 from report.tables import NOT_YET, md_table, not_yet, numeric, optional, rel
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from figures import data
 from report.tables import fmt, latest_rows, md_table, numeric, optional, rel, span
-from report.experiments import experiment_not_run
+from report.experiment_pages import experiment_not_run
 
 
 def section_gluon(gpu, root) -> str:
@@ -56,7 +56,7 @@ def section_gluon(gpu, root) -> str:
             "the later runs) and SDPA from the same rounds.", "",
             md_table(["run", "N", "configuration", "do_bench ms, graph ms (% of SDPA)"], wide)]
     return "\n".join([
-        "The Gluon forward (`kernels/_shared/gluon_forward_hopper.py`; v7's non-causal path by default, whose "
+        "The Gluon forward (`fa2triton/gluon/gluon_forward_hopper.py`; v7's non-causal path by default, whose "
         "harness rows are in the main table): per run and "
         "shape, the configuration with the least graph-replay time among those the run timed, beside v7's tl "
         "path and SDPA timed in the same interleaved rounds; runs in the order they ran. Cells: do_bench ms "
@@ -265,7 +265,7 @@ def section_items(gpu, root) -> str:
 
 def section_experiments(gpu, root) -> str:
     """Every experiment's section of this module and experiments.py, one after another (each also has a page)."""
-    from report.experiments import (section_exp2_poly, section_grid, section_launch_order, section_pcast,
+    from report.experiment_pages import (section_exp2_poly, section_grid, section_launch_order, section_pcast,
                                             section_timing)
     parts = (section_pcast, section_launch_order, section_timing, section_exp2_poly, section_grid, section_gluon,
              section_coldstart, section_dobench, section_items, section_tl_pick)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from figures import data
 from report.tables import fmt, md_table, not_yet, rel, span
-from report.experiments import EXPERIMENT_TASK, experiment
+from report.experiment_pages import EXPERIMENT_TASK, experiment
 
 
 V6, V7 = "v6_longest_first", "v7_hopper"

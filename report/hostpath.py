@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fa2lab import versions
+from fa2triton import versions
 from figures import data
 from profiling.host_steps import STEPS as HOST_STEPS
 from report.tables import NOT_YET, fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
@@ -41,7 +41,7 @@ def section_hostpath(gpu, root) -> str:
         "### do_bench against CUDA-graph replay, and the host's time per call (issue 8)",
         "µs, medians of the latest protocol; sources: " + ", ".join(f"`{rel(p)}`" for _, _, p in frames) + "."
         + (" 'no flush': per-call CUDA events like do_bench's, without its 256 MB cache flush between calls "
-           "(fa2lab.timing.bench_noflush_ms): do_bench − no flush is what the flush costs the next call, "
+           "(fa2lab.timers.bench_noflush_ms): do_bench − no flush is what the flush costs the next call, "
            "no flush − graph what a graph saves per call." if noflush else ""), "",
         md_table(header, rows)])
 
@@ -103,7 +103,7 @@ def section_host_steps(gpu, root) -> str:
         "drained): the median over the repeats (min–max), the latest row per step. The steps are "
         "profiling/host_steps.py's (sdpa: SDPA's forward; apply: FlashAttentionTriton.apply, as the harness calls it: "
         "through autograd's Function machinery in rows from before "
-        "fa2lab.hostpath.LeanApply, and without it from then on, since no input needs a gradient; apply_grad: the "
+        "fa2triton.lean_path.LeanApply, and without it from then on, since no input needs a gradient; apply_grad: the "
         "same with Q requiring one; function_nop: an "
         "empty autograd.Function; cache_hit: the cached launch called directly; signature: the lookup; allocate: "
         "O and L; descriptors: v7's TMA descriptors; launch: Triton's launcher alone; sdpa_backward, backward: "

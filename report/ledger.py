@@ -8,11 +8,11 @@ import pandas as pd
 
 from figures import data
 from report.tables import Claim, NOT_YET, fmt, get, md_table, rel
-from report.sweeps import sweep_winners
+from report.sweep_tables import sweep_winners
 from report.tuning import ARTICLE_PER_CONFIG_S, ARTICLE_STARTUP_S, autotune_bias, compile_cost_table, compile_fit, line_text, marginal_costs
 from report.hostpath import hostpath_table
 from report.profile import HALF, MATMUL_FILE, WHOLE, inspections, matmul_profile, ncu_get, ncu_profile
-from report.experiments import experiment
+from report.experiment_pages import experiment
 
 
 # ---------------------------------------------------------------- the ledger
@@ -139,7 +139,7 @@ def ledger(gpu, root, ref_root, summary, bench_paths, ref) -> list[Claim]:
                             "memory byte for byte when the warps own whole rows",
                             "does not hold on Hopper" if match < len(b) else "holds",
                             f"{match} of {len(b)} bf16 configurations match; on the wgmma path the compiler keeps "
-                            "num_stages K and V buffers, one more of each (fa2lab.budget.predicted_shared_bytes "
+                            "num_stages K and V buffers, one more of each (fa2triton.budget.predicted_shared_bytes "
                             "matches every compiled size of the sweep)", rel(budget)))
     frames = hostpath_table(gpu, root)
     v5, v5_path = next(((df, p) for v, df, p in frames if v == "v5_final"), (None, None))

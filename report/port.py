@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from figures import data
-from report import compare_trees as ct
+from report import no_regression as ct
 from report.tables import NOT_YET, fmt, md_table, rel
 
 CSV = "port_triton39.csv"

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fa2lab import versions
+from fa2triton import versions
 from figures import data, roofline
 from profiling.ncu_export import read_source, stall_profile
 from profiling.run_profile import MATMUL_SIZE

@@ -2,7 +2,7 @@
 
 `<!-- report:results -->` ... `<!-- /report:results -->` holds every version at N = 4096 against SDPA (and the peer
 once measured), v7 against cuDNN at the harness shapes with the verdict, and the backward; `<!-- report:versions -->`
-... `<!-- /report:versions -->` one line per version of fa2lab/versions.py. The numbers are summary.py's, the same
+... `<!-- /report:versions -->` one line per version of fa2triton/versions.py. The numbers are summary.py's, the same
 functions REPORT.md's summary prints. Nothing outside the markers is touched.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fa2lab import versions
+from fa2triton import versions
 from figures import data
 from report.summary import HEADLINE_N, backward_headline, goal_cells, headline, versions_legend, versions_table
 from report.tables import NOT_YET, PEER, fmt, md_table

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fa2lab import versions
+from fa2triton import versions
 from figures import data
 from report.tables import ada_ms, fmt, get, md_table, optional, rel, span
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fa2lab import shapes, versions
+from fa2lab import shapes
+from fa2triton import versions
 from figures import data
 from report.backward import DEFAULT_DQ_MODE, backward_summary
 from report.goal import GOAL_LEVEL, _goal_table, goal_pools, goal_rows, goal_verdict
@@ -111,7 +112,7 @@ def versions_table(rows: list[dict]) -> str:
 def versions_legend(N: int = HEADLINE_N) -> str:
     """One line per column of versions_table, as a Markdown list."""
     return "\n".join(f"- {line}" for line in (
-        "version, round: the kernel folder under `kernels/` and the article's round that made it (beyond: past the "
+        "version, round: the kernel folder under `fa2triton/kernels/` and the article's round that made it (beyond: past the "
         f"article); {SDPA_ROW}: SDPA's own times in the same runs, pooled over every version's rows.",
         f"ms, TFLOP/s: the median over the runs of the harness's do_bench time at N = {N} (B = {shapes.BATCH}, "
         f"H = {shapes.HEADS}, D = {shapes.HEAD_DIM}, {shapes.DTYPE_NAME}) and of its FLOP count (4·B·H·N²·D, halved "

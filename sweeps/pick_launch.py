@@ -9,7 +9,7 @@ Per grid point (D, mask, N, B·H: bf16 inputs of shape (B·H, N, D)), in grid or
 candidates timed once, those within SHORTLIST_MARGIN raced with the tl autotuner's shortlist in alternating rounds).
 Every race timing is recorded (experiments/tl_pick.py's RaceRecorder, with the SM clock); the entry, the winner v7
 reports (last_path, last_config) with every raced launch's median, is written to kernels/v7_hopper/launch_table.json
-at once (fa2lab.launch_table), under this GPU's key with the run's provenance. A rerun at the same commit on the same
+at once (fa2triton.launch_table), under this GPU's key with the run's provenance. A rerun at the same commit on the same
 GPU, torch and Triton resumes; otherwise this GPU's section starts afresh (other GPUs' stay). No grid point starts
 after --max-seconds (rerun to go on); Ctrl-C loses nothing written.
 
@@ -31,16 +31,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fa2lab import launch_table, shapes  # noqa: E402
-from fa2lab.buckets import bucket  # noqa: E402
+from fa2lab import shapes  # noqa: E402
+from fa2lab.paths import REPO  # noqa: E402
 from fa2lab.provenance import now  # noqa: E402
-from fa2lab.versions import REPO  # noqa: E402
+from fa2triton import launch_table  # noqa: E402
+from fa2triton.buckets import bucket  # noqa: E402
+from fa2triton.versions import KERNELS  # noqa: E402
 
 KERNEL = "v7_hopper"   # the only version that races its launches
 DTYPE = "bfloat16"
 GRID = {"D": (64, 128), "causal": (0, 1), "N": (512, 1024, 2048, 4096, 8192), "BH": (32,)}
 MAX_SECONDS = 240.0
-TABLE = REPO / "kernels" / KERNEL / "launch_table.json"
+TABLE = KERNELS / KERNEL / "launch_table.json"
 SAME_RUN = ("git_commit", "gpu", "arch", "sm_count", "torch", "triton")   # what a resumed section must share
 
 
@@ -170,7 +172,7 @@ def make_race(v7, device: str = "cuda", clock=None):
     import torch
 
     from experiments.tl_pick import RaceRecorder
-    from fa2lab.interpret import autotuner_of
+    from fa2triton.interpret import autotuner_of
 
     FA, tuner = v7.FlashAttentionTriton, autotuner_of(v7)
     FA.LAUNCH_FROM = "race"
@@ -249,7 +251,7 @@ def main(argv=None) -> int:
               "the grid without one", file=sys.stderr)
         return 2
     from fa2lab.provenance import environment
-    from fa2lab.versions import load
+    from fa2triton.versions import load
 
     gpu = launch_table.gpu_identity(0)
     if gpu.arch != "sm_90":

@@ -1,6 +1,6 @@
 """A stand-in for v7's Gluon module (Gluon is not interpreted; on a GPU too), for the launch table's tests: candidates
 by label, each launch's O filled with its candidate's number. best_launch times them in label order ("a" first), the
-race (fa2lab.timing.queued_ms, replaced by `install`) times "b" fastest. `raced` counts best_launch's calls (the
+race (fa2triton.queued_timing.queued_ms, replaced by `install`) times "b" fastest. `raced` counts best_launch's calls (the
 race's first step), `forwarded` the labels launched untimed."""
 
 from types import SimpleNamespace
@@ -47,7 +47,7 @@ def install(monkeypatch, v7, labels=("a", "b")) -> FakeGluon:
         monkeypatch.setattr(v7.GLUON, name, getattr(fake, name))
     monkeypatch.setattr(v7, "gluon_applies", lambda *args: None)
     monkeypatch.setattr(v7.FlashAttentionTriton, "RACE_TL", False)
-    monkeypatch.setattr("fa2lab.timing.queued_ms", lambda fn, *a, **kw: RACE_MS[fn.__defaults__[0].label])
+    monkeypatch.setattr("fa2triton.queued_timing.queued_ms", lambda fn, *a, **kw: RACE_MS[fn.__defaults__[0].label])
     return fake
 
 

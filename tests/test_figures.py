@@ -16,7 +16,8 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-from fa2lab import shapes, versions
+from fa2lab import shapes
+from fa2triton import versions
 import report
 from figures import (ada_vs_hopper, compile_cost, data, make_all, roofline, style, sweep_grids, tile_heatmap,
                      timeline, versions_bench)

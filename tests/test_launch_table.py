@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from fa2lab import launch_table, versions
-from fa2lab.buckets import bucket
-from fa2lab.gpu import interpreting
-from fa2lab.hostpath import LaunchCache
-from fa2lab.interpret import autotuner_of, only_config
-from fa2lab.launch_table import (PROVENANCE_FIELDS, Gpu, Launch, LaunchTableError, LaunchTableWarning, Signature,
+from fa2triton import launch_table, versions
+from fa2triton.buckets import bucket
+from fa2triton.gpu import interpreting
+from fa2triton.lean_path import LaunchCache
+from fa2triton.interpret import autotuner_of, only_config
+from fa2triton.launch_table import (PROVENANCE_FIELDS, Gpu, Launch, LaunchTableError, LaunchTableWarning, Signature,
                                  Table, lookup)
-from fa2lab.reference import attention, relative_error
+from fa2triton.reference import attention, relative_error
 from fake_gluon import install, label_of
 
 v7 = versions.load("v7_hopper")
@@ -216,7 +216,7 @@ def forbid_the_race(monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("the race was called")
 
-    monkeypatch.setattr("fa2lab.timing.queued_ms", never)
+    monkeypatch.setattr("fa2triton.queued_timing.queued_ms", never)
     monkeypatch.setattr(v7, "_faster_of", never)
     monkeypatch.setattr(v7.GLUON, "best_launch", never)
 

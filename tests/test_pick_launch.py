@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fa2lab import launch_table, versions
-from fa2lab.gpu import interpreting
-from fa2lab.hostpath import LaunchCache
-from fa2lab.launch_table import Gpu, LaunchTableError
+from fa2triton import launch_table, versions
+from fa2triton.gpu import interpreting
+from fa2triton.lean_path import LaunchCache
+from fa2triton.launch_table import Gpu, LaunchTableError
 from fake_gluon import install, label_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -192,7 +192,7 @@ def test_v7s_race_fills_the_table_and_v7_then_launches_from_it_untimed(tmp_path,
 
     monkeypatch.setattr(FA, "LAUNCH_FROM", "table")
     monkeypatch.setattr(FA, "LAUNCH_TABLE", launch_table.load(path, "v7_hopper"))
-    monkeypatch.setattr("fa2lab.timing.queued_ms", lambda *a, **kw: 1 / 0)   # a timing now would be a race
+    monkeypatch.setattr("fa2triton.queued_timing.queued_ms", lambda *a, **kw: 1 / 0)   # a timing now would be a race
     g = torch.Generator().manual_seed(0)
     O = FA.apply(*[torch.randn(3, 400, 64, generator=g).to(torch.bfloat16) for _ in range(3)], False)
     assert label_of(O) == "b" and fake.raced == [256, 512] and fake.forwarded == ["b"] and v7.LAST_CHOICE == "table"
@@ -220,11 +220,11 @@ def test_bench_varlen_records_v7s_choice_and_compares_its_table_against_its_race
 
     monkeypatch.setattr(bench.GpuMeasure, "inputs", inputs)
     monkeypatch.setattr(bench, "_seconds", lambda fn: (fn(), 1.5)[1])
-    monkeypatch.setattr("fa2lab.timing.bench_ms", lambda fn: 1.0)
+    monkeypatch.setattr("fa2lab.timers.bench_ms", lambda fn: 1.0)
     measure = bench.GpuMeasure(v7, 1, 2)
     row = measure(bench.Call(0, 300, 64, False))
     assert (row["pick"], row["config"], row["path"]) == ("table", "a", "gluon") and fake.raced == []
-    monkeypatch.setattr("fa2lab.timing.bench_ms", lambda fn: float("abc".index(label_of(fn())) + 1))
+    monkeypatch.setattr("fa2lab.timers.bench_ms", lambda fn: float("abc".index(label_of(fn())) + 1))
     pair = measure.pair(bench.Call(1, 400, 64, False))
     assert (pair["bucketed_config"], pair["tuned_config"]) == ("a", "b") and fake.raced[0] == 400
     assert fake.raced == [400] * 4   # on the CPU no launch is recorded: each of the 3 rounds' "tuned" calls races

@@ -446,7 +446,7 @@ def test_a_malformed_file_is_an_error_naming_it(full_root, relpath, content, mes
 import math  # noqa: E402
 
 from fa2lab.results import append_rows  # noqa: E402
-from fa2lab.versions import load_shared  # noqa: E402
+from fa2triton import flash_backward_triton as BWD  # noqa: E402
 
 # No value here or derived from it (x1.1, x0.9, x1.2, +1, the differences) sits within 0.003 of a rounding tie at one
 # decimal: 1.5 x 1.1 once printed 1.6 on the H200's Python 3.12 where CI printed 1.7 (session 33, call 1).
@@ -493,7 +493,6 @@ def write_other_shapes(root):
     return append_rows(root / GPU / "experiments" / "other_shapes.csv", rows)
 
 
-BWD = load_shared("flash_backward_triton")
 DEFAULT_BWD = (32, 128, 128, 32, 8, 3)             # SM90_DEFAULT as the module defines it today
 # (dkdv_q, dkdv_k, dq_q, dq_k, warps, stages) -> (status, time as a multiple of the shape's base)
 BWD_SWEEP = {DEFAULT_BWD: ("ok", 1.0), (16, 64, 64, 16, 4, 2): ("ok", 0.8), (32, 128, 128, 32, 8, 1): ("ok", 1.3),

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fa2lab import shapes, versions
+from fa2lab import shapes
+from fa2triton import versions
 import report
 from figures import data
 from report import readme, summary

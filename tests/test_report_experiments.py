@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from figures import data
-from report import compare_trees, summary, varlen
+from report import no_regression as compare_trees, summary, varlen
 from test_figures import GPU, PROV, _bench_rows, _write
 from test_report_build import build, root  # noqa: F401 - root is the shared fixture: every version's bench rows
 
@@ -95,7 +95,7 @@ def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
 
 def test_backward_goal_and_headline_pool_the_default_dq_mode(root):
     """A later --dq-mode experiment's protocol does not replace the default backward's in either summary."""
-    from fa2lab import versions
+    from fa2triton import versions
     from report.backward import DEFAULT_DQ_MODE
 
     assert all(versions.load(v).FlashAttentionTriton.BACKWARD_DQ_MODE == DEFAULT_DQ_MODE

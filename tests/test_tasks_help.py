@@ -85,7 +85,7 @@ def test_an_unknown_version_is_one_line_naming_the_known_ones():
 
     sys.path.insert(0, str(REPO))
     import tasks
-    from fa2lab import versions
+    from fa2triton import versions
 
     with_kernel = sorted(name.replace("_", "-") for name, obj in vars(tasks).items()
                          if isinstance(obj, invoke.Task) and "kernel" in inspect.signature(obj.body).parameters)
