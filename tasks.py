@@ -35,7 +35,7 @@ def _need_gpu(what: str, instead: str) -> None:
 
 
 def _versions(kernel: str, one: bool = False, also: tuple[str, ...] = ()) -> list:
-    """The versions --kernel names (fa2lab.versions.resolve), checked before anything runs or needs a GPU: an
+    """The versions --kernel names (fa2triton.versions.resolve), checked before anything runs or needs a GPU: an
     unknown name exits 2 with one line naming the known versions. `one`: exactly one version; `also`: other
     names the task takes (returned as no version)."""
     if kernel in also:
