@@ -1,8 +1,8 @@
 """The lab's FA2_V7_* switches: environment variables that change what v7 runs for one process, recorded beside every
 row (provenance's `switches` column). The runtime reads none of them: v7's choices are its class attributes
 (FlashAttentionTriton.GLUON, RACE_TL, LAUNCH_FROM), and the lab sets those from the switches when it loads a version
-(`load`, or `apply` on the module the harness imports from PYTHONPATH). Every other FA2_V7_* is retired: docs/experiments.md,
-"The FA2_V7_* switches", lists each with its last commit."""
+(`load`, or `apply` on the module the harness imports from PYTHONPATH). Every other FA2_V7_* is retired:
+docs/experiments.md, "The FA2_V7_* switches", lists each with its last commit."""
 
 from __future__ import annotations
 

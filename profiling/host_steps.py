@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import shapes  # noqa: E402
 
-STEPS = ("sdpa", "apply", "attention", "flash_attn_func", "apply_grad", "function_nop", "cache_hit", "signature", "allocate", "descriptors", "launch",
+STEPS = ("sdpa", "apply", "attention", "flash_attn_func", "apply_grad", "function_nop", "cache_hit", "signature",
+         "allocate", "descriptors", "launch",
          "sdpa_backward", "sdpa_flash_backward", "backward", "backward_separate", "backward_fused", "backward_nop",
          "backward_direct", "backward_direct_fused", "backward_key", "backward_alloc", "backward_launch")
 BACKWARD_STEPS = STEPS[STEPS.index("sdpa_backward"):]   # built only when one of them is asked for

@@ -181,17 +181,21 @@ def launches(df: pd.DataFrame, tree: str) -> dict[tuple, tuple[str, list[str]]]:
     out = {}
     for key, g in df[df.tree == tree].groupby(list(KEY), sort=False):
         said = (g.path + " " + g.config).str.strip()
-        out[tuple(key)] = (" / ".join(dict.fromkeys(x for x in said if x)) or "–", sorted(set(g.choice) - {"table", ""}))
+        launched = " / ".join(dict.fromkeys(x for x in said if x)) or "–"
+        out[tuple(key)] = (launched, sorted(set(g.choice) - {"table", ""}))
     return out
 
 
 def launch_rows(gpu, root) -> tuple[Path, list[dict], dict, dict] | None:
-    """(the file, `ratios` table ÷ race, the table tree's launches, the race tree's), or None before any run."""
+    """(the file, `ratios` table ÷ race, the table tree's launches, the race tree's), or None before any run. A run cut
+    before one tree's first process has shapes of no complete round; a file of neither tree is a ResultsError."""
     path = path_of(gpu, root, LAUNCH_CSV)
     if not path.exists():
         return None
     df = load(path)
-    a, b = labels(df, *LAUNCH_TREES)
+    a, b = LAUNCH_TREES
+    if not {a, b} & set(df.tree):
+        raise data.ResultsError(f"{path}: no rows of the trees {a!r} or {b!r} (trees: {', '.join(set(df.tree))})")
     return path, ratios(df, a, b), launches(df, b), launches(df, a)
 
 
@@ -209,7 +213,8 @@ def launch_brief(gpu, root) -> str:
         return f"Launch table ÷ race: {NOT_YET}."
     _, rows, mine, _ = found
     within = sum(launch_verdict(r, mine.get(tuple(r[k] for k in KEY), ("", []))).startswith("within") for r in rows)
-    return f"Launch table ÷ race: within {100 * LAUNCH_LEVEL:.0f}% at {within} of {len(rows)}."   # REPORT.md's room
+    # "of 16", not "of 16 shapes": REPORT.md's paragraph has no room for more (tests/test_launch_vs_race.py)
+    return f"Launch table ÷ race: within {100 * LAUNCH_LEVEL:.0f}% at {within} of {len(rows)}."
 
 
 def section_launch_table(gpu, root) -> str:
@@ -226,8 +231,8 @@ def section_launch_table(gpu, root) -> str:
     return "\n".join([
         "v7's first call of each shape launching what its launch table holds (`table`, the default) against timing and "
         "racing its candidates as `invoke pick-launch` does (`race`, FA2_V7_LAUNCH_FROM=race): one checkout in "
-        "alternating fresh processes, each timing v7 and cuDNN on the same inputs. Per shape, over the complete rounds, "
-        "the median (min–max) of each round's ratio table ÷ race; issue 49's goal is within "
+        "alternating fresh processes, each timing v7 and cuDNN on the same inputs. Per shape, over the complete "
+        "rounds, the median (min–max) of each round's ratio table ÷ race; issue 49's goal is within "
         f"{100 * LAUNCH_LEVEL:.0f}% by graph replay and by % of cuDNN at every shape. Source: `{rel(path)}`.", "",
         md_table(["version", "mode", "N", "D", "causal", "rounds", "table's launch", "race's launch", "do_bench ms",
                   "% of cuDNN", "graph-replay ms", "verdict"], table_rows)])

@@ -66,7 +66,7 @@ SAMPLES = {"sdpa": [15.0, 16.0, 17.0], "apply": [19.0, 20.0, 21.0], "attention":
            "flash_attn_func": [29.0, 30.0, 31.0], "cache_hit": [9.0, 9.0, 9.0]}
 
 
-def test_host_steps_writes_the_api_rows_beside_apply_and_the_page_judges_them(monkeypatch, tmp_path, root):  # noqa: F811
+def test_host_steps_writes_the_api_rows_beside_apply_and_the_page_judges_them(monkeypatch, root):  # noqa: F811
     """main with its GPU parts faked: each block's rows (only the steps asked for) share one date, appended as timed;
     the page pairs attention's row with apply's of that run: level where the ranges overlap, else by how much."""
     import fa2lab.provenance
