@@ -243,9 +243,9 @@ def pick_launch(c, kernel="v7_hopper", D="", causal="both", N="", bh="", max_sec
     """Write v7's launch table by racing its launches on this GPU.
 
     Races once per grid point (D, mask, N, batch x heads), as v7 raced at every new input signature, and writes each
-    winner to kernels/v7_hopper/launch_table.json with provenance, entry by entry; a rerun at the same commit on the
-    same GPU resumes. v7 then looks its launch up there instead of racing (fa2triton/launch_table.py; docs/configs.md).
-    Needs a Hopper GPU, except --dry-run."""
+    winner to fa2triton/kernels/v7_hopper/launch_table.json with provenance, entry by entry; a rerun at the same
+    commit on the same GPU resumes. v7 then looks its launch up there instead of racing (fa2triton/launch_table.py;
+    docs/configs.md). Needs a Hopper GPU, except --dry-run."""
     _versions(kernel, one=True)
     if not dry_run:
         _need_gpu("invoke pick-launch", "--dry-run lists the grid; v7 races at run time where its table has no entry")

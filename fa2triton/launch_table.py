@@ -2,7 +2,7 @@
 
 Racing the candidates at the first call of every new signature cost seconds per bucket of lengths; cuDNN and
 FlashAttention choose by rules instead. `invoke pick-launch --kernel v7_hopper` (sweeps/pick_launch.py) runs v7's
-race once per grid point on a GPU and writes the winners to kernels/v7_hopper/launch_table.json; v7 then calls
+race once per grid point on a GPU and writes the winners to fa2triton/kernels/v7_hopper/launch_table.json; v7 calls
 `lookup`, a pure function of (signature, GPU, the paths its rules allow, the candidates it has now) -> Choice (a
 Launch, or None and why: the caller races). What the table replaced, and what it costs: docs/configs.md.
 

@@ -8,8 +8,8 @@ Per grid point (D, mask, N, B·H: bf16 inputs of shape (B·H, N, D)), in grid or
 "race" and its tl autotuner's cache cleared (its key has no B·H): the race v7 runs for a new signature (the Gluon
 candidates timed once, those within SHORTLIST_MARGIN raced with the tl autotuner's shortlist in alternating rounds).
 Every race timing is recorded (experiments/tl_pick.py's RaceRecorder, with the SM clock); the entry, the winner v7
-reports (last_path, last_config) with every raced launch's median, is written to kernels/v7_hopper/launch_table.json
-at once (fa2triton.launch_table), under this GPU's key with the run's provenance. A rerun at the same commit on the same
+reports (last_path, last_config) with every raced launch's median, is written at once to v7's launch_table.json
+(fa2triton.launch_table), under this GPU's key with the run's provenance. A rerun at the same commit on the same
 GPU, torch and Triton resumes; otherwise this GPU's section starts afresh (other GPUs' stay). No grid point starts
 after --max-seconds (rerun to go on); Ctrl-C loses nothing written.
 
