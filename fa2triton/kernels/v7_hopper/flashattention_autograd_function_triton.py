@@ -559,10 +559,11 @@ def _checked_launch(Q, K, V, mode):
     route = _route(Q, K, V, is_causal, window, force, race_tl)
     # a pinned tl or v6 configuration (fa2triton.launch.pin_config, the tests' only_config) runs as it is
     pinned = route != "gluon" and len((V6.flash_fwd_kernel if route == "v6" else flash_fwd_kernel).configs) <= 1
-    choice = None if pinned or route == "v6" or launch_from == "race" else table_choice(Q, K, is_causal, route)
+    from_table = not (pinned or route == "v6" or launch_from == "race")
+    choice, known = table_choice(Q, K, is_causal, route) if from_table else (None, {})
     if choice is not None and choice.launch is not None:
         LAST_CHOICE = "table"
-        return _table_launch(Q, K, V, is_causal, window, choice.launch)
+        return _table_launch(Q, K, V, is_causal, window, choice.launch, known[choice.launch.path][choice.launch.label])
     LAST_CHOICE = "pinned" if pinned else "tuned"
     return _tune(Q, K, V, is_causal, window, route)
 
@@ -597,22 +598,22 @@ def _tune(Q, K, V, is_causal, window, route):
 
 
 def table_choice(Q, K, is_causal, route):
-    """The launch table's Choice for these inputs among the route's paths and today's candidates; where it has
-    none, its reason is warned once (not under the interpreter, which times nothing) and the caller races."""
+    """The launch table's Choice for these inputs among the route's paths and today's candidates, and those
+    candidates (path -> label -> configuration); where it has none, its reason is warned once (not under the
+    interpreter, which times nothing) and the caller races."""
     table, gpu = FlashAttentionTriton.LAUNCH_TABLE, launch_table.gpu_identity(Q.device.index)
     allowed = tuple(route.split("+"))   # "gluon+tma", "gluon" or "tma"
-    known = {path: set(_candidates(path, Q)) for path in allowed}
+    known = {path: _candidates(path, Q) for path in allowed}
     choice = launch_table.lookup(table, launch_table.signature(Q, K, is_causal), gpu, allowed, known)
     if choice.launch is None and gpu.key != launch_table.INTERPRETER:
         table.warn_once(choice.reason)
-    return choice
+    return choice, known
 
 
-def _table_launch(Q, K, V, is_causal, window, launch):
-    """The table's launch, untimed: the Gluon candidate of that label, or the tl autotuner left the candidate of that
-    label (one candidate: nothing timed). table_choice's lookup checked that the label is a candidate."""
+def _table_launch(Q, K, V, is_causal, window, launch, cfg):
+    """The table's launch, untimed: the Gluon candidate `cfg` of that label, or the tl autotuner left that one
+    candidate (nothing timed). table_choice's lookup checked that the label is a candidate."""
     global LAST_PATH, LAST_CONFIG
-    cfg = _candidates(launch.path, Q)[launch.label]
     if launch.path == "gluon":
         O, L, recorded = GLUON.forward(Q, K, V, is_causal, cfg)
         LAST_PATH, LAST_CONFIG = "gluon", launch.label
