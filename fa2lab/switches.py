@@ -61,12 +61,9 @@ def apply(module: ModuleType) -> ModuleType:
     """Set a loaded version's FlashAttentionTriton attributes from this process's switches (only the attributes it
     has: v7's), warning about retired ones; returns the module. Called once, when the lab loads a version."""
     cls = getattr(module, "FlashAttentionTriton", None)
-    for name in sorted(SWITCHES_ON_BY_DEFAULT):
+    for name in sorted(LIVE_SWITCHES):
         if cls is not None and hasattr(cls, name):
-            setattr(cls, name, switch_on(name))
-    for name in sorted(SWITCH_VALUES):
-        if cls is not None and hasattr(cls, name):
-            setattr(cls, name, switch_value(name))
+            setattr(cls, name, switch_value(name) if name in SWITCH_VALUES else switch_on(name))
     warn_unread_switches()
     return module
 
@@ -77,7 +74,7 @@ def load(name: str) -> ModuleType:
 
     from fa2triton import versions
 
-    fresh = f"fa2_kernels_{versions.get(name).name}" not in sys.modules
+    fresh = versions.module_name(name) not in sys.modules
     module = versions.load(name)
     return apply(module) if fresh else module
 

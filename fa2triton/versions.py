@@ -103,14 +103,18 @@ def resolve(selection: str) -> list[Version]:
     return [get(s.strip()) for s in selection.split(",") if s.strip()]
 
 
+def module_name(name: str) -> str:
+    """The unique module name `load` imports version `name` under (its key in sys.modules)."""
+    return f"fa2_kernels_{get(name).name}"
+
+
 def load(name: str) -> ModuleType:
     """Import one version's kernel file under a unique module name.
 
     The harness and the test file import the module by its plain name from
     PYTHONPATH; scripts that need several versions in one process use this.
     """
-    version = get(name)
-    return load_file(f"fa2_kernels_{version.name}", version.path)
+    return load_file(module_name(name), get(name).path)
 
 
 def load_file(mod_name: str, path: Path) -> ModuleType:
