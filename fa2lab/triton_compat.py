@@ -12,13 +12,15 @@ closure's variables, a signature) that is what is checked; the version itself on
 - PARTITION_SYNC: a partition's bar.sync in PTX (3.9 names the barrier by a register).
 - triton_ptxas_flags(), ptx_options(): the options Triton's own ptxas call adds (3.9: --regAllocOptLevel=2), and the
   launch option that puts ptxas's default register allocation back.
-- wgmma_descriptor_adds(ptx): 3.9's per-k-step wgmma descriptors rewritten in 3.6's form.
+- splits_wgmma_descriptors(), wgmma_descriptor_adds(ptx): whether this Triton builds each k-step's wgmma descriptor
+  from 32-bit words (3.9), and that PTX rewritten in 3.6's form.
 - direct_launch(run), encode_descriptor(desc, meta): a CompiledKernel's C launch function and its descriptor encoding
   (3.6: a launcher per kernel; 3.9: one generic launch with the arguments as one sequence).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import re
@@ -121,6 +123,7 @@ def get_ptxas(arch: int):
     return compiler.get_ptxas(int(arch))
 
 
+@functools.cache
 def triton_ptxas_flags() -> tuple[str, ...]:
     """The options Triton's make_cubin gives every ptxas run besides line info, -v, --fmad, --opt-level, the extra
     ptx_options and --gpu-name, read from its source: 3.9 adds `--regAllocOptLevel=2` ("to work around ptxas 13.x
@@ -202,6 +205,14 @@ def direct_launch(run):
 
 _INSTR = re.compile(r"^(\s*)(@!?%\w+\s+)?([a-z][\w.:]*)\s+(%\w+),\s*([^;]*);\s*$")
 _BLOCK_END = re.compile(r"^\s*(?:(?!\$L__tmp)[$\w]+:|(?:@!?%\w+\s+)?(?:bra|ret|exit|call|trap)\b)")   # not .loc labels
+
+
+def splits_wgmma_descriptors() -> bool:
+    """Whether Triton lowers each k-step's wgmma shared-memory descriptor as `zext(base + k) | C` (3.9) rather than
+    `zext(base) + (C + k)` (3.6): where it does, v7's Gluon kernels plant gluon_ptx.DESCRIPTOR_MARK for
+    wgmma_descriptor_adds (elsewhere they plant nothing, so their PTX is as before). A lowering detail no attribute
+    shows: the version decides (3.7 and 3.8 were not examined: False)."""
+    return triton_version() >= (3, 9)
 
 
 def wgmma_descriptor_adds(ptx: str) -> tuple[str, int]:

@@ -26,6 +26,7 @@ from fa2lab.gpu import facts
 from fa2lab.hostpath import KeptL, empty_output, run_compiled
 from fa2lab.shapes import GLUON_HEAD_DIMS as HEAD_DIMS
 from fa2lab.timing import queued_ms
+from fa2lab.triton_compat import ptx_options
 from fa2lab.versions import load_shared
 
 _configs = load_shared("gluon_configs")
@@ -216,7 +217,7 @@ def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, 
         L = torch.empty((BH, N_q), dtype=torch.float32, device=Q.device)
     kernel, grid, args, num_warps, flags, tail = launch_plan(cfg, Q, K, V, O, L, is_causal,
                                                              facts(Q.device.index).sm_count)
-    compiled = kernel[grid](*args, num_warps=num_warps, **flags)
+    compiled = kernel[grid](*args, num_warps=num_warps, ptx_options=ptx_options(), **flags)
     combined = combine_tail(*tail, O, L, cfg.block_m) if tail is not None else None
     constexprs = tuple(flags[n] for n in kernel.arg_names if n in flags)   # in signature order
     return O, L, GluonLaunch(compiled, grid, args, constexprs, tail, combined, cfg.label)
@@ -313,4 +314,5 @@ def compile_offline(cfg: GluonConfig, N: int = 4096, D: int = 64, is_causal: boo
     L = torch.empty(heads, N, dtype=torch.float32, device="meta")
     # sms=1: the split plan's numbers are runtime arguments, so any SM count compiles the same code
     kernel, _, args, num_warps, flags, _ = launch_plan(cfg, Q, Q, Q, O, L, is_causal, sms=1)
-    return compile_for_target(kernel, args, arch=arch, num_warps=num_warps, num_stages=1, **flags)
+    return compile_for_target(kernel, args, arch=arch, num_warps=num_warps, num_stages=1, ptx_options=ptx_options(),
+                              **flags)
