@@ -183,9 +183,10 @@ def sass_stats(cubin: Path, nvdisasm: str, cuobjdump: str, hot) -> dict:
     return {"registers": res.get("REG"), "stack": res.get("STACK"), "kernel": _opcode_counts(ins), "loops": loops}
 
 
-def assemble_all(work: Path, ptxases: list[str], out: Path) -> dict:
+def assemble_all(work: Path, ptxases: list[str], out: Path, after: Path | None = None) -> dict:
     """Every work/triton-*/ PTX through every ptxas, {as given, + --regAllocOptLevel=2} x {as is, descriptor adds}
-    (the latter only where it rewrites something), and Triton's own cubin; summary.json under `out`."""
+    (the latter only where it rewrites something), and Triton's own cubin; with `after` (a compile of the tree with
+    the fixes), its Triton-built cubins and whether their SASS equals work's; summary.json under `out`."""
     from fa2lab.compile_offline import tool_path
     from fa2lab.triton_compat import wgmma_descriptor_adds
 
@@ -212,6 +213,12 @@ def assemble_all(work: Path, ptxases: list[str], out: Path) -> dict:
                             log = assemble(text, p, flags, cubin)
                             rows[key] = {**sass_stats(cubin, nvdisasm, cuobjdump, hot), **ir.ptxas_usage(log)}
                 version["kernels"][name] = {"what": specs[name][0], "descriptor_adds": n, "sass": rows}
+                fixed = after / folder.name / f"{name}.cubin" if after else None
+                if fixed and fixed.exists():
+                    meta_after = json.loads((after / folder.name / "meta.json").read_text())["kernels"][name]
+                    version["kernels"][name]["after"] = {
+                        **sass_stats(fixed, nvdisasm, cuobjdump, hot), "meta": meta_after,
+                        "same_sass": sass_text(fixed, nvdisasm) == sass_text(folder / f"{name}.cubin", nvdisasm)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
@@ -287,6 +294,23 @@ def report(summary: dict) -> str:
                 cells.append("" if s is None else f"{s['kernel']['STL']}/{s['kernel']['LDL']}: {_hot(s, 'instructions')} "
                              f"({_hot(s, 'STL')} / {_hot(s, 'LDL')})")
             out.append(f"| {k['what']} | {v.removeprefix('triton-')} | " + " | ".join(cells) + " |")
+    if any("after" in k for data in versions.values() for k in data["kernels"].values()):
+        out += ["", "Triton's own compile before and after the fixes (ptx_options, wgmma_descriptor_adds where the "
+                "kernel plants its mark):", "", "| kernel | Triton | same SASS | descriptors rewritten | ptx_options "
+                "| stack | STL / LDL | loop instructions | loop uniform | loop STL / LDL |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for name in names:
+            for v, data in versions.items():
+                k = data["kernels"].get(name, {})
+                if "after" not in k:
+                    continue
+                b, a = k["sass"]["triton"], k["after"]
+                arrow = lambda f: f"{f(b)} → {f(a)}" if f(b) != f(a) else f(a)   # noqa: E731
+                out.append(f"| {k['what']} | {v.removeprefix('triton-')} | {'yes' if a['same_sass'] else 'no'} | "
+                           f"{a['meta']['passes'].get('wgmma_descriptor_adds', 0)} | {a['meta']['ptx_options'] or '-'} | "
+                           f"{arrow(lambda s: s['stack'])} | "
+                           f"{arrow(lambda s: str(s['kernel']['STL']) + ' / ' + str(s['kernel']['LDL']))} | "
+                           f"{arrow(lambda s: _hot(s, 'instructions'))} | {arrow(lambda s: _hot(s, 'uniform'))} | "
+                           f"{arrow(lambda s: _hot(s, 'STL') + ' / ' + _hot(s, 'LDL'))} |")
     return "\n".join(out) + "\n"
 
 
@@ -301,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--work", type=Path, required=True)
     a.add_argument("--ptxas", action="append", required=True, help="a ptxas binary (give each Triton's)")
     a.add_argument("--out", type=Path, default=OUT)
+    a.add_argument("--after", type=Path, help="a compile of the tree with the fixes (its Triton-built cubins)")
     s = sub.add_parser("same", help="whether two --work folders' cubins have the same SASS, per Triton and kernel")
     s.add_argument("work", type=Path, nargs=2)
     r = sub.add_parser("report", help="print the tables from a summary.json")
@@ -314,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown kernels {unknown}; known: {', '.join(kernels())}")
         print(compile_all(args.work, names, args.before))
     elif args.cmd == "assemble":
-        summary = assemble_all(args.work, args.ptxas, args.out)
+        summary = assemble_all(args.work, args.ptxas, args.out, args.after)
         (args.out / "summary.md").write_text(report(summary))
         print(args.out / "summary.md")
     elif args.cmd == "same":
