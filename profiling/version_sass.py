@@ -220,7 +220,7 @@ def assemble_all(work: Path, ptxases: list[str], out: Path, after: Path | None =
                         **sass_stats(fixed, nvdisasm, cuobjdump, hot), "meta": meta_after,
                         "same_sass": sass_text(fixed, nvdisasm) == sass_text(folder / f"{name}.cubin", nvdisasm)}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.json").write_text(json.dumps(summary, separators=(",", ":")))
     return summary
 
 

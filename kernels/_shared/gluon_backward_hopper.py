@@ -228,7 +228,7 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         dtype: gl.constexpr = q_desc.dtype
         o_layout: gl.constexpr = wgmma_layout(4, D)
-        if _DESCRIPTOR_ADDS:   # the PTX stage's wgmma_descriptor_adds
+        if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills)
             _hw.mark(_DESCRIPTOR_ASM)
 
         k_start = gl.program_id(0) * BLOCK_N

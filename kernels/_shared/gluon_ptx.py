@@ -23,8 +23,8 @@ as it is).
 - wgmma_descriptor_adds (DESCRIPTOR_MARK; fa2lab.triton_compat): Triton 3.9 builds each k-step's wgmma descriptor with
   a 32-bit add, a zero extension and an OR, where 3.6 adds to the 64-bit descriptor; ptxas then spends 2-3 more
   uniform moves per wgmma. The pass writes 3.9's form as 3.6's (3.6's PTX has none to rewrite). Planted by the
-  forward, the separate dK/dV kernel and the warp-specialized backward at D = 64 (at D = 128 3.6's form spills more
-  there): docs/port-triton39.md, "Why v7 is slower on 3.9".
+  forward and by both backward kernels at D = 64 (at D = 128 they spill more with 3.6's form): docs/port-triton39.md,
+  "Why v7 is slower on 3.9".
 
 Triton 3.6's cache key does not see the hook, only the kernel's source; 3.9's includes STAGES_KEY (the marks and
 the barrier base): either way a changed rewrite needs a new mark.
