@@ -251,6 +251,16 @@ def _hot(row: dict, key: str) -> str:
     return ", ".join(str(loop[key]) for loop in loops) or "-"
 
 
+LOOP_SYNC = ("HGMMA", "MUFU.EX2", "BAR.SYNC", "BAR.ARV", "FENCE.VIEW.ASYNC", "MEMBAR", "WARPGROUP.ARRIVE",
+             "WARPGROUP.DEPBAR", "SYNCS")
+
+
+def _loop_sync(row: dict) -> str:
+    """The LOOP_SYNC counts of one iteration of the first hot loop, slash-separated ("-" without loops)."""
+    loops = [loop for loop in row["loops"] if loop["hot"]] or row["loops"]
+    return "/".join(str(loops[0][k]) for k in LOOP_SYNC) if loops else "-"
+
+
 def report(summary: dict) -> str:
     """Markdown: per kernel and Triton, how Triton built it and how each ptxas variant builds its PTX."""
     out = []
@@ -262,9 +272,9 @@ def report(summary: dict) -> str:
                    f"{'; compiled as before the fixes' if m.get('before') else ''}")
     names = list(next(iter(versions.values()))["kernels"])
     out += ["", "Triton's own compile of each kernel (SASS of its cubin; the loops: one iteration of each hot wgmma "
-            "loop):", "", "| kernel | Triton | registers | stack | STL / LDL | BAR.SYNC | FENCE.VIEW.ASYNC / MEMBAR | "
-            "loop instructions | loop uniform | loop STL / LDL | PTX bar.sync + barrier.sync | passes |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "loop, the opcode counts of the first):", "", "| kernel | Triton | registers | stack | STL / LDL | BAR.SYNC | FENCE.VIEW.ASYNC / MEMBAR | "
+            "loop instructions | loop uniform | loop STL / LDL | loop " + " / ".join(LOOP_SYNC) + " | PTX bar.sync + "
+            "barrier.sync | passes |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in names:
         for v, data in versions.items():
             k = data["kernels"].get(name)
@@ -277,7 +287,7 @@ def report(summary: dict) -> str:
             out.append(f"| {k['what']} | {v.removeprefix('triton-')} | {s['registers']} | {s['stack']} | "
                        f"{kk['STL']} / {kk['LDL']} | {kk['BAR.SYNC']} | {kk['FENCE.VIEW.ASYNC']} / {kk['MEMBAR']} | "
                        f"{_hot(s, 'instructions')} | {_hot(s, 'uniform')} | {_hot(s, 'STL')} / {_hot(s, 'LDL')} | "
-                       f"{meta['ptx']['bar.sync'] + meta['ptx']['barrier.sync']} | {passes or '-'} |")
+                       f"{_loop_sync(s)} | {meta['ptx']['bar.sync'] + meta['ptx']['barrier.sync']} | {passes or '-'} |")
     out += ["", "Each Triton's PTX through each ptxas (`+r2`: with Triton 3.9's --regAllocOptLevel=2; `+desc`: "
             "after wgmma_descriptor_adds): whole-kernel STL / LDL, then the hot loops' instructions (STL / LDL):", ""]
     variants = sorted({key for data in versions.values() for k in data["kernels"].values() for key in k["sass"]
