@@ -127,7 +127,7 @@ def compile_all(work: Path, names: list[str], before: bool) -> Path:
         meta["kernels"][name] = {"what": what, "passes": dict(counts), "ptx": ptx_counts(k.asm["ptx"]),
                                  "ptx_options": getattr(k.metadata, "ptx_options", None),
                                  "shared": k.metadata.shared, "num_warps": k.metadata.num_warps}
-    (folder / "meta.json").write_text(json.dumps(meta, indent=1))
+        (folder / "meta.json").write_text(json.dumps(meta, indent=1))   # after each kernel: an interrupt keeps them
     return folder
 
 
@@ -191,6 +191,11 @@ def assemble_all(work: Path, ptxases: list[str], out: Path, after: Path | None =
     from fa2lab.triton_compat import wgmma_descriptor_adds
 
     specs = kernels()
+    if not sorted(work.glob("triton-*/meta.json")):
+        raise SystemExit(f"no triton-<version>/meta.json under {work}: run `compile --work {work}` first")
+    for p in ptxases:
+        if not Path(p).is_file():
+            raise SystemExit(f"--ptxas {p}: no such file")
     nvdisasm, cuobjdump = tool_path("nvdisasm"), tool_path("cuobjdump")
     summary = {"tools": {"nvdisasm": tool_version(nvdisasm),
                          "ptxas": {tool_version(p): p for p in ptxases}}, "versions": {}}
@@ -219,8 +224,8 @@ def assemble_all(work: Path, ptxases: list[str], out: Path, after: Path | None =
                     version["kernels"][name]["after"] = {
                         **sass_stats(fixed, nvdisasm, cuobjdump, hot), "meta": meta_after,
                         "same_sass": sass_text(fixed, nvdisasm) == sass_text(folder / f"{name}.cubin", nvdisasm)}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, separators=(",", ":")))
+                out.mkdir(parents=True, exist_ok=True)   # after each kernel: an interrupt keeps the ones done
+                (out / "summary.json").write_text(json.dumps(summary, separators=(",", ":")))
     return summary
 
 
