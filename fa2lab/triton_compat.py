@@ -220,7 +220,7 @@ def wgmma_descriptor_adds(ptx: str) -> tuple[str, int]:
     `zext(base + k) | C` (add.s32, cvt.u64.u32, or.b64 in one basic block) computed as 3.6 does, `zext(base) + (C + k)`,
     and how many. Exact where it applies: every definition of base is a bfe.u32 of at most 16 bits, k < 2^16 and C's
     low word is 0 (so no carry and `|` is `+`). 3.6's PTX has no such sequence (n = 0, the PTX unchanged). Why: ptxas
-    rebuilds 3.9's descriptors with 2-3 more uniform moves per wgmma ("Why v7 is slower on 3.9", port-triton39.md)."""
+    rebuilds 3.9's descriptors with more uniform moves per wgmma ("Why v7 is slower on 3.9", port-triton39.md)."""
     lines = ptx.split("\n")
     parsed = [_INSTR.match(line) for line in lines]
     bounded: dict[str, set] = {}   # register -> {whether each of its definitions is a bfe.u32 of <= 16 bits}

@@ -7,10 +7,11 @@
 `compile` runs under the installed Triton and writes DIR/triton-<version>/<kernel>.ptx (what ptxas is given) and
 .cubin (what Triton made of it), and meta.json: Triton's ptxas and its options, the PTX passes' counts, PTX
 barrier and fence counts. `--before` compiles as the tree did before the kernels took fa2lab.triton_compat's
-ptx_options and planted gluon_ptx.DESCRIPTOR_MARK (`same` checks that against a compile of that commit). `assemble` takes every PTX under DIR through every ptxas given, with and without
-Triton 3.9's `--regAllocOptLevel=2` and with and without wgmma_descriptor_adds, and writes summary.json: per cubin
-registers, stack, spills and the SASS opcode counts of the whole kernel and of each innermost wgmma loop (one
-iteration). `report` prints the tables of docs/port-triton39.md's "Why v7 is slower on 3.9". Nothing runs on a GPU.
+ptx_options and planted gluon_ptx.DESCRIPTOR_MARK (`same` checks that against a compile of that commit).
+`assemble` takes every PTX under DIR through every ptxas given, with and without Triton 3.9's `--regAllocOptLevel=2`
+and with and without wgmma_descriptor_adds, and writes summary.json: per cubin registers, stack, spills and the SASS
+opcode counts of the whole kernel and of each innermost wgmma loop (one iteration). `report` prints the tables of
+docs/port-triton39.md's "Why v7 is slower on 3.9". Nothing runs on a GPU.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def kernels() -> dict:
     out = {}
     for D in (64, 128):
         # the backward's NO_MASK loop of each consumer (the TAIL loops after them run only where 64 does not divide N)
-        out[f"bwd_ws_d{D}"] = (f"backward gluon_backward_ws D={D}", (0, 2), lambda D=D: BW.compile_offline(D, False, 4096))
+        out[f"bwd_ws_d{D}"] = (f"backward gluon_backward_ws D={D}", (0, 2),
+                               lambda D=D: BW.compile_offline(D, False, 4096))
         out[f"bwd_pre_d{D}"] = (f"backward _bwd_preprocess_kernel D={D}", (), lambda D=D: preprocess(D))
     ran = "ws3x64x128/4s/preg/pp/split/persist/ua"
     out["fwd_d64"] = (f"forward {ran} D=64", (0, 1, 2), lambda: G.compile_offline(C.configs_named([ran])[0], D=64))
@@ -231,7 +233,8 @@ def assemble_all(work: Path, ptxases: list[str], out: Path, after: Path | None =
 
 def sass_text(cubin: Path, nvdisasm: str) -> str:
     """The cubin's instructions as nvdisasm prints them, one per line, without addresses, comments or line info."""
-    return "\n".join(f"{i['pred']} {i['op']} {i['args']}" for i in ir.sass_instructions(_tool(nvdisasm, "-c", str(cubin))))
+    ins = ir.sass_instructions(_tool(nvdisasm, "-c", str(cubin)))
+    return "\n".join(f"{i['pred']} {i['op']} {i['args']}" for i in ins)
 
 
 def same_sass(a: Path, b: Path) -> list[str]:
@@ -266,66 +269,82 @@ def _loop_sync(row: dict) -> str:
     return "/".join(str(loops[0][k]) for k in LOOP_SYNC) if loops else "-"
 
 
-def report(summary: dict) -> str:
-    """Markdown: per kernel and Triton, how Triton built it and how each ptxas variant builds its PTX."""
-    out = []
+def _table(head: list[str], rows: list[list]) -> list[str]:
+    """Markdown table lines."""
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
+        ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def _rows(summary: dict):
+    """(kernel name, Triton version, its entry) in kernel order, then version order."""
     versions = summary["versions"]
-    for v, data in versions.items():
-        m = data["meta"]
-        out.append(f"- `{v}`: ptxas {m['ptxas']['version']} ({Path(m['ptxas']['path']).name}), Triton's own ptxas "
-                   f"options: {' '.join(m['ptxas']['triton_flags']) or 'none'}"
-                   f"{'; compiled as before the fixes' if m.get('before') else ''}")
-    names = list(next(iter(versions.values()))["kernels"])
+    for name in next(iter(versions.values()))["kernels"]:
+        for v, data in versions.items():
+            if name in data["kernels"]:
+                yield name, v.removeprefix("triton-"), data["kernels"][name], data["meta"]["kernels"][name]
+
+
+def _own_table(summary: dict) -> list[str]:
+    rows = []
+    for _, v, k, meta in _rows(summary):
+        s, kk = k["sass"]["triton"], k["sass"]["triton"]["kernel"]
+        passes = ", ".join(f"{p} {n}" for p, n in meta["passes"].items() if n)
+        rows.append([k["what"], v, s["registers"], s["stack"], f"{kk['STL']} / {kk['LDL']}", kk["BAR.SYNC"],
+                     f"{kk['FENCE.VIEW.ASYNC']} / {kk['MEMBAR']}", _hot(s, "instructions"), _hot(s, "uniform"),
+                     f"{_hot(s, 'STL')} / {_hot(s, 'LDL')}", _loop_sync(s),
+                     meta["ptx"]["bar.sync"] + meta["ptx"]["barrier.sync"], passes or "-"])
+    return _table(["kernel", "Triton", "registers", "stack", "STL / LDL", "BAR.SYNC", "FENCE.VIEW.ASYNC / MEMBAR",
+                   "loop instructions", "loop uniform", "loop STL / LDL", "loop " + " / ".join(LOOP_SYNC),
+                   "PTX bar.sync + barrier.sync", "passes"], rows)
+
+
+def _cross_table(summary: dict) -> list[str]:
+    variants = sorted({key for _, _, k, _ in _rows(summary) for key in k["sass"] if key != "triton"})
+
+    def cell(s):
+        return "" if s is None else \
+            f"{s['kernel']['STL']}/{s['kernel']['LDL']}: {_hot(s, 'instructions')} " \
+            f"({_hot(s, 'STL')} / {_hot(s, 'LDL')})"
+    rows = [[k["what"], v, *(cell(k["sass"].get(key)) for key in variants)] for _, v, k, _ in _rows(summary)]
+    return _table(["kernel", "PTX of", *variants], rows)
+
+
+def _after_table(summary: dict) -> list[str]:
+    rows = []
+    for _, v, k, _ in _rows(summary):
+        if "after" not in k:
+            continue
+        b, a = k["sass"]["triton"], k["after"]
+
+        def arrow(f):
+            return f"{f(b)} → {f(a)}" if f(b) != f(a) else f(a)
+        rows.append([k["what"], v, "yes" if a["same_sass"] else "no",
+                     a["meta"]["passes"].get("wgmma_descriptor_adds", 0), a["meta"]["ptx_options"] or "-",
+                     arrow(lambda s: s["stack"]), arrow(lambda s: f"{s['kernel']['STL']} / {s['kernel']['LDL']}"),
+                     arrow(lambda s: _hot(s, "instructions")), arrow(lambda s: _hot(s, "uniform")),
+                     arrow(lambda s: f"{_hot(s, 'STL')} / {_hot(s, 'LDL')}")])
+    return _table(["kernel", "Triton", "same SASS", "descriptors rewritten", "ptx_options", "stack", "STL / LDL",
+                   "loop instructions", "loop uniform", "loop STL / LDL"], rows) if rows else []
+
+
+def report(summary: dict) -> str:
+    """Markdown: the ptxas of each Triton, then how each Triton built each kernel, how each ptxas variant builds
+    each Triton's PTX and (with an `after` compile) each Triton's build before and after the fixes."""
+    out = []
+    for v, data in summary["versions"].items():
+        m = data["meta"]["ptxas"]
+        out.append(f"- `{v}`: ptxas {m['version']} ({Path(m['path']).name}), Triton's own ptxas options: "
+                   f"{' '.join(m['triton_flags']) or 'none'}"
+                   f"{'; compiled as before the fixes' if data['meta'].get('before') else ''}")
     out += ["", "Triton's own compile of each kernel (SASS of its cubin; the loops: one iteration of each hot wgmma "
-            "loop, the opcode counts of the first):", "", "| kernel | Triton | registers | stack | STL / LDL | BAR.SYNC | FENCE.VIEW.ASYNC / MEMBAR | "
-            "loop instructions | loop uniform | loop STL / LDL | loop " + " / ".join(LOOP_SYNC) + " | PTX bar.sync + "
-            "barrier.sync | passes |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name in names:
-        for v, data in versions.items():
-            k = data["kernels"].get(name)
-            if not k:
-                continue
-            s, meta = k["sass"]["triton"], data["meta"]["kernels"][name]
-            passes = ", ".join(f"{p} {meta['passes'].get(p, 0)}" for p in (*PASS_NAMES, "wgmma_descriptor_adds")
-                               if meta["passes"].get(p))
-            kk = s["kernel"]
-            out.append(f"| {k['what']} | {v.removeprefix('triton-')} | {s['registers']} | {s['stack']} | "
-                       f"{kk['STL']} / {kk['LDL']} | {kk['BAR.SYNC']} | {kk['FENCE.VIEW.ASYNC']} / {kk['MEMBAR']} | "
-                       f"{_hot(s, 'instructions')} | {_hot(s, 'uniform')} | {_hot(s, 'STL')} / {_hot(s, 'LDL')} | "
-                       f"{_loop_sync(s)} | {meta['ptx']['bar.sync'] + meta['ptx']['barrier.sync']} | {passes or '-'} |")
+            "loop, the opcode counts of the first):", "", *_own_table(summary)]
     out += ["", "Each Triton's PTX through each ptxas (`+r2`: with Triton 3.9's --regAllocOptLevel=2; `+desc`: "
-            "after wgmma_descriptor_adds): whole-kernel STL / LDL, then the hot loops' instructions (STL / LDL):", ""]
-    variants = sorted({key for data in versions.values() for k in data["kernels"].values() for key in k["sass"]
-                       if key != "triton"})
-    out += ["| kernel | PTX of | " + " | ".join(variants) + " |", "|---|---|" + "---|" * len(variants)]
-    for name in names:
-        for v, data in versions.items():
-            k = data["kernels"].get(name)
-            if not k:
-                continue
-            cells = []
-            for key in variants:
-                s = k["sass"].get(key)
-                cells.append("" if s is None else f"{s['kernel']['STL']}/{s['kernel']['LDL']}: {_hot(s, 'instructions')} "
-                             f"({_hot(s, 'STL')} / {_hot(s, 'LDL')})")
-            out.append(f"| {k['what']} | {v.removeprefix('triton-')} | " + " | ".join(cells) + " |")
-    if any("after" in k for data in versions.values() for k in data["kernels"].values()):
+            "after wgmma_descriptor_adds): whole-kernel STL / LDL, then the hot loops' instructions (STL / LDL):", "",
+            *_cross_table(summary)]
+    after = _after_table(summary)
+    if after:
         out += ["", "Triton's own compile before and after the fixes (ptx_options, wgmma_descriptor_adds where the "
-                "kernel plants its mark):", "", "| kernel | Triton | same SASS | descriptors rewritten | ptx_options "
-                "| stack | STL / LDL | loop instructions | loop uniform | loop STL / LDL |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for name in names:
-            for v, data in versions.items():
-                k = data["kernels"].get(name, {})
-                if "after" not in k:
-                    continue
-                b, a = k["sass"]["triton"], k["after"]
-                arrow = lambda f: f"{f(b)} → {f(a)}" if f(b) != f(a) else f(a)   # noqa: E731
-                out.append(f"| {k['what']} | {v.removeprefix('triton-')} | {'yes' if a['same_sass'] else 'no'} | "
-                           f"{a['meta']['passes'].get('wgmma_descriptor_adds', 0)} | {a['meta']['ptx_options'] or '-'} | "
-                           f"{arrow(lambda s: s['stack'])} | "
-                           f"{arrow(lambda s: str(s['kernel']['STL']) + ' / ' + str(s['kernel']['LDL']))} | "
-                           f"{arrow(lambda s: _hot(s, 'instructions'))} | {arrow(lambda s: _hot(s, 'uniform'))} | "
-                           f"{arrow(lambda s: _hot(s, 'STL') + ' / ' + _hot(s, 'LDL'))} |")
+                "kernel plants its mark):", "", *after]
     return "\n".join(out) + "\n"
 
 

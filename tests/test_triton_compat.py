@@ -184,7 +184,8 @@ SPLIT = ["\tbfe.u32 \t%r10, %r9, 4, 14;", "\tadd.s32 \t%r11, %r10, 2;", "\t// be
 def test_wgmma_descriptor_adds_writes_3_9s_form_as_3_6s():
     out, n = tc.wgmma_descriptor_adds("\n".join(SPLIT))
     assert n == 1 and out.split("\n")[:-1] == SPLIT[:-1]   # the add and the extension stay (ptxas drops them)
-    assert out.split("\n")[-1] == f"\t{{ .reg .b64 %fa2desc; cvt.u64.u32 %fa2desc, %r10; add.s64 %rd6, %fa2desc, {C + 2}; }}"
+    assert out.split("\n")[-1] == (f"\t{{ .reg .b64 %fa2desc; cvt.u64.u32 %fa2desc, %r10; "
+                                   f"add.s64 %rd6, %fa2desc, {C + 2}; }}")
     for base in (0, 1, 2**14 - 1):   # the identity it relies on, for any 14-bit base
         assert (base + 2) | C == base + (C + 2)
 

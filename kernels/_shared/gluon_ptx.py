@@ -20,11 +20,9 @@ as it is).
   function (warning C7510, "wgmma pipeline crossing function boundary"), so inline_consumer_call inlines the function
   once: each call sequence becomes moves of its arguments into registers, its return index and a branch into the one
   copy, whose `ret` branches back by that index.
-- wgmma_descriptor_adds (DESCRIPTOR_MARK; fa2lab.triton_compat): Triton 3.9 builds each k-step's wgmma descriptor with
-  a 32-bit add, a zero extension and an OR, where 3.6 adds to the 64-bit descriptor; ptxas then spends 2-3 more
-  uniform moves per wgmma. The pass writes 3.9's form as 3.6's (3.6's PTX has none to rewrite). Planted by the
-  forward and by both backward kernels at D = 64 (at D = 128 they spill more with 3.6's form): docs/port-triton39.md,
-  "Why v7 is slower on 3.9".
+- wgmma_descriptor_adds (DESCRIPTOR_MARK; fa2lab.triton_compat): Triton 3.9 builds each k-step's wgmma descriptor
+  from 32-bit words, 3.6 adds to the 64-bit one (fewer uniform moves per wgmma); the pass writes 3.9's form as 3.6's.
+  Planted on 3.9 by the forward and by both backwards at D = 64 only (docs/port-triton39.md, "Why v7 is slower").
 
 Triton 3.6's cache key does not see the hook, only the kernel's source; 3.9's includes STAGES_KEY (the marks and
 the barrier base): either way a changed rewrite needs a new mark.
