@@ -1,7 +1,7 @@
 """The experiments beyond the article's harness, one module each (experiments/<module>.py, with main(argv)), and
 their one registry: `invoke experiment NAME` (tasks.py), `python experiments/run.py NAME` and
 `python experiments/<module>.py` all run what EXPERIMENTS names. Each appends rows with provenance to
-results/<gpu>/experiments/<file>.csv (the report, figures/report.py, reads those files). GPU only.
+results/<gpu>/experiments/<file>.csv (the report, report/, reads those files). GPU only.
 
 RETIRED experiments measured an option that is no longer in the kernels: their code is gone, their committed rows
 stay and the report still reads them.
@@ -13,7 +13,7 @@ import importlib
 from types import ModuleType
 
 # CLI name -> (module under experiments/, what it measures). The rows go to results/<gpu>/experiments/<module>.csv
-# (gluon also writes gluon_check.csv).
+# (gluon, in gluon_candidates.py: gluon.csv and gluon_check.csv).
 EXPERIMENTS = {
     "pcast": ("pcast", "where P is rounded: time at N = 4096 and error against float64 (v6's P_CAST)"),
     "launch-order": ("launch_order", "v6's launch orders with the same configurations pinned"),
@@ -24,7 +24,7 @@ EXPERIMENTS = {
                        "one by graph replay, both checked against float64, cuDNN's backward beside"),
     "bwd-gluon-ws": ("bwd_gluon_ws", "the Hopper backward's round 3: the warp-specialized Gluon backward against v7's "
                      "and cuDNN's, whole backwards by graph replay and do_bench"),
-    "gluon": ("gluon", "the Gluon forward's configurations, checked against float64, timed beside v7 and SDPA"),
+    "gluon": ("gluon_candidates", "the Gluon forward's configurations, checked against float64, timed beside v7 and SDPA"),
     "coldstart": ("coldstart", "what do_bench's flush costs v7 and SDPA: cold inputs or cold kernel code"),
     "dobench": ("dobench", "do_bench's spread at small N over fresh processes, v7 and SDPA in alternating order"),
     "items": ("items", "what a round of work items costs v7's persistent Gluon kernel: equal work, 1-8 rounds per SM"),

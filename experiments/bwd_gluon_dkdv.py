@@ -1,4 +1,4 @@
-"""Experiment bwd-gluon-dkdv: round 1 of the Hopper backward's log (kernels/_shared/backward_hopper_log.md), the Gluon
+"""Experiment bwd-gluon-dkdv: round 1 of the Hopper backward's log (docs/worklogs/backward_hopper.md), the Gluon
 dK/dV kernel against the Triton backward's dK/dV kernel on the same inputs, and cuDNN's whole backward beside them.
 
     python experiments/bwd_gluon_dkdv.py [--N N ...] [--causal 0|1|2] [--D 64 128] [--rounds R]
@@ -28,12 +28,12 @@ def bwd_gluon_dkdv(args, save):
     of the two graph times."""
     import torch
 
-    from fa2lab.hostpath import run_compiled
-    from fa2lab.reference import backward_from_lse, relative_error
-    from fa2lab.timing import bench_graph_ms, bench_ms
-    from fa2lab.versions import load_shared
+    from fa2triton.lean_path import run_compiled
+    from fa2triton.reference import backward_from_lse, relative_error
+    from fa2lab.timers import bench_graph_ms, bench_ms
+    from fa2triton import flash_backward_triton as bk
+    from fa2triton.gluon import gluon_backward_hopper as gb
 
-    bk, gb = load_shared("flash_backward_triton"), load_shared("gluon_backward_hopper")
     B, H = shapes.BATCH, shapes.HEADS
     for D in args.D:
         for causal in masks(args):

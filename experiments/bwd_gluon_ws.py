@@ -1,4 +1,4 @@
-"""Experiment bwd-gluon-ws: round 3 of the Hopper backward's log (kernels/_shared/backward_hopper_log.md), the
+"""Experiment bwd-gluon-ws: round 3 of the Hopper backward's log (docs/worklogs/backward_hopper.md), the
 warp-specialized Gluon backward (gluon_backward_ws, dQ by TMA reduce-add) against v7's backward as it ships and
 cuDNN's, the whole backward of each on the same inputs.
 
@@ -38,11 +38,11 @@ def bwd_gluon_ws(args, save):
     interleaved rounds, each by CUDA-graph replay (the kernels alone) and by do_bench (with the host's launches),
     and cuDNN's by do_bench (autograd's call is not captured). Ratios are each round's own: v7's graph time over
     each one's, cuDNN's do_bench time over each one's."""
-    from fa2lab.reference import backward_from_lse, relative_error
-    from fa2lab.timing import bench_graph_ms, bench_ms
-    from fa2lab.versions import load_shared
+    from fa2triton.reference import backward_from_lse, relative_error
+    from fa2lab.timers import bench_graph_ms, bench_ms
+    from fa2triton import flash_backward_triton as bk
+    from fa2triton.gluon import gluon_backward_ws as ws
 
-    bk, ws = load_shared("flash_backward_triton"), load_shared("gluon_backward_ws")
     B, H = shapes.BATCH, shapes.HEADS
     for D in args.D:
         for causal in masks(args):

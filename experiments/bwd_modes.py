@@ -20,17 +20,18 @@ from experiments.common import parser, run, inputs, masks, spread  # noqa: E402
 def bwd_modes(args, save):
     """The backward's dQ modes on v7's forward at the harness shape, to place dq_mode="auto"'s threshold:
     per mode, the GPU's time (CUDA-graph replay of the backward called directly: no host in it), the
-    host's time per autograd backward (fa2lab.timing.host_us_per_call) and the harness's number (do_bench
+    host's time per autograd backward (fa2lab.timers.host_us_per_call) and the harness's number (do_bench
     of autograd.grad on a kept graph), with SDPA's default and FLASH_ATTENTION backends in the same rounds."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from fa2lab.reference import relative_error, saved_lse
-    from fa2lab.timing import bench_graph_ms, bench_ms, host_us_per_call
-    from fa2lab.versions import load, load_shared
+    from fa2triton.reference import relative_error, saved_lse
+    from fa2lab.timers import bench_graph_ms, bench_ms, host_us_per_call
+    from fa2lab.switches import load
+    from fa2triton import flash_backward_triton as bk
 
-    FA, bk = load("v7_hopper").FlashAttentionTriton, load_shared("flash_backward_triton")
+    FA = load("v7_hopper").FlashAttentionTriton
     B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
     modes = ("separate", "fused")
     saved_mode = FA.BACKWARD_DQ_MODE

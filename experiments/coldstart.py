@@ -36,8 +36,8 @@ def coldstart(args, save):
     import torch
     import torch.nn.functional as F
 
-    from fa2lab.timing import flush_buffer, prepared_times
-    from fa2lab.versions import load
+    from fa2lab.timers import flush_buffer, prepared_times
+    from fa2lab.switches import load
 
     v7 = load("v7_hopper")
     FA = v7.FlashAttentionTriton

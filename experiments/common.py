@@ -34,8 +34,8 @@ def backward_case(N: int, D: int, causal: bool):
     import torch
     import torch.nn.functional as F
 
-    from fa2lab.reference import saved_lse
-    from fa2lab.versions import load
+    from fa2triton.reference import saved_lse
+    from fa2lab.switches import load
 
     B, H = shapes.BATCH, shapes.HEADS
     q, k, v = (t.requires_grad_() for t in inputs(N, D=D))
@@ -59,7 +59,7 @@ def spread(xs) -> tuple[float, float, float]:
 
 def interleaved(calls: dict, rounds: int) -> dict:
     """Median of `rounds` do_bench medians per call, the calls interleaved round by round."""
-    from fa2lab.timing import bench_ms
+    from fa2lab.timers import bench_ms
 
     times: dict = {k: [] for k in calls}
     for _ in range(rounds):
@@ -79,11 +79,11 @@ def forced(FA, path: str, call):
 
 
 def spin_cycles() -> int:
-    """About 30 us of SM cycles at this GPU's clock (fa2lab.gpu.facts): torch.cuda._sleep's argument for a spin that
+    """About 30 us of SM cycles at this GPU's clock (fa2triton.gpu.facts): torch.cuda._sleep's argument for a spin that
     keeps the GPU busy while the host queues the next call."""
     import torch
 
-    from fa2lab.gpu import facts
+    from fa2triton.gpu import facts
 
     return int(30 * facts(torch.cuda.current_device()).sm_clock_mhz)
 
@@ -94,7 +94,7 @@ def kernel_ms(fn, prepares: dict, reps: int) -> dict:
     protocol the profiler cannot record is left out, with the reason printed."""
     import torch
 
-    from fa2lab.timing import kernel_durations, kernel_names
+    from fa2lab.timers import kernel_durations, kernel_names
 
     try:
         names = kernel_names(fn)

@@ -24,7 +24,7 @@ def dobench(args, save):
     fresh processes in a 5-run harness protocol, results/nvidia-h200/bench/v7_hopper.csv, while its graph replay stayed
     at 8.7 us against cuDNN's 9.8 in all five). In each of --procs fresh processes (this script again, --worker): the
     GPU time of do_bench's flush (256 MB zeroed, events around it), each call's host time (back to back,
-    fa2lab.timing.host_us_per_call), and --rounds do_bench rounds of v7 and SDPA, the one timed first alternating, with
+    fa2lab.timers.host_us_per_call), and --rounds do_bench rounds of v7 and SDPA, the one timed first alternating, with
     each round's median, 10th and 90th percentile. A process-wide cause (host, clocks, memory placement) moves both
     calls' rounds in that process; the order shows in `position`. Every second process times its rounds as the harness
     does, inside its NVML clock sampler (a thread polling clocks, power and temperature every 20 ms: column `sampler`),
@@ -39,8 +39,8 @@ def dobench(args, save):
     import triton.testing
 
     from fa2lab.provenance import ClockSampler
-    from fa2lab.timing import event_times, flush_buffer, host_us_per_call
-    from fa2lab.versions import load
+    from fa2lab.timers import event_times, flush_buffer, host_us_per_call
+    from fa2lab.switches import load
 
     v7 = load("v7_hopper")
     FA = v7.FlashAttentionTriton

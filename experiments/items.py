@@ -21,7 +21,7 @@ from experiments.common import parser, run, inputs, kernel_ms, spin_cycles, spre
 # per SM on 132 SMs, each round 64 key tiles of 128 in all
 ITEM_SHAPES = ((2, 8192), (8, 4096), (32, 2048), (128, 1024))
 
-# v7's Gluon candidate at N = 1024 and 2048 (kernels/_shared/gluon_configs.V7_CANDIDATES' first: the consumers take
+# v7's Gluon candidate at N = 1024 and 2048 (fa2triton.gluon.gluon_configs.V7_CANDIDATES' first: the consumers take
 # turns at their exponentials, /et1, and run one inlined copy of their code, /sc2)
 ITEM_CONFIG = "ws2x64x128/3s/preg/persist/ua/et1/sc2"
 
@@ -39,11 +39,10 @@ def items(args, save):
     import torch
     import torch.nn.functional as F
 
-    from fa2lab.gpu import facts
-    from fa2lab.timing import flush_buffer
-    from fa2lab.versions import load_shared
+    from fa2triton.gpu import facts
+    from fa2lab.timers import flush_buffer
+    from fa2triton.gluon import gluon_forward_hopper as G
 
-    G = load_shared("gluon_forward_hopper")
     configs = G.configs_named(args.only or [ITEM_CONFIG])
     cache = flush_buffer()
     sms = facts(torch.cuda.current_device()).sm_count

@@ -13,7 +13,7 @@ from pathlib import Path
 if __name__ == "__main__":   # run as a script: the repository, not experiments/, first on the path
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from fa2lab.budget import Config  # noqa: E402
+from fa2triton.budget import Config  # noqa: E402
 from experiments.common import parser, run, V6, inputs, interleaved, masks  # noqa: E402
 
 
@@ -21,8 +21,8 @@ def launch_order(args, save):
     """v6's three launch orders, each configuration pinned so only the order changes."""
     import triton
 
-    from fa2lab.interpret import autotuner_of, only_config
-    from fa2lab.versions import load
+    from fa2triton.interpret import autotuner_of, only_config
+    from fa2lab.switches import load
 
     module = load(V6)
     FA, tuner = module.FlashAttentionTriton, autotuner_of(module)

@@ -26,7 +26,7 @@ def other_shapes(args, save):
     import torch
     import torch.nn.functional as F
 
-    from fa2lab.versions import load
+    from fa2lab.switches import load
 
     v6, v7 = load(V6).FlashAttentionTriton, load("v7_hopper")
     rows = []

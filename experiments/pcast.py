@@ -22,8 +22,8 @@ def pcast(args, save):
     """The article's P-cast table: three places for the rounding of P, time and mean absolute error."""
     import torch
 
-    from fa2lab.reference import attention
-    from fa2lab.versions import load
+    from fa2triton.reference import attention
+    from fa2lab.switches import load
 
     FA = load(V6).FlashAttentionTriton
     causal = bool(args.causal)

@@ -29,8 +29,8 @@ def peer_goal(args, save):
     import torch.nn.functional as F
 
     from fa2lab import peers as P
-    from fa2lab.timing import bench_graph_ms, bench_ms
-    from fa2lab.versions import load
+    from fa2lab.timers import bench_graph_ms, bench_ms
+    from fa2lab.switches import load
 
     v7 = load("v7_hopper")
     peer = P.REGISTRY["fa4"]

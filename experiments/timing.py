@@ -21,7 +21,7 @@ def timing(args, save):
     """The harness at small N for v5, v6, v7 (and SDPA in the same runs), with graph and host columns."""
     from fa2lab.protocol import HARNESS, version_env
     from fa2lab.results import gpu_dir
-    from fa2lab.versions import get
+    from fa2triton.versions import get
 
     out = gpu_dir() / "experiments" / "timing.csv"
     for name in ("v5_final", V6, "v7_hopper"):   # the issue names v5, v7 and SDPA; v6 is v7's fallback

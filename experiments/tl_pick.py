@@ -70,14 +70,14 @@ class TuningRecorder(_ShapeRows):
 
 class RaceRecorder(_ShapeRows):
     """Every timing v7's race makes while installed (`with RaceRecorder(clock):`; v7._faster_of looks
-    fa2lab.timing.queued_ms up per call, the Gluon module's own candidate timing does not): the launch timed,
+    fa2triton.queued_timing.queued_ms up per call, the Gluon module's own candidate timing does not): the launch timed,
     named "<path>:<label>" from the launch the timed call wraps (its default argument), its ms, its place among the
     shape's race timings, and the SM clock before and after, tagged with `shape` (_ShapeRows)."""
 
     def __enter__(self):
-        import fa2lab.timing
+        import fa2triton.queued_timing
 
-        self._queued_ms = timed = fa2lab.timing.queued_ms
+        self._queued_ms = timed = fa2triton.queued_timing.queued_ms
 
         def recording(fn, *args, **kw):
             launch = (fn.__defaults__ or (None,))[0]
@@ -87,13 +87,13 @@ class RaceRecorder(_ShapeRows):
                          race_ms=float(ms))
             return ms
 
-        fa2lab.timing.queued_ms = recording
+        fa2triton.queued_timing.queued_ms = recording
         return self
 
     def __exit__(self, *exc):
-        import fa2lab.timing
+        import fa2triton.queued_timing
 
-        fa2lab.timing.queued_ms = self._queued_ms
+        fa2triton.queued_timing.queued_ms = self._queued_ms
         return False
 
 def tl_pick(args, save):
@@ -108,7 +108,7 @@ def tl_pick(args, save):
     replay and do_bench (its flush). Rows: kind "tuner" (one per autotuner timing, the process's pick beside it), "race"
     (one per race timing) and "pinned" (one per candidate and round). The experiment's first run (the earliest rows of
     results/nvidia-h200/experiments/tl_pick.csv) found the cause: the autotuner timed 64,64 and 128,128 at 166 us each
-    at 1980 MHz, while held busy they ran at 190 and 172 us, 64,64 at a lower clock (fa2lab.timing.SETTLE_MS)."""
+    at 1980 MHz, while held busy they ran at 190 and 172 us, 64,64 at a lower clock (fa2triton.queued_timing.SETTLE_MS)."""
     if not args.worker:
         fresh_processes(__file__, args)
         return
@@ -118,13 +118,14 @@ def tl_pick(args, save):
     import torch
     import triton.testing
 
-    from fa2lab.interpret import autotuner_of, only_config
+    from fa2triton.interpret import autotuner_of, only_config
     from fa2lab.provenance import sm_clock_mhz
-    from fa2lab.timing import bench_graph_ms
-    from fa2lab.versions import load
+    from fa2lab.timers import bench_graph_ms
+    from fa2lab.switches import load
 
     v7 = load("v7_hopper")
     FA, tuner = v7.FlashAttentionTriton, autotuner_of(v7)
+    FA.LAUNCH_FROM = "race"   # what this experiment records: the race, not the launch table's entry
 
     def clock() -> float:
         return sm_clock_mhz(torch.cuda.current_device())

@@ -47,7 +47,7 @@ sys.path.insert(0, str(REPO))
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from fa2lab.versions import load  # noqa: E402
+from fa2lab.switches import load  # noqa: E402
 
 _V7 = load("v7_hopper")
 _v7_softmax_step = _V7._online_softmax_step   # v6's update; HAS_WINDOW = False here
@@ -310,11 +310,9 @@ except ImportError:  # pragma: no cover - older Triton
     HAVE_GLUON = False
 
 if HAVE_GLUON:
-    # The TMA issue is the shared Gluon forward's (kernels/_shared/gluon_kernel.py, which grew out of this sketch):
+    # The TMA issue is the shared Gluon forward's (fa2triton/gluon/gluon_kernel.py, which grew out of this sketch):
     # one slot's K and V on its mbarrier; P in registers or a shared buffer (below).
-    from fa2lab.versions import load_shared as _load_shared
-
-    _gl_issue_kv = _load_shared("gluon_kernel")._issue_kv
+    from fa2triton.gluon.gluon_kernel import _issue_kv as _gl_issue_kv
 
     @gluon.jit
     def _gl_p_operand(p, p_smem, buf_index, p_layout: gl.constexpr, P_SMEM: gl.constexpr):
@@ -558,11 +556,11 @@ def interpreter_check(name: str) -> str:
 import os, sys, torch, math
 os.environ['TRITON_INTERPRET'] = '1'
 sys.path.insert(0, {str(REPO)!r})
-from fa2lab.interpret import patch_interpreter
+from fa2triton.interpret import patch_interpreter
 patch_interpreter()
 sys.path.insert(0, {str(REPO / 'experiments')!r})
 import v7_feasibility as f
-from fa2lab.reference import attention, relative_error
+from fa2triton.reference import attention, relative_error
 sw, _ = f.VARIANTS[{name!r}]
 worst = 0.0
 for (B, nq, nk, causal) in [(2, 96, 80, False), (2, 80, 80, True), (1, 130, 130, True)]:
@@ -592,7 +590,7 @@ def compile_v6_reference(q_tile, k_tile, num_warps, num_stages, causal, N=4096, 
     import torch
 
     from fa2lab.compile_offline import compile_for_target
-    from fa2lab.versions import load
+    from fa2lab.switches import load
 
     st3 = (N * D, D, 1)
     args = (torch.bfloat16,) * 4 + (torch.float32,) + st3 * 4 + (N, 1, N, N, 0, 1.0 / math.sqrt(D))
@@ -603,9 +601,9 @@ def compile_v6_reference(q_tile, k_tile, num_warps, num_stages, causal, N=4096, 
 
 def compile_v7(q_tile, k_tile, num_warps, num_stages, causal, pipeline_qk, N=4096, D=64, BH=32):
     """v7_hopper's own TMA kernel, through the arguments it gives profiling/inspect_kernel.py."""
-    from fa2lab.budget import Config
+    from fa2triton.budget import Config
     from fa2lab.compile_offline import compile_for_target
-    from fa2lab.versions import load
+    from fa2lab.switches import load
 
     module = load("v7_hopper")
     args, extra = module.offline_compile_args(N, D, "bf16", BH, Config(q_tile, k_tile, num_warps, num_stages), causal,
@@ -702,8 +700,8 @@ def main(argv=None) -> int:
     plan = [(n, args.configs or c) for n, c in DEFAULT_PLAN if not only or n in only]
     csv_name = "feasibility.csv"
     if args.v7_candidates:
-        from fa2lab.configs import load_table
-        from fa2lab.versions import get
+        from fa2triton.configs import load_table
+        from fa2triton.versions import get
 
         table = load_table(get("v7_hopper").folder / "configs.json")
         configs = ";".join(",".join(map(str, c)) for c in table["arches"]["sm_90"]["configs"])

@@ -1,21 +1,23 @@
-"""Shared machinery of the FlashAttention-2 rounds artifact.
+"""The lab around the library: everything that measures, records and reports the kernels of fa2triton.
 
-Everything that more than one script needs lives here once: the registry of
-kernel versions, the harness shape and FLOP count, GPU facts read from the
-device, timing, provenance, result files, configuration tables and the
-reference implementation used by the tests and by every version's backward.
+Here: the harness shapes and FLOP count, result files and their provenance, the lab's kernel switches, timers,
+the configuration sweeps and the picks made from them, the article's protocol, the peers timed beside the versions,
+offline compiles. The lab imports the runtime (fa2triton), never the reverse (tests/test_import_layers.py).
 """
 
 __all__ = [
-    "budget",
-    "checks",
-    "configs",
-    "gpu",
-    "interpret",
+    "autotuning",
+    "backward_sweep",
+    "compile_offline",
+    "forward_sweep",
+    "nonsquare",
+    "paths",
+    "peers",
+    "pick",
+    "protocol",
     "provenance",
-    "reference",
     "results",
     "shapes",
-    "timing",
-    "versions",
+    "switches",
+    "timers",
 ]

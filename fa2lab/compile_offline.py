@@ -1,6 +1,6 @@
 """Compile one kernel configuration for an explicit target, with or without a GPU.
 
-`kernel.warmup(...)` (what fa2lab.sweep does) asks the CUDA driver for the target,
+`kernel.warmup(...)` (what fa2lab.forward_sweep does) asks the CUDA driver for the target,
 so it needs a GPU. Triton's compiler itself does not: `triton.compile` takes an
 `ASTSource` and a `GPUTarget`, and runs TTIR -> TTGIR -> LLVM IR -> PTX -> cubin with
 the ptxas bundled in Triton's wheel. This module builds the `ASTSource` exactly as
@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import re
 
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+from fa2triton.offline import OfflinePlan
 
 
 def parse_arch(arch: str | int) -> int:
@@ -46,16 +45,6 @@ def jit_function(kernel):
     return kernel
 
 
-def kernel_args(N: int, D: int, dtype: str, batch: int):
-    """Positional arguments of flash_fwd_kernel for contiguous (batch, N, D) tensors: dtypes
-    stand in for the tensors (as in fa2lab.sweep), then the 14 strides, N_QUERIES, N_KEYS, scale."""
-    import torch
-
-    from .sweep import _kernel_args
-
-    return _kernel_args(None, batch, N, D, getattr(torch, DTYPES[dtype]))
-
-
 def compile_for_target(kernel, args, *, arch: int, num_warps: int, num_stages: int, **constexprs):
     """Compile `kernel` (JITFunction or autotuner) for sm_<arch> without a GPU; returns a
     triton CompiledKernel (metadata, asm['ttgir'|'ptx'|'cubin'|...]) that is never loaded.
@@ -79,6 +68,11 @@ def compile_for_target(kernel, args, *, arch: int, num_warps: int, num_stages: i
     return triton.compile(src, target=target, options=options.__dict__)
 
 
+def compile_plan(plan: OfflinePlan, *, arch: int = 90):
+    """Compile a kernel's OfflinePlan (a Gluon module's `offline_plan`) for sm_<arch> without a GPU."""
+    return compile_for_target(plan.kernel, plan.args, arch=arch, **plan.options)
+
+
 def _source_class(fn):
     """ASTSource for a @triton.jit function, GluonASTSource for a @gluon.jit one."""
     from triton.compiler.compiler import ASTSource
@@ -91,7 +85,7 @@ def _source_class(fn):
 
 
 def compile_on_gpu(kernel, args, *, grid, num_warps: int, num_stages: int, **constexprs):
-    """The GPU path, as fa2lab.sweep.compile_one: warmup for the current device, then load the
+    """The GPU path, as fa2lab.forward_sweep.compile_one: warmup for the current device, then load the
     binary so the driver fills n_regs and n_spills (raises OutOfResources if it cannot fit)."""
     fn = jit_function(kernel)
     compiled = fn.warmup(*args, grid=grid, num_warps=num_warps, num_stages=num_stages, **constexprs)
@@ -102,10 +96,10 @@ def compile_on_gpu(kernel, args, *, grid, num_warps: int, num_stages: int, **con
 def bundled_tool(name: str, arch: int | None = None):
     """Triton's own NVIDIA tool (ptxas, cuobjdump, nvdisasm; a knobs NvidiaTool with .path and .version, honouring
     TRITON_<NAME>_PATH); for ptxas with `arch`, the one Triton's compile runs for sm_<arch>
-    (fa2lab.triton_compat.get_ptxas). None where Triton has none."""
+    (fa2triton.triton_compat.get_ptxas). None where Triton has none."""
     try:
         if name == "ptxas" and arch is not None:
-            from .triton_compat import get_ptxas
+            from fa2triton.triton_compat import get_ptxas
 
             return get_ptxas(arch)
         from triton import knobs

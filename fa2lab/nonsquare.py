@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .budget import Config
-from .reference import attention, relative_error
+from fa2triton.budget import Config
+from fa2triton.reference import attention, relative_error
 
 REL_TOL = {torch.float32: 3e-3, torch.bfloat16: 1.5e-2}
 
@@ -56,8 +56,8 @@ def explicit_configs(two_loops: bool, quick: bool) -> list[Config]:
 
 def _run(module, cfg: Config | None, Q, K, V, causal, on_gpu: bool):
     """One call: the version's own choice (cfg None), or one explicit configuration."""
-    from .interpret import autotuner_of, only_config
-    from .launch import strict_configs
+    from fa2triton.interpret import autotuner_of, only_config
+    from fa2triton.launch import strict_configs
 
     tuner = autotuner_of(module)
     cls = module.FlashAttentionTriton
@@ -121,8 +121,9 @@ def check_version(name: str, quick: bool, progress=None, shard: tuple[int, int] 
     """Run every case through apply and the explicit configurations. Returns counts and rows.
     shard = (i, k): only the cases whose index is i modulo k (processes side by side); skip: case
     keys (case_key) already checked."""
-    from .interpret import autotuner_of
-    from .versions import get, load
+    from fa2triton.interpret import autotuner_of
+    from .switches import load
+    from fa2triton.versions import get
 
     version = get(name)
     module = load(name)

@@ -261,7 +261,7 @@ class Run:
             return None
 
     def time(self, column: str, timer, fn) -> None:
-        """values[column] = timer(fn) (a fa2lab.timing function), unless an earlier step failed."""
+        """values[column] = timer(fn) (a fa2lab.timers function), unless an earlier step failed."""
         value = self.attempt(column, lambda: float(timer(fn)))
         if value is not None:
             self.values[column] = value
@@ -306,7 +306,7 @@ class BackwardRun(Run):
             return
         import torch
 
-        from fa2lab.reference import relative_error
+        from fa2triton.reference import relative_error
 
         pq = self.attempt("prepare", lambda: peer.prepare(q, k, v, B, H, requires_grad=True))
         pdO = self.attempt("prepare", lambda: peer.to_peer(dO, B, H))
@@ -417,7 +417,7 @@ def check(peers: list[Peer], B: int = 4, H: int = 8, N: int = 2048, head_dims=(6
     import torch
     import torch.nn.functional as F
 
-    from fa2lab.reference import relative_error
+    from fa2triton.reference import relative_error
 
     bad = 0
     for p in peers:

@@ -9,9 +9,12 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
-from .budget import Config
+from fa2triton.budget import Config
+from fa2triton.configs import arch_number, load_table
 
 SHAPE = ["N", "causal"]
 CFG = ["q_tile", "k_tile", "num_warps", "num_stages"]
@@ -20,7 +23,7 @@ CFG = ["q_tile", "k_tile", "num_warps", "num_stages"]
 def missing_rows(df, configs=None) -> int:
     """How many (configuration, harness shape) rows a sweep DataFrame still lacks, whatever their status."""
     from . import shapes
-    from .sweep import ALL_CONFIGS
+    from .forward_sweep import ALL_CONFIGS
 
     have = {(int(r.N), int(r.causal), int(r.q_tile), int(r.k_tile), int(r.num_warps), int(r.num_stages))
             for r in df.itertuples()}
@@ -97,3 +100,23 @@ def greedy_shortlist(df, within: float = 0.01, max_size: int = 8) -> tuple[list[
 
 def dedupe(configs: list[Config]) -> list[Config]:
     return list(dict.fromkeys(configs))
+
+
+def write_entry(path: str | Path, arch: str, configs: list[Config], *, gpu: str, source: str,
+                provisional: bool = False, note: str = "") -> dict:
+    """Replace one architecture's entry of a table, keeping the others, and keeping any keys of its
+    own beyond the standard ones (v7's pipeline_qk choices)."""
+    path = Path(path)
+    table = load_table(path)
+    standard = {
+        "gpu": gpu,
+        "source": source,
+        "provisional": provisional,
+        "note": note,
+        "configs": [[c.q_tile, c.k_tile, c.num_warps, c.num_stages] for c in configs],
+    }
+    extra = {k: v for k, v in table["arches"].get(arch, {}).items() if k not in standard}
+    table["arches"][arch] = {**standard, **extra}
+    table["arches"] = dict(sorted(table["arches"].items(), key=lambda kv: arch_number(kv[0])))
+    path.write_text(json.dumps(table, indent=2) + "\n")
+    return table

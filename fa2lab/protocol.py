@@ -12,8 +12,9 @@ import time
 import uuid
 from pathlib import Path
 
-from .buckets import ENV_VAR, OFF
-from .versions import REPO, Version
+from fa2triton.buckets import ENV_VAR, OFF
+from .paths import REPO
+from fa2triton.versions import Version
 
 HARNESS = REPO / "harness" / "bench_flashattention.py"
 HARNESS_BWD = REPO / "harness" / "bench_flashattention_backward.py"
@@ -22,7 +23,7 @@ TEST_FILE = REPO / "harness" / "test_flashattention_triton.py"
 
 def version_env(version: Version, **extra) -> dict:
     """The environment that selects one version: its folder first on PYTHONPATH. The tuning picks' disk cache
-    (fa2lab.buckets) is off, whatever the caller's FA2_PICK_CACHE: each fresh process tunes for itself, as the
+    (fa2triton.buckets) is off, whatever the caller's FA2_PICK_CACHE: each fresh process tunes for itself, as the
     protocol says, and no pick of one run reaches the next (`extra` may still set it)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(version.folder), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

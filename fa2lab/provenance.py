@@ -10,9 +10,9 @@ import statistics
 import subprocess
 import threading
 import time
-import warnings
 
-from .versions import REPO
+from .paths import REPO
+from .switches import kernel_switches
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,63 +58,6 @@ def driver_version() -> str:
         return "unknown"
 
 
-SWITCH_PREFIX = "FA2_V7_"   # environment variables that change what a version runs (FA2_V7_GLUON, FA2_V7_RACE_TL)
-
-
-# The kernel switches that are on when unset: v7's Gluon path and its race against the tl path (read by
-# kernels/v7_hopper); every other switch is off when unset.
-SWITCHES_ON_BY_DEFAULT = frozenset({"GLUON", "RACE_TL"})
-
-# Retired switches (no kernel reads them; docs/experiments.md, "The FA2_V7_* switches", lists each with its last
-# commit) whose unset meaning was not "off", so that older rows' `switches` still say whether they ran the default
-# kernels: "1" on when unset, None a switch with levels, any value of which departed from the default kernels.
-RETIRED_NOT_OFF = {"UNSYNCED_ARRIVE": "1", "LOOKAHEAD": "1", "EXP_TURN": "1", "SHARED_CODE": None}
-
-
-def switch_on(name: str) -> bool:
-    """Whether the kernel switch SWITCH_PREFIX + name is on for this process: set, any value but "0" turns it
-    on; unset, its default (SWITCHES_ON_BY_DEFAULT). What kernel_switches records is what these read."""
-    value = os.environ.get(SWITCH_PREFIX + name)
-    if value is None:
-        return name in SWITCHES_ON_BY_DEFAULT
-    return value != "0"
-
-
-def warn_unread_switches() -> list[str]:
-    """Warn once per FA2_V7_* variable set in this process that no kernel reads (a retired switch), rather than let
-    it be ignored silently; the names warned about."""
-    names = sorted(k for k in os.environ if k.startswith(SWITCH_PREFIX)
-                   and k[len(SWITCH_PREFIX):] not in SWITCHES_ON_BY_DEFAULT)
-    for name in names:
-        warnings.warn(f"{name} is set but no kernel reads it: a retired switch (docs/experiments.md, "
-                      "'The FA2_V7_* switches', names its last commit)", stacklevel=2)
-    return names
-
-
-def default_kernels(switches) -> bool:
-    """Whether a row's `switches` (kernel_switches' "NAME=value ..."; empty or missing: none set) leave every kernel
-    switch as it is when unset: rows of the default kernels, which the report's profile tables show. A retired switch
-    counts by what it was (RETIRED_NOT_OFF; any other was off when unset)."""
-    for item in (switches if isinstance(switches, str) else "").split():
-        name, _, value = item.partition("=")
-        if not name.startswith(SWITCH_PREFIX):
-            continue
-        key = name[len(SWITCH_PREFIX):]
-        if key in RETIRED_NOT_OFF:
-            was = RETIRED_NOT_OFF[key]
-            switched = was is None or (value != "0") != (was == "1")
-        else:
-            switched = (value != "0") != (key in SWITCHES_ON_BY_DEFAULT)
-        if switched:
-            return False
-    return True
-
-
-def kernel_switches() -> str:
-    """The kernel-changing environment variables set in this process, as "NAME=value" joined by spaces."""
-    return " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(SWITCH_PREFIX))
-
-
 @functools.lru_cache(maxsize=None)
 def environment() -> dict:
     """The provenance columns every results row carries."""
@@ -135,7 +78,7 @@ def environment() -> dict:
     if switches:   # only when set, so rows from runs without any keep their columns
         env["switches"] = switches
     if torch.cuda.is_available():
-        from .gpu import facts
+        from fa2triton.gpu import facts
 
         f = facts()
         env.update(gpu=f.name, arch=f.arch, driver=driver_version(), sm_count=f.sm_count,

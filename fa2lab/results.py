@@ -6,7 +6,7 @@ import csv
 import os
 from pathlib import Path
 
-from .versions import REPO
+from .paths import REPO
 
 RESULTS = Path(os.environ.get("FA2_RESULTS", REPO / "results"))
 
@@ -14,7 +14,7 @@ RESULTS = Path(os.environ.get("FA2_RESULTS", REPO / "results"))
 def gpu_dir(gpu_slug: str | None = None) -> Path:
     """results/<gpu>/ for this GPU (or the one named)."""
     if gpu_slug is None:
-        from .gpu import facts
+        from fa2triton.gpu import facts
 
         gpu_slug = facts().slug
     return RESULTS / gpu_slug

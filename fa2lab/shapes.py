@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+from fa2triton.versions import HEAD_DIMS  # noqa: F401 (the head dimensions every version takes)
+
 # The harness shape (the article's): batch 4, 8 heads, head dimension 64, bf16.
 BATCH = 4
 HEADS = 8
 HEAD_DIM = 64
-HEAD_DIMS = (16, 32, 64, 128)   # the head dimensions every version takes (fa2lab.checks refuses others)
-GLUON_HEAD_DIMS = (64, 128)     # those v7's Gluon path has candidates for (experiment gluon --D)
 DTYPE_NAME = "bfloat16"
 SEQ_LENS = (512, 1024, 2048, 4096)
 MASKS = (False, True)

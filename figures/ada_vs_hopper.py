@@ -4,7 +4,7 @@ as % of the bf16-in, fp32-accumulate tensor-core peak. Ada's come from the artic
 
 Both GPUs are treated alike: median ms per version and shape, SDPA pooled over every version's runs,
 % of SDPA = SDPA's median / the version's median. Ours are each version's latest harness protocol, so SDPA's
-median pools the runs of every version's protocol (at different commits); RESULTS.md's tables take the median of
+median pools the runs of every version's protocol (at different commits); REPORT.md's tables take the median of
 each run's own ratio, SDPA from the same run, and can differ from this where SDPA's time differed between
 protocols. The footnote names the runs pooled. Ada's peak is the article's 72.2 TFLOP/s at
 2.52 GHz; ours is TENSOR_FLOP_PER_CLK_PER_SM x sm_count x the median SM clock of the rows."""
@@ -20,7 +20,8 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fa2lab import shapes, versions  # noqa: E402
+from fa2lab import shapes  # noqa: E402
+from fa2triton import versions  # noqa: E402
 from figures import data, style  # noqa: E402
 
 NAME = "ada_vs_hopper"
@@ -126,7 +127,7 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
             f"{gpu_slug}: each version's latest harness protocol, results/{gpu_slug}/bench/ "
             f"({ours.attrs['pooling']}).",
             f"% of SDPA = SDPA's median ms pooled over all {ours.attrs['pooled_runs']} of those runs / the version's "
-            "median ms (both GPUs); RESULTS.md's tables and the article's own % column: the median of each run's own "
+            "median ms (both GPUs); REPORT.md's tables and the article's own % column: the median of each run's own "
             "ratio, SDPA from the same run."]
     paths = _figure(ada, ours, "pct_of_sdpa", "% of SDPA", order, gpu_slug, gpu_slug, note, out_dir, f"{NAME}_sdpa",
                     "\nSDPA's median pooled over every version's latest harness runs (footnote)")

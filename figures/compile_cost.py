@@ -1,6 +1,6 @@
 """What @triton.autotune costs (Round 3): seconds per call against the number of configurations, in fresh
 processes, with an empty Triton cache and with the cache the first process left on disk, with and without
-cache_results=True; from results/<gpu>/tuning/compile_cost.csv (sweeps/compile_cost.py). Beside it the
+cache_results=True; from results/<gpu>/tuning/compile_cost.csv (sweeps/measure_compile_cost.py). Beside it the
 article's table for the RTX 4070 SUPER (results/reference/rtx4070super/compile_cost.csv, transcribed).
 
 Panels: the first call (N = 4096, non-causal), each new N in the same process (2048, 1024, 512: median,
@@ -113,9 +113,9 @@ def draw(gpu_slug: str, out_dir, results_root=None) -> list[Path]:
             + (f"; importing torch and triton (not in any call): median {imports.median():.2f} s"
                if imports.notna().any() else ""),
             f"RTX 4070 SUPER: {'/'.join(ref_path.parts[-4:])} (the article's table, transcribed by hand). "
-            "Our configurations are the sweep's top k by geometric mean over shapes (fa2lab.tuning.ranked_configs),",
+            "Our configurations are the sweep's top k by geometric mean over shapes (fa2lab.autotuning.ranked_configs),",
             "the article's are its top k by how close each comes to the best on every shape. Ours time each call "
-            "with time.perf_counter, inputs made inside the call (fa2lab.tuning)."]
+            "with time.perf_counter, inputs made inside the call (fa2lab.autotuning)."]
     return style.finish(fig, out_dir, NAME, note)
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from fa2lab import gpu, results, shapes, versions
-from fa2lab.provenance import default_kernels
+from fa2lab import results, shapes
+from fa2triton import gpu, versions
+from fa2lab.switches import default_kernels
 
 REFERENCE = "reference"            # results/reference/: the article's numbers, transcribed
 ADA = "rtx4070super"               # results/reference/<ADA>/
@@ -132,7 +133,7 @@ def at_head_dim(df: pd.DataFrame, D: int = shapes.HEAD_DIM) -> pd.DataFrame:
 
 
 def default_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of runs made with every FA2_V7_* kernel switch at its default (fa2lab.provenance.default_kernels): a
+    """The rows of runs made with every FA2_V7_* kernel switch at its default (fa2lab.switches.default_kernels): a
     run with an option switched on stays in its file and out of the tables of the default kernels."""
     return df[df["switches"].map(default_kernels)] if "switches" in df.columns else df
 
@@ -237,7 +238,7 @@ def tensor_peak_tflops(arch: str, sm_count: float, clock_mhz: float) -> float:
     m = re.fullmatch(r"sm_(\d+)(\d)", str(arch))
     if not m or (int(m[1]), int(m[2])) not in gpu.TENSOR_FLOP_PER_CLK_PER_SM:
         raise ResultsError(f"no tensor-core rate known for architecture {arch!r} "
-                           "(fa2lab.gpu.TENSOR_FLOP_PER_CLK_PER_SM)")
+                           "(fa2triton.gpu.TENSOR_FLOP_PER_CLK_PER_SM)")
     return gpu.TENSOR_FLOP_PER_CLK_PER_SM[(int(m[1]), int(m[2]))] * sm_count * clock_mhz * 1e6 / 1e12
 
 
@@ -396,7 +397,7 @@ def ncu(gpu_slug: str, results_root=None, folder_name: str = "ncu",
     """Every Nsight Compute summary in results/<gpu>/ncu/ (<tag>.csv, written by profiling/run_profile.py
     --tool ncu; the raw exports beside them, <tag>.raw.csv, are not summaries), in name order; ncu_bwd/
     for the backward's (--mode bwd). Only the default kernels' rows (default_rows): those of runs made with a switch
-    away from its default (fa2lab.provenance.default_kernels) stay in the files and out of the tables. Only the rows
+    away from its default (fa2lab.switches.default_kernels) stay in the files and out of the tables. Only the rows
     at head dimension D (at_head_dim; default the harness's; None: every D)."""
     folder = root(results_root) / gpu_slug / folder_name
     paths = sorted(p for p in folder.glob("*.csv") if not p.name.endswith(".raw.csv")) if folder.is_dir() else []
@@ -443,7 +444,7 @@ def device_facts(gpu_slug: str, results_root=None) -> tuple[dict, Path | None]:
 
 
 def compile_cost(gpu_slug: str, results_root=None) -> tuple[pd.DataFrame, Path]:
-    """results/<gpu>/tuning/compile_cost.csv (sweeps/compile_cost.py): one row per fresh process."""
+    """results/<gpu>/tuning/compile_cost.csv (sweeps/measure_compile_cost.py): one row per fresh process."""
     path = root(results_root) / gpu_slug / "tuning" / "compile_cost.csv"
     df = load(path, COMPILE_COST_COLUMNS)
     bad = sorted(set(df["cache"].astype(str)) - set(CACHES))

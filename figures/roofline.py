@@ -31,7 +31,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from fa2lab import gpu, shapes, versions  # noqa: E402
+from fa2lab import shapes  # noqa: E402
+from fa2triton import gpu, versions  # noqa: E402
 from figures import data, style  # noqa: E402
 
 NAME = "roofline"
@@ -192,7 +193,7 @@ def roof(rows: pd.DataFrame, path: Path, gpu_slug: str, results_root=None) -> tu
     facts_note = ("" if r["facts_path"] is None else f"; architecture and SM count from "
                   f"results/{gpu_slug}/bench/{r['facts_path'].name} (same GPU)")
     return r["peak"], (f"Tensor-core peak (bf16 in, fp32 accumulate) {r['peak']:.0f} TFLOP/s = {r['rate']} "
-                       f"FLOP/clock/SM ({r['arch']}, fa2lab.gpu) × {int(r['sms'])} SMs × {clock_note}{facts_note}")
+                       f"FLOP/clock/SM ({r['arch']}, fa2triton.gpu) × {int(r['sms'])} SMs × {clock_note}{facts_note}")
 
 
 def bandwidths(rows: pd.DataFrame, path: Path) -> dict[str, float]:

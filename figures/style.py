@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fa2lab import versions  # noqa: E402
+from fa2triton import versions  # noqa: E402
 
 from . import data  # noqa: E402
 
@@ -45,7 +45,7 @@ def label(version: str) -> str:
 
 
 def round_label(version: str) -> str:
-    """The registry's round label of a version ("0", "4a", "beyond: 6"), as README and RESULTS.md print it."""
+    """The registry's round label of a version ("0", "4a", "beyond: 6"), as README and REPORT.md print it."""
     return versions.get(version).round_label
 
 
@@ -78,13 +78,19 @@ def figure(nrows: int, ncols: int, panel=(4.0, 3.2), **kw):
                         squeeze=False, dpi=DPI, **kw)
 
 
+# No date and no matplotlib version in the files: the same rows give the same bytes (a clean `invoke figures`
+# leaves git status clean), with svg.hashsalt above fixing the SVG's element ids.
+METADATA = {".png": {"Software": None}, ".svg": {"Date": None, "Creator": None}}
+
+
 def save(fig, out_dir: str | Path, name: str, svg: bool = True) -> list[Path]:
-    """Write out_dir/name.png (dpi 150) and out_dir/name.svg, creating out_dir; close the figure."""
+    """Write out_dir/name.png (dpi 150) and out_dir/name.svg, creating out_dir, without dates or versions in their
+    metadata (METADATA); close the figure."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.png"] + ([out_dir / f"{name}.svg"] if svg else [])
     for p in paths:
-        fig.savefig(p, dpi=DPI, bbox_inches="tight", metadata={"Date": None} if p.suffix == ".svg" else None)
+        fig.savefig(p, dpi=DPI, bbox_inches="tight", metadata=METADATA[p.suffix])
     plt.close(fig)
     return paths
 
@@ -167,15 +173,34 @@ def grid_colorbar(fig, im, axes):
     fig.colorbar(im, ax=axes, shrink=0.8, label="% of the panel's best (cell text: TFLOP/s)")
 
 
+MAX_COMMITS_LISTED = 3   # more commits than this: the footnote gives their count and first and last, not each
+
+
+def commits_text(df) -> str:
+    """'commit a, b' (short hashes) for up to MAX_COMMITS_LISTED commits; else 'commits 1234567 to 89abcde (49)',
+    the first and last by their rows' earliest date (by name without dates)."""
+    rows = df[df["git_commit"].notna()]
+    short = rows["git_commit"].astype(str).str[:7]
+    if "date" in rows.columns:
+        first = rows["date"].astype(str).groupby(short).min()            # text: NaN beside dates breaks pandas 2's min
+        order = list(first.sort_values(kind="stable").index)
+    else:
+        order = sorted(short.unique())
+    if len(order) <= MAX_COMMITS_LISTED:
+        return f"commit {', '.join(sorted(order))}"
+    return f"commits {order[0]} to {order[-1]} ({len(order)})"
+
+
 def provenance_line(df, path, name: str | None = None) -> str:
     """A footnote: which file (its name replaced by `name` if given), and the GPU, triton and torch
-    versions, git commit(s) and first date of the rows the figure was drawn from."""
+    versions, git commit(s) (commits_text: a range past a few) and first date of the rows the figure was drawn from."""
     parts = Path(path).parts[-3:]
     parts = ["source: results/" + "/".join(parts[:-1] + ((name,) if name else parts[-1:]))]
-    for col in ("gpu", "triton", "torch", "git_commit"):
+    for col in ("gpu", "triton", "torch"):
         if col in df.columns and df[col].notna().any():
-            values = {str(v)[:7] if col == "git_commit" else str(v) for v in df[col].dropna().unique()}   # short hashes
-            parts.append(f"{col.replace('git_', '')} {', '.join(sorted(values))}")
+            parts.append(f"{col} {', '.join(sorted({str(v) for v in df[col].dropna().unique()}))}")
+    if "git_commit" in df.columns and df["git_commit"].notna().any():
+        parts.append(commits_text(df))
     if "date" in df.columns and df["date"].notna().any():
         parts.append(str(df["date"].dropna().astype(str).min())[:10])   # text: NaN beside dates breaks pandas 2's min
     return "; ".join(parts)

@@ -16,7 +16,7 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fa2lab import shapes  # noqa: E402
-from fa2lab.sweep import STAGES, TILES, WARPS  # noqa: E402
+from fa2lab.forward_sweep import STAGES, TILES, WARPS  # noqa: E402
 from figures import data, style  # noqa: E402
 from figures.tile_heatmap import tile_matrix  # noqa: E402
 

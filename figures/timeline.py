@@ -22,11 +22,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from fa2lab import versions  # noqa: E402
+from fa2triton import versions  # noqa: E402
 from figures import data, style  # noqa: E402
 
 NAME = "timeline"
-RANGE = re.compile(r"^(?P<who>\S+) N=(?P<N>\d+) causal=(?P<causal>[01])$")   # profiling.common.range_name
+RANGE = re.compile(r"^(?P<who>\S+) N=(?P<N>\d+) causal=(?P<causal>[01])$")   # profiling.drivers.range_name
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 NO_RANGE = "no enclosing range"
 NO_RANGE_COLOUR = "0.7"

@@ -1,8 +1,8 @@
 """The benchmark harness, identical for every version.
 
-The version is whichever kernels/<version> folder is on PYTHONPATH:
+The version is whichever fa2triton/kernels/<version> folder is on PYTHONPATH:
 
-    PYTHONPATH=kernels/v5_final python harness/bench_flashattention.py
+    PYTHONPATH=fa2triton/kernels/v5_final python harness/bench_flashattention.py
 
 For each harness shape (B = 4, H = 8, D = 64, bf16; N = 512..4096; non-causal then
 causal) it times FlashAttentionTriton.apply and SDPA (default backend, and the
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import sys
 from pathlib import Path
@@ -33,17 +34,22 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from fa2lab import peers as peer_registry  # noqa: E402
-from fa2lab import shapes, timing  # noqa: E402
+from fa2lab import shapes  # noqa: E402
+from fa2lab import timers as timing  # noqa: E402
 from fa2lab.provenance import ClockSampler, environment, now  # noqa: E402
 from fa2lab.results import append_rows, gpu_dir  # noqa: E402
-from fa2lab.versions import of_module  # noqa: E402
+from fa2triton.versions import of_module  # noqa: E402
 
 
+@functools.cache
 def kernel_module():
-    """The version on PYTHONPATH (imported on first use, so that --help works without one)."""
+    """The version on PYTHONPATH (imported on first use, so that --help works without one), with this process's
+    FA2_V7_* switches set on it (fa2lab.switches.apply)."""
     import flashattention_autograd_function_triton
 
-    return flashattention_autograd_function_triton
+    from fa2lab.switches import apply
+
+    return apply(flashattention_autograd_function_triton)
 
 
 def sdpa_flash(q4, k4, v4, causal):
@@ -55,7 +61,7 @@ def sdpa_flash(q4, k4, v4, causal):
 
 def measure(shape: shapes.Shape, graphs: bool, peers=(), device: str = "cuda", timer=timing) -> dict:
     """One shape's measured columns: ours, SDPA's and each peer's (fa2lab.peers.ForwardRun: a peer that
-    fails gives its reason in <peer>_status and NaN times). `device` and `timer` (fa2lab.timing's
+    fails gives its reason in <peer>_status and NaN times). `device` and `timer` (fa2lab.timers's
     functions) are for the tests, which run this on the CPU with stand-in timings."""
     B, H, N, D = shape.B, shape.H, shape.N, shape.D
     q, k, v = (torch.randn(B * H, N, D, device=device, dtype=torch.bfloat16) for _ in range(3))

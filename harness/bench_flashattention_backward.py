@@ -1,8 +1,8 @@
 """The backward benchmark (issue 7), for a version whose backward runs the Triton kernels
-of kernels/_shared/flash_backward_triton.py. The version is whichever kernels/<version>
+of fa2triton/flash_backward_triton.py. The version is whichever fa2triton/kernels/<version>
 folder is on PYTHONPATH:
 
-    PYTHONPATH=kernels/v6_... python harness/bench_flashattention_backward.py
+    PYTHONPATH=fa2triton/kernels/v6_... python harness/bench_flashattention_backward.py
 
 For each harness shape (B = 4, H = 8, D = 64, bf16; N = 512..4096; non-causal then
 causal) it times, with do_bench medians in this process on the same inputs,
@@ -14,7 +14,7 @@ of the forward's two), forward + backward 3.5x. It checks the gradients against 
 prints a table, and appends one CSV row per shape, with provenance, to
 results/<gpu>/bench_bwd/<version>.csv.
 
-A version that still uses the PyTorch recompute (fa2lab.reference.autograd_backward, v0-v5)
+A version that still uses the PyTorch recompute (fa2triton.reference.autograd_backward, v0-v5)
 can be measured too, as the baseline: the backward_impl column says which backward ran.
 If the version's FlashAttentionTriton has the class attributes BACKWARD_DQ_MODE and
 BACKWARD_CONFIG, --dq-mode and --config override them (the atomic vs separate dQ
@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the fa2lab pa
 
 from fa2lab import shapes  # noqa: E402
 from fa2lab.shapes import BWD_FLOP_FACTOR, FWD_BWD_FLOP_FACTOR  # noqa: E402
-from fa2lab.sweep_backward import DQ_CHOICES  # noqa: E402
+from fa2triton.flash_backward_triton import DQ_CHOICES  # noqa: E402
 
 
 def backward_impl(cls) -> str:
@@ -52,16 +52,16 @@ def backward_impl(cls) -> str:
 def measure(FlashAttentionTriton, shape: shapes.Shape, host: bool = True, peers=(), device: str = "cuda",
             timer=None) -> dict:
     """One shape's measured columns: ours, SDPA's and each peer's (fa2lab.peers.BackwardRun: a peer that
-    fails gives its reason in <peer>_status and NaN times). `device` and `timer` (default fa2lab.timing)
+    fails gives its reason in <peer>_status and NaN times). `device` and `timer` (default fa2lab.timers)
     are for the tests, which run this on the CPU with stand-in timings."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from fa2lab import peers as peer_registry
-    from fa2lab import timing
+    from fa2lab import timers as timing
     from fa2lab.provenance import ClockSampler
-    from fa2lab.reference import relative_error
+    from fa2triton.reference import relative_error
 
     timing = timer or timing
     B, H, N, D, causal = shape.B, shape.H, shape.N, shape.D, shape.causal
@@ -141,7 +141,7 @@ def host_columns(fns: dict, timing=None) -> dict:
     invalidated, 'AccumulateGrad node's stream does not match', for ours and SDPA alike, and the
     failed capture left the CUDA generator unusable in the process.)"""
     if timing is None:
-        from fa2lab import timing
+        from fa2lab import timers as timing
 
     return {f"{prefix}bwd_host_us": timing.host_us_per_call(bwd) if bwd is not None else float("nan")
             for prefix, bwd in fns.items()}
@@ -238,7 +238,10 @@ def main(argv=None) -> int:
     import flashattention_autograd_function_triton as kernel_module
     from fa2lab.provenance import environment
     from fa2lab.results import append_rows, gpu_dir
-    from fa2lab.versions import of_module
+    from fa2lab.switches import apply
+    from fa2triton.versions import of_module
+
+    apply(kernel_module)   # this process's FA2_V7_* switches
 
     FlashAttentionTriton = kernel_module.FlashAttentionTriton
     for option, attr, value in (("--dq-mode", "BACKWARD_DQ_MODE", None if args.dq_mode == "default" else args.dq_mode),
@@ -249,8 +252,7 @@ def main(argv=None) -> int:
             print(f"{option}: this version's FlashAttentionTriton has no {attr}", file=sys.stderr)
             return 2
         if attr == "BACKWARD_CONFIG":
-            sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "kernels" / "_shared"))
-            from flash_backward_triton import BackwardConfig
+            from fa2triton.flash_backward_triton import BackwardConfig
 
             value = BackwardConfig.parse(value)
         setattr(FlashAttentionTriton, attr, value)
@@ -262,9 +264,8 @@ def main(argv=None) -> int:
     ran = (lambda shape: dq_mode)   # the mode each shape runs: "auto" resolves per shape
     config_of = None                # the configuration each shape runs, where that differs by shape
     if hasattr(FlashAttentionTriton, "BACKWARD_CONFIG"):   # the Triton backward
-        from fa2lab.versions import load_shared
+        from fa2triton import flash_backward_triton as bk
 
-        bk = load_shared("flash_backward_triton")
         if bwd_config is None:   # the backward's own default
             bwd_config = bk.default_config(args.D, torch.bfloat16)
         ws = bk.gluon_ws_takes(args.D, torch.bfloat16, getattr(FlashAttentionTriton, "BACKWARD_DKDV", "triton"))
@@ -272,7 +273,9 @@ def main(argv=None) -> int:
             ran = (lambda shape: bk.auto_dq_mode(shape.B * shape.H, shape.N, shape.N, shape.D, shape.causal,
                                                  gluon_ws=ws))
         if ws:   # where dQ is atomic the Gluon kernel runs, with its own configuration
-            ws_config = str(load_shared("gluon_backward_ws").default_config(args.D))
+            from fa2triton.gluon import gluon_backward_ws
+
+            ws_config = str(gluon_backward_ws.default_config(args.D))
             config_of = (lambda shape, c=str(bwd_config): ws_config if ran(shape) == "atomic" else c)
     bwd_config = str(bwd_config or "")
     masks = shapes.masks_from(args.causal)

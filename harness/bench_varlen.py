@@ -14,12 +14,12 @@ do_bench medians against SDPA's default backend (cuDNN on the H200) in the same 
 --cache-dir picks Triton's cache directory (TRITON_CACHE_DIR of the child): "cold" an empty temporary directory,
 "warm" the one the preceding cold run of this command filled (run alone: the caller's own Triton cache), or a
 path; "cold,warm" (the default) runs both, one after the other. --pick-cache picks the tuning picks' directory
-(fa2lab.buckets) the same way: "same" (the default) follows --cache-dir (an empty one for cold, the cold run's
+(fa2triton.buckets) the same way: "same" (the default) follows --cache-dir (an empty one for cold, the cold run's
 for warm, fa2lab's default directory for warm alone or a path), or "default", "off", a path.
 
 --compare-tuned: afterwards, for --compare-count of the calls (seeded), also tune that length alone (the
-version's BUCKETS off) and time the two launches in alternating rounds: pct_of_tuned = 100 * tuned_ms /
-bucketed_ms (the goal: at least 98).
+version's BUCKETS off; v7: its LAUNCH_FROM "race" against its launch table's launch, the "bucketed" one) and time
+the two launches in alternating rounds: pct_of_tuned = 100 * tuned_ms / bucketed_ms (the goal: at least 98).
 
 Rows, written as they are measured (an interrupted run keeps what it measured), go to
 results/<gpu>/varlen/<version>.csv with provenance: `row` says "call", "total" or "compare".
@@ -44,7 +44,7 @@ from typing import Callable, Iterable
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the fa2lab package, uninstalled
 
-from fa2lab.buckets import bucket  # noqa: E402
+from fa2triton.buckets import bucket  # noqa: E402
 
 CACHE_MODES = ("cold", "warm")
 
@@ -174,12 +174,33 @@ def config_of(module) -> str:
     return f"{cfg.kwargs.get('Q_TILE_SIZE')},{cfg.kwargs.get('K_TILE_SIZE')},{cfg.num_warps},{cfg.num_stages}"
 
 
+def first_call_switch(cls):
+    """(attribute, the cheap value, the tuning value) of how a version chooses at a first call: v7's LAUNCH_FROM
+    (its launch table against its race), else BUCKETS (a bucket's pick against tuning each N); None for neither."""
+    if hasattr(cls, "LAUNCH_FROM"):
+        return "LAUNCH_FROM", "table", "race"
+    return ("BUCKETS", True, False) if hasattr(cls, "BUCKETS") else None
+
+
 class GpuMeasure:
     """Times one version's FlashAttentionTriton.apply and SDPA on fresh (B * H, N, D) bf16 inputs."""
 
     def __init__(self, module, B: int, H: int):
         self.module, self.cls, self.B, self.H = module, module.FlashAttentionTriton, B, H
         self.picks = getattr(self.cls, "picks", None)
+
+    def choice(self) -> str:
+        """How the latest first call chose: the pick cache's last ("tuned", "reused", ...), or v7's LAST_CHOICE
+        ("table", "tuned", "pinned")."""
+        if self.picks is not None:
+            return self.picks.last
+        return getattr(self.module, "LAST_CHOICE", None) or ""
+
+    def forget_choice(self) -> None:
+        if self.picks is not None:
+            self.picks.last = ""
+        elif hasattr(self.module, "LAST_CHOICE"):
+            self.module.LAST_CHOICE = None
 
     def inputs(self, call: Call):
         import torch
@@ -190,15 +211,14 @@ class GpuMeasure:
 
     def __call__(self, call: Call) -> dict:
         import torch.nn.functional as F
-        from fa2lab.timing import bench_ms
+        from fa2lab.timers import bench_ms
 
         q, k, v, (q4, k4, v4) = self.inputs(call)
         ours = lambda: self.cls.apply(q, k, v, call.causal)  # noqa: E731
         sdpa = lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=call.causal)  # noqa: E731
-        if self.picks is not None:
-            self.picks.last = ""
+        self.forget_choice()
         first = _seconds(ours)
-        row = {"pick": self.picks.last if self.picks is not None else "", "config": config_of(self.module),
+        row = {"pick": self.choice(), "config": config_of(self.module),
                "path": (getattr(self.module, "last_path", lambda: "")() or "")}
         sdpa_first = _seconds(sdpa)
         err = (ours().float() - sdpa().reshape(q.shape).float()).abs().max().item()
@@ -207,27 +227,33 @@ class GpuMeasure:
                 "pct_of_sdpa": 100.0 * sdpa_ms / ms, "max_abs_err_vs_sdpa": err, **row}
 
     def pair(self, call: Call, rounds: int = 3) -> dict:
-        """The bucketed launch and the launch of tuning this N alone (BUCKETS off), each recorded by one call on
-        an empty launch cache, then timed in `rounds` alternating rounds of do_bench (medians)."""
-        from fa2lab.timing import bench_ms
+        """The bucketed launch and the launch of tuning this N alone (first_call_switch: BUCKETS off, v7's race),
+        each recorded by one call on an empty launch cache, then timed in `rounds` alternating rounds of do_bench
+        (medians)."""
+        from fa2lab.timers import bench_ms
 
         cls, launches = self.cls, self.cls.launches
+        switch, cheap, tuning = first_call_switch(cls)
         q, k, v, _ = self.inputs(call)
         ours = lambda: cls.apply(q, k, v, call.causal)  # noqa: E731
-        kept, buckets = launches.entries, cls.BUCKETS
+        kept, before = launches.entries, getattr(cls, switch)
         recorded, configs = {}, {}
         try:
-            for name, on in (("bucketed", True), ("tuned", False)):
-                launches.entries, cls.BUCKETS = {}, on
+            values = {"bucketed": cheap, "tuned": tuning}
+            for name, value in values.items():
+                launches.entries = {}
+                setattr(cls, switch, value)
                 ours()
                 recorded[name], configs[name] = launches.entries, config_of(self.module)
             ms = {"bucketed": [], "tuned": []}
             for r in range(rounds):
                 for name in (("bucketed", "tuned") if r % 2 == 0 else ("tuned", "bucketed")):
                     launches.entries = recorded[name]
+                    setattr(cls, switch, values[name])   # (a call the cache cannot repeat chooses again)
                     ms[name].append(bench_ms(ours))
         finally:
-            launches.entries, cls.BUCKETS = kept, buckets
+            launches.entries = kept
+            setattr(cls, switch, before)
         return {"bucketed_ms": statistics.median(ms["bucketed"]), "tuned_ms": statistics.median(ms["tuned"]),
                 "bucketed_config": configs["bucketed"], "tuned_config": configs["tuned"],
                 "same_config": int(configs["bucketed"] == configs["tuned"])}
@@ -300,7 +326,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.worker:
         return worker(args)
-    from fa2lab import versions
+    from fa2triton import versions
 
     try:
         chosen = versions.resolve(args.kernel)
@@ -358,24 +384,27 @@ def worker(args) -> int:
         print("bench_varlen.py needs a CUDA GPU; without one, its bookkeeping is tested on the CPU "
               "(tests/test_varlen.py).", file=sys.stderr)
         return 2
-    from fa2lab import shapes, versions
+    from fa2lab import shapes
     from fa2lab.provenance import environment, now
     from fa2lab.results import append_rows, gpu_dir
+    from fa2lab.switches import load
 
-    module = versions.load(args.kernel)
+    module = load(args.kernel)
     cls = module.FlashAttentionTriton
-    if args.compare_tuned and not hasattr(cls, "BUCKETS"):
-        print(f"--compare-tuned needs a version with a BUCKETS switch; {args.kernel} has none", file=sys.stderr)
+    if args.compare_tuned and first_call_switch(cls) is None:
+        print(f"--compare-tuned needs a version with a BUCKETS or LAUNCH_FROM switch; {args.kernel} has neither",
+              file=sys.stderr)
         return 2
     picks = getattr(cls, "picks", None)
     if picks is not None:
-        picks.cache_dir = args.pick_dir or None   # "": fa2lab.buckets' own choice (FA2_PICK_CACHE, the default)
+        picks.cache_dir = args.pick_dir or None   # "": fa2triton.buckets' own choice (FA2_PICK_CACHE, the default)
     calls = plan(lengths(args.seed, args.count, args.min_n, args.max_n), int_list(args.D, "D"),
                  shapes.masks_from(args.causal))
     env = environment()
     base = {"version": args.kernel, "run_id": args.run_id, "seed": args.seed, "B": args.batch, "H": args.heads,
             "dtype": shapes.DTYPE_NAME, "triton_cache": args.triton_label, "pick_cache": args.pick_label,
-            "buckets": int(bool(getattr(cls, "BUCKETS", False)))}
+            "buckets": int(bool(getattr(cls, "BUCKETS", False))), **(
+                {"launch_from": cls.LAUNCH_FROM} if hasattr(cls, "LAUNCH_FROM") else {})}
     out = args.out or gpu_dir() / "varlen" / f"{args.kernel}.csv"
 
     def write(row: dict) -> None:

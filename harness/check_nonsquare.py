@@ -37,7 +37,7 @@ def interpret_without_gpu() -> bool:
     worker of --jobs) and say so by returning True."""
     if torch.cuda.is_available():
         return False
-    from fa2lab.interpret import patch_interpreter
+    from fa2triton.interpret import patch_interpreter
 
     patch_interpreter()
     return True
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     from fa2lab.nonsquare import case_key, cases, check_version, explicit_configs
-    from fa2lab.versions import resolve
+    from fa2triton.versions import resolve
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", default="all", help="a version, a comma-separated list, or 'all'")

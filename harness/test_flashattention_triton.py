@@ -1,12 +1,12 @@
 """The test file, identical for every version.
 
-The version is whichever kernels/<version> folder is on PYTHONPATH:
+The version is whichever fa2triton/kernels/<version> folder is on PYTHONPATH:
 
-    PYTHONPATH=kernels/v3_causal_skip python -m pytest -q harness/test_flashattention_triton.py
+    PYTHONPATH=fa2triton/kernels/v3_causal_skip python -m pytest -q harness/test_flashattention_triton.py
 
 On a GPU it runs the kernels natively. Without one it runs them on the CPU under
 Triton's interpreter (TRITON_INTERPRET=1, set here before the kernel is imported),
-whose gaps the kernels' own checks work around (fa2lab.interpret). The test checks
+whose gaps the kernels' own checks work around (fa2triton.interpret). The test checks
 an autotuned kernel on every candidate of its list in turn (the interpreter cannot
 time them; by itself it runs the first), which is stronger than checking the one it would pick.
 """
@@ -29,8 +29,8 @@ if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the kernel's import (@triton.jit reads it)
 
 import flashattention_autograd_function_triton as kernel_module  # noqa: E402
-from fa2lab.interpret import autotuner_of, only_config, tile_candidates  # noqa: E402
-from fa2lab.reference import attention, relative_error  # noqa: E402
+from fa2triton.interpret import autotuner_of, only_config, tile_candidates  # noqa: E402
+from fa2triton.reference import attention, relative_error  # noqa: E402
 
 FlashAttentionTriton = kernel_module.FlashAttentionTriton
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -99,7 +99,7 @@ def test_forward_matches_sdpa_and_logsumexp(B, n_q, n_k, D, causal, dtype, cfg):
     Q, K, V = inputs(B, n_q, n_k, D, dtype, seed=n_q * 7 + n_k + D, requires_grad=True)
     O = run(Q, K, V, causal, cfg)
     # O against SDPA (float64, on the CPU: its is_causal is top-left aligned for N_q != N_k too),
-    # L against torch.logsumexp of the scaled, masked scores (fa2lab.reference.attention).
+    # L against torch.logsumexp of the scaled, masked scores (fa2triton.reference.attention).
     q64, k64, v64 = (t.detach().cpu().double()[:, None] for t in (Q, K, V))
     ref_O = F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal)[:, 0]
     ref_L = attention(Q.detach().cpu(), K.detach().cpu(), V.detach().cpu(), causal)[1]

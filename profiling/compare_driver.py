@@ -19,18 +19,18 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from profiling import common  # noqa: E402
+from profiling import drivers  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", default="all", help="comma-separated versions, or 'all'")
-    common.add_common_args(ap)
+    drivers.add_common_args(ap)
     args = ap.parse_args(argv)
-    from fa2lab.versions import resolve
+    from fa2triton.versions import resolve
 
     names = [v.name for v in resolve(args.kernels)]
-    return common.run("compare_driver.py", names, args)
+    return drivers.run("compare_driver.py", names, args)
 
 
 if __name__ == "__main__":

@@ -4,18 +4,18 @@
     python profiling/host_steps.py --kernel v5_final --N 512 1024 --repeats 7
 
 Every step is timed as the harness times host_us: calls back to back with the GPU queue never
-drained (fa2lab.timing.host_us_per_call), `--repeats` times; rows (median, min, max µs per call)
+drained (fa2lab.timers.host_us_per_call), `--repeats` times; rows (median, min, max µs per call)
 go to results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
 
   sdpa              F.scaled_dot_product_attention, the reference (one C++ op)
   apply             FlashAttentionTriton.apply: what the harness's host_us measures (inputs that need no
-                    gradient: since fa2lab.hostpath.LeanApply, no torch.autograd.Function machinery)
+                    gradient: since fa2triton.lean_path.LeanApply, no torch.autograd.Function machinery)
   apply_grad        the same with Q requiring a gradient: autograd's apply, a graph recorded per call
   function_nop      a torch.autograd.Function whose forward only allocates O: the price of the
                     Function machinery (ctx, apply's dispatch) whatever the kernel
   cache_hit         the cached Launch called directly: signature lookup skipped, 2 allocations + launch
   signature         LaunchCache.signature + the dictionary lookup
-  allocate          fa2lab.hostpath.empty_output(Q) + torch.empty(L): what a recorded launch's repeat allocates
+  allocate          fa2triton.lean_path.empty_output(Q) + torch.empty(L): what a recorded launch's repeat allocates
   descriptors       v7's TMA path only: building the four tensor descriptors it needs on every call
   launch            CompiledKernel.run with O and L preallocated: Triton's launcher alone
 
@@ -60,7 +60,7 @@ def step_functions(module, N: int, causal: bool) -> dict:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from fa2lab.hostpath import empty_output, run_compiled
+    from fa2triton.lean_path import empty_output, run_compiled
 
     cls = module.FlashAttentionTriton
     B, H, D = shapes.BATCH, shapes.HEADS, shapes.HEAD_DIM
@@ -107,10 +107,9 @@ def step_functions(module, N: int, causal: bool) -> dict:
             run_compiled(inner.kernel, inner.grid, (*pointers, *inner.tail), q.device.index)
 
     if hasattr(cls, "BACKWARD_CONFIG"):   # the Triton backward (v6, v7): its host cost beside SDPA's
-        from fa2lab.reference import saved_lse
-        from fa2lab.versions import load_shared
+        from fa2triton import flash_backward_triton as bwd
+        from fa2triton.reference import saved_lse
 
-        bwd = load_shared("flash_backward_triton")
         qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
         q4g, k4g, v4g = (t.detach().view(B, H, N, D).requires_grad_() for t in (q, k, v))
         dO = torch.randn_like(q)
@@ -197,8 +196,9 @@ def main(argv=None) -> int:
         return 2
     from fa2lab.provenance import environment, now
     from fa2lab.results import append_rows, gpu_dir
-    from fa2lab.timing import host_us_per_call
-    from fa2lab.versions import load, resolve
+    from fa2lab.timers import host_us_per_call
+    from fa2lab.switches import load
+    from fa2triton.versions import resolve
 
     env, rows = environment(), []
     for version in resolve(args.kernel):

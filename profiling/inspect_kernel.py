@@ -14,14 +14,14 @@ compiled without a GPU for an explicit target):
   summary.txt    the one-screen summary this prints
 
 The summary: registers and spills, shared memory (metadata.shared) against
-fa2lab.budget.formula_shared_bytes, the MMA layout (versionMajor 2 = mma.sync/HMMA,
+fa2triton.budget.formula_shared_bytes, the MMA layout (versionMajor 2 = mma.sync/HMMA,
 3 = wgmma/HGMMA on Hopper) and its warpsPerCTA, whether a ttg.local_alloc or a
 ttg.convert_layout sits inside the key loop, the pipeline buffers' memdesc shapes,
 and counts of the SASS instructions the article reads, for the whole kernel and per
 loop iteration.
 
 With a GPU (and no --arch other than the GPU's, no --offline) it compiles with
-kernel.warmup(...) and loads the binary, as fa2lab/sweep.py does, so registers and
+kernel.warmup(...) and loads the binary, as fa2lab/forward_sweep.py does, so registers and
 spills are the driver's. Without one it compiles for the --arch target (default sm_90)
 with triton.compile(ASTSource(...), target=GPUTarget('cuda', 90, 32)); registers and
 spills then come from the cubin (cuobjdump -res-usage: the same attributes the driver
@@ -42,10 +42,11 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fa2lab import budget, shapes  # noqa: E402
-from fa2lab.budget import Config  # noqa: E402
-from fa2lab.compile_offline import (DTYPES, ELEM_BYTES, compile_for_target, compile_on_gpu,  # noqa: E402
-                                    bundled_tool, kernel_args, parse_arch, tool_path)
+from fa2lab import shapes  # noqa: E402
+from fa2triton import budget  # noqa: E402
+from fa2triton.budget import Config  # noqa: E402
+from fa2lab.compile_offline import bundled_tool, compile_for_target, compile_on_gpu, parse_arch, tool_path  # noqa: E402
+from fa2triton.offline import DTYPES, ELEM_BYTES, forward_args  # noqa: E402
 from profiling import ir  # noqa: E402
 
 SUMMARY_SASS_KEYS = ("HGMMA", "HMMA", "MUFU.EX2", "FSETP.GEU", "BAR.SYNC", "LDGSTS", "UTMALDG", "F2FP", "SHFL")
@@ -58,8 +59,9 @@ PTX_KEYS = ("ex2.approx.ftz.f32", "ex2.approx.f32", "mma.sync", "wgmma.mma_async
 def default_config(version: str, arch: str) -> tuple[Config, str]:
     """The configuration a version uses on `arch`: its configs.json entry (the first of a short
     list), or the class attributes of a fixed version without a table (v0)."""
-    from fa2lab.configs import load_table, select
-    from fa2lab.versions import get, load
+    from fa2triton.configs import load_table, select
+    from fa2lab.switches import load
+    from fa2triton.versions import get
 
     v = get(version)
     table_path = v.folder / "configs.json"
@@ -121,7 +123,7 @@ def ptxas_verbose(ptx: str, arch: int, fp_fusion: bool, cubin: bytes) -> dict:
     """ptxas -v on the PTX with the flags Triton's make_cubin uses; says whether it rebuilt the same cubin."""
     from triton.backends.nvidia.compiler import sm_arch_from_capability
 
-    from fa2lab.triton_compat import triton_ptxas_flags
+    from fa2triton.triton_compat import triton_ptxas_flags
 
     exe = tool_path("ptxas", arch)
     if not exe:
@@ -156,9 +158,9 @@ def inspect(version: str, cfg: Config, *, causal: bool = False, D: int = shapes.
     """Compile one configuration and summarise it. Returns (summary dict, {file name: text})."""
     import triton
 
-    from fa2lab.gpu import facts, has_gpu
+    from fa2triton.gpu import facts, has_gpu
     from fa2lab.provenance import environment, now
-    from fa2lab.versions import load
+    from fa2lab.switches import load
 
     gpu = facts() if has_gpu() else None
     want = parse_arch(arch) if arch else (gpu.capability[0] * 10 + gpu.capability[1] if gpu else 90)
@@ -170,7 +172,7 @@ def inspect(version: str, cfg: Config, *, causal: bool = False, D: int = shapes.
         args, extra = module.offline_compile_args(N, D, dtype, batch, cfg, bool(causal))
         meta.update(extra)
     else:
-        args = kernel_args(N, D, dtype, batch)
+        args = forward_args(N, D, dtype, batch)
     status, error, n_regs, n_spills = "ok", "", None, None
     if on_gpu:
         try:
@@ -282,7 +284,7 @@ def format_summary(s: dict) -> str:
     lines.append(f"registers      {regs} [{r['label']}]{pt}")
     sh = s["shared"]
     lines.append(f"shared memory  {sh['compiled']} B compiled (metadata.shared) vs {sh['formula']} B Round 1 formula, "
-                 f"{sh['predicted']} B fa2lab.budget prediction ({sh['explain']})")
+                 f"{sh['predicted']} B fa2triton.budget prediction ({sh['explain']})")
     acc = sh["ttgir_accounted"]
     match = ("all of metadata.shared" if acc["bytes"] == sh["compiled"]
              else f"{sh['compiled'] - acc['bytes']:+d} B left for reduction/conversion scratch")
@@ -316,7 +318,7 @@ def format_summary(s: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernel", default="v1_tiles", help="a version, e.g. v1_tiles (fa2lab/versions.py)")
+    ap.add_argument("--kernel", default="v1_tiles", help="a version, e.g. v1_tiles (fa2triton/versions.py)")
     ap.add_argument("--config", default="", help="Q_TILE,K_TILE,WARPS,STAGES (default: the version's own for --arch)")
     ap.add_argument("--causal", type=int, choices=(0, 1), default=0)
     ap.add_argument("--D", type=int, default=shapes.HEAD_DIM)
@@ -333,9 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     # Inspecting means compiling: the kernel modules must not be imported under the interpreter.
     os.environ.pop("TRITON_INTERPRET", None)
 
-    from fa2lab.gpu import facts, has_gpu
+    from fa2triton.gpu import facts, has_gpu
     from fa2lab.results import RESULTS
-    from fa2lab.versions import get
+    from fa2triton.versions import get
 
     get(args.kernel)
     gpu = facts() if has_gpu() and not args.offline else None

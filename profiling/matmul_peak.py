@@ -107,16 +107,16 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("matmul_peak needs a CUDA GPU", file=sys.stderr)
         return 2
-    from fa2lab.gpu import facts
+    from fa2triton.gpu import facts
     from fa2lab.provenance import ClockSampler, environment, now
     from fa2lab.results import append_rows, gpu_dir
-    from fa2lab.timing import bench_ms, warm_gpu
+    from fa2lab.timers import bench_ms, warm_gpu
 
     f, S = facts(), args.size
     if args.iters:
         # Under ncu (`invoke profile --tool ncu --kernel matmul`): compile and warm every variant, then one
         # profiler range in which each variant runs inside an NVTX range named after it.
-        from profiling.common import Call, capture, warm_up
+        from profiling.drivers import Call, capture, warm_up
 
         calls = []
         for variant in args.variants.split(","):

@@ -191,7 +191,7 @@ def resummarise(summary_csv: str | Path) -> int:
     nothing is measured. Returns the number of rows rewritten."""
     import pandas as pd
 
-    from fa2lab.versions import REPO
+    from fa2lab.paths import REPO
 
     summary_csv = Path(summary_csv)
     old = pd.read_csv(summary_csv, dtype={"ncu_id": str, "config": str}, keep_default_na=False)

@@ -29,9 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fa2lab import shapes, versions  # noqa: E402
+from fa2lab import shapes  # noqa: E402
+from fa2lab.paths import REPO  # noqa: E402
+from fa2triton import versions  # noqa: E402
 
-REPO = versions.REPO
 MATMUL_SIZE = 8192   # M = N = K of the Round 2 matmul peak table
 
 

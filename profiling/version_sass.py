@@ -6,7 +6,7 @@
 
 `compile` runs under the installed Triton and writes DIR/triton-<version>/<kernel>.ptx (what ptxas is given) and
 .cubin (what Triton made of it), and meta.json: Triton's ptxas and its options, the PTX passes' counts, PTX
-barrier and fence counts. `--before` compiles as the tree did before the kernels took fa2lab.triton_compat's
+barrier and fence counts. `--before` compiles as the tree did before the kernels took fa2triton.triton_compat's
 ptx_options and planted gluon_ptx.DESCRIPTOR_MARK (`same` checks that against a compile of that commit).
 `assemble` takes every PTX under DIR through every ptxas given, with and without Triton 3.9's `--regAllocOptLevel=2`
 and with and without wgmma_descriptor_adds, and writes summary.json: per cubin registers, stack, spills and the SASS
@@ -49,11 +49,10 @@ def kernels() -> dict:
     other Gluon forward candidate and the backward's separate dK/dV kernel."""
     import torch
 
-    from fa2lab.compile_offline import compile_for_target
-    from fa2lab.versions import load_shared
-
-    G, C = load_shared("gluon_forward_hopper"), load_shared("gluon_configs")
-    BW, B1, F = (load_shared(m) for m in ("gluon_backward_ws", "gluon_backward_hopper", "flash_backward_triton"))
+    from fa2lab.compile_offline import compile_for_target, compile_plan
+    from fa2triton import flash_backward_triton as F
+    from fa2triton.gluon import gluon_backward_hopper as B1, gluon_backward_ws as BW
+    from fa2triton.gluon import gluon_configs as C, gluon_forward_hopper as G
 
     def preprocess(D):
         o = torch.empty(32, 4096, D, dtype=torch.bfloat16, device="meta")
@@ -66,20 +65,23 @@ def kernels() -> dict:
     for D in (64, 128):
         # the backward's NO_MASK loop of each consumer (the TAIL loops after them run only where 64 does not divide N)
         out[f"bwd_ws_d{D}"] = (f"backward gluon_backward_ws D={D}", (0, 2),
-                               lambda D=D: BW.compile_offline(D, False, 4096))
+                               lambda D=D: compile_plan(BW.offline_plan(D, False, 4096)))
         out[f"bwd_pre_d{D}"] = (f"backward _bwd_preprocess_kernel D={D}", (), lambda D=D: preprocess(D))
     ran = "ws3x64x128/4s/preg/pp/split/persist/ua"
-    out["fwd_d64"] = (f"forward {ran} D=64", (0, 1, 2), lambda: G.compile_offline(C.configs_named([ran])[0], D=64))
+    out["fwd_d64"] = (f"forward {ran} D=64", (0, 1, 2),
+                      lambda: compile_plan(G.offline_plan(C.configs_named([ran])[0], D=64)))
     for D in (64, 128):
         for cfg in G.candidates_for(D):
             if not (D == 64 and cfg.label == ran):
                 name = f"fwd_d{D}_" + re.sub(r"\W+", "_", cfg.label)
-                out[name] = (f"forward {cfg.label} D={D}", None, lambda cfg=cfg, D=D: G.compile_offline(cfg, D=D))
+                out[name] = (f"forward {cfg.label} D={D}", None,
+                             lambda cfg=cfg, D=D: compile_plan(G.offline_plan(cfg, D=D)))
     for D, causal in ((64, False), (128, False), (64, True)):
-        out[f"bwd_dkdv_d{D}{'_causal' * causal}"] = (f"backward gluon_backward_hopper D={D}{' causal' * causal}", None,
-                                                     lambda D=D, c=causal: B1.compile_offline(D, c, 4096))
+        name = f"bwd_dkdv_d{D}{'_causal' * causal}"
+        out[name] = (f"backward gluon_backward_hopper D={D}{' causal' * causal}", None,
+                     lambda D=D, c=causal: compile_plan(B1.offline_plan(D, c, 4096)))
     out["bwd_ws_d128_causal"] = ("backward gluon_backward_ws D=128 causal", None,
-                                 lambda: BW.compile_offline(128, True, 4096))
+                                 lambda: compile_plan(BW.offline_plan(128, True, 4096)))
     return out
 
 
@@ -95,10 +97,10 @@ def compile_all(work: Path, names: list[str], before: bool) -> Path:
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="version-sass-")
     import triton
 
-    from fa2lab import triton_compat as tc
-    from fa2lab.versions import load_shared
+    from importlib import import_module
 
-    P = load_shared("gluon_ptx")
+    from fa2triton import triton_compat as tc
+    from fa2triton.gluon import gluon_ptx as P
     counts: Counter = Counter()
     for name in (*PASS_NAMES, "wgmma_descriptor_adds"):
         if hasattr(P, name):
@@ -112,9 +114,9 @@ def compile_all(work: Path, names: list[str], before: bool) -> Path:
         from triton.experimental.gluon import language as gl
 
         for m in ("gluon_forward_hopper", "gluon_backward_hopper", "gluon_backward_ws"):
-            load_shared(m).ptx_options = lambda: None
+            import_module(f"fa2triton.gluon.{m}").ptx_options = lambda: None
         for m in ("gluon_kernel", "gluon_backward_hopper", "gluon_backward_ws"):
-            load_shared(m)._DESCRIPTOR_ADDS = gl.constexpr(False)
+            import_module(f"fa2triton.gluon.{m}")._DESCRIPTOR_ADDS = gl.constexpr(False)
     folder.mkdir(parents=True, exist_ok=True)
     meta = {"triton": triton.__version__, "before": before, "kernels": {}}
     ptxas = tc.get_ptxas(90)
@@ -190,7 +192,7 @@ def assemble_all(work: Path, ptxases: list[str], out: Path, after: Path | None =
     (the latter only where it rewrites something), and Triton's own cubin; with `after` (a compile of the tree with
     the fixes), its Triton-built cubins and whether their SASS equals work's; summary.json under `out`."""
     from fa2lab.compile_offline import tool_path
-    from fa2lab.triton_compat import wgmma_descriptor_adds
+    from fa2triton.triton_compat import wgmma_descriptor_adds
 
     specs = kernels()
     if not sorted(work.glob("triton-*/meta.json")):

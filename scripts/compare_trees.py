@@ -1,7 +1,8 @@
 """Checkouts (or Triton versions) against each other on the GPU: a no-regression check for a refactor or a port.
 
 Each round runs one fresh process per tree, the trees' order rotating from round to round, and every process times its
-own tree's versions (fa2lab.versions.load from that tree, with that tree's fa2lab) and SDPA's default backend (cuDNN on
+own tree's versions (that tree's own loader: fa2lab.switches.load, or fa2lab.versions.load in a tree from before the
+runtime/lab split) and SDPA's default backend (cuDNN on
 Hopper) on the same inputs by do_bench with its L2 flush, and its versions' forward also by CUDA-graph replay (cuDNN's
 too with --sdpa-graphs). A tree may carry its own environment (--env), such as another Triton first on PYTHONPATH.
 `--mode bwd` times the backward alone (autograd on a kept graph), by do_bench only. One row per process, version and
@@ -29,7 +30,10 @@ CSV_NAME = "compare_trees.csv"
 
 def _timed(fn, graphs: bool) -> tuple[float, float]:
     """(do_bench ms, graph-replay ms); the graph is NaN when not asked for or when capture fails."""
-    from fa2lab import timing
+    try:
+        from fa2lab import timers as timing
+    except ImportError:   # a tree from before the runtime/lab split
+        from fa2lab import timing
 
     ms = timing.bench_ms(fn)
     if not graphs:
@@ -47,12 +51,16 @@ def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], m
     import torch.nn.functional as F
     import triton
 
-    from fa2lab import versions
     from fa2lab.provenance import sm_clock_mhz
+
+    try:
+        from fa2lab.switches import load
+    except ImportError:   # a tree from before the runtime/lab split
+        from fa2lab.versions import load
 
     B, H = 4, 8
     for name in kernels:
-        FA = versions.load(name)
+        FA = load(name)
         for N, D, causal in shapes:
             g = torch.Generator(device="cuda").manual_seed(N + D + causal)
             q, k, v, dO = (torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -90,7 +98,7 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
     """Run the rounds (tree order rotating each round), appending each process's rows as soon as it ends, so an
     interrupted run keeps every finished process (go on with --first-round)."""
     sys.path.insert(0, str(REPO))
-    from fa2lab.buckets import ENV_VAR, OFF
+    from fa2triton.buckets import ENV_VAR, OFF
     from fa2lab.provenance import environment, now
     from fa2lab.results import append_rows, gpu_dir
 
@@ -124,9 +132,9 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
 
 
 def summary(path: Path, a: str, b: str) -> int:
-    """Print figures.report.compare_trees's table (the report's page prints the same)."""
+    """Print report.no_regression's table (the report's page prints the same)."""
     sys.path.insert(0, str(REPO))
-    from figures.report import compare_trees
+    from report import no_regression as compare_trees
 
     df = compare_trees.load(path)
     a, b = compare_trees.labels(df, a, b)
@@ -165,7 +173,7 @@ def main(argv=None) -> int:
 
         a, b = args.labels.split(",")
         return summary(RESULTS / "nvidia-h200" / "experiments" / args.csv, a, b)
-    from fa2lab import versions
+    from fa2triton import versions
 
     trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve(), {}) for t in args.tree]
     if len(trees) < 2 or any(not label or not path.is_dir() for label, path, _ in trees):

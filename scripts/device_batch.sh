@@ -31,7 +31,7 @@
 #   sweep-bwd | sweep-bwd-nc | sweep-bwd-c | merge-bwd   the Triton backward's sweep (issue 7), likewise
 #                     (BWD_SWEEP_ARGS: extra options, e.g. "--stages 4 5")
 #   sweep-bwd-atomic  the same space with dQ accumulated by atomics (rows beside the separate ones)
-#   pick-bwd          its least total time over N >= 2048 -> kernels/_shared/backward_configs.json (the backward's default)
+#   pick-bwd          its least total time over N >= 2048 -> fa2triton/backward_configs.json (the backward's default)
 #   pick-v0 | pick-v4 | pick-v7      write the sm_XX entries of the versions that sweep feeds
 #   profile           ncu, every version (v2 aside) and SDPA, N = 4096, both masks
 #   profile-v7-nc     ncu of v7 (its default non-causal path) beside SDPA at N = ${PROFILE_NS:-1024 2048 4096}, non-causal
@@ -121,7 +121,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     nsys) echo "python3 profiling/run_profile.py --tool nsys --kernel all" ;;
     torch-trace) echo "python3 profiling/run_profile.py --tool torch --kernel all" ;;
     host-steps) echo "python3 profiling/host_steps.py ${HOST_STEPS_ARGS:---N 512 4096}" ;;
-    compile-cost) echo "python3 sweeps/compile_cost.py" ;;
+    compile-cost) echo "python3 sweeps/measure_compile_cost.py" ;;
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
     pcast|launch-order|timing|other-shapes|bwd-modes|coldstart|dobench|tl-pick|peer-goal|bwd-gluon-dkdv|bwd-gluon-ws) echo "python3 experiments/run.py $s" ;;
     items) on_labels "python3 experiments/run.py items --rounds ${ITEMS_ROUNDS:-3} --reps 30" "${ITEMS_ONLY:-}" ;;
@@ -170,6 +170,6 @@ for phase in "$@"; do
   fi
 done
 tar czf "$OUT/results.tgz" --exclude='*.ncu-rep' --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' \
-  results kernels/*/configs.json $(ls kernels/_shared/backward_configs.json 2>/dev/null)
+  results fa2triton/kernels/*/configs.json fa2triton/backward_configs.json
 for f in "$OUT"/lane*.log; do echo "--- tail of $f"; tail -n 25 "$f"; done
 cat "$LOG"

@@ -9,9 +9,8 @@ import sys
 
 import torch
 
-from fa2lab.versions import load_shared
+from fa2triton.gluon import gluon_forward_hopper as G
 
-G = load_shared("gluon_forward_hopper")
 cfg = G.configs_named(sys.argv[1:2])[0]
 D = int(sys.argv[2]) if len(sys.argv) > 2 else 64
 # the second shape has more tiles than an H200 has SMs: a persistent program takes several work items

@@ -36,13 +36,13 @@ def main(argv=None) -> int:
         return 2
     from fa2lab.provenance import environment, now
     from fa2lab.results import append_rows, gpu_dir, read_csv
-    from fa2lab.versions import load
+    from fa2lab.switches import load
 
     candidates = ";".join(c.key for c in load("v5_final").CANDIDATES)
     out = gpu_dir() / "tuning" / "autotune_bias.csv"
     have = read_csv(out) if out.exists() else None
     base = {"N": args.N, "causal": args.causal, "configs": candidates}
-    from fa2lab.tuning import run_child
+    from fa2lab.autotuning import run_child
 
     for setting, extra in SETTINGS.items():
         done = 0 if have is None else int(((have["setting"] == setting) & (have["N"] == args.N)).sum())

@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fa2lab import budget  # noqa: E402
-from fa2lab.budget import Config  # noqa: E402
+from fa2triton import budget  # noqa: E402
+from fa2triton.budget import Config  # noqa: E402
 
 # The configurations of the article's budget table.
 ARTICLE_ROWS = "16,16,4,3;64,32,4,3;64,32,4,5;128,64,8,4;128,128,8,3;128,128,8,4;256,64,16,5;64,256,4,2"
@@ -31,10 +31,10 @@ def main(argv=None) -> int:
     ap.add_argument("--save", action="store_true", help="append the rows to results/<gpu>/budget/<kernel>.csv")
     args = ap.parse_args(argv)
 
-    from fa2lab.gpu import facts
+    from fa2triton.gpu import facts
     from fa2lab.provenance import environment, now
     from fa2lab.results import append_rows, gpu_dir
-    from fa2lab.sweep import compile_one, occupancy_columns
+    from fa2lab.forward_sweep import compile_one, occupancy_columns
 
     f = facts()
     dtype, elem = DTYPES[args.dtype]

@@ -16,11 +16,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import pick, shapes  # noqa: E402
-from fa2lab.configs import write_entry  # noqa: E402
+from fa2lab.pick import write_entry  # noqa: E402
 from fa2lab.provenance import git_commit, now  # noqa: E402
-from fa2lab.sweep import ALL_CONFIGS  # noqa: E402
+from fa2lab.forward_sweep import ALL_CONFIGS  # noqa: E402
 from fa2lab.results import RESULTS, append_rows, read_csv  # noqa: E402
-from fa2lab.versions import REPO, get  # noqa: E402
+from fa2lab.paths import REPO  # noqa: E402
+from fa2triton.versions import get  # noqa: E402
 
 # Which tables each sweep feeds, and in which role.
 TARGETS = {

@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import shapes  # noqa: E402
-from fa2lab.sweep import ALL_CONFIGS, part_path, run_sweep  # noqa: E402
-from fa2lab.versions import get  # noqa: E402
+from fa2lab.forward_sweep import ALL_CONFIGS, part_path, run_sweep  # noqa: E402
+from fa2triton.versions import get  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.merge:
         from fa2lab.results import gpu_dir
-        from fa2lab.sweep import merge_into
+        from fa2lab.forward_sweep import merge_into
 
         print(merge_into(gpu_dir() / "sweep" / f"{get(args.kernel).name}.csv"))
         return 0

@@ -6,11 +6,11 @@
     python sweeps/sweep_backward.py --dq-mode atomic         # the same space with dQ accumulated by atomics
     python sweeps/sweep_backward.py --pick                   # the best geometric mean becomes this GPU's default
 
-Rows go to results/<gpu>/sweep_bwd/flash_backward_triton.csv (see fa2lab/sweep_backward.py for
+Rows go to results/<gpu>/sweep_bwd/flash_backward_triton.csv (see fa2lab/backward_sweep.py for
 the space, the checks and the timing). --pick writes the configuration with the best geometric
 mean of (shape's best / its time) over the 8 shapes, or (--criterion total, the default) the least
 total time over them, among those correct at all of them, into
-kernels/_shared/backward_configs.json under this GPU's architecture, which the backward then uses
+fa2triton/backward_configs.json under this GPU's architecture, which the backward then uses
 for 16-bit inputs with D <= 64 (the sweep's dtype and head dimension).
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import shapes  # noqa: E402
-from fa2lab.sweep_backward import DQ_MODES  # noqa: E402
+from fa2triton.flash_backward_triton import DQ_MODES  # noqa: E402
 
 NAME = "flash_backward_triton"
 
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
                     help="sweep these configurations instead of the mirrored space (e.g. dQ tiles chosen apart from "
                          "dK/dV's); resumable like the space, and --pick ranks them with the rest")
     ap.add_argument("--stages", type=int, nargs="*", default=None,
-                    help="num_stages values to sweep (default: fa2lab.sweep_backward.STAGES); rows of other stage "
+                    help="num_stages values to sweep (default: fa2lab.backward_sweep.STAGES); rows of other stage "
                          "counts already in the CSV stay, and --pick ranks them all")
     ap.add_argument("--part", default=None, help="write to sweep_bwd/parts/<name>.<PART>.csv (side by side)")
     ap.add_argument("--merge", action="store_true", help="only fold the part CSVs into the CSV, then exit")
@@ -58,9 +58,9 @@ def main(argv=None) -> int:
         return pick(args)
 
     from fa2lab.results import RESULTS, gpu_dir
-    from fa2lab.sweep import merge_into, part_path
-    from fa2lab.sweep_backward import KEY_FIELDS, STAGES, backward_configs, run_backward_sweep
-    from fa2lab.versions import load_shared
+    from fa2lab.forward_sweep import merge_into, part_path
+    from fa2lab.backward_sweep import KEY_FIELDS, STAGES, backward_configs, run_backward_sweep
+    from fa2triton import flash_backward_triton as bwd
 
     if args.merge:   # no GPU needed: every GPU folder whose parts are waiting
         folders = sorted(p.parent.parent for p in RESULTS.glob(f"*/sweep_bwd/parts/{NAME}.*.csv"))
@@ -69,7 +69,6 @@ def main(argv=None) -> int:
         if not folders:
             print(f"no part CSVs under {RESULTS}/<gpu>/sweep_bwd/parts/: nothing to merge")
         return 0
-    bwd = load_shared(NAME)
     try:   # before the GPU check, so a bad option is named on any machine
         configs = ([bwd.BackwardConfig.parse(c) for c in args.configs] if args.configs else
                    backward_configs(bwd, tuple(args.stages) if args.stages else STAGES))
@@ -108,10 +107,10 @@ def pick(args) -> int:
 
     from fa2lab.provenance import git_commit, now
     from fa2lab.results import RESULTS, append_rows
-    from fa2lab.sweep_backward import CONFIG_FIELDS, backward_configs, pick_single
-    from fa2lab.versions import REPO, load_shared
+    from fa2lab.backward_sweep import CONFIG_FIELDS, backward_configs, pick_single
+    from fa2lab.paths import REPO
+    from fa2triton import flash_backward_triton as bwd
 
-    bwd = load_shared(NAME)
     csvs = sorted(RESULTS.glob(f"*/sweep_bwd/{NAME}.csv"))
     if not csvs:
         print(f"no backward sweep under {RESULTS}/<gpu>/sweep_bwd/: run the sweep first", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""A kernel switch read by a fresh process: the FA2_V7_* switches are read when a module is imported, so the tests
-that check their defaults and their effect import it again in a new interpreter."""
+"""A kernel switch read by a fresh process: the lab applies the FA2_V7_* switches when it first loads a version
+(fa2lab.switches.load), so the tests that check their defaults and their effect load it again in a new interpreter."""
 
 import os
 import subprocess

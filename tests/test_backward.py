@@ -1,14 +1,14 @@
-"""The Triton FlashAttention-2 backward (kernels/_shared/flash_backward_triton.py, issue 7).
+"""The Triton FlashAttention-2 backward (fa2triton/flash_backward_triton.py, issue 7).
 
 On a GPU the kernels run natively; without one they run on the CPU under Triton's
 interpreter (TRITON_INTERPRET=1, set here before the kernel module is imported) with the
-bf16 tl.dot fix of fa2lab.interpret. O and L come from the float64 reference
-(fa2lab.reference.attention; L is natural log, float32, as every forward saves it), so these
+bf16 tl.dot fix of fa2triton.interpret. O and L come from the float64 reference
+(fa2triton.reference.attention; L is natural log, float32, as every forward saves it), so these
 tests isolate the backward; one test feeds it v4_exp2's Triton forward instead.
 
 Each gradient is checked against two references, by ||grad - ref|| / ||ref||:
-  - float64 autograd through fa2lab.reference.attention (the ground truth);
-  - fa2lab.reference.backward_from_lse, the PyTorch recompute every version's backward uses today.
+  - float64 autograd through fa2triton.reference.attention (the ground truth);
+  - fa2triton.reference.backward_from_lse, the PyTorch recompute every version's backward uses today.
 """
 
 from __future__ import annotations
@@ -22,18 +22,16 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))                          # the fa2lab package, uninstalled
-sys.path.insert(0, str(REPO / "kernels" / "_shared"))  # the backward module
+sys.path.insert(0, str(REPO))   # the packages, uninstalled
 
 ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the kernel's import (@triton.jit reads it)
 
-import flash_backward_triton as fb  # noqa: E402
-from fa2lab.interpret import patch_interpreter  # noqa: E402
-from fa2lab.reference import attention, backward_from_lse, relative_error  # noqa: E402
-
-from flash_backward_triton import BackwardConfig, flash_attention_backward  # noqa: E402
+from fa2triton import flash_backward_triton as fb  # noqa: E402
+from fa2triton.flash_backward_triton import BackwardConfig, flash_attention_backward  # noqa: E402
+from fa2triton.interpret import patch_interpreter  # noqa: E402
+from fa2triton.reference import attention, backward_from_lse, relative_error  # noqa: E402
 
 DEVICE = "cuda" if ON_GPU else "cpu"
 if not ON_GPU:
@@ -149,7 +147,7 @@ def test_non_contiguous_inputs_and_expanded_dO():
 def test_with_v4_triton_forward():
     """What v6 will do: the Triton forward's saved O and L (log2 inside, natural log saved) feed
     the backward, whose gradients then match float64 and the version's own PyTorch backward."""
-    from fa2lab import versions
+    from fa2triton import versions
 
     FlashAttentionTriton = versions.load("v4_exp2").FlashAttentionTriton
     B, N_q, N_k, D, causal = 2, 100, 80, 32, True
@@ -419,9 +417,9 @@ def test_autograd_backward_is_the_direct_call_in_every_mode(monkeypatch, version
     """A version's autograd backward, with BACKWARD_DQ_MODE set to each choice, gives the gradients the
     backward module gives when called directly on the forward's own O and L (same kernels: equal up to
     the atomics' order), and a second backward with the same shapes is a replay on a GPU."""
-    from fa2lab import versions
-    from fa2lab.interpret import autotuner_of, tile_candidates
-    from fa2lab.reference import saved_lse
+    from fa2triton import versions
+    from fa2triton.interpret import autotuner_of, tile_candidates
+    from fa2triton.reference import saved_lse
 
     module = versions.load(version)
     FA = module.FlashAttentionTriton
@@ -429,7 +427,7 @@ def test_autograd_backward_is_the_direct_call_in_every_mode(monkeypatch, version
     if tuner is not None and not ON_GPU:   # the interpreter cannot time the autotuner's candidates
         monkeypatch.setattr(tuner, "configs", tile_candidates(tuner)[:1])
         monkeypatch.setattr(tuner, "cache", {})
-    bk = versions.load_shared("flash_backward_triton")   # the module the versions use (another copy than fb)
+    bk = fb   # the module the versions use
     monkeypatch.setattr(FA, "BACKWARD_DQ_MODE", dq_mode)
     monkeypatch.setattr(bk, "LAUNCHES", bk.LaunchCache())
     Q, K, V, _, _, dO = make_inputs(2, 64, 64, 32, BF16, True)
@@ -471,8 +469,8 @@ def test_gradient_buffers_stack_only_what_stays_aligned():
 def test_autograd_gradients_share_a_block_only_when_all_three_are_wanted(monkeypatch, wanted):
     """A gradient kept alone must not keep the others' memory: with all of Q, K, V requiring a gradient
     the three come from one allocation (views of a 3x block), otherwise each has its own."""
-    from fa2lab import versions
-    from fa2lab.interpret import autotuner_of, tile_candidates
+    from fa2triton import versions
+    from fa2triton.interpret import autotuner_of, tile_candidates
 
     module = versions.load("v7_hopper")
     FA = module.FlashAttentionTriton
@@ -480,7 +478,7 @@ def test_autograd_gradients_share_a_block_only_when_all_three_are_wanted(monkeyp
     if tuner is not None and not ON_GPU:
         monkeypatch.setattr(tuner, "configs", tile_candidates(tuner)[:1])
         monkeypatch.setattr(tuner, "cache", {})
-    bk = versions.load_shared("flash_backward_triton")
+    bk = fb
     monkeypatch.setattr(bk, "LAUNCHES", bk.LaunchCache())
     Q, K, V, _, _, dO = make_inputs(1, 32, 32, 16, BF16, False)
     Q, K, V = (t.detach().requires_grad_(w) for t, w in zip((Q, K, V), wanted))

@@ -1,4 +1,4 @@
-"""fa2lab.buckets: the bucket of a length, the pick cache in memory and on disk, pinning an autotuner."""
+"""fa2triton.buckets: the bucket of a length, the pick cache in memory and on disk, pinning an autotuner."""
 
 import json
 import os
@@ -8,8 +8,9 @@ import pytest
 import torch
 import triton
 
-from fa2lab import buckets, shapes
-from fa2lab.buckets import BucketKey, PickCache, PickCacheWarning, bucket, bucket_key
+from fa2lab import shapes
+from fa2triton import buckets
+from fa2triton.buckets import BucketKey, PickCache, PickCacheWarning, bucket, bucket_key
 
 
 def key(n_q=300, n_k=None, D=64, causal=False, dtype="bfloat16"):
@@ -199,7 +200,7 @@ def test_the_file_is_written_by_a_temporary_file_and_a_rename(tmp_path, kernel_f
 
 
 def test_the_directory_is_read_at_call_time(tmp_path, kernel_file, monkeypatch):
-    monkeypatch.setattr("fa2lab.gpu.interpreting", lambda: False)
+    monkeypatch.setattr("fa2triton.gpu.interpreting", lambda: False)
     monkeypatch.delenv(buckets.ENV_VAR, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     picks = PickCache("v", files=(kernel_file,))
@@ -215,7 +216,7 @@ def test_the_directory_is_read_at_call_time(tmp_path, kernel_file, monkeypatch):
 
 
 def test_under_the_interpreter_only_an_explicit_directory_is_used(tmp_path, kernel_file, monkeypatch):
-    monkeypatch.setattr("fa2lab.gpu.interpreting", lambda: True)
+    monkeypatch.setattr("fa2triton.gpu.interpreting", lambda: True)
     monkeypatch.setenv(buckets.ENV_VAR, str(tmp_path / "from-env"))
     assert PickCache("v", files=(kernel_file,)).directory() is None
     assert PickCache("v", files=(kernel_file,), cache_dir=tmp_path / "x").directory() == tmp_path / "x"
@@ -269,3 +270,39 @@ def test_a_config_survives_json(tmp_path):
     assert back == c and back.kwargs == c.kwargs
     with pytest.raises(ValueError, match="not a configuration"):
         buckets.config_from_json({"kwargs": {}})
+
+
+# ------------------------------------------------------------------------------------------------ the protocol
+
+def test_the_protocols_processes_get_the_disk_cache_off(monkeypatch):
+    """Each fresh process of the protocol tunes for itself (v5's picks): FA2_PICK_CACHE=off, whatever the caller's."""
+    from types import SimpleNamespace
+
+    from fa2lab import protocol
+    from fa2triton import versions
+
+    monkeypatch.setenv(buckets.ENV_VAR, "/somewhere/the/caller/keeps/picks")
+    v = versions.get("v5_final")
+    assert protocol.version_env(v)[buckets.ENV_VAR] == "off"
+    assert protocol.version_env(v, FA2_RUN_ID="x")[buckets.ENV_VAR] == "off"
+    seen = []
+    monkeypatch.setattr(protocol.subprocess, "run", lambda cmd, env, cwd: seen.append(env) or SimpleNamespace(
+        returncode=0))
+    protocol.run_protocol([v, versions.get("v7_hopper")], runs=2, pause_s=0, harness_args=[])
+    assert len(seen) == 4 and all(env[buckets.ENV_VAR] == "off" for env in seen)
+
+
+def test_a_fresh_process_in_the_protocols_environment_has_no_pick_directory(tmp_path):
+    import subprocess
+    import sys
+
+    from fa2lab import protocol
+    from fa2lab.paths import REPO
+    from fa2triton import versions
+
+    code = "from fa2triton.buckets import PickCache; print(PickCache('v5_final').directory())"
+    env = protocol.version_env(versions.get("v5_final"), TRITON_INTERPRET="0", XDG_CACHE_HOME=str(tmp_path))
+    without = {k: v for k, v in env.items() if k != buckets.ENV_VAR}
+    out = [subprocess.run([sys.executable, "-c", code], env=e, cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout.strip() for e in (env, without)]
+    assert out == ["None", str(tmp_path / "fa2lab")]

@@ -1,5 +1,6 @@
 """pyproject.toml's requirements keep a user's stack: every Triton that CI tests is admitted, nothing
-pins numpy or torch to one release, and the range matches fa2lab.triton_compat.SUPPORTED."""
+pins numpy or torch to one release, the range matches fa2triton.triton_compat.SUPPORTED, and the library asks for
+nothing that the lab alone needs."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_untested_tritons_are_not(version):
 
 
 def test_triton_range_is_the_runtime_guard():
-    from fa2lab.triton_compat import SUPPORTED
+    from fa2triton.triton_compat import SUPPORTED
 
     assert str(_requirements()["triton"].specifier) == ",".join(sorted(SUPPORTED.split(",")))
 
@@ -50,3 +51,14 @@ def test_triton_range_is_the_runtime_guard():
 def test_no_upper_pins(name, version):
     """A current numpy or torch stays where the user has it (no '<' or '==' that would replace it)."""
     assert _requirements()[name].specifier.contains(version)
+
+
+def test_the_library_needs_no_more_than_the_runtime_imports():
+    """pyproject's dependencies are what the runtime may import from outside the standard library (the import walk,
+    tests/test_import_layers.py, holds it to them), and the lab's needs are its extra, installed only with `[lab]`."""
+    from test_import_layers import RUNTIME_DEPENDENCIES
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert set(_requirements()) == RUNTIME_DEPENDENCIES
+    lab = {Requirement(r).name for r in project["optional-dependencies"]["lab"]}
+    assert {"invoke", "pandas", "matplotlib", "tqdm", "nvidia-ml-py", "pytest"} <= lab

@@ -16,9 +16,11 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-from fa2lab import shapes, versions
-from figures import (ada_vs_hopper, compile_cost, data, make_all, report, roofline, style, sweep_grids,
-                     tile_heatmap, timeline, versions_bench)
+from fa2lab import shapes
+from fa2triton import versions
+import report
+from figures import (ada_vs_hopper, compile_cost, data, make_all, roofline, style, sweep_grids, tile_heatmap,
+                     timeline, versions_bench)
 
 REPO = Path(__file__).resolve().parent.parent
 GPU = "test-gpu"

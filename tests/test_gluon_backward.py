@@ -1,4 +1,4 @@
-"""The Gluon dK/dV kernel for Hopper (kernels/_shared/gluon_backward_hopper.py, round 1 of backward_hopper_log.md):
+"""The Gluon dK/dV kernel for Hopper (fa2triton/gluon/gluon_backward_hopper.py, round 1 of backward_hopper_log.md):
 what an offline sm_90 compile of it contains, which inputs `dkdv` refuses and why, and on a Hopper GPU its gradients
 against float64.
 
@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from fa2lab import versions
-from fa2lab.reference import attention, backward_from_lse, relative_error
+from fa2triton import flash_backward_triton, versions
+from fa2triton.gluon import gluon_backward_hopper
+from fa2triton.reference import attention, backward_from_lse, relative_error
 from test_gluon_forward import _offline
 
-GB = versions.load_shared("gluon_backward_hopper")
+GB = gluon_backward_hopper
 pytestmark = pytest.mark.skipif(not GB.HAVE_GLUON, reason="this Triton has no Gluon")
 
 # (D, causal, N, dtype) compiled offline: both head dimensions and masks at a ragged N, the aligned N once per D,
@@ -30,13 +31,13 @@ COMPILES = [(64, False, 1000, "bf16"), (64, True, 1000, "bf16"), (128, False, 10
 COMPILE = """
 import json, re, sys
 sys.path.insert(0, {repo!r})
-from fa2lab.versions import load_shared
+from fa2lab.compile_offline import compile_plan
+from fa2triton.gluon import gluon_backward_hopper as GB
 from profiling import ir
 from profiling.inspect_kernel import disassemble, resource_usage
-GB = load_shared("gluon_backward_hopper")
 out = {{}}
 for D, causal, N, dtype in {compiles!r}:
-    c = GB.compile_offline(D, causal, N, dtype=dtype)
+    c = compile_plan(GB.offline_plan(D, causal, N, dtype=dtype))
     ptx, sass = c.asm["ptx"], disassemble(c.asm["cubin"])[0]
     loops = [lp for lp in ir.sass_loops(sass) if lp["counts"].get("HGMMA", 0)] if sass else []
     out[f"D={{D}} causal={{int(causal)}} N={{N}} {{dtype}}"] = {{
@@ -161,11 +162,11 @@ def test_dkdv_refuses_a_bad_scale():
             _call(_inputs(), scale)
 
 
-def test_compile_offline_refuses_what_the_kernel_does_not_take():
+def test_offline_plan_refuses_what_the_kernel_does_not_take():
     with pytest.raises(ValueError, match="dtype must be 'bf16' or 'fp16'"):
-        GB.compile_offline(64, False, 256, dtype="fp32")
+        GB.offline_plan(64, False, 256, dtype="fp32")
     with pytest.raises(ValueError, match="head dimension 96"):
-        GB.compile_offline(96, False, 256)
+        GB.offline_plan(96, False, 256)
 
 
 def test_launch_args_cover_every_key_tile_and_head_with_64_row_tma_blocks():
@@ -231,7 +232,7 @@ def test_dkdv_matches_float64(N_q, N_k, D, dtype, causal):
 
 # --- the Gluon dK/dV inside the backward (flash_backward_triton's dkdv option) and v7's autograd backward
 
-FB = versions.load_shared("flash_backward_triton")
+FB = flash_backward_triton
 BACKWARD_CASES = [(1000, 1000, 64, torch.bfloat16, True), (333, 1000, 128, torch.float16, False),
                   (200, 130, 64, torch.float16, True), (2048, 2048, 128, torch.bfloat16, True),
                   (777, 777, 64, torch.bfloat16, False)]
@@ -282,7 +283,7 @@ def test_the_backwards_comment_on_the_gluon_dkdv_gives_the_committed_ratios():
     """flash_backward_triton's DKDV_CHOICES comment quotes the range of the Gluon kernel's time over the Triton one's:
     the medians of results/nvidia-h200/experiments/bwd_gluon_dkdv.csv, rounded."""
     repo = Path(__file__).resolve().parent.parent
-    src = (repo / "kernels" / "_shared" / "flash_backward_triton.py").read_text()
+    src = (repo / "fa2triton" / "flash_backward_triton.py").read_text()
     quoted = re.search(r"(\d\.\d\d)-(\d\.\d\d)x this one's time", src)
     with open(repo / "results" / "nvidia-h200" / "experiments" / "bwd_gluon_dkdv.csv") as f:
         ratios = [float(r["gluon_over_triton"]) for r in csv.DictReader(f) if r["who"] == "gluon"]

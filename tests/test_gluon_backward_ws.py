@@ -1,4 +1,4 @@
-"""The warp-specialized Gluon backward for Hopper (kernels/_shared/gluon_backward_ws.py, round 3 of
+"""The warp-specialized Gluon backward for Hopper (fa2triton/gluon/gluon_backward_ws.py, round 3 of
 backward_hopper_log.md): what an offline sm_90 compile of it contains, what it refuses, and on a Hopper GPU its three
 gradients against float64, alone and as the backward's dq_mode "atomic".
 
@@ -10,14 +10,14 @@ import math
 import pytest
 import torch
 
-from fa2lab import versions
-from fa2lab.reference import attention
+from fa2triton import flash_backward_triton as FB
+from fa2triton import versions
+from fa2triton.gluon import gluon_backward_ws as WS
+from fa2triton.reference import attention
 from test_gluon_backward import (GPU_CASES, BACKWARD_CASES, ON_HOPPER, _check_against_float64,
                                  _gpu_inputs, _ids, _inputs)
 from test_gluon_forward import _offline
 
-WS = versions.load_shared("gluon_backward_ws")
-FB = versions.load_shared("flash_backward_triton")
 pytestmark = pytest.mark.skipif(not WS.HAVE_GLUON, reason="this Triton has no Gluon")
 
 COMPILES = [(64, False, 1000, "bf16"), (64, True, 2048, "bf16"), (128, False, 2048, "bf16"),
@@ -26,13 +26,13 @@ COMPILES = [(64, False, 1000, "bf16"), (64, True, 2048, "bf16"), (128, False, 20
 COMPILE = """
 import json, re, sys
 sys.path.insert(0, {repo!r})
-from fa2lab.versions import load_shared
+from fa2lab.compile_offline import compile_plan
+from fa2triton.gluon import gluon_backward_ws as WS
 from profiling import ir
 from profiling.inspect_kernel import disassemble, resource_usage
-WS = load_shared("gluon_backward_ws")
 out = {{}}
 for D, causal, N, dtype in {compiles!r}:
-    c = WS.compile_offline(D, causal, N, dtype=dtype)
+    c = compile_plan(WS.offline_plan(D, causal, N, dtype=dtype))
     ptx, sass = c.asm["ptx"], disassemble(c.asm["cubin"])[0]
     KEYS = ("HGMMA", "STL", "LDL", "UTMAREDG")
     loops = [lp for lp in ir.sass_loops(sass, keys=KEYS) if lp["counts"].get("HGMMA", 0)] if sass else []

@@ -1,4 +1,4 @@
-"""The Gluon forward (kernels/_shared/gluon_forward_hopper.py and its gluon_* siblings): its configuration rules, which
+"""The Gluon forward (fa2triton/gluon/gluon_forward_hopper.py and its gluon_* siblings): its configuration rules, which
 inputs it refuses and why, the PTX passes on synthetic PTX, and what an offline sm_90 compile of each of v7's
 candidates contains.
 
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fa2lab import reference, versions
-from fa2lab.triton_compat import triton_version
+from fa2triton import reference, versions
+from fa2triton.gluon import gluon_forward_hopper as G
+from fa2triton.triton_compat import triton_version
 
 REPO = Path(__file__).resolve().parent.parent
-G = versions.load_shared("gluon_forward_hopper")
 pytestmark = pytest.mark.skipif(not G.HAVE_GLUON, reason="this Triton has no Gluon")
 NEW_TRITON = triton_version() >= (3, 9)   # where the offline sm_90 compile differs from Triton 3.6's (each use says how)
 
@@ -178,9 +178,9 @@ def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypa
         def run(self, *args):
             launched.append((self.name, args[9:]))   # after grid x3, stream, function, metadata, hooks
 
-    import fa2lab.hostpath
+    import fa2triton.lean_path
 
-    monkeypatch.setattr(fa2lab.hostpath, "driver",
+    monkeypatch.setattr(fa2triton.lean_path, "driver",
                         types.SimpleNamespace(active=types.SimpleNamespace(get_current_stream=lambda i: 0)))
     B, N, D = 2, 100, 64
     descs = [types.SimpleNamespace(base=None) for _ in range(3)]
@@ -218,14 +218,14 @@ def test_flattened_rows_need_head_contiguous_strides():
 COMPILE = """
 import json, re, sys
 sys.path.insert(0, {repo!r})
-from fa2lab.versions import load_shared
+from fa2lab.compile_offline import compile_plan
+from fa2triton.gluon import gluon_forward_hopper as G
 from profiling.inspect_kernel import disassemble
-G = load_shared("gluon_forward_hopper")
 out = {{}}
 runs = [(c, D, N, causal) for D, N, causal in ((64, 1024, False), (64, 1000, True), (128, 2048, False))
         for c in G.candidates_for(D)]
 for cfg, D, N, causal in runs:
-    c = G.compile_offline(cfg, N=N, D=D, is_causal=causal)
+    c = compile_plan(G.offline_plan(cfg, N=N, D=D, is_causal=causal))
     ptx, sass = c.asm["ptx"], disassemble(c.asm["cubin"])[0]
     head = ptx.split("wgmma.wait_group.sync.aligned 1;")[0]   # up to the key loop's (or lookahead's first) wait
     out[f"{{cfg.label}} D={{D}} causal={{int(causal)}}"] = {{
@@ -505,10 +505,9 @@ def test_work_item_counts_do_not_respecialise_a_tuned_bucket():
 SASS_ALIGNMENT = """
 import hashlib, json, sys, torch
 sys.path.insert(0, {repo!r})
-from fa2lab.versions import load_shared
 from fa2lab.compile_offline import compile_for_target, jit_function
+from fa2triton.gluon import gluon_forward_hopper as G
 from profiling.inspect_kernel import disassemble
-G = load_shared("gluon_forward_hopper")
 cfg = next(c for c in G.candidates_for(64) if c.label == "ws3x64x128/4s/preg/pp/split/persist/ua")
 Q = torch.empty(32, 512, 64, dtype=torch.bfloat16, device="meta")
 L = torch.empty(32, 512, dtype=torch.float32, device="meta")

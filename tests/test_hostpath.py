@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-from fa2lab import versions
-from fa2lab.hostpath import LaunchCache, LeanApply
+from fa2triton import versions
+from fa2triton.lean_path import LaunchCache, LeanApply
 
 
 class FakeLaunch:
@@ -100,7 +100,7 @@ class _Twice(LeanApply, torch.autograd.Function):
 
 
 def test_lean_apply_skips_autograd_only_when_no_gradient_can_be_asked_for(monkeypatch):
-    from fa2lab.hostpath import NoGradContext
+    from fa2triton.lean_path import NoGradContext
 
     calls = []
     original = torch.autograd.Function.apply.__func__
@@ -127,8 +127,8 @@ def test_lean_apply_skips_autograd_only_when_no_gradient_can_be_asked_for(monkey
 def test_versions_with_the_lean_host_path_skip_autograd_without_gradients(name, monkeypatch):
     """The harness's call (inputs that need no gradient) does not enter torch.autograd.Function.apply, and
     gives what the autograd path gives; inputs that need one still get a grad_fn and the saved L."""
-    from fa2lab.interpret import autotuner_of, only_config
-    from fa2lab.reference import saved_lse
+    from fa2triton.interpret import autotuner_of, only_config
+    from fa2triton.reference import saved_lse
 
     module = versions.load(name)
     FA = module.FlashAttentionTriton
@@ -150,7 +150,7 @@ def test_versions_with_the_lean_host_path_skip_autograd_without_gradients(name, 
 
 
 def test_aligned_cuda_refuses_what_a_recorded_launch_cannot_repeat():
-    from fa2lab.hostpath import aligned_cuda
+    from fa2triton.lean_path import aligned_cuda
 
     q = torch.randn(2, 32, 16)
     assert not aligned_cuda(q)                                   # CPU
@@ -171,7 +171,7 @@ def test_run_compiled_skips_empty_launch_hooks_and_keeps_registered_ones(monkeyp
 
     from triton import knobs
 
-    import fa2lab.hostpath as hostpath
+    import fa2triton.lean_path as hostpath
 
     launched = []
 
@@ -208,9 +208,9 @@ def test_a_repeat_allocates_o_as_the_recorded_call_did(monkeypatch):
     """A recorded launch's repeat allocates O (empty_output) with the shape and strides the first call's
     allocate_outputs gave it (the kernel's O strides are fixed in the launch), in Q's dtype,
     also for a dense but permuted Q, whose own strides differ from O's."""
-    import fa2lab.hostpath as hostpath
-    from fa2lab.hostpath import Launch
-    from fa2lab.launch import allocate_outputs
+    import fa2triton.lean_path as hostpath
+    from fa2triton.lean_path import Launch
+    from fa2triton.launch import allocate_outputs
 
     launched = []
     monkeypatch.setattr(hostpath, "run_compiled", lambda kernel, grid, args, i: launched.append(args))
@@ -225,8 +225,8 @@ def test_a_repeat_allocates_o_as_the_recorded_call_did(monkeypatch):
 def test_repeats_without_gradient_write_l_to_a_kept_scratch(monkeypatch):
     """With LeanApply's NoGradContext a repeat launch gets need_l=False (L to the launch's scratch,
     allocated once); with any other context a fresh L per call, since backward will read it."""
-    import fa2lab.hostpath as hostpath
-    from fa2lab.hostpath import Launch, NoGradContext
+    import fa2triton.lean_path as hostpath
+    from fa2triton.lean_path import Launch, NoGradContext
 
     class Recording:
         def __init__(self):
@@ -263,8 +263,8 @@ def test_repeats_without_gradient_write_l_to_a_kept_scratch(monkeypatch):
 def test_queued_ms_times_the_gpu_when_the_host_is_slower():
     """A call that costs the host 300 us and the GPU about 50: events around host-paced calls would say
     300 or more; queued_ms, with the queue filled behind a spin kernel first, says the GPU's time."""
-    from fa2lab.gpu import facts
-    from fa2lab.timing import queued_ms
+    from fa2triton.gpu import facts
+    from fa2triton.queued_timing import queued_ms
 
     spin = int(50e-6 * facts(torch.cuda.current_device()).sm_clock_mhz * 1e6)
 
@@ -279,8 +279,8 @@ def test_queued_ms_times_the_gpu_when_the_host_is_slower():
 def test_prepared_times_time_the_call_alone_behind_its_preparation():
     """prepared_times (experiment coldstart): a 200 us spin as the preparation, then a call that costs the
     host 100 us and the GPU about 50: each time is the call's GPU time, not the preparation's nor the host's."""
-    from fa2lab.gpu import facts
-    from fa2lab.timing import prepared_times
+    from fa2triton.gpu import facts
+    from fa2lab.timers import prepared_times
 
     per_us = facts(torch.cuda.current_device()).sm_clock_mhz
 
@@ -296,8 +296,8 @@ def test_prepared_times_time_the_call_alone_behind_its_preparation():
 def test_kernel_durations_are_the_kernels_own_gpu_time():
     """kernel_durations (experiment coldstart): three calls of a 50 us spin behind a 200 us host sleep give
     three records of about 50 us each under the spin kernel's name; the host's time is not in them."""
-    from fa2lab.gpu import facts
-    from fa2lab.timing import kernel_durations, kernel_names
+    from fa2triton.gpu import facts
+    from fa2lab.timers import kernel_durations, kernel_names
 
     per_us = facts(torch.cuda.current_device()).sm_clock_mhz
 
@@ -341,7 +341,7 @@ def test_direct_launcher_passes_what_tritons_wrapper_passes_and_encodes_once_per
     import triton
     from triton.backends.nvidia import driver as nv
 
-    from fa2lab.hostpath import DirectLauncher
+    from fa2triton.lean_path import DirectLauncher
 
     encodes = []
 
@@ -377,7 +377,7 @@ def test_direct_launcher_passes_what_tritons_wrapper_passes_and_encodes_once_per
 def test_direct_launcher_declines_what_only_tritons_launcher_handles():
     from triton.backends.nvidia import driver as nv
 
-    from fa2lab.hostpath import DirectLauncher
+    from fa2triton.lean_path import DirectLauncher
 
     def c_launch(*a):
         return None
@@ -392,7 +392,7 @@ def test_direct_launcher_declines_what_only_tritons_launcher_handles():
 def test_spin_ms_spins_only_when_the_settle_calls_leave_too_little_queued():
     """queued_times' spin: none behind calls the GPU is slower at once they leave the host's time for the timed calls
     queued, twice that time otherwise (host-paced calls, or too few settle calls)."""
-    from fa2lab.timing import spin_ms
+    from fa2triton.queued_timing import spin_ms
 
     assert spin_ms(gpu_ms=0.17, host_ms=0.03, settle_calls=235, timed_calls=50) == 0.0
     assert spin_ms(gpu_ms=0.012, host_ms=0.03, settle_calls=1333, timed_calls=60) == pytest.approx(3.6)
@@ -403,8 +403,8 @@ def test_spin_ms_spins_only_when_the_settle_calls_leave_too_little_queued():
 def test_queued_times_holds_the_gpu_busy_for_settle_ms_first():
     """A call of 200 us on the GPU and little on the host: queued_times takes settle_ms of calls before the
     timed ones (the wall time shows it) and still times the GPU's 200 us."""
-    from fa2lab.gpu import facts
-    from fa2lab.timing import queued_times
+    from fa2triton.gpu import facts
+    from fa2triton.queued_timing import queued_times
 
     spin = int(200e-6 * facts(torch.cuda.current_device()).sm_clock_mhz * 1e6)
     t0 = time.perf_counter()
@@ -416,11 +416,11 @@ def test_queued_times_holds_the_gpu_busy_for_settle_ms_first():
 def test_queued_quantiles_answers_the_autotuner_in_its_order(monkeypatch):
     """triton.autotune asks do_bench for the quantiles (0.5, 0.2, 0.8) and keeps the least list; v7's
     autotuner is given queued_quantiles."""
-    from fa2lab import timing
+    from fa2triton import queued_timing as timing
 
     monkeypatch.setattr(timing, "queued_times", lambda fn, repeats, rounds: [5.0, 1.0, 3.0, 2.0, 4.0])
     assert timing.queued_quantiles(lambda: None, quantiles=(0.5, 0.2, 0.8)) == pytest.approx([3.0, 1.8, 4.2])
     assert timing.queued_quantiles(lambda: None, quantiles=(0.0, 1.0)) == [1.0, 5.0]
-    from fa2lab.interpret import autotuner_of
+    from fa2triton.interpret import autotuner_of
 
     assert autotuner_of(versions.load("v7_hopper"))._do_bench is timing.queued_quantiles

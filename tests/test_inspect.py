@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fa2lab.triton_compat import triton_version
+from fa2triton.triton_compat import triton_version
 from profiling import ir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,7 +111,7 @@ def test_exp_and_exp2_compile_to_different_ex2(inspected):
 
 def test_registers_from_the_cubin_and_ptxas_agree(inspected):
     """ptxas -v runs (and the summary names) the ptxas Triton's own compile ran: same_cubin_as_triton says so."""
-    from fa2lab.triton_compat import get_ptxas
+    from fa2triton.triton_compat import get_ptxas
 
     for name, (_, s) in inspected.items():
         r = s["registers"]
@@ -220,7 +220,7 @@ def test_tool_log_parsers():
 
 
 def test_folder_names():
-    from fa2lab.budget import Config
+    from fa2triton.budget import Config
     from profiling.inspect_kernel import folder_name
 
     assert folder_name("v1_tiles", Config(64, 32, 4, 3), False, 64, "bf16") == "v1_tiles_64x32_w4_s3"
@@ -235,7 +235,7 @@ def _driver(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_profile_driver_dry_run():
-    p = _driver("profile_driver.py", "kernels/v5_final", "--config", "64,64,4,3", "--causal", "1", "--dry-run")
+    p = _driver("profile_driver.py", "fa2triton/kernels/v5_final", "--config", "64,64,4,3", "--causal", "1", "--dry-run")
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
     assert "v5_final: autotuner configs = [64x64, 4w, 3s]" in out

@@ -3,7 +3,7 @@
 import pytest
 
 from fa2lab.nonsquare import cases, check_version, explicit_configs
-from fa2lab.versions import NAMES, get
+from fa2triton.versions import NAMES, get
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -20,9 +20,9 @@ def test_brief_autotuning_swaps_the_benchmark_only_while_checking():
     the autotuner its own benchmark back afterwards, also when a case raises."""
     import pytest
 
-    from fa2lab.interpret import autotuner_of
+    from fa2triton.interpret import autotuner_of
     from fa2lab.nonsquare import brief_autotuning
-    from fa2lab.versions import load
+    from fa2triton.versions import load
 
     tuner = autotuner_of(load("v5_final"))
     assert "do_bench" not in tuner.__dict__          # not autotuned yet here: the cached property is unset

@@ -4,10 +4,10 @@ import pandas as pd
 import pytest
 
 from fa2lab import pick
-from fa2lab.budget import Config
+from fa2triton.budget import Config
 from fa2lab.protocol import format_summary, summarise
 from fa2lab.results import append_rows
-from fa2lab.sweep import done_keys, merge_parts
+from fa2lab.forward_sweep import done_keys, merge_parts
 
 SHAPES = [(512, 0), (4096, 0), (512, 1), (4096, 1)]
 # config -> ms per shape (lower is better)
@@ -108,7 +108,7 @@ def test_graph_time_ranks_where_the_sweep_recorded_it():
 
 def test_missing_rows_counts_what_an_interrupted_sweep_still_lacks():
     from fa2lab import shapes
-    from fa2lab.sweep import ALL_CONFIGS
+    from fa2lab.forward_sweep import ALL_CONFIGS
 
     rows = [{"N": sh.N, "causal": int(sh.causal), "q_tile": c.q_tile, "k_tile": c.k_tile, "num_warps": c.num_warps,
              "num_stages": c.num_stages} for sh in shapes.harness_shapes() for c in ALL_CONFIGS]
@@ -119,7 +119,7 @@ def test_missing_rows_counts_what_an_interrupted_sweep_still_lacks():
 
 
 def test_parts_live_beside_the_merged_csv_and_merge_into_folds_them(tmp_path):
-    from fa2lab.sweep import merge_into, part_path
+    from fa2lab.forward_sweep import merge_into, part_path
 
     merged = tmp_path / "sweep" / "v0_baseline.csv"
     assert part_path(merged, "nc") == tmp_path / "sweep" / "parts" / "v0_baseline.nc.csv"
@@ -136,7 +136,7 @@ def _experiments():
     import importlib
     import sys
 
-    from fa2lab.versions import REPO
+    from fa2lab.paths import REPO
 
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
@@ -180,11 +180,11 @@ def test_tuning_recorder_keeps_every_timing_in_order_and_gives_the_bench_back():
 def test_race_recorder_names_each_raced_launch_and_puts_queued_ms_back(monkeypatch):
     """experiment tl-pick's RaceRecorder: v7's race (_faster_of, queued_ms looked up per call) run with launches
     that record nothing: one row per timing, named by the launch's path and label, with its ms and place in the
-    shape's order; fa2lab.timing.queued_ms is the original again afterwards, also when the race raises."""
+    shape's order; fa2triton.queued_timing.queued_ms is the original again afterwards, also when the race raises."""
     import torch
 
-    import fa2lab.timing
-    from fa2lab import versions
+    import fa2triton.queued_timing
+    from fa2triton import versions
 
     run = _experiments()
     v7 = versions.load("v7_hopper")
@@ -197,15 +197,15 @@ def test_race_recorder_names_each_raced_launch_and_puts_queued_ms_back(monkeypat
         def __call__(self, Q, K, V, need_l=True):
             return torch.zeros(1), torch.zeros(1)
 
-    original = fa2lab.timing.queued_ms
-    monkeypatch.setattr(fa2lab.timing, "queued_ms", lambda fn, *a, **kw: ms[fn.__defaults__[0].path])
-    fake = fa2lab.timing.queued_ms
+    original = fa2triton.queued_timing.queued_ms
+    monkeypatch.setattr(fa2triton.queued_timing, "queued_ms", lambda fn, *a, **kw: ms[fn.__defaults__[0].path])
+    fake = fa2triton.queued_timing.queued_ms
     gluon, tl = FakeLaunch("gluon", "ws2"), FakeLaunch("tma", "128,128,4,3/p0")
     x = torch.zeros(1)
     with run.RaceRecorder(lambda: 1980.0) as race:
         race.shape = {"N": 4096, "causal": 1}
         assert v7._faster_of(x, x, x, gluon, tl)[2] is tl
-    assert fa2lab.timing.queued_ms is fake and fake is not original
+    assert fa2triton.queued_timing.queued_ms is fake and fake is not original
     assert len(race.rows) == 2 * v7.RACE_ROUNDS
     assert [(r["candidate"], r["race_ms"], r["order"]) for r in race.rows[:4]] == [
         ("gluon:ws2", 2.0, 0), ("tma:128,128,4,3/p0", 1.0, 1), ("tma:128,128,4,3/p0", 1.0, 2), ("gluon:ws2", 2.0, 3)]
@@ -213,4 +213,4 @@ def test_race_recorder_names_each_raced_launch_and_puts_queued_ms_back(monkeypat
     with pytest.raises(ZeroDivisionError):
         with run.RaceRecorder(lambda: 0.0):
             v7._faster_of(x, x, x, FakeLaunch("gluon", "broken"), None) and 1 / 0
-    assert fa2lab.timing.queued_ms is fake
+    assert fa2triton.queued_timing.queued_ms is fake

@@ -1,11 +1,11 @@
-"""fa2lab.launch.pin_config: the sweep and the profile drivers launch exactly the configuration asked for."""
+"""fa2triton.launch.pin_config: the sweep and the profile drivers launch exactly the configuration asked for."""
 
 import types
 
 
-from fa2lab import launch
-from fa2lab.budget import Config
-from fa2lab.hostpath import LaunchCache
+from fa2triton import launch
+from fa2triton.budget import Config
+from fa2triton.lean_path import LaunchCache
 
 
 class FakeAutotuner:   # what pin_config looks at in a triton Autotuner: .configs, .cache, .fn
@@ -57,9 +57,9 @@ def test_the_sweep_compiles_v7s_own_signature_for_sm90_without_a_gpu():
     repo = Path(__file__).resolve().parent.parent
     code = """
 import json
-from fa2lab import sweep
-from fa2lab.budget import Config
-from fa2lab.versions import load
+from fa2lab import forward_sweep as sweep
+from fa2triton.budget import Config
+from fa2triton.versions import load
 m = load("v7_hopper")
 out = []
 for cfg in (Config(128, 64, 8, 3), Config(64, 32, 4, 2)):

@@ -4,10 +4,12 @@ import json
 
 import pytest
 
-from fa2lab import budget, shapes, versions
-from fa2lab.budget import Config
-from fa2lab.configs import load_table, select, write_entry
-from fa2lab.sweep import ALL_CONFIGS
+from fa2lab import shapes
+from fa2triton import budget, versions
+from fa2triton.budget import Config
+from fa2lab.pick import write_entry
+from fa2triton.configs import load_table, select
+from fa2lab.forward_sweep import ALL_CONFIGS
 
 
 def test_registry_matches_the_kernel_folders():
@@ -140,8 +142,8 @@ def test_explain_names_the_hopper_extra_stage_and_the_p_buffer():
 
 
 def test_a_triton_config_reads_back_as_the_config_it_was_built_from():
-    """Config.of_triton inverts fa2lab.launch.autotune_configs: rows name autotuner candidates by it."""
-    from fa2lab.launch import autotune_configs
+    """Config.of_triton inverts fa2triton.launch.autotune_configs: rows name autotuner candidates by it."""
+    from fa2triton.launch import autotune_configs
 
     cfgs = [Config(128, 64, 8, 3), Config(64, 32, 4, 2)]
     assert [Config.of_triton(c) for c in autotune_configs(cfgs)] == cfgs

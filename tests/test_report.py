@@ -1,4 +1,4 @@
-"""invoke report on fixture results: the numbers in RESULTS.md are the fixture's, files are named,
+"""invoke report on fixture results: the numbers in REPORT.md are the fixture's, files are named,
 and a missing or malformed results file is a clear error."""
 
 from __future__ import annotations
@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from figures import data, report
+import report
+from figures import data
 from test_figures import GPU, _bench_rows, _hostpath_rows, _sweep_rows, _write
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def everything(root) -> str:
-    """RESULTS.md and every page under docs/results/ that the report writes from `root`, one after another."""
+    """REPORT.md and every page under docs/report/ that the report writes from `root`, one after another."""
     return "\n".join(report.build_all(root, width=None).values())
 
 
@@ -445,7 +446,7 @@ def test_a_malformed_file_is_an_error_naming_it(full_root, relpath, content, mes
 import math  # noqa: E402
 
 from fa2lab.results import append_rows  # noqa: E402
-from fa2lab.versions import load_shared  # noqa: E402
+from fa2triton import flash_backward_triton as BWD  # noqa: E402
 
 # No value here or derived from it (x1.1, x0.9, x1.2, +1, the differences) sits within 0.003 of a rounding tie at one
 # decimal: 1.5 x 1.1 once printed 1.6 on the H200's Python 3.12 where CI printed 1.7 (session 33, call 1).
@@ -492,7 +493,6 @@ def write_other_shapes(root):
     return append_rows(root / GPU / "experiments" / "other_shapes.csv", rows)
 
 
-BWD = load_shared("flash_backward_triton")
 DEFAULT_BWD = (32, 128, 128, 32, 8, 3)             # SM90_DEFAULT as the module defines it today
 # (dkdv_q, dkdv_k, dq_q, dq_k, warps, stages) -> (status, time as a multiple of the shape's base)
 BWD_SWEEP = {DEFAULT_BWD: ("ok", 1.0), (16, 64, 64, 16, 4, 2): ("ok", 0.8), (32, 128, 128, 32, 8, 1): ("ok", 1.3),
@@ -836,8 +836,6 @@ def test_a_malformed_later_file_is_an_error_naming_it(later_root, relpath, conte
 
 
 def test_hostpath_table_gains_no_flush_columns_when_the_harness_wrote_them(results_root):
-    from figures import report
-
     rows = _hostpath_rows("v5_final")
     _write(results_root / GPU / "hostpath" / "v5_final.csv", rows)
     assert "no flush" not in report.section_hostpath(GPU, results_root)   # the older files: no column
@@ -1160,7 +1158,7 @@ def test_goal_section_calls_each_shape_ahead_level_or_behind_from_the_latest_com
 
     pd.read_csv(path).iloc[:-1].to_csv(path, index=False)   # back to the rows above
     # pooled from the boundary commit's first row on: aaaaaaa's 8 runs at 1024 join bbbbbbb's
-    from figures.report import goal
+    from report import goal
 
     report_since = goal.GOAL_KERNELS_SINCE
     try:
@@ -1200,7 +1198,7 @@ def test_goal_section_calls_a_level_shape_not_slower_only_within_the_margin(tmp_
     assert verdict == {512: "not slower", 1024: "level", 4096: "ahead"}
     assert text.endswith("met within the noise only: behind at no shape, but at the 2 level shapes these runs show "
                          "neither one faster.")
-    from figures.report import goal
+    from report import goal
 
     report_margin = goal.GOAL_MARGIN
     try:

@@ -1,5 +1,5 @@
-"""The report's builder and README's generated block: RESULTS.md and docs/results/ are what the builder writes from
-results/ (byte for byte, twice the same), RESULTS.md stays one screen of summary plus a short body, README's block is
+"""The report's builder and README's generated block: REPORT.md and docs/report/ are what the builder writes from
+results/ (byte for byte, twice the same), REPORT.md stays one screen of summary plus a short body, README's block is
 the report's numbers, and the peer (flash-attn-4) column reads 'not measured yet' until rows with fa4_status ok exist."""
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from fa2lab import versions
-from figures import data, report
-from figures.report import readme, summary
+from fa2lab import shapes
+from fa2triton import versions
+import report
+from figures import data
+from report import readme, summary
 from test_figures import GPU, PROV, _bench_rows, _write
 
-build = importlib.import_module("figures.report.build")   # the module (figures.report.build is also its function)
+build = importlib.import_module("report.build")   # the module (report.build is also its function)
 REPO = Path(__file__).resolve().parent.parent
 NAMES = list(versions.NAMES)
 
@@ -58,13 +60,13 @@ def test_the_builder_gives_the_same_bytes_twice(root):
 
 
 def test_results_md_is_short_and_opens_with_the_verdict(committed):
-    lines = committed["RESULTS.md"].split("\n")
+    lines = committed["REPORT.md"].split("\n")
     assert len(lines) <= 500
     verdict = next(i for i, line in enumerate(lines) if line.startswith("| N | causal | A: median"))
     assert verdict < 60 and any(w in "\n".join(lines[verdict:verdict + 12]) for w in ("ahead", "behind", "level"))
     assert sum(len(line) > 300 for line in lines if not line.startswith("|")) == 0   # prose is wrapped
     for page in build.PAGES:
-        assert f"({build.PAGES_DIR}/{page.slug}.md)" in committed["RESULTS.md"]
+        assert f"({build.PAGES_DIR}/{page.slug}.md)" in committed["REPORT.md"]
 
 
 def test_no_work_log_labels_or_commit_hashes_in_the_prose(committed):
@@ -196,3 +198,29 @@ def test_peer_goal_verdicts_follow_the_interval(root):
     verdicts = {(r[0], r[2]): r[-1] for r in summary.peer_goal(GPU, root)[0] if r[1] == 64}
     assert verdicts == {(2048, "no"): "ahead", (2048, "yes"): "ahead", (4096, "no"): "behind",
                         (4096, "yes"): "behind"}
+
+
+def test_versions_table_gives_ms_tflops_and_a_legend_line_per_column(root):
+    """README's and the summary's table: median ms and TFLOP/s beside each % of SDPA, SDPA's own row, and one legend
+    line naming every column."""
+    rows, _, _ = summary.headline(GPU, root)
+    table = summary.versions_table(rows)
+    header = [h.strip() for h in table.splitlines()[0].strip("|").split("|")]
+    v5 = next(ln for ln in table.splitlines() if ln.startswith("| `v5_final` |"))
+    v5 = [c.strip() for c in v5.strip("|").split("|")]
+    flop = shapes.flops(4, 8, 4096, 64, False)
+    ms = [0.001 * 4096 / 512 * 1.1 * (1 + 0.01 * run) for run in (1, 2, 3)]   # _bench_rows, v5_final, non-causal
+    assert v5[header.index("ms, non-causal")] == f"{ms[1]:.3f}"
+    assert v5[header.index("TFLOP/s, non-causal")] == f"{flop / ms[1] / 1e9:.0f}"
+    sdpa = [c.strip() for c in table.splitlines()[-1].strip("|").split("|")]
+    assert sdpa[0] == summary.SDPA_ROW and sdpa[header.index("ms, causal")] == f"{0.001 * 4096 / 512:.3f}"
+    assert sdpa[header.index("runs")] == f"{3 * len(versions.NAMES)} / {3 * len(versions.NAMES)}"
+    legend = summary.versions_legend().splitlines()
+    named = {name.strip() for line in legend for name in line[2:].split(":")[0].split(",")}
+    assert {h.split(",")[0] for h in header} <= named and all(line.startswith("- ") for line in legend)
+    block = readme.results_block(root)
+    assert table in block and summary.versions_legend() in block
+
+
+def test_readme_says_how_long_the_tests_take():
+    assert "`invoke test` takes about" in (REPO / "README.md").read_text()

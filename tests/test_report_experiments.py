@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from figures import data
-from figures.report import compare_trees, summary, varlen
+from report import no_regression as compare_trees, summary, varlen
 from test_figures import GPU, PROV, _bench_rows, _write
 from test_report_build import build, root  # noqa: F401 - root is the shared fixture: every version's bench rows
 
@@ -95,8 +95,8 @@ def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
 
 def test_backward_goal_and_headline_pool_the_default_dq_mode(root):
     """A later --dq-mode experiment's protocol does not replace the default backward's in either summary."""
-    from fa2lab import versions
-    from figures.report.backward import DEFAULT_DQ_MODE
+    from fa2triton import versions
+    from report.backward import DEFAULT_DQ_MODE
 
     assert all(versions.load(v).FlashAttentionTriton.BACKWARD_DQ_MODE == DEFAULT_DQ_MODE
                for v in ("v6_longest_first", "v7_hopper"))
@@ -132,11 +132,12 @@ def test_peer_goal_falls_back_to_the_harness_without_ok_rounds(root):
 
 # ---------------------------------------------------------------- variable-length workloads
 
-def varlen_run(version, run_id, cache, first_s, pct=100.0, total=True, compare=()):
+def varlen_run(version, run_id, cache, first_s, pct=100.0, total=True, compare=(), launch_from=None):
     """A bench_varlen.py run: one call row per first-call seconds, the "total" row over all calls unless cut short,
-    and "compare" rows with the given pct_of_tuned."""
+    and "compare" rows with the given pct_of_tuned; `launch_from` as v7 with a launch table writes it (None: a run
+    from before the table, which has no such column)."""
     base = {"version": version, "run_id": run_id, "triton_cache": cache, "pick_cache": cache, "git_commit": "ccccccc",
-            **PROV}
+            **PROV, **({"launch_from": launch_from} if launch_from else {})}
     rows = [{**base, "row": "call", "index": i, "N": 300 + i, "D": 64, "causal": 0, "first_call_s": s,
              "pct_of_sdpa": pct} for i, s in enumerate(first_s)]
     if total:
@@ -156,26 +157,31 @@ def test_varlen_pools_complete_runs_against_the_goals(root, monkeypatch):
            + varlen_run("v5_final", "a", "warm", [0.5, 0.05, 0.01], pct=90.0))
     _write(folder / "v7_hopper.csv", varlen_run("v7_hopper", "b", "cold", [50.0, 15.0, 0.5], pct=105.0)
            + varlen_run("v7_hopper", "b", "warm", [2.0, 0.2, 0.01], pct=106.0)
-           + varlen_run("v7_hopper", "cut", "warm", [9.0, 9.0], total=False))
+           + varlen_run("v7_hopper", "cut", "warm", [9.0, 9.0], total=False)
+           + varlen_run("v7_hopper", "t", "cold", [20.0, 5.0, 0.5], pct=104.0, launch_from="table"))
     rows, cut, tuned = varlen.varlen_table(GPU, root)
-    by = {(r[0], r[1]): r for r in rows}
-    assert set(by) == {("`v5_final`", "cold"), ("`v5_final`", "warm"), ("`v7_hopper`", "cold"), ("`v7_hopper`", "warm")}
-    assert by[("`v5_final`", "cold")][2:8] == [1, "3", "55.0", "20.000", "30.00", "100.0%"]
-    assert by[("`v5_final`", "cold")][8] == "total met (55.0 s ≤ 60.0 s)"
-    assert by[("`v7_hopper`", "cold")][8] == "total missed (65.5 s > 60.0 s)"
-    assert by[("`v5_final`", "warm")][8] == "largest met (0.50 s ≤ 1.00 s); median met (0.050 s ≤ 0.100 s)"
-    assert by[("`v7_hopper`", "warm")][8] == "largest missed (2.00 s > 1.00 s); median missed (0.200 s > 0.100 s)"
+    by = {(r[0], r[1], r[2]): r for r in rows}
+    assert set(by) == {("`v5_final`", "race", "cold"), ("`v5_final`", "race", "warm"), ("`v7_hopper`", "race", "cold"),
+                       ("`v7_hopper`", "race", "warm"), ("`v7_hopper`", "table", "cold")}
+    assert by[("`v5_final`", "race", "cold")][3:9] == [1, "3", "55.0", "20.000", "30.00", "100.0%"]
+    assert by[("`v5_final`", "race", "cold")][9] == "total missed (55.0 s > 30.0 s)"
+    assert by[("`v7_hopper`", "race", "cold")][9] == "total missed (65.5 s > 30.0 s)"
+    # the table's run is its own row, not pooled with the race's
+    assert by[("`v7_hopper`", "table", "cold")][9] == "total met (25.5 s ≤ 30.0 s)"
+    assert by[("`v5_final`", "race", "warm")][9] == "largest met (0.50 s ≤ 1.00 s); median met (0.050 s ≤ 0.100 s)"
+    assert by[("`v7_hopper`", "race", "warm")][9] == ("largest missed (2.00 s > 1.00 s); median missed (0.200 s > "
+                                                      "0.100 s)")
     # the run cut short is listed, not pooled (its 9 s calls would miss the warm goal)
-    assert cut == [("v7_hopper", "cut", "warm", "warm", 2)] and by[("`v7_hopper`", "warm")][2] == 1
+    assert cut == [("v7_hopper", "cut", "warm", "warm", 2)] and by[("`v7_hopper`", "race", "warm")][3] == 1
     assert tuned.startswith("not measured")
     # a smaller plan (a --compare-tuned run of fewer lengths) is a row of its own, and the goals do not judge it
     _write(folder / "v5_final.csv", varlen_run("v5_final", "a", "cold", [30.0, 20.0, 5.0])
            + varlen_run("v5_final", "s", "cold", [40.0, 1.0]))
-    small = [r for r in varlen.varlen_table(GPU, root)[0] if r[0] == "`v5_final`" and r[3] == "2"]
-    assert len(small) == 1 and small[0][4] == "41.0" and small[0][8].startswith("– (not the goals' 3 calls)")
-    page = build.build_all(root)["docs/results/varlen.md"]
+    small = [r for r in varlen.varlen_table(GPU, root)[0] if r[0] == "`v5_final`" and r[4] == "2"]
+    assert len(small) == 1 and small[0][5] == "41.0" and small[0][9].startswith("– (not the goals' 3 calls)")
+    page = build.build_all(root)["docs/report/varlen.md"]
     assert "Incomplete runs" in page and "| `v7_hopper` | `cut` | warm | warm | 2 |" in page
-    assert "Variable-length workloads ([the page](docs/results/varlen.md))" in build.build(root, width=None)
+    assert "Variable-length workloads ([the page](docs/report/varlen.md))" in build.build(root, width=None)
 
 
 def test_varlen_compare_rows_decide_the_tuned_goal(root):
@@ -222,7 +228,7 @@ def test_compare_trees_ratios_over_complete_rounds(root, capsys):
     assert compare_trees.verdict(slow) == "graph replay: after slower by 5.0%"
     assert compare_trees.cell(slow["graph_ms"]) == "1.050 (1.050–1.050)"
     assert "at 1 of 2 shapes" in compare_trees.within_count(GPU, root)
-    page = build.build_all(root)["docs/results/compare_trees.md"]
+    page = build.build_all(root)["docs/report/compare_trees.md"]
     assert "| before | `dddddd1` | 3 |" in page and "| after | `eeeeee2` | 3 |" in page   # round 4 had no after
     assert "| 4096 | 64 | no | 3 |" in page and "graph replay: after slower by 5.0%" in page
     assert "at 1 of 2 shapes" in build.build(root, width=None)
@@ -287,7 +293,7 @@ def peer_ncu_rows(run_id: str, v7_us: float, barrier: tuple[float, float], grid=
 
 
 def test_peer_profile_tables_and_what_differs(root):
-    page_of = lambda: build.build_all(root)["docs/results/peer-profile.md"]   # noqa: E731
+    page_of = lambda: build.build_all(root)["docs/report/peer-profile.md"]   # noqa: E731
     assert "not measured yet" in page_of()
     path = root / GPU / "ncu" / "v7_hopper_fa4_N4096_noncausal_D128.csv"
     _write(path, peer_ncu_rows("2026-12-01T00:00:00+00:00", 800.0, (0.6, 0.6))
@@ -324,7 +330,7 @@ def ws_rows(v7_us: float, ws_us: float, cudnn_us: float, N=4096, D=128, causal=0
 
 
 def test_the_ws_page_gives_each_shapes_ratios_from_the_rows(root):
-    from figures.report.backward import section_bwd_gluon_ws
+    from report.backward import section_bwd_gluon_ws
 
     assert "not measured yet (`invoke experiment bwd-gluon-ws` writes" in section_bwd_gluon_ws(GPU, root)
     _write(root / GPU / "experiments" / "bwd_gluon_ws.csv",

@@ -1,9 +1,9 @@
-"""The Triton 3.9 port's report (figures/report/port.py) on synthetic rows: three trees per round, both comparisons'
-verdicts, RESULTS.md's brief table and the page."""
+"""The Triton 3.9 port's report (report/port.py) on synthetic rows: three trees per round, both comparisons'
+verdicts, REPORT.md's brief table and the page."""
 
 from __future__ import annotations
 
-from figures.report import port
+from report import port
 from test_figures import GPU, PROV, _write
 from test_report_build import build, root  # noqa: F401 - root is the shared fixture: every version's bench rows
 
@@ -40,7 +40,7 @@ def test_port_brief_and_page(root):
     brief = text[text.index("Triton 3.6 and 3.9 side by side"):]
     # graph replay 0.9 x (1 + 0.01 r): medians over rounds 1-4 (t39: 1-3); causal was not measured
     assert "| `v7_hopper` | bwd | 923 / – | 923 / – | 918 / – | level / – | level / – |" in brief
-    page = build.build_all(root)["docs/results/compare_trees.md"]
+    page = build.build_all(root)["docs/report/compare_trees.md"]
     assert "Triton 3.9.0" in page and "Triton 3.6.0" in page
     assert "### Triton 3.9 ÷ Triton 3.6, the same checkout" in page
 

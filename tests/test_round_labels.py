@@ -1,4 +1,4 @@
-"""The registry's round labels: one scheme (fa2lab.versions.ROUNDS) that README, RESULTS.md and the figures print."""
+"""The registry's round labels: one scheme (fa2triton.versions.ROUNDS) that README, REPORT.md and the figures print."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fa2lab import versions
+from fa2triton import versions
 
 REPO = Path(__file__).resolve().parent.parent
 

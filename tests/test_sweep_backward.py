@@ -3,11 +3,9 @@
 import pytest
 
 from fa2lab.results import append_rows
-from fa2lab.sweep import done_keys, merge_parts
-from fa2lab.sweep_backward import KEY_FIELDS, backward_configs, config_columns, skip_reason
-from fa2lab.versions import load_shared
-
-bwd = load_shared("flash_backward_triton")
+from fa2lab.forward_sweep import done_keys, merge_parts
+from fa2lab.backward_sweep import KEY_FIELDS, backward_configs, config_columns, skip_reason
+from fa2triton import flash_backward_triton as bwd
 
 
 def test_the_space_mirrors_the_two_kernels_and_every_point_is_valid():
@@ -41,7 +39,7 @@ def test_rows_resume_and_merge_by_configuration_shape_and_dq_mode(tmp_path):
 def test_pick_takes_the_best_geometric_mean_among_configurations_correct_everywhere():
     import pandas as pd
 
-    from fa2lab.sweep_backward import pick_single
+    from fa2lab.backward_sweep import pick_single
 
     def row(cfg, N, causal, ms, status="ok"):
         return dict(zip(("dkdv_q_tile", "dkdv_k_tile", "dq_q_tile", "dq_k_tile", "num_warps", "num_stages"), cfg),

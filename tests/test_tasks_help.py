@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -43,4 +44,58 @@ def test_every_experiment_answers_help():
                              text=True, cwd=REPO, timeout=120)
         if out.returncode != 0 or "usage:" not in out.stdout or "results/<gpu>/experiments/" not in out.stdout:
             bad.append(f"{name}: rc {out.returncode}, {(out.stdout + out.stderr).strip()[-200:]!r}")
+    assert not bad, "\n".join(bad)
+
+
+# invoke --list gives each description what 80 columns leave beside the longest task name (invoke.Program's
+# print_columns: leading indent 2, padding 3, one spare column); a first line longer than that is cut mid-sentence.
+LIST_COLUMNS = 80
+
+
+def test_every_task_s_first_line_is_one_short_sentence():
+    import invoke
+
+    sys.path.insert(0, str(REPO))
+    import tasks
+
+    found = {name: obj for name, obj in vars(tasks).items() if isinstance(obj, invoke.Task)}
+    assert len(found) >= 10
+    width = LIST_COLUMNS - max(len(n.replace("_", "-")) for n in found) - 2 - 3 - 1
+    bad = []
+    for name, t in sorted(found.items()):
+        lines = (t.__doc__ or "").strip().splitlines()
+        first = lines[0] if lines else ""
+        if not first or len(first) > width or first[-1] not in ".?" or (len(lines) > 1 and lines[1].strip()):
+            bad.append(f"{name}: {first!r} ({len(first)} > {width} columns, or not one whole line ending in . or ?)")
+    assert not bad, "\n".join(bad)
+
+
+def test_invoke_list_prints_one_line_per_task():
+    out = subprocess.run([sys.executable, "-m", "invoke", "--list"], capture_output=True, text=True, cwd=REPO,
+                         timeout=120, env={**os.environ, "COLUMNS": str(LIST_COLUMNS)})
+    body = [ln for ln in out.stdout.splitlines()[1:] if ln.strip()]
+    assert body and all(re.match(r"^  \S+ +\S.*[.?]$", ln) for ln in body), out.stdout   # no continuation lines
+
+
+def test_an_unknown_version_is_one_line_naming_the_known_ones():
+    """`invoke TASK --kernel v9` for every task with --kernel: exit 2 and one line, not a traceback."""
+    import inspect
+
+    import invoke
+
+    sys.path.insert(0, str(REPO))
+    import tasks
+    from fa2triton import versions
+
+    with_kernel = sorted(name.replace("_", "-") for name, obj in vars(tasks).items()
+                         if isinstance(obj, invoke.Task) and "kernel" in inspect.signature(obj.body).parameters)
+    assert {"test", "bench", "sweep", "profile", "inspect"} <= set(with_kernel)
+    bad = []
+    for name in with_kernel:
+        out = subprocess.run([sys.executable, "-m", "invoke", name, "--kernel", "v9"], capture_output=True,
+                             text=True, cwd=REPO, timeout=120)
+        said = (out.stdout + out.stderr).strip()
+        if (out.returncode != 2 or len(said.splitlines()) != 1 or "'v9'" not in said
+                or not all(v in said for v in versions.NAMES)):
+            bad.append(f"{name}: rc {out.returncode}, {said[-300:]!r}")
     assert not bad, "\n".join(bad)

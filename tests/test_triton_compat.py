@@ -1,4 +1,4 @@
-"""fa2lab.triton_compat under the installed Triton (run under 3.6 and 3.9): each compatibility point against what this
+"""fa2triton.triton_compat under the installed Triton (run under 3.6 and 3.9): each compatibility point against what this
 Triton's own sources do, and the PTX passes' counts on offline sm_90 compiles of v7's Gluon kernels (no GPU)."""
 
 import importlib
@@ -14,7 +14,7 @@ import pytest
 import torch
 import triton
 
-from fa2lab import triton_compat as tc
+from fa2triton import triton_compat as tc
 
 REPO = Path(__file__).resolve().parent.parent
 NEW = tc.triton_version() >= (3, 9)
@@ -37,11 +37,11 @@ def test_require_supported_names_the_installed_triton_and_the_range(monkeypatch,
 
 
 def test_the_kernels_runtime_refuses_an_unsupported_triton_at_import(monkeypatch):
-    """fa2lab.hostpath (imported by every kernel, directly or through fa2lab.launch) fails at import with that error."""
-    monkeypatch.delitem(sys.modules, "fa2lab.hostpath", raising=False)
+    """fa2triton.lean_path (imported by every kernel, directly or through fa2triton.launch) fails at import with that error."""
+    monkeypatch.delitem(sys.modules, "fa2triton.lean_path", raising=False)
     monkeypatch.setattr(triton, "__version__", "3.5.0")
     with pytest.raises(tc.UnsupportedTriton, match=r"Triton 3\.5\.0 is installed"):
-        importlib.import_module("fa2lab.hostpath")
+        importlib.import_module("fa2triton.lean_path")
 
 
 # ------------------------------------------------------------------------------------------------ the stages hook
@@ -86,9 +86,8 @@ def test_the_stages_hook_alone_returns_its_own_key(monkeypatch):
 def test_the_ptx_passes_hook_is_installed_with_the_marks_in_its_key():
     from triton import knobs
 
-    from fa2lab.versions import load_shared
+    from fa2triton.gluon import gluon_ptx as P
 
-    P = load_shared("gluon_ptx")
     key, _ = knobs.runtime.add_stages_inspection_hook()
     assert P.STAGES_KEY in key
     assert all(m in P.STAGES_KEY for m in (P.UNSYNCED_MARK, P.TIE_MARK, P.INLINE_MARK, P.CONSUMER_CALL))
@@ -165,9 +164,8 @@ def test_partition_sync_pattern_serves_both_forms(line, partition):
 
 
 def test_drop_marked_syncs_drops_3_9s_register_barrier():
-    from fa2lab.versions import load_shared
+    from fa2triton.gluon import gluon_ptx as P
 
-    P = load_shared("gluon_ptx")
     ptx = "\n".join(["\tbar.sync \t%r109, 128;", "\t.loc\t1 323 9 // tab-separated, as 3.9 writes it",
                      "\t@%p1 mbarrier.arrive.shared::cta.b64 _, [%r3];", f"\tmov.b32 %r4, %r5; // {P.UNSYNCED_MARK}"])
     out, n = P.drop_marked_syncs(ptx)
@@ -266,9 +264,9 @@ def test_direct_launch_refuses_a_descriptor_inside_a_tuple():
 COUNT = """
 import json, sys
 sys.path.insert(0, {repo!r})
-from fa2lab.versions import load_shared
-P = load_shared("gluon_ptx")
-G, B1, BW = (load_shared(m) for m in ("gluon_forward_hopper", "gluon_backward_hopper", "gluon_backward_ws"))
+from fa2lab.compile_offline import compile_plan
+from fa2triton.gluon import gluon_ptx as P
+from fa2triton.gluon import gluon_backward_hopper as B1, gluon_backward_ws as BW, gluon_forward_hopper as G
 counts = {{}}
 def counting(name):
     f = getattr(P, name)
@@ -291,9 +289,9 @@ def record(label, compile_):
         open({ptx_path!r}, "w").write(ptx)
 for D, N in ((64, 1024), (128, 2048)):
     for cfg in G.candidates_for(D):
-        record(f"forward {{cfg.label}} D={{D}}", lambda: G.compile_offline(cfg, N=N, D=D))
-record("backward gluon_backward_hopper D=64", lambda: B1.compile_offline(64, False, 1024))
-record("backward gluon_backward_ws D=64", lambda: BW.compile_offline(64, False, 1024))
+        record(f"forward {{cfg.label}} D={{D}}", lambda: compile_plan(G.offline_plan(cfg, N=N, D=D)))
+record("backward gluon_backward_hopper D=64", lambda: compile_plan(B1.offline_plan(64, False, 1024)))
+record("backward gluon_backward_ws D=64", lambda: compile_plan(BW.offline_plan(64, False, 1024)))
 print(json.dumps(out))
 """
 

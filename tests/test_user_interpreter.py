@@ -1,10 +1,10 @@
 """Every version run the way a new user runs it on a machine without a GPU (README): TRITON_INTERPRET=1,
-PYTHONPATH=kernels/<version>, `import flashattention_autograd_function_triton`, then
+PYTHONPATH=fa2triton/kernels/<version>, `import flashattention_autograd_function_triton`, then
 `FlashAttentionTriton.apply(Q, K, V, causal)` on CPU tensors, in fp32, fp16 and bf16, both masks.
 
 Each version runs in a fresh interpreter started with `python -c` (no pytest, no conftest, nothing
 imported or patched by a test), so what passes here is what fa2lab does by itself when it sees it is
-interpreting (fa2lab.interpret: the bf16 tl.dot fix, one untimed autotune candidate). O is compared
+interpreting (fa2triton.interpret: the bf16 tl.dot fix, one untimed autotune candidate). O is compared
 with SDPA in float64 within the harness test file's tolerances (read from that file), and a meta-device
 tensor must get a ValueError naming the device.
 """
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from fa2lab.versions import KERNELS, NAMES, REPO
+from fa2lab.paths import REPO
+from fa2triton.versions import KERNELS, NAMES
 
 HARNESS_TEST = REPO / "harness" / "test_flashattention_triton.py"
 
@@ -134,7 +135,7 @@ def test_a_meta_tensor_gets_a_value_error_naming_the_device(name, user_runs):
 def test_validate_qkv_names_a_device_that_is_neither_cuda_nor_the_interpreters_cpu(interpret, monkeypatch):
     import torch
 
-    from fa2lab.checks import validate_qkv
+    from fa2triton.inputs import validate_qkv
 
     monkeypatch.setenv("TRITON_INTERPRET", interpret)
     q = torch.empty(2, 64, 32, dtype=torch.bfloat16, device="meta")

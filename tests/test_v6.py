@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from fa2lab import versions
-from fa2lab.interpret import autotuner_of, only_config, tile_candidates
-from fa2lab.reference import attention, causal_keep, relative_error, saved_lse
+from fa2triton import versions
+from fa2triton.interpret import autotuner_of, only_config, tile_candidates
+from fa2triton.reference import attention, causal_keep, relative_error, saved_lse
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"

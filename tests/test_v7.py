@@ -18,11 +18,11 @@ import pytest
 import torch
 import triton
 
-from fa2lab import versions
-from fa2lab.configs import load_table
-from fa2lab.interpret import autotuner_of, only_config, tile_candidates
-from fa2lab.reference import attention, causal_keep, relative_error, saved_lse
-from fa2lab.triton_compat import triton_version
+from fa2triton import versions
+from fa2triton.configs import load_table
+from fa2triton.interpret import autotuner_of, only_config, tile_candidates
+from fa2triton.reference import attention, causal_keep, relative_error, saved_lse
+from fa2triton.triton_compat import triton_version
 from switch_probe import probe
 
 ON_GPU = torch.cuda.is_available()
@@ -48,12 +48,10 @@ def tma_unless_asked(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def own_picks(monkeypatch):
-    """Each test starts from no bucket picks, kept in memory only: on a GPU a pick another test made for a bucket
-    would otherwise stand in for the tuning or the race a test checks (tests/test_v7_buckets.py tests the picks)."""
-    from fa2lab.buckets import PickCache
-
-    monkeypatch.setattr(FA, "picks", PickCache("v7_hopper", files=FA.picks.files, cache_dir="off"))
+def race_unless_asked(monkeypatch):
+    """The race (LAUNCH_FROM "race"): on a GPU the tests here check what the race and the tl autotuner choose, not
+    the launch table's entry (tests/test_launch_table.py tests the table)."""
+    monkeypatch.setattr(FA, "LAUNCH_FROM", "race")
 
 
 def tile_configs():
@@ -65,7 +63,7 @@ def tile_configs():
 def candidate(q_tile, k_tile, pipeline_qk, num_warps=4, num_stages=3):
     """A candidate as v7 builds them (tma_autotune_configs), whatever configs.json lists today: the tests
     need particular tiles (ragged and multi-tile key ranges), not the H200's picks."""
-    from fa2lab.budget import Config
+    from fa2triton.budget import Config
 
     return next(c for c in v7.tma_autotune_configs([Config(q_tile, k_tile, num_warps, num_stages)])
                 if c.kwargs["PIPELINE_QK"] == pipeline_qk)
@@ -168,10 +166,10 @@ def test_a_repeated_tma_launch_reuses_its_descriptors_with_the_new_tensors(monke
         def launch_metadata(self, *args):
             return None
 
-    import fa2lab.hostpath
+    import fa2triton.lean_path
 
-    # the stream lookup lives in fa2lab.hostpath.run_compiled, which every recorded launch calls
-    monkeypatch.setattr(fa2lab.hostpath, "driver",
+    # the stream lookup lives in fa2triton.lean_path.run_compiled, which every recorded launch calls
+    monkeypatch.setattr(fa2triton.lean_path, "driver",
                         types.SimpleNamespace(active=types.SimpleNamespace(get_current_stream=lambda i: 0)))
     B, N, D = 2, 64, 32
     launch = v7.TmaLaunch(FakeKernel(), (B, 1, 1), (7,), torch.Size((B, N)))
@@ -226,17 +224,20 @@ def test_gluon_path_takes_causal_inputs_raced_or_forced_and_names_why_not(monkey
     assert "dtype" in v7.gluon_applies(*(t.float() for t in (Q, K, V)), False, 0, None)
 
 
-def test_gluon_path_is_on_unless_the_environment_turns_it_off():
-    code = "from fa2lab import versions; print(versions.load('v7_hopper').FlashAttentionTriton.GLUON)"
+def test_gluon_path_is_on_unless_the_labs_switch_turns_it_off():
+    """The lab's load (fa2lab.switches) sets GLUON from FA2_V7_GLUON; the runtime's own load reads no switch."""
+    lab = "from fa2lab.switches import load; print(load('v7_hopper').FlashAttentionTriton.GLUON)"
     for switches, expected in (({}, "True"), ({"FA2_V7_GLUON": "1"}, "True"), ({"FA2_V7_GLUON": "0"}, "False")):
-        assert probe(code, **switches) == expected, switches
+        assert probe(lab, **switches) == expected, switches
+    runtime = "from fa2triton import versions; print(versions.load('v7_hopper').FlashAttentionTriton.GLUON)"
+    assert probe(runtime, FA2_V7_GLUON="0") == "True"
 
 
 def test_the_race_keeps_the_launch_that_times_fastest_and_returns_its_output(monkeypatch):
     """_faster_of (FlashAttentionTriton.RACE_TL): whichever launch queued_ms times fastest is kept, and the
     output returned is that launch's own (a fresh call, which also records its path); a path that made
     no launch (None) never wins."""
-    import fa2lab.timing
+    import fa2triton.queued_timing
 
     calls = []
 
@@ -255,7 +256,7 @@ def test_the_race_keeps_the_launch_that_times_fastest_and_returns_its_output(mon
         fn()
         return ms[calls[before]]
 
-    monkeypatch.setattr(fa2lab.timing, "queued_ms", queued_ms)
+    monkeypatch.setattr(fa2triton.queued_timing, "queued_ms", queued_ms)
     x = torch.zeros(1)
     for order in ((slow, fast), (fast, slow)):
         calls.clear()
@@ -269,7 +270,7 @@ def test_the_race_alternates_its_order_so_a_drift_between_timings_cancels(monkey
     """_faster_of over RACE_ROUNDS (even) rounds, the order reversed every other round: a launch 10% faster is
     kept whichever it is given first, though the second timing of each round reads 50% more (a warming GPU),
     which decides a single round for the one timed first."""
-    import fa2lab.timing
+    import fa2triton.queued_timing
 
     assert v7.RACE_ROUNDS % 2 == 0 and v7.RACE_ROUNDS >= 2
     base, seen = {"slow": 1.1, "fast": 1.0}, []
@@ -282,7 +283,7 @@ def test_the_race_alternates_its_order_so_a_drift_between_timings_cancels(monkey
         second = len(seen) % 2 == 0   # each round times both launches: every second timing is a round's second
         return base[seen[-1]] + (0.5 if second else 0.0)
 
-    monkeypatch.setattr(fa2lab.timing, "queued_ms", queued_ms)
+    monkeypatch.setattr(fa2triton.queued_timing, "queued_ms", queued_ms)
     slow, fast = launch_of("slow"), launch_of("fast")
     x = torch.zeros(1)
     for order in ((slow, fast), (fast, slow)):
@@ -305,7 +306,7 @@ def test_the_race_makes_the_tl_paths_fastest_launch_its_autotuners_pick(monkeypa
     """_faster_of over launches of which some are the tl path's (they carry the autotuner's key and their
     configuration): the fastest of those becomes the tuner's cached pick and best_config for that key, also when
     another path's launch wins the race; the autotuner's first timings had put a slower one first."""
-    import fa2lab.timing
+    import fa2triton.queued_timing
 
     class Fake:
         def __init__(self, ms, config=None, key=None):
@@ -314,7 +315,7 @@ def test_the_race_makes_the_tl_paths_fastest_launch_its_autotuners_pick(monkeypa
         def __call__(self, Q, K, V, need_l=True):
             return torch.zeros(1), torch.zeros(1)
 
-    monkeypatch.setattr(fa2lab.timing, "queued_ms", lambda fn, *a, **kw: fn.__defaults__[0].ms)
+    monkeypatch.setattr(fa2triton.queued_timing, "queued_ms", lambda fn, *a, **kw: fn.__defaults__[0].ms)
     monkeypatch.setattr(TUNER, "cache", {"key": "autotuner's first pick"})
     monkeypatch.setattr(TUNER, "best_config", "autotuner's first pick", raising=False)
     gluon, first, better = Fake(1.0), Fake(3.0, "first pick", "key"), Fake(2.0, "raced pick", "key")
@@ -327,9 +328,9 @@ def test_the_race_makes_the_tl_paths_fastest_launch_its_autotuners_pick(monkeypa
 def test_a_single_launch_is_kept_untimed_with_its_own_output(monkeypatch):
     """_kept: one launch is not raced (no timing), its O and L are returned as they are and its path and
     configuration recorded; no launch (the interpreter) keeps None."""
-    import fa2lab.timing
+    import fa2triton.queued_timing
 
-    monkeypatch.setattr(fa2lab.timing, "queued_ms", lambda *a, **kw: 1 / 0)
+    monkeypatch.setattr(fa2triton.queued_timing, "queued_ms", lambda *a, **kw: 1 / 0)
 
     class Only:
         path, label = "gluon", "ws2"
@@ -345,15 +346,15 @@ def test_the_tl_autotuners_shortlist_is_raced_and_the_winner_config_kept(monkeyp
     """On the H200: a first call at a key the tl autotuner has not seen races every candidate it timed within
     SHORTLIST_MARGIN of its pick (each launch named by its configuration), keeps the race's fastest as the
     key's pick, and the kept launch repeats it and matches float64."""
-    import fa2lab.timing
+    import fa2triton.queued_timing
 
-    raced, timed = [], fa2lab.timing.queued_ms
+    raced, timed = [], fa2triton.queued_timing.queued_ms
 
     def recording(fn, *args, **kw):
         raced.append(fn.__defaults__[0].label)
         return timed(fn, *args, **kw)
 
-    monkeypatch.setattr(fa2lab.timing, "queued_ms", recording)
+    monkeypatch.setattr(fa2triton.queued_timing, "queued_ms", recording)
     monkeypatch.setattr(FA, "RACE_TL", False)
     Q, K, V = inputs(2, 1344, 1344, 64, seed=11)   # a length no other test tunes for
     O = FA.apply(Q, K, V, True)
@@ -368,17 +369,17 @@ def test_the_tl_autotuners_shortlist_is_raced_and_the_winner_config_kept(monkeyp
 
 
 def test_the_race_is_on_unless_the_environment_turns_it_off_and_runs_record_it():
-    code = ("from fa2lab import versions; from fa2lab.provenance import environment; "
-            "print(versions.load('v7_hopper').FlashAttentionTriton.RACE_TL, environment().get('switches', ''))")
+    code = ("from fa2lab.switches import load; from fa2lab.provenance import environment; "
+            "print(load('v7_hopper').FlashAttentionTriton.RACE_TL, environment().get('switches', ''))")
     for switches, expected in (({}, "True"), ({"FA2_V7_RACE_TL": "0"}, "False FA2_V7_RACE_TL=0"),
                                ({"FA2_V7_RACE_TL": "1"}, "True FA2_V7_RACE_TL=1")):
         assert probe(code, **switches) == expected, switches
 
 
 def test_kernel_switches_read_and_recorded_alike(monkeypatch):
-    """fa2lab.provenance.switch_on (what v7 reads) and kernel_switches (what rows record): set, any value but "0" is
-    on; unset, the default; every FA2_V7_* set is recorded."""
-    from fa2lab.provenance import kernel_switches, switch_on
+    """fa2lab.switches.switch_on (what the lab sets on v7) and kernel_switches (what rows record): set, any value but
+    "0" is on; unset, the default; every FA2_V7_* set is recorded."""
+    from fa2lab.switches import kernel_switches, switch_on
 
     for k in [k for k in os.environ if k.startswith("FA2_V7_")]:
         monkeypatch.delenv(k)
@@ -391,9 +392,9 @@ def test_kernel_switches_read_and_recorded_alike(monkeypatch):
 
 
 def test_a_retired_switch_set_is_warned_about_not_silently_ignored(monkeypatch):
-    """warn_unread_switches (called when v7 is imported): each FA2_V7_* set that no kernel reads gets one warning
-    naming it and docs/experiments.md; the live switches none."""
-    from fa2lab.provenance import warn_unread_switches
+    """warn_unread_switches (called when the lab loads a version): each FA2_V7_* set that no kernel reads gets one
+    warning naming it and docs/experiments.md; the live switches none."""
+    from fa2lab.switches import warn_unread_switches
 
     for k in [k for k in os.environ if k.startswith("FA2_V7_")]:
         monkeypatch.delenv(k)
@@ -427,7 +428,7 @@ def test_sm_clock_reads_nvml_once_and_is_nan_without_it(monkeypatch):
 
 def test_default_kernels_tells_rows_of_switched_kernels():
     """The report's profile tables keep rows whose switches leave every kernel switch at its default."""
-    from fa2lab.provenance import default_kernels
+    from fa2lab.switches import default_kernels
 
     for switches in ("", None, float("nan"), "FA2_V7_TREE_MAX=0", "FA2_V7_UNSYNCED_ARRIVE=1 FA2_V7_GLUON=1"):
         assert default_kernels(switches), switches
@@ -501,7 +502,7 @@ def test_forcing_the_gluon_path_where_it_cannot_run_is_an_error(monkeypatch):
 def test_wgmma_configurations_are_candidates_with_and_without_the_pipelined_loop():
     """Every configuration runs v6's loop order (PIPELINE_QK = 0); those on the wgmma path whose second
     score tile fits are also candidates with the pipelined loop, listed first."""
-    from fa2lab.budget import Config
+    from fa2triton.budget import Config
 
     seen = [(Config(c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"], c.num_warps, c.num_stages),
              c.kwargs["PIPELINE_QK"]) for c in TUNER.configs]
@@ -517,12 +518,12 @@ def test_wgmma_configurations_are_candidates_with_and_without_the_pipelined_loop
 
 
 def test_pruning_keeps_both_loop_orders_and_drops_what_would_spill(monkeypatch):
-    """fa2lab.launch.prune_to_fit drops a second configuration with the same tiles, warps and stages;
+    """fa2triton.launch.prune_to_fit drops a second configuration with the same tiles, warps and stages;
     v7 prunes each PIPELINE_QK group apart, so on the H200 both stay candidates. A pipelined candidate
     whose second score tile does not fit at the call's head dimension is dropped."""
     import triton
 
-    import fa2lab.launch as launch
+    import fa2triton.launch as launch
 
     monkeypatch.setattr(launch, "smem_limit", lambda: 232448)
     monkeypatch.setattr(launch, "device_arch", lambda: "sm_90")
@@ -542,7 +543,7 @@ def test_sm90_configs_are_the_picks_of_v7s_own_sweep():
     v6_table = load_table(versions.get("v6_longest_first").folder / "configs.json")
     entry = table["arches"]["sm_90"]
     assert entry["provisional"] is False and "sweep/v7_hopper.csv" in entry["source"]
-    picks = versions.REPO / "results" / "nvidia-h200" / "sweep" / "v7_hopper.picks.csv"
+    picks = REPO / "results" / "nvidia-h200" / "sweep" / "v7_hopper.picks.csv"
     with picks.open() as f:
         shortlist = [[int(x) for x in r["config"].split(",")] for r in csv.DictReader(f) if r["role"] == "shortlist"]
     assert entry["configs"] == shortlist and len(shortlist) >= 1
@@ -560,7 +561,7 @@ def test_descriptor_blocks_follow_the_launched_configuration():
 
 
 def test_lean_launch_repeats_every_argument_in_signature_order():
-    """The lean host path (fa2lab.hostpath) hands the compiled kernel every argument after the five
+    """The lean host path (fa2triton.lean_path) hands the compiled kernel every argument after the five
     tensors, constexprs included; a missing PIPELINE_QK would shift them (it cannot run without a GPU)."""
     names = TUNER.fn.arg_names          # the JIT function's, through v7's descriptor-fitting wrapper
     tail = (1, 2, 100, 90, 0, 0.125)
@@ -575,9 +576,9 @@ def test_lean_launch_repeats_every_argument_in_signature_order():
 
 
 def test_a_pinned_configuration_takes_pipeline_qk_by_the_rule_or_by_keyword(monkeypatch):
-    """config_kwargs (fa2lab.launch.pin_config, the sweep, the offline compiles): PIPELINE_QK by pipelining_applies
+    """config_kwargs (fa2triton.launch.pin_config, the sweep, the offline compiles): PIPELINE_QK by pipelining_applies
     unless pipeline_qk says otherwise; no environment variable moves it, and a value other than 0 or 1 is refused."""
-    from fa2lab.budget import Config
+    from fa2triton.budget import Config
 
     pipelined, spills = Config(64, 64, 4, 3), Config(128, 128, 4, 3)
     assert v7.pipelining_applies(pipelined) and not v7.pipelining_applies(spills)
@@ -681,7 +682,7 @@ def compiled_sm90(tmp_path_factory):
     env["TRITON_CACHE_DIR"] = str(root / "triton-cache")
     out = {}
     # inspect_kernel's --config has no field for PIPELINE_QK: the child pins it through config_kwargs's keyword
-    code = ("import sys; from fa2lab.versions import load; m = load('v7_hopper'); own = m.config_kwargs; "
+    code = ("import sys; from fa2triton.versions import load; m = load('v7_hopper'); own = m.config_kwargs; "
             "m.config_kwargs = lambda cfg, D=64, pipeline_qk=None: own(cfg, D, int(sys.argv[1])); "
             "from profiling import inspect_kernel; sys.exit(inspect_kernel.main(sys.argv[2:]))")
     for name, causal, pipeline in (("causal0", 0, 1), ("causal1", 1, 1), ("plain", 0, 0)):
@@ -711,7 +712,7 @@ def test_hopper_path_compiles_to_tma_loads_and_wgmma(compiled_sm90, name):
 
 
 def _ex2_while_wgmma_inflight():
-    from fa2lab.versions import load_file
+    from fa2triton.versions import load_file
 
     return load_file("v7_feasibility", REPO / "experiments" / "v7_feasibility.py").ex2_while_wgmma_pending
 

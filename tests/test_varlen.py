@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fa2lab import versions
-from fa2lab.buckets import PickCache, bucket
-from fa2lab.gpu import interpreting
-from fa2lab.hostpath import LaunchCache
-from fa2lab.reference import attention
+from fa2triton import versions
+from fa2triton.buckets import PickCache, bucket
+from fa2triton.gpu import interpreting
+from fa2triton.lean_path import LaunchCache
+from fa2triton.reference import attention
 from fa2lab.results import append_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -209,7 +209,7 @@ def test_v5_tunes_a_harness_length_at_itself_even_after_a_pick_from_its_bucket(v
 
 
 def _key(n):
-    from fa2lab.buckets import bucket_key
+    from fa2triton.buckets import bucket_key
 
     t = torch.empty(1, n, 16, device=DEVICE)
     return bucket_key(t, t, False)
@@ -233,7 +233,7 @@ def fake_version(picks_last="reused"):
     'tuned' by its BUCKETS switch at the time the launch was recorded."""
     from types import SimpleNamespace
 
-    from fa2lab.hostpath import LaunchCache
+    from fa2triton.lean_path import LaunchCache
 
     class FlashAttentionTriton:
         BUCKETS = True
@@ -271,7 +271,7 @@ def on_cpu(monkeypatch):
 
 def test_a_measured_call_records_its_pick_configuration_and_speed(on_cpu, monkeypatch):
     module = fake_version()
-    monkeypatch.setattr("fa2lab.timing.bench_ms", lambda fn: 2.0 if fn().dim() == 3 else 1.0)   # ours, SDPA
+    monkeypatch.setattr("fa2lab.timers.bench_ms", lambda fn: 2.0 if fn().dim() == 3 else 1.0)   # ours, SDPA
     row = bench.GpuMeasure(module, 1, 2)(bench.Call(0, 300, 16, False))
     assert (row["first_call_s"], row["sdpa_first_call_s"], row["pick"], row["config"]) == (1.5, 1.5, "reused",
                                                                                          "64,64,4,3")
@@ -290,7 +290,7 @@ def test_the_pair_times_the_bucketed_and_the_tuned_launch_alternately_and_puts_e
         timed.append(module.launched[-1])
         return {"bucketed": 2.0, "tuned": 1.9}[module.launched[-1]]
 
-    monkeypatch.setattr("fa2lab.timing.bench_ms", fake_bench_ms)
+    monkeypatch.setattr("fa2lab.timers.bench_ms", fake_bench_ms)
     m = bench.GpuMeasure(module, 1, 1).pair(bench.Call(3, 300, 16, True), rounds=4)
     assert (m["bucketed_ms"], m["tuned_ms"]) == (2.0, 1.9)
     assert (m["bucketed_config"], m["tuned_config"], m["same_config"]) == ("64,64,4,3", "128,64,4,3", 0)

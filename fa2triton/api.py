@@ -1,0 +1,93 @@
+"""The library's calls: attention() in SDPA's layout, flash_attn_func() in flash-attn's, any version by name.
+
+Both reshape to the (B * H, N, D) tensors every version's FlashAttentionTriton takes and back, views wherever the
+strides allow (copies otherwise: B and H must merge into one stride), and differentiate through autograd. The kernels'
+own checks (fa2triton.inputs.validate_qkv) name a bad dtype, device or head dimension; here only what the 4-D layout
+adds is checked. A version's class is loaded on its first call and kept: each later call is one dict hit.
+Invariants: the mask is SDPA's is_causal (top-left aligned when N_q != N_k); the kernels use scale = 1/sqrt(D), and
+another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype).
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import versions
+
+DEFAULT_VERSION = "v7_hopper"
+_FUNCTIONS: dict[str, type] = {}   # version name -> its FlashAttentionTriton, loaded on first use
+
+
+def _function(version: str) -> type:
+    """The FlashAttentionTriton of `version`, loaded once (ValueError naming the known versions otherwise)."""
+    fn = _FUNCTIONS.get(version)
+    if fn is None:
+        fn = _FUNCTIONS[version] = versions.load(versions.get(version).name).FlashAttentionTriton
+    return fn
+
+
+LAYOUTS = {1: "(batch, heads, sequence, head_dim)", 2: "(batch, sequence, heads, head_dim)"}   # by the heads' axis
+
+
+def _sizes(q, k, v, heads_axis: int) -> tuple[int, int, int, int, int]:
+    """(B, H, N_q, N_k, D) of 4-D q, k, v with the heads on `heads_axis` (LAYOUTS), or one ValueError naming what
+    does not fit: each must be 4-D; all three share batch, heads and head dimension, and k and v their length.
+    Runs on every call: unpacking and integer compares only."""
+    try:
+        if heads_axis == 1:
+            (B, H, N_q, D), (Bk, Hk, N_k, Dk), (Bv, Hv, N_v, Dv) = q.shape, k.shape, v.shape
+        else:
+            (B, N_q, H, D), (Bk, N_k, Hk, Dk), (Bv, N_v, Hv, Dv) = q.shape, k.shape, v.shape
+    except (AttributeError, ValueError):
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if getattr(t, "ndim", None) != 4:
+                got = f"shape {tuple(t.shape)}" if hasattr(t, "shape") else f"a {type(t).__name__}"
+                raise ValueError(f"{name} must be a 4-D tensor {LAYOUTS[heads_axis]}, got {got}") from None
+        raise
+    if Bk != B or Bv != B or Hk != H or Hv != H or Dk != D or Dv != D or N_v != N_k:
+        raise ValueError(f"q, k and v must share batch, heads and head dimension, and k and v their length "
+                         f"{LAYOUTS[heads_axis]}; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    return B, H, N_q, N_k, D
+
+
+def _scaled(q, scale, D: int):
+    """q itself for the kernels' own scale 1/sqrt(D), else q * scale * sqrt(D) (the kernels then apply 1/sqrt(D))."""
+    if math.isclose(scale, 1.0 / math.sqrt(D), rel_tol=1e-12):
+        return q
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
+    return q * (scale * math.sqrt(D))
+
+
+def _apply(fn, q, k, v, causal: bool, BH: int, N_q: int, N_k: int, D: int):
+    """fn.apply on q, k, v (B, H, N, D) as (B * H, N, D): views where B and H share one stride, else copies."""
+    try:
+        q3, k3, v3 = q.view(BH, N_q, D), k.view(BH, N_k, D), v.view(BH, N_k, D)   # view: cheaper than reshape
+    except RuntimeError:
+        q3, k3, v3 = q.reshape(BH, N_q, D), k.reshape(BH, N_k, D), v.reshape(BH, N_k, D)
+    return fn.apply(q3, k3, v3, causal)
+
+
+def attention(q, k, v, is_causal: bool = False, scale: float | None = None, version: str = DEFAULT_VERSION):
+    """softmax(q k^T * scale) v like torch.nn.functional.scaled_dot_product_attention: q (B, H, N_q, D), k and v
+    (B, H, N_k, D), any strides; returns (B, H, N_q, D) in q's dtype. `version` names a round (fa2triton.VERSIONS)."""
+    fn = _FUNCTIONS.get(version) or _function(version)
+    B, H, N_q, N_k, D = _sizes(q, k, v, 1)
+    if scale is not None:
+        q = _scaled(q, scale, D)
+    return _apply(fn, q, k, v, is_causal, B * H, N_q, N_k, D).view(B, H, N_q, D)
+
+
+def flash_attn_func(q, k, v, causal: bool = False, softmax_scale: float | None = None,
+                    version: str = DEFAULT_VERSION):
+    """attention() in flash-attn's layout: q (B, N_q, H, D), k and v (B, N_k, H, D); returns (B, N_q, H, D).
+    causal with N_q != N_k is refused: flash-attn aligns that mask bottom-right, these kernels top-left (SDPA's)."""
+    fn = _FUNCTIONS.get(version) or _function(version)
+    B, H, N_q, N_k, D = _sizes(q, k, v, 2)
+    if causal and N_q != N_k:
+        raise ValueError(f"causal with seqlen_q {N_q} != seqlen_k {N_k}: flash-attn aligns that mask bottom-right, "
+                         "these kernels top-left (SDPA's is_causal); fa2triton.attention takes it")
+    if softmax_scale is not None:
+        q = _scaled(q, softmax_scale, D)
+    O = _apply(fn, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, B * H, N_q, N_k, D)
+    return O.view(B, H, N_q, D).transpose(1, 2)

@@ -1,0 +1,410 @@
+"""The whole FlashAttention backward's main pass as a warp-specialized Gluon kernel for Hopper (sm_90): dK, dV and
+every dQ partial in one pass, five products per (key tile, query tile) pair.
+
+Round 3 of backward_hopper_log.md, in flash-attn-4's sm90 shape (flash_bwd_sm90.py): one CTA per (BLOCK_N = 128
+keys, batch * head), a loader warp and two consumer warpgroups of 64 keys each. The math, L's units, Delta, the scale
+and the top-left causal mask are gluon_backward_hopper's (round 1), whose helpers this kernel calls:
+
+    P^T  = exp2(S^T * qk_scale - L * log2(e)),  S^T = K Q^T
+    dP^T = V dO^T - Delta,  dS^T = P^T * dP^T
+    dV  += P^T dO,  dK += dS^T Q   (RS wgmma: P^T and dS^T from registers)
+    dQ  += scale * dS K            (SS wgmma: dS from shared memory; fp32, cast by the caller)
+
+Roles. The loader (one warp) copies K and V once, then per query tile (64 rows) Q and dO by TMA into a ring of SLOTS
+slots, with the tile's L (times log2 e) and Delta stored into the slot's row buffers before its expect; a slot is
+refilled once both consumers released it. Consumer w owns keys [k_start + 64 w, k_start + 64 (w + 1)): per query tile
+it computes its S^T, dP^T, P^T and dS^T, issues dV and dK, writes its dS^T into its half of a shared dS tile (two
+buffers) and arrives on that buffer's mbarrier; once both halves are in, it computes columns [w D / 2, (w + 1) D / 2)
+of the tile's dQ partial over all 128 keys (B: that column slice of K in shared memory) and sends them by one TMA
+reduce-add (fp32) into the caller's dQ accumulator, a 3-d (heads, N_q, D) descriptor whose bounds stop the ragged tile
+at its head's end. A dS buffer is written again two tiles later, after both consumers passed the next tile's
+mbarrier, so after both read it. The reduce-adds land in any order: dQ is not bitwise reproducible (dq_mode
+"separate" is).
+
+The backward's dq_mode "auto" takes this kernel where `preferred` says (v7's default); measurements in the log.
+
+Rows past a head's N in the K and V tiles are the next head's (or TMA's zeros): their dK, dV rows are not stored, and
+their dS^T rows are zeroed before dS leaves the registers (they would add to dQ). Query columns past N_q get
+L = +inf, hence P^T = dS^T = 0 there, and the reduce-add stops at the head's end.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from fa2triton.gluon import gluon_backward_hopper as _r1
+from fa2triton.lean_path import run_compiled
+
+HAVE_GLUON = _r1.HAVE_GLUON
+validate_inputs = _r1.validate
+HEAD_DIMS, DTYPES = _r1.HEAD_DIMS, _r1.DTYPES
+
+if HAVE_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                                  warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from fa2triton.gluon import hopper as _hw
+    from fa2triton.triton_compat import ptx_options, tma_load, tma_reduce_add
+
+    LOG2E = _hw.LOG2E
+    wgmma_layout, slot_of, ready_phase, empty_phase = _hw.wgmma_layout, _hw.slot_of, _hw.ready_phase, _hw.empty_phase
+
+BLOCK_N = 128         # keys per CTA, 64 per consumer
+BLOCK_M = 64          # queries per streamed tile
+CONSUMERS = 2
+DS_BUFFERS = 2
+CONSUMER_REGS = 240
+LOADER_REGS = 24
+NUM_WARPS = 4         # the default partition: consumer 0
+
+
+if HAVE_GLUON:
+    _LOG2E = _hw.LOG2E_C
+    _DS_BUFFERS, _CONSUMERS = gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS)
+    _CONSUMER_REGS, _LOADER_REGS = gl.constexpr(CONSUMER_REGS), gl.constexpr(LOADER_REGS)
+    _DESCRIPTOR_ASM, _DESCRIPTOR_ADDS = _r1._DESCRIPTOR_ASM, _r1._DESCRIPTOR_ADDS
+    NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
+    _own_registers, _store_tile = _r1._own_registers, _r1._store_tile
+    _scores_and_dv, _query_ranges = _r1._scores_and_dv, _r1._query_ranges
+
+    # ------------------------------------------------------------------------------------------ the loader
+
+    @gluon.jit
+    def _loader(descs, smem, bars, rows, sizes):
+        """K and V once, then the CTA's query tiles round the ring: Q and dO by TMA, and the tile's L (times
+        log2(e)) and Delta by plain loads into the slot's row buffers, stored before the slot's expect so that its
+        completion also publishes them."""
+        q_desc, k_desc, v_desc, do_desc = descs
+        k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem = smem
+        kv_bar, ready, empty = bars
+        L_ptr, Delta_ptr, stride_l_head, stride_delta_head = rows
+        N_QUERIES, N_KEYS, CAUSAL = sizes
+        SLOTS: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        k_start = gl.program_id(0) * k_smem.shape[0]
+        head = gl.program_id(1)
+        k_row = head * N_KEYS + k_start
+        mbarrier.expect(kv_bar.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma_load(k_desc, [k_row, 0], kv_bar.index(0), k_smem)
+        tma_load(v_desc, [k_row, 0], kv_bar.index(0), v_smem)
+        lo = _query_ranges(k_start, k_smem.shape[0], BLOCK_M, N_QUERIES, CAUSAL)[0]
+        offs = gl.arange(0, BLOCK_M, layout=gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0]))
+        L_ptr = L_ptr + head * stride_l_head
+        Delta_ptr = Delta_ptr + head * stride_delta_head
+        for t in range(gl.cdiv(N_QUERIES - lo, BLOCK_M)):
+            slot = slot_of(t, SLOTS)
+            q_start = lo + t * BLOCK_M
+            cols = gl.minimum(q_start + offs, N_QUERIES - 1)   # past N_QUERIES: the last query's (masked later)
+            l2 = gl.load(L_ptr + cols) * _LOG2E
+            delta = gl.load(Delta_ptr + cols)
+            mbarrier.wait(empty.index(slot), empty_phase(t, SLOTS), pred=t >= SLOTS)
+            l_smem.index(slot).store(l2)
+            delta_smem.index(slot).store(delta)
+            bar = ready.index(slot)
+            row = head * N_QUERIES + q_start
+            mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            tma_load(q_desc, [row, 0], bar, q_smem.index(slot))
+            tma_load(do_desc, [row, 0], bar, do_smem.index(slot))
+
+    # ------------------------------------------------------------------------------------------ one query tile
+
+    @gluon.jit
+    def _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale):
+        """The end of query tile t (at q_start) once its products are done: its slot released, this consumer's
+        columns of its dQ partial scaled and reduce-added (TMA) from the consumer's fp32 buffer."""
+        q_smem, dq_smem = smem[2], smem[5]
+        empty = bars[2]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        HALF: gl.constexpr = q_smem.shape[2] // 2
+        mbarrier.arrive(empty.index(slot_of(t, q_smem.shape[0])), count=1)
+        tma.store_wait(0)                       # this consumer's previous reduce-add has read its buffer
+        dq_buf = dq_smem.index(wg)
+        dq_buf.reshape([BLOCK_M, HALF]).store(dq * scale)
+        fence_async_shared()
+        tma_reduce_add(dq_desc, [head, q_start, wg * HALF], dq_buf)
+
+    @gluon.jit
+    def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
+                    MASK: gl.constexpr):
+        """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its columns of the
+        tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile."""
+        k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem = smem
+        kv_bar, ready, empty, ds_bar = bars
+        SLOTS: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        D: gl.constexpr = q_smem.shape[2]
+        ROWS: gl.constexpr = ds_smem.shape[1] // 2     # one consumer's keys
+        HALF: gl.constexpr = D // 2
+        dtype: gl.constexpr = q_smem.dtype
+        s_layout: gl.constexpr = wgmma_layout(4, BLOCK_M)
+        q_layout: gl.constexpr = wgmma_layout(4, HALF)
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(4, D), k_width=2)
+        col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        my_k = k_smem.slice(wg * ROWS, ROWS, dim=0)
+        my_v = v_smem.slice(wg * ROWS, ROWS, dim=0)
+        key0 = k_start + wg * ROWS
+
+        slot = slot_of(t, SLOTS)
+        cols = gl.arange(0, BLOCK_M, layout=col_s)
+        left = N_QUERIES - q_start
+        mbarrier.wait(ready.index(slot), ready_phase(t, SLOTS))
+        l2 = l_smem.index(slot).load(col_s)
+        if MASK != NO_MASK:
+            l2 = gl.where(cols < left, l2, float("inf"))
+        zero = gl.zeros([ROWS, BLOCK_M], gl.float32, s_layout)
+        dp_init = _own_registers(zero - gl.expand_dims(delta_smem.index(slot).load(col_s), 0))
+        q_tile = q_smem.index(slot)
+        do_tile = do_smem.index(slot)
+        # S^T, dP^T, P^T and dV issued, round 1's (key key0 + r sees query q_start + c iff r <= c + (q_start - key0))
+        pT, dpT, dv_tok = _scores_and_dv(my_k, my_v, q_tile, do_tile, zero, dp_init, l2, dv, qk_scale, cols,
+                                         q_start - key0, MASK)
+
+        # dS^T, its rows of keys past N_KEYS zeroed (they must add nothing to dQ; their dK rows are not stored)
+        rows = gl.arange(0, ROWS, layout=row_s)
+        dsT = gl.where(gl.expand_dims(rows < N_KEYS - key0, 1), pT * dpT, 0.0).to(dtype)
+        dk_tok = warpgroup_mma(gl.convert_layout(dsT, a_layout), q_tile, dk, is_async=True)         # dK += dS^T Q
+
+        # dS^T into this consumer's rows of the shared tile
+        b = slot_of(t, _DS_BUFFERS)
+        ds_smem.index(b).slice(wg * ROWS, ROWS, dim=0).store(dsT)
+        fence_async_shared()
+        mbarrier.arrive(ds_bar.index(b), count=1)
+        mbarrier.wait(ds_bar.index(b), ready_phase(t, _DS_BUFFERS))
+        dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),  # dQ = dS K
+                               gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
+        dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
+        _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale)
+        return dk, dv
+
+    @gluon.jit
+    def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale,
+                     scale, MASK: gl.constexpr):
+        """The query tiles [start, stop) (multiples of BLOCK_M from lo), all with one MASK."""
+        BLOCK_M: gl.constexpr = smem[2].shape[1]
+        for q_start in range(start, stop, BLOCK_M):
+            dk, dv = _query_tile(dk, dv, (q_start - lo) // BLOCK_M, q_start, wg, smem, bars, dq_desc, head, k_start,
+                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK)
+        return dk, dv
+
+    @gluon.jit
+    def _consumer(wg, smem, bars, dq_desc, out, sizes, scales):
+        """Consumer wg: its 64 keys' dK and dV over the CTA's query tiles (the three ranges of round 1), then their
+        stores."""
+        k_smem = smem[0]
+        q_smem = smem[2]
+        kv_bar = bars[0]
+        dK_ptr, dV_ptr, stride_dk_row, stride_dv_row = out
+        N_QUERIES, N_KEYS, CAUSAL = sizes
+        qk_scale, scale = scales
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        D: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_smem.shape[0]
+        ROWS: gl.constexpr = BLOCK_N // 2
+        o_layout: gl.constexpr = wgmma_layout(4, D)
+        k_start = gl.program_id(0) * BLOCK_N
+        head = gl.program_id(1)
+
+        lo, diag_stop, full_stop, tail_start = _query_ranges(k_start, BLOCK_N, BLOCK_M, N_QUERIES, CAUSAL)
+
+        dk = gl.zeros([ROWS, D], gl.float32, o_layout)
+        dv = gl.zeros([ROWS, D], gl.float32, o_layout)
+        mbarrier.wait(kv_bar.index(0), 0)
+        dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS,
+                              qk_scale, scale, DIAGONAL)
+        dk, dv = _query_range(dk, dv, diag_stop, full_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
+                              N_KEYS, qk_scale, scale, NO_MASK)
+        dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
+                              N_KEYS, qk_scale, scale, TAIL)
+        tma.store_wait(0)
+        key0 = k_start + wg * ROWS
+        _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
+        _store_tile(dv, dV_ptr + head * N_KEYS * stride_dv_row, key0, N_KEYS, stride_dv_row)
+
+    # ------------------------------------------------------------------------------------------ the kernel
+
+    @gluon.jit
+    def _bwd_ws_kernel(
+        # TMA descriptors: Q, dO blocks of BLOCK_M rows, K and V of BLOCK_N, over the flattened (heads * N, D)
+        # rows; dQ's fp32 accumulator (heads, N_QUERIES, D), blocks (1, BLOCK_M, D / 2)
+        q_desc, k_desc, v_desc, do_desc, dq_desc,
+        # L (natural log) and Delta, fp32 (heads, N_QUERIES), unit last stride; dK, dV (heads * N_KEYS, D) rows
+        L_ptr, Delta_ptr, dK_ptr, dV_ptr,
+        stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
+        N_QUERIES, N_KEYS, qk_scale, scale,
+        # compile-time choices: the mask, the Q / dO / L / Delta slots
+        CAUSAL: gl.constexpr, SLOTS: gl.constexpr,
+    ):
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+        D: gl.constexpr = q_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        HALF: gl.constexpr = D // 2
+        dtype: gl.constexpr = q_desc.dtype
+        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+
+        k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], v_desc.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_M, D], q_desc.layout)
+        do_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_M, D], do_desc.layout)
+        ds_smem = gl.allocate_shared_memory(dtype, [_DS_BUFFERS, BLOCK_N, BLOCK_M], ds_layout)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [_CONSUMERS, 1, BLOCK_M, HALF], dq_desc.layout)
+        row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+        l_smem = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_M], row_layout)
+        delta_smem = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_M], row_layout)
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+        ds_bar = gl.allocate_shared_memory(gl.int64, [_DS_BUFFERS, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(kv_bar.index(0), count=1)
+        for s in gl.static_range(SLOTS):
+            mbarrier.init(ready.index(s), count=1)
+            mbarrier.init(empty.index(s), count=_CONSUMERS)
+        for s in gl.static_range(_DS_BUFFERS):
+            mbarrier.init(ds_bar.index(s), count=_CONSUMERS)
+
+        if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
+            _hw.mark(_DESCRIPTOR_ASM)
+        sizes = (N_QUERIES, N_KEYS, CAUSAL)
+        loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
+                       (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes)
+        smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
+        bars = (kv_bar, ready, empty, ds_bar)
+        out = (dK_ptr, dV_ptr, stride_dk_row, stride_dv_row)
+        scales = (qk_scale, scale)
+        gl.warp_specialize([(_consumer, (0, smem, bars, dq_desc, out, sizes, scales)),
+                            (_consumer, (1, smem, bars, dq_desc, out, sizes, scales)),
+                            (_loader, loader_args)], [4, 1], [_CONSUMER_REGS, _LOADER_REGS])
+
+
+# ---------------------------------------------------------------------------------------------- configuration
+
+@dataclass(frozen=True)
+class WsConfig:
+    """The kernel's compile-time choices: the slots of the Q / dO / L / Delta ring."""
+    slots: int = 2
+
+    def constexprs(self) -> dict:
+        return dict(SLOTS=self.slots)
+
+    def __str__(self) -> str:
+        return f"ws {BLOCK_N}x{BLOCK_M}/2wg/s{self.slots}"
+
+
+# What experiment bwd-gluon-ws compares. Dropped: three slots at D = 64 (graph replay 0.91-1.37x v7's previous
+# backward's speed where two made 0.91-1.41x); each tile's dV, dK and dQ left in flight under the next tile's S^T
+# and dP^T (offline: ptxas then serialises every wgmma, 24 WARPGROUP.DEPBAR per tile at D = 64).
+CONFIGS = {"s2": WsConfig(slots=2)}
+
+
+def default_config(D: int) -> WsConfig:
+    """The configuration the backward launches at head dimension D."""
+    return CONFIGS["s2"]
+
+
+def preferred(N_q: int, N_k: int, D: int, causal: bool) -> bool:
+    """Whether the backward's dq_mode "auto" takes this kernel (where it takes the inputs): from N = 1024 on, except
+    at D = 64 under the causal mask. Graph replay of whole backwards against v7's previous path (separate dQ, the
+    Gluon dK/dV; fused at N = 1024), B * H = 32, bf16, experiment bwd-gluon-ws, N = 1024-4096: 1.09-1.41x as fast
+    everywhere else, 0.91-1.00x at D = 64 causal. Below N = 1024 it was not measured."""
+    return min(N_q, N_k) >= 1024 and not (D == 64 and causal)
+
+
+def fits(cfg: WsConfig, D: int) -> bool:
+    """Whether cfg's buffers (K, V; the slots of Q, dO, L and Delta; two dS tiles; two fp32 dQ halves; the
+    epilogue's conversion of one 64 x D tile) fit a block's 227 KB."""
+    buffers = 2 * BLOCK_N * D * 2 + cfg.slots * (2 * BLOCK_M * D * 2 + 2 * BLOCK_M * 4) \
+        + DS_BUFFERS * BLOCK_N * BLOCK_M * 2 + CONSUMERS * BLOCK_M * (D // 2) * 4 + 64 * D * 2
+    return buffers <= 232448
+
+
+# ---------------------------------------------------------------------------------------------- host entry points
+
+def _dq_descriptor(dq_accum: torch.Tensor):
+    """The fp32 (heads, N_q, D) accumulator, blocks (1, BLOCK_M, D / 2): TMA's bounds end a tile at its head's N_q."""
+    D = dq_accum.shape[2]
+    block = [1, BLOCK_M, D // 2]
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
+    return TensorDescriptor(dq_accum, list(dq_accum.shape), list(dq_accum.stride()), block, layout)
+
+
+def validate(q, k, v, do, lse, delta, scale, dq_accum) -> None:
+    """Raise ValueError naming what `backward` cannot take (round 1's checks, and the dQ accumulator's)."""
+    if isinstance(q, torch.Tensor) and not (isinstance(dq_accum, torch.Tensor) and dq_accum.dtype == torch.float32
+                                            and dq_accum.shape == q.shape and dq_accum.is_contiguous()):
+        raise ValueError(f"the dQ accumulator must be a contiguous float32 tensor of q's shape {tuple(q.shape)}")
+    validate_inputs(q, k, v, do, lse, delta, scale)
+    if dq_accum.device != q.device:
+        raise ValueError(f"the dQ accumulator is on {dq_accum.device} but q is on {q.device}")
+
+
+def unsupported(q, k, v, do, lse, delta, scale, dq_accum) -> str | None:
+    """None where the kernel can take these inputs, else why not (validate's message)."""
+    try:
+        validate(q, k, v, do, lse, delta, scale, dq_accum)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale: float):
+    """(grid, positional arguments) of _bwd_ws_kernel for validated inputs and outputs."""
+    BH, N_q, D = q.shape
+    N_k = k.shape[1]
+    row = _r1.row_descriptor
+    descs = (row(q, BLOCK_M), row(k, BLOCK_N), row(v, BLOCK_N), row(do, BLOCK_M), _dq_descriptor(dq_accum))
+    args = (*descs, lse, delta, dk, dv, lse.stride(0), delta.stride(0), dk.stride(1), dv.stride(1), N_q, N_k,
+            float(scale) * LOG2E, float(scale))
+    return (math.ceil(N_k / BLOCK_N), BH), args
+
+
+class WsLaunch:
+    """A recorded launch of _bwd_ws_kernel: later calls with the same shapes and strides rebind the descriptors'
+    bases only (gluon_backward_hopper.DkdvLaunch's lean repeat)."""
+
+    def __init__(self, compiled, grid, args, causal: bool, cfg: WsConfig):
+        self.kernel, self.grid = compiled, (*grid, 1)
+        self.descs = list(args[:5])
+        self.scalars = (*args[9:], bool(causal), *cfg.constexprs().values())
+
+    def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum) -> None:
+        d = self.descs
+        d[0].base, d[1].base, d[2].base, d[3].base, d[4].base = q, k, v, do, dq_accum
+        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars), q.device.index)
+
+
+def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float,
+           cfg: WsConfig | None = None) -> WsLaunch:
+    """Launch into dk, dv (k's shape, contiguous heads) and add dQ's partials into dq_accum (zeros, fp32, q's
+    shape) for inputs `validate` accepted (cfg: default_config's unless given); return the recorded launch."""
+    cfg = cfg or default_config(q.shape[2])
+    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale)
+    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), **cfg.constexprs(), num_warps=NUM_WARPS,
+                                    ptx_options=ptx_options())
+    return WsLaunch(compiled, grid, args, causal, cfg)
+
+
+def backward(q, k, v, do, lse, delta, causal: bool, scale: float, cfg: WsConfig | None = None):
+    """dQ, dK, dV (the inputs' dtype) for gluon_backward_hopper.dkdv's inputs; ValueError for anything else."""
+    dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    validate(q, k, v, do, lse, delta, scale, dq_accum)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal, scale, cfg)
+    return dq_accum.to(q.dtype), dk, dv
+
+
+def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, cfg: WsConfig | None = None):
+    """The kernel's offline compile on meta tensors (as gluon_backward_hopper.offline_plan)."""
+    from fa2triton.offline import OfflinePlan
+
+    t, rows = _r1.offline_tensors(D, N, dtype, heads)
+    acc = torch.empty(heads, N, D, dtype=torch.float32, device="meta")
+    _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D))
+    return OfflinePlan(_bwd_ws_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal),
+                                                  ptx_options=ptx_options(), **(cfg or default_config(D)).constexprs()))

@@ -1,0 +1,258 @@
+"""A lean host path (issue 8): after the first call for a given input signature, launch the
+compiled kernel directly, skipping input checks, autotune key building and argument binding.
+
+At small N on a fast GPU the host's per-call work (checks, `.contiguous()`, Triton's
+argument binding and specialisation, the autotuner's key) can take longer than the kernel,
+so do_bench measures Python. The first call with a new signature goes through the normal
+path (checks, autotuning, compilation) and records what it launched; later calls with the
+same signature are a dictionary hit, two allocations and one launch.
+
+The signature covers everything the checks and Triton's specialisation look at: shapes,
+strides, dtypes, device and mask, and it only applies when every input is 16-byte aligned
+with a unit last stride (so Triton's alignment specialisation is the same on every hit).
+Under the interpreter, or for any other input, the normal path runs every time.
+
+`LeanApply` is the second half: when no gradient can be asked for (grad mode off, or no input
+requires one), `apply` calls the Function's forward directly with a context that keeps nothing,
+so the call skips torch.autograd.Function's own machinery (7 us per call on the H200's host,
+hostpath/steps.csv, step function_nop). With an input that requires a gradient it is
+torch.autograd.Function.apply, unchanged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .triton_compat import direct_launch, encode_descriptor, require_supported
+
+require_supported()   # every kernel imports this module (directly or through fa2triton.launch): one line, here
+
+from triton import knobs  # noqa: E402
+from triton.runtime import driver  # noqa: E402
+
+
+def empty_output(Q: torch.Tensor) -> torch.Tensor:
+    """O for a forward on Q: Q's shape and dtype, contiguous (fa2triton.launch.allocate_outputs on a first call, and
+    every repeat of the launch it recorded, so the two have one layout by construction). torch.empty_like costs
+    the host about 3 us less per call than torch.empty(shape, dtype=..., device=...) on the H200's host:
+    host-steps at N = 512, v7 apply 20.5-22.6 -> 17.3-17.5 us, SDPA 16.5-19.0 in the same processes."""
+    return torch.empty_like(Q, memory_format=torch.contiguous_format)
+
+
+class KeptL:
+    """A recorded launch's kept L (l_shape float32) for calls whose L nobody reads."""
+
+    l_shape: torch.Size
+    l_scratch: torch.Tensor | None = None
+
+    def scratch_l(self, Q) -> torch.Tensor:
+        """Where the kernel writes L when nobody will read it (no gradient can be asked for: LeanApply's
+        path): one buffer per recorded launch, allocated on first use and kept, instead of a fresh
+        allocation per call. Calls on other streams may write it at the same time; nothing reads it."""
+        L = self.l_scratch
+        if L is None:
+            L = self.l_scratch = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
+        return L
+
+
+@dataclass
+class Launch(KeptL):
+    """What one normal-path call launched: enough to repeat it without Triton's front end."""
+
+    kernel: object            # triton.compiler.CompiledKernel
+    grid: tuple[int, int, int]
+    tail: tuple               # every argument after the five pointers, in signature order
+    l_shape: torch.Size       # O needs no record: every call allocates it by empty_output(Q)
+
+    l_scratch: torch.Tensor | None = field(default=None, repr=False)
+
+    def __call__(self, Q, K, V, need_l: bool = True):   # the per-call hot path: no imports or checks here
+        O = empty_output(Q)   # as the recorded call allocated it (allocate_outputs)
+        L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
+        run_compiled(self.kernel, self.grid, (Q, K, V, O, L, *self.tail), Q.device.index)
+        return O, L
+
+
+def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: int) -> None:
+    """Launch a CompiledKernel (what `jit_fn[grid](...)` returned) on the current stream, skipping
+    Triton's argument binding and specialisation: `args` is every parameter in signature order,
+    constexprs included, exactly as the first launch bound them.
+
+    Launch hooks (Proton's, any registered with knobs.runtime) still fire. When none is registered
+    the launcher gets None for both hooks and no launch metadata: in Triton 3.6 and 3.9 the hooks are
+    HookChain objects that are never None, so its own JIT path builds the metadata and has the C
+    launcher call two empty chains back into Python on every launch. Without hooks the C launcher
+    is called directly (DirectLauncher), each tensor descriptor's CUtensorMap encoded once per base
+    address rather than on every launch."""
+    stream = driver.active.get_current_stream(device_index)
+    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    if not _hooked(enter) and not _hooked(leave):
+        direct = DirectLauncher.of(kernel)
+        if direct is not None:
+            direct(grid, stream, args)
+            return
+        kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
+        return
+    meta = kernel.launch_metadata(grid, stream, *args)
+    kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *args)
+
+
+class DirectLauncher:
+    """A CompiledKernel's C launch function called directly, for a hook-free repeat.
+
+    Triton's launcher (backends/nvidia/driver.py) wraps the C function in Python: CudaLauncher allocates scratch
+    (none for these kernels) and its descriptor wrapper turns every host TensorDescriptor into a CUtensorMap on every
+    launch (cuTensorMapEncodeTiled through fill_tma_descriptor). With four descriptors that is most of v7's launch
+    step, 18.5 us per call against v6's 6.9 without descriptors (results/nvidia-h200/hostpath/steps.csv). Here each
+    descriptor's expansion is kept on the descriptor object and reused while its base address is the same (the
+    recorded launches keep their descriptors and change only the base; shapes and strides are fixed by the launch's
+    signature).
+
+    The C function and its argument order come from fa2triton.triton_compat.direct_launch (Triton 3.6's per-kernel
+    launcher, 3.9's generic one); for any other layout, a kernel with scratch, or a descriptor the frontend
+    decomposed itself (no TMA metadata), `of` returns None and run_compiled takes Triton's own launcher."""
+
+    __slots__ = ("call", "expand", "function", "packed")
+
+    @staticmethod
+    def of(kernel):
+        """The kernel's DirectLauncher, built on first use and kept on the kernel; None where it cannot apply."""
+        try:
+            return kernel.__dict__["_fa2_direct"]
+        except KeyError:
+            pass
+        try:
+            direct = DirectLauncher(kernel)
+        except Exception:  # noqa: BLE001 - another Triton's launcher: its own path still works
+            direct = None
+        kernel.__dict__["_fa2_direct"] = direct
+        return direct
+
+    def __init__(self, kernel):
+        self.call, self.expand = direct_launch(kernel.run)
+        self.function, self.packed = kernel.function, kernel.packed_metadata
+
+    def __call__(self, grid, stream, args):   # the per-call hot path
+        if self.expand:
+            args = list(args)
+            for i, meta in self.expand:
+                args[i:i + 1] = self.encoded(args[i], meta)
+        self.call(grid, stream, self.function, self.packed, args)
+
+    @staticmethod
+    def encoded(desc, meta) -> list:
+        """[CUtensorMap, *shape, *strides] for one descriptor, as Triton's launcher expands it, kept on the
+        descriptor while its base address and this kernel's metadata for it are unchanged."""
+        ptr = desc.base.data_ptr()
+        kept = desc.__dict__.get("_fa2_encoded")
+        if kept is not None and kept[0] == ptr and kept[1] is meta:
+            return kept[2]
+        out = encode_descriptor(desc, meta)
+        desc.__dict__["_fa2_encoded"] = (ptr, meta, out)
+        return out
+
+
+def _hooked(hook) -> bool:
+    """A launch hook that would do something: a HookChain (Triton >= 3.4) with calls, or any other
+    non-None callable (earlier Triton)."""
+    return bool(getattr(hook, "calls", hook))
+
+
+def compiled_or_none(ret):
+    """What a `jit_fn[grid](...)` call returned, if it is a binary that `run_compiled` can repeat:
+    None under the interpreter, which launches nothing."""
+    return ret if ret is not None and hasattr(ret, "packed_metadata") else None
+
+
+def aligned_cuda(*tensors) -> bool:
+    """Every tensor on a GPU, its data 16-byte aligned and its last stride 1: the inputs for which
+    Triton's specialisation (pointer alignment, unit stride) is the same on every call with the
+    same shapes and strides, so a recorded launch may be repeated. Anything else (not a tensor,
+    0-d) is False. It runs on every call, so it is kept to attribute reads: no check of the
+    interpreter here, since under it nothing is compiled and no launch is ever recorded
+    (compiled_or_none), whatever the inputs' device."""
+    try:
+        for t in tensors:
+            if not t.is_cuda or t.data_ptr() % 16 or t.stride(-1) != 1:
+                return False
+    except (AttributeError, TypeError, IndexError, RuntimeError):
+        return False
+    return True
+
+
+class NoGradContext:
+    """What `forward(ctx, ...)` gets when no gradient can be asked for: saves and marks go nowhere,
+    attributes are kept on the object (and dropped with it)."""
+
+    def save_for_backward(self, *tensors):
+        pass
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+    def set_materialize_grads(self, value):
+        pass
+
+
+class LeanApply:
+    """Mixin for a torch.autograd.Function (listed first among the bases): `apply` skips autograd when
+    grad mode is off or no argument is a tensor that requires a gradient (the output then has no
+    grad_fn either way), and is torch.autograd.Function.apply otherwise."""
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        if torch.is_grad_enabled():
+            for a in args:   # a loop: no generator built on every call
+                if getattr(a, "requires_grad", False):
+                    return super().apply(*args, **kwargs)
+        return cls.forward(NoGradContext(), *args, **kwargs)
+
+
+_KEEP_L, _NO_L = {}, {"need_l": False}   # a forward repeat's keyword arguments: fresh L, or the scratch
+
+
+class LaunchCache:
+    """signature -> launch. `stats` counts normal-path ('slow') and cached ('fast') calls. The
+    forward's key is `signature`; the backward (fa2triton/flash_backward_triton.py) builds
+    its own and calls `lookup`."""
+
+    def __init__(self):
+        self.entries: dict[tuple, Launch] = {}
+        self.stats: Counter = Counter()
+
+    @staticmethod
+    def signature(Q, K, V, mode):
+        """The cache key, or None when this input must take the normal path."""
+        if not aligned_cuda(Q, K, V):
+            return None
+        return (Q.shape, K.shape, V.shape, Q.stride(), K.stride(), V.stride(), Q.dtype, K.dtype, V.dtype,
+                Q.device, mode)
+
+    def __call__(self, Q, K, V, mode, slow: Callable, ctx=None):
+        """The forward's entry: `mode` is whatever else selects the kernel (the mask, a window:
+        hashable); `slow(Q, K, V, mode)` runs the normal path and returns (O, L, Launch or None).
+        With a NoGradContext as `ctx` (nobody will read L) a repeat writes L to the launch's scratch;
+        any other ctx (autograd's) gets the key as `ctx.launch_key`, for the backward's own cache."""
+        key, no_grad = self.signature(Q, K, V, mode), type(ctx) is NoGradContext
+        if ctx is not None and not no_grad:
+            ctx.launch_key = key
+        # slow's own arguments rather than a closure over them: no closure built on every call, hit or not
+        return self.lookup(key, (Q, K, V), slow, _NO_L if no_grad else _KEEP_L, (Q, K, V, mode))
+
+    def lookup(self, key, fast_args: tuple, slow: Callable, fast_kwargs: dict = _KEEP_L,
+               slow_args: tuple = ()) -> tuple:
+        """`launch(*fast_args, **fast_kwargs)` if `key` has a recorded launch; otherwise `slow(*slow_args)`,
+        which returns (*outputs, launch or None), and the launch is recorded under `key` (unless key is None)."""
+        launch = self.entries.get(key) if key is not None else None
+        if launch is not None:
+            self.stats["fast"] += 1
+            return launch(*fast_args, **fast_kwargs)
+        self.stats["slow"] += 1
+        *outputs, launch = slow(*slow_args)
+        if key is not None and launch is not None:
+            self.entries[key] = launch
+        return tuple(outputs)

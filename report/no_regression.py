@@ -1,0 +1,158 @@
+"""The refactor's no-regression check (scripts/compare_trees.py): checkouts' versions timed in alternating fresh
+processes, round by round; per version, mode and shape the ratio after / before of each complete round (both trees
+measured in it). Rows from before the script timed several versions are v7's forward.
+
+`ratios` is the one implementation: this page and `python scripts/compare_trees.py --summary` both print it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pandas as pd
+
+from figures import data
+from report.tables import NOT_YET, md_table, numeric, rel
+
+COLUMNS = ("N", "D", "causal", "round", "tree", "tree_commit", "ms", "pct_of_sdpa", "graph_ms")
+KEY = ("version", "mode", "N", "D", "causal")   # one comparison per key
+METRICS = ("ms", "pct_of_sdpa", "graph_ms")   # do_bench ms, % of cuDNN (do_bench), graph-replay ms
+LEVEL = 0.01                                  # within 1%: level
+TASK = "python scripts/compare_trees.py --tree before=<old checkout> --tree after=."
+
+
+def load(path: Path) -> pd.DataFrame:
+    df = data.load(Path(path), COLUMNS)
+    df = numeric(df, path, ("N", "D", "causal", "round", *METRICS))
+    for col, old in (("version", "v7_hopper"), ("mode", "fwd")):   # rows from when only v7's forward was timed
+        df[col] = df[col].fillna(old).astype(str) if col in df else old
+    return df.assign(tree=df.tree.astype(str), tree_commit=df.tree_commit.fillna("").astype(str))
+
+
+def labels(df: pd.DataFrame, a: str | None = None, b: str | None = None) -> tuple[str, str]:
+    """(A, B): the given labels, else before and after where both are present, else the first two in file order; a
+    label with no rows is a ResultsError."""
+    seen = list(dict.fromkeys(df.tree))
+    if a is None or b is None:
+        a, b = ("before", "after") if {"before", "after"} <= set(seen) else (seen + ["", ""])[:2]
+    for t in (a, b):
+        if t not in seen:
+            raise data.ResultsError(f"compare_trees rows have no tree {t!r} (trees: {', '.join(seen) or 'none'})")
+    return a, b
+
+
+def pooled(df: pd.DataFrame, b: str) -> pd.DataFrame:
+    """The rounds that measured B at its latest commit (the last in file order): a later checkout of B starts a new
+    comparison, and the rounds of an earlier one are history, not pooled with it. `ratios` asks this per version and
+    mode, so a version measured later does not retire another version's rounds."""
+    mine = df[df.tree == b]
+    if not len(mine):
+        return df
+    rounds = set(mine[mine.tree_commit == mine.tree_commit.iloc[-1]]["round"])
+    return df[df["round"].isin(rounds)]
+
+
+def ratios(df: pd.DataFrame, a: str, b: str) -> list[dict]:
+    """Per (version, mode, N, D, causal): the complete rounds of B's latest commit for that version and mode
+    (`pooled`) and, for each metric, the per-round ratios B / A (a round counts when both trees have that shape's row
+    in it; the last row per round and tree where a round was re-run)."""
+    out = []
+    df = df[df.tree.isin([a, b])]
+    df = pd.concat([pooled(g, b) for _, g in df.groupby(["version", "mode"], sort=False)]) if len(df) else df
+    for (version, mode, N, D, c), g in df.groupby(list(KEY), sort=False):
+        key = {"version": version, "mode": mode, "N": int(N), "D": int(D), "causal": int(c)}
+        per = g.drop_duplicates(["round", "tree"], keep="last").pivot(index="round", columns="tree", values=list(METRICS))
+        if a not in per["ms"] or b not in per["ms"]:
+            out.append({**key, "rounds": 0, **{m: [] for m in METRICS}})
+            continue
+        per = per[per["ms"][a].notna() & per["ms"][b].notna()]
+        out.append({**key, "rounds": len(per), **{m: (per[m][b] / per[m][a]).dropna().tolist() for m in METRICS}})
+    return sorted(out, key=lambda r: tuple(r[k] for k in KEY))
+
+
+def cell(xs: list[float], spec: str = ".3f") -> str:
+    return f"{statistics.median(xs):{spec}} ({min(xs):{spec}}–{max(xs):{spec}})" if xs else "–"
+
+
+def timed(r: dict) -> tuple[str, list[float]]:
+    """The time ratios a comparison is judged by: graph replay's, or do_bench's where nothing was captured (the
+    backward)."""
+    return ("graph replay", r["graph_ms"]) if r["graph_ms"] else ("do_bench", r["ms"])
+
+
+def verdict(r: dict, b: str = "after") -> str:
+    """'within 1%' when the median ratio is within 1% by graph replay and by % of cuDNN; else, for each measure off by
+    more, 'level (spread)' when its rounds' min-max holds 1 (a difference under the spread is noise), or by how much
+    B is slower or faster."""
+    if not r["rounds"]:
+        return "no complete round"
+    if r["rounds"] < 2:
+        return "one round: no spread to judge by"
+    by = timed(r)
+    graph, pct = statistics.median(by[1]), statistics.median(r["pct_of_sdpa"])
+    if abs(graph - 1) <= LEVEL and abs(pct - 1) <= LEVEL:
+        return f"within {100 * LEVEL:.0f}%"
+    said = []
+    for name, values, m, slower in ((*by, graph, graph > 1),                             # a time ratio > 1: slower
+                                    ("% of cuDNN", r["pct_of_sdpa"], pct, pct < 1)):       # a % ratio < 1: slower
+        if abs(m - 1) <= LEVEL:
+            continue
+        if min(values) <= 1 <= max(values):
+            said.append(f"{name}: level (the spread holds 1)")
+        else:
+            said.append(f"{name}: {b} {'slower' if slower else 'faster'} by {100 * abs(m - 1):.1f}%")
+    return "; ".join(said)
+
+
+def table(rows: list[dict], b: str = "after") -> str:
+    return md_table(["version", "mode", "N", "D", "causal", "rounds", "do_bench ms", "% of cuDNN", "graph-replay ms",
+                     "verdict"],
+                    [[f"`{r['version']}`", r["mode"], r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"],
+                      cell(r["ms"]),
+                      cell(r["pct_of_sdpa"]), cell(r["graph_ms"]), verdict(r, b)] for r in rows])
+
+
+def path_of(gpu, root) -> Path:
+    return data.root(root) / gpu / "experiments" / "compare_trees.csv"
+
+
+def compare(gpu, root) -> tuple[pd.DataFrame, str, str, list[dict]] | None:
+    path = path_of(gpu, root)
+    if not path.exists():
+        return None
+    df = load(path)
+    a, b = labels(df)
+    return pooled(df, b), a, b, ratios(df, a, b)
+
+
+def within_count(gpu, root) -> str:
+    """REPORT.md's one line: how many shapes are within 1%, and where the page is."""
+    found = compare(gpu, root)
+    link = "[its page](docs/report/compare_trees.md)"
+    if found is None:
+        return f"The refactor's no-regression check: {NOT_YET} (`{TASK}`)."
+    _, a, b, rows = found
+    within = sum(verdict(r, b).startswith("within") for r in rows)
+    return (f"v7's refactor check ({link}), {b} ÷ {a} in alternating fresh processes: within {100 * LEVEL:.0f}% by "
+            f"graph replay and % of cuDNN (medians of per-round ratios) at {within} of {len(rows)} shapes.")
+
+
+def section_compare_trees(gpu, root) -> str:
+    found = compare(gpu, root)
+    if found is None:
+        return f"{NOT_YET}: `{TASK}` writes `{rel(path_of(gpu, root))}`."
+    df, a, b, rows = found
+    trees = []
+    for t in (a, b):
+        g = df[df.tree == t]
+        trees.append([t, ", ".join(f"`{c}`" for c in dict.fromkeys(g.tree_commit)), g["round"].nunique()])
+    complete = max((r["rounds"] for r in rows), default=0)
+    return "\n".join([
+        f"Two checkouts' v7 ({a} and {b}), one fresh process per tree and round, the trees alternating, each timing its "
+        f"own v7 and cuDNN on the same inputs by do_bench and by CUDA-graph replay. Per shape, over the complete rounds "
+        f"(both trees measured in that round; up to {complete} here), the median (min–max) of each round's ratio "
+        f"{b} ÷ {a}: of do_bench ms, of % of cuDNN and of graph-replay ms. Verdict: within {100 * LEVEL:.0f}% when the "
+        f"median is within {100 * LEVEL:.0f}% by graph replay and by % of cuDNN, else what each says. "
+        f"Source: `{rel(path_of(gpu, root))}`.", "",
+        md_table(["tree", "commit", "rounds measured"], trees), "", table(rows, b)])

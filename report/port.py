@@ -1,0 +1,124 @@
+"""The Triton 3.9 port (scripts/compare_trees.py into port_triton39.csv): three trees timed in alternating fresh
+processes, round by round: the block-pointer kernels on Triton 3.6 (BEFORE), the pointer port on 3.6 (PORT) and the
+same checkout on 3.9 (T39). Two comparisons, each `compare_trees.ratios`: the port on 3.6 (PORT / BEFORE), and 3.9
+against 3.6 (T39 / PORT). REPORT.md gets a row per version (`section_port_brief`); the page every shape.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from figures import data
+from report import no_regression as ct
+from report.tables import NOT_YET, fmt, md_table, rel
+
+CSV = "port_triton39.csv"
+BEFORE, PORT, T39 = "bp36", "t36", "t39"
+COMPARISONS = ((BEFORE, PORT, "the port on Triton 3.6: pointer arithmetic ÷ block pointers"),
+               (PORT, T39, "Triton 3.9 ÷ Triton 3.6, the same checkout"))
+TASK = ("python scripts/compare_trees.py --csv port_triton39.csv --kernel all --tree bp36=<block-pointer checkout> "
+        "--tree t36=. --tree t39=. --env t39:PYTHONPATH=<Triton 3.9>")
+PAGE = "[its page](docs/report/compare_trees.md#the-triton-39-port)"
+
+
+def path_of(gpu, root) -> Path:
+    return data.root(root) / gpu / "experiments" / CSV
+
+
+def _load(gpu, root):
+    path = path_of(gpu, root)
+    return ct.load(path) if path.exists() else None
+
+
+def _us(df, tree: str, r: dict) -> float:
+    """`tree`'s median time in µs at r's version, mode and shape over its rounds: by graph replay, or by do_bench
+    where nothing was captured (the backward)."""
+    g = df[(df.tree == tree) & (df.version == r["version"]) & (df["mode"] == r["mode"]) & (df.N == r["N"])
+           & (df.D == r["D"]) & (df.causal == r["causal"])]
+    col = "graph_ms" if g.graph_ms.notna().any() else "ms"
+    return 1e3 * statistics.median(g[col].dropna()) if len(g) else float("nan")
+
+
+def _tritons(df, tree: str) -> str:
+    t = df[df.tree == tree]
+    return ", ".join(sorted(set(t.triton.astype(str)))) if "triton" in t else "?"
+
+
+def comparison_table(df, a: str, b: str) -> str:
+    """Every version, mode and shape that both trees measured (a round of either alone is left out)."""
+    rows = [r for r in ct.ratios(df, a, b) if r["rounds"]]
+    return md_table(["version", "mode", "N", "D", "causal", "rounds", f"µs, {a}", f"µs, {b}",
+                     f"graph-replay ms {b} ÷ {a}", f"do_bench ms {b} ÷ {a}", f"% of cuDNN {b} ÷ {a}", "verdict"],
+                    [[f"`{r['version']}`", r["mode"], r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"],
+                      _us(df, a, r), _us(df, b, r), ct.cell(r["graph_ms"]), ct.cell(r["ms"]),
+                      ct.cell(r["pct_of_sdpa"]), ct.verdict(r, b)] for r in rows])
+
+
+def section_port(gpu, root) -> str:
+    df = _load(gpu, root)
+    if df is None:
+        return f"{NOT_YET}: `{TASK}` writes `{rel(path_of(gpu, root))}`."
+    parts = [f"Three trees, one fresh process per tree and round, the order rotating each round, each timing its own "
+             f"versions and cuDNN on the same inputs (B = 4, H = 8, bf16) by do_bench (L2 flushed) and by CUDA-graph "
+             f"replay: `{BEFORE}` the block-pointer kernels on Triton {_tritons(df, BEFORE)}, `{PORT}` the pointer "
+             f"port on Triton {_tritons(df, PORT)}, `{T39}` the same checkout on Triton {_tritons(df, T39)}. µs: each "
+             f"tree's median over its rounds, by graph replay (the backward: by do_bench); ratios: the median "
+             f"(min–max) of the per-round ratios over the complete rounds. Verdict: within {100 * ct.LEVEL:.0f}% "
+             f"by graph replay and by % of cuDNN, else what each says (a spread that holds 1 is level). Backward "
+             f"rows time the backward alone, by do_bench. At small N, do_bench times the host path of the versions "
+             f"that launch through Triton's JIT (v0–v4), and what it reads there changes from process to process: "
+             f"graph replay is the kernels' time. "
+             f"Source: `{rel(path_of(gpu, root))}`."]
+    for a, b, title in COMPARISONS:
+        if not {a, b} <= set(df.tree):
+            parts += ["", f"### {title}", "", f"{NOT_YET} (no `{a}` or no `{b}` rows)."]
+            continue
+        parts += ["", f"### {title}", "", comparison_table(df, a, b)]
+    return "\n".join(parts)
+
+
+def short(r: dict | None) -> str:
+    """A comparison in a few words, by its time ratio alone (graph replay, else do_bench): "–" unmeasured, "1 round",
+    "level" within 1% or where the rounds' spread holds 1, else faster or slower by the median's percentage."""
+    if r is None or not r["rounds"]:
+        return "–"
+    if r["rounds"] < 2:
+        return "1 round"
+    xs = ct.timed(r)[1]
+    m = statistics.median(xs)
+    if abs(m - 1) <= ct.LEVEL or min(xs) <= 1 <= max(xs):
+        return "level"
+    return f"{'slower' if m > 1 else 'faster'} {100 * abs(m - 1):.1f}%"
+
+
+def section_port_brief(gpu, root) -> str:
+    """REPORT.md's table: per version and mode at the largest N measured (D = 64), each tree's time and both
+    comparisons in short, non-causal / causal in each cell."""
+    df = _load(gpu, root)
+    if df is None or not {PORT, T39} <= set(df.tree):
+        return f"Triton 3.6 against 3.9, per round: {NOT_YET} (`{TASK}`)."
+    N = int(df.N.max())
+    found = {(a, b): {(r["version"], r["mode"], r["causal"]): r for r in ct.ratios(df, a, b)
+                      if r["N"] == N and r["D"] == 64} for a, b, _ in COMPARISONS if {a, b} <= set(df.tree)}
+    table, unjudged = [], []
+    for version, mode in sorted({k[:2] for rows in found.values() for k in rows}):
+        def both(f):
+            return " / ".join(f(c) for c in (0, 1))
+
+        def us(tree):
+            return both(lambda c: fmt(_us(df, tree, {"version": version, "mode": mode, "N": N, "D": 64, "causal": c}),
+                                      ".0f"))
+
+        verdicts = [both(lambda c, k=k: short(found.get(k, {}).get((version, mode, c))))
+                    for k in ((a, b) for a, b, _ in COMPARISONS)]
+        if not any(w not in ("–", "1 round") for v in verdicts for w in v.split(" / ")):   # nothing judged
+            unjudged.append(f"`{version}`")
+            continue
+        table.append([f"`{version}`", mode, us(BEFORE), us(PORT), us(T39), *verdicts])
+    return "\n".join([
+        f"Triton 3.6 and 3.9 side by side, per round ({PAGE}): µs at N = {N}, D = 64, non-causal / causal "
+        f"(medians; graph replay, the backward do_bench); verdicts from the per-round time ratios"
+        + (f" ({', '.join(dict.fromkeys(unjudged))}: too few rounds)" if unjudged else "") + ":", "",
+        md_table(["version", "mode", f"µs {BEFORE}", f"µs {PORT}", f"µs {T39}", "port ÷ block pointers",
+                  "3.9 ÷ 3.6"], table)])

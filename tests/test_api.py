@@ -1,0 +1,141 @@
+"""The library's calls (fa2triton.attention, flash_attn_func) against SDPA, for every version: forward and gradients in
+float64 terms, SDPA's layout with other strides, flash-attn's layout, a scale, and one clear error per bad input.
+
+On a machine without a GPU the kernels run under Triton's interpreter (tests/conftest.py). This file imports fa2triton
+alone (no lab), so that CI runs it against the package installed without -e, from outside the checkout.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fa2triton
+from fa2triton import api, attention, flash_attn_func, versions
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+NAMES = [v.name for v in fa2triton.VERSIONS]
+TOL = {torch.float32: 2e-3, torch.bfloat16: 3e-2}   # relative Frobenius error against float64 (TF32 on a GPU)
+
+
+def sdpa64(q, k, v, is_causal, scale=None):
+    """SDPA in float64 on the CPU, the reference."""
+    return F.scaled_dot_product_attention(*(t.detach().double().cpu() for t in (q, k, v)), is_causal=is_causal,
+                                          scale=scale)
+
+
+def rel(out, ref) -> float:
+    out = out.detach().double().cpu()
+    return float((out - ref).norm() / ref.norm())
+
+
+def bhnd(B, H, N, D, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, H, N, D, generator=g).to(dtype=dtype, device=DEVICE)
+
+
+def test_the_package_carries_every_versions_kernels():
+    """The registry's folders live inside the package (what `pip install .` installs), each with its kernel file and,
+    for the tuned versions, its configs.json; VERSIONS is the registry."""
+    package = Path(fa2triton.__file__).resolve().parent
+    assert versions.KERNELS == package / "kernels" and fa2triton.VERSIONS is versions.VERSIONS
+    for v in versions.VERSIONS:
+        assert v.path.is_file(), v.path
+    assert all((versions.KERNELS / n / "configs.json").is_file() for n in NAMES if n != "v0_baseline")
+    assert (package / "backward_configs.json").is_file()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_forward_and_gradients_match_sdpa(name):
+    """Every version by name: causal with N_q != N_k, its output and the three gradients through autograd."""
+    q = bhnd(1, 2, 48, 32, seed=1).requires_grad_()
+    k, v = (bhnd(1, 2, 64, 32, seed=s).requires_grad_() for s in (2, 3))
+    out = attention(q, k, v, is_causal=True, version=name)
+    assert out.shape == (1, 2, 48, 32) and out.dtype == q.dtype
+    ref64 = (q, k, v)
+    qd, kd, vd = (t.detach().double().cpu().requires_grad_() for t in ref64)
+    ref = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True)
+    assert rel(out, ref.detach()) < TOL[torch.float32]
+    dO = bhnd(1, 2, 48, 32, seed=4)
+    grads = torch.autograd.grad(out, (q, k, v), dO)
+    want = torch.autograd.grad(ref, (qd, kd, vd), dO.double().cpu())
+    for g, w, what in zip(grads, want, "qkv"):
+        assert rel(g, w) < TOL[torch.float32], f"{name}: d{what}"
+
+
+@pytest.mark.parametrize("name", ["v5_final", "v7_hopper"])
+def test_other_strides_bf16_and_a_scale(name):
+    """q, k, v as views of flash-attn's layout (the kernel gets them with rows 2 heads apart), bf16, non-causal, a
+    scale other than 1/sqrt(D)."""
+    q, k, v = (bhnd(1, 64, 2, 32, torch.bfloat16, seed=s).transpose(1, 2) for s in (5, 6, 7))   # (1, 2, 64, 32)
+    assert not q.is_contiguous()
+    assert rel(attention(q, k, v, version=name), sdpa64(q, k, v, False)) < TOL[torch.bfloat16]
+    assert rel(attention(q, k, v, scale=0.3, version=name), sdpa64(q, k, v, False, 0.3)) < TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attn_func_takes_flash_attns_layout(causal):
+    q, k, v = (bhnd(2, 40, 3, 16, seed=s) for s in (8, 9, 10))   # (B, N, H, D)
+    out = flash_attn_func(q, k, v, causal=causal, softmax_scale=0.2, version="v4_exp2")
+    assert out.shape == q.shape
+    ref = sdpa64(*(t.transpose(1, 2) for t in (q, k, v)), causal, 0.2).transpose(1, 2)
+    assert rel(out, ref) < TOL[torch.float32]
+
+
+class _Recorder:
+    """Stands in for a version's FlashAttentionTriton: records what apply gets, returns zeros of Q's shape."""
+
+    def __init__(self):
+        self.args = None
+
+    def apply(self, Q, K, V, causal):
+        self.args = (Q, K, V, causal)
+        return torch.zeros_like(Q)
+
+
+def test_views_not_copies_where_the_strides_allow(monkeypatch):
+    """SDPA's layout with B and H on one stride, and flash-attn's with B = 1, reach the kernel as views; flash-attn's
+    with B > 1 cannot (B and H need one stride), so apply gets a copy there."""
+    fake = _Recorder()
+    monkeypatch.setitem(api._FUNCTIONS, "fake", fake)
+    q = torch.randn(2, 3, 8, 16)
+    attention(q, q, q, version="fake")
+    assert all(t.data_ptr() == q.data_ptr() and t.shape == (6, 8, 16) for t in fake.args[:3])
+    one = torch.randn(1, 8, 3, 16)
+    flash_attn_func(one, one, one, version="fake")
+    assert fake.args[0].data_ptr() == one.data_ptr() and fake.args[0].stride() == (16, 48, 1)
+    two = torch.randn(2, 8, 3, 16)
+    flash_attn_func(two, two, two, version="fake")
+    assert fake.args[0].is_contiguous() and fake.args[0].data_ptr() != two.data_ptr()
+
+
+def test_a_version_is_loaded_once():
+    attention(*(bhnd(1, 1, 16, 16) for _ in range(3)), version="v0_baseline")
+    assert api._FUNCTIONS["v0_baseline"] is versions.load("v0_baseline").FlashAttentionTriton
+
+
+q4 = torch.randn(1, 2, 16, 32)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: attention(q4, q4, q4, version="v8"), r"unknown kernel version 'v8'; known: v0_baseline, .*v7_hopper"),
+    (lambda: attention(q4[0], q4, q4), r"q must be a 4-D tensor \(batch, heads, sequence, head_dim\), got shape"),
+    (lambda: attention([1], q4, q4), r"q must be a 4-D tensor .*got a list"),
+    (lambda: attention(q4, torch.randn(1, 3, 16, 32), q4), r"q, k and v must share batch, heads and head dimension"),
+    (lambda: attention(q4, q4, torch.randn(1, 2, 8, 32)), r"and k and v their length"),
+    (lambda: flash_attn_func(q4, q4, torch.randn(1, 2, 8, 32)), r"\(batch, sequence, heads, head_dim\); got"),
+    (lambda: flash_attn_func(q4, torch.randn(1, 3, 16, 32), torch.randn(1, 3, 16, 32), causal=True),
+     r"causal with seqlen_q 2 != seqlen_k 3"),
+    (lambda: attention(q4, q4, q4, scale=math.inf), r"scale must be a finite number, got inf"),
+    (lambda: attention(q4.int(), q4.int(), q4.int()), r"Q has dtype torch.int32; supported: bfloat16, float16"),
+    (lambda: attention(*(torch.randn(1, 2, 16, 96) for _ in range(3))), r"head dimension 96 cannot be tiled"),
+    (lambda: attention(*(torch.empty(1, 2, 16, 32, device="meta") for _ in range(3))), r"on device 'meta'"),
+])
+def test_bad_input_gets_one_clear_error(call, message):
+    with pytest.raises((ValueError, TypeError), match=message) as e:
+        call()
+    assert "\n" not in str(e.value)
