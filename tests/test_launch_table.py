@@ -14,7 +14,6 @@ import torch
 from fa2triton import launch_table, versions
 from fa2triton.buckets import bucket
 from fa2triton.gpu import interpreting
-from fa2triton.lean_path import LaunchCache
 from fa2triton.interpret import autotuner_of, only_config
 from fa2triton.launch_table import (PROVENANCE_FIELDS, Gpu, Launch, LaunchTableError, LaunchTableWarning, Signature,
                                  Table, lookup)
@@ -202,15 +201,6 @@ def test_v7s_own_table_file_if_committed_is_valid_and_measured_on_a_gpu():
 
 # ------------------------------------------------------------------------------------------------ v7 with a table
 
-@pytest.fixture
-def fresh(monkeypatch):
-    """No launch recorded, the table choosing (v7's default), nothing forced."""
-    monkeypatch.setattr(FA, "launches", LaunchCache())
-    monkeypatch.setattr(FA, "LAUNCH_FROM", "table")
-    monkeypatch.setattr(FA, "FORCE_PATH", None)
-    monkeypatch.setattr(FA, "GLUON", True)
-
-
 def forbid_the_race(monkeypatch):
     """Every timing step of the race raises: v7 with a table must call none of them."""
     def never(*args, **kwargs):
@@ -227,7 +217,7 @@ def qkv(N, D=64, B=1, dtype=torch.bfloat16, seed=0):
 
 
 @interpreted
-def test_v7_launches_the_tables_gluon_choice_untimed(fresh, monkeypatch):
+def test_v7_launches_the_tables_gluon_choice_untimed(fresh_v7, monkeypatch):
     fake = install(monkeypatch, v7)
     forbid_the_race(monkeypatch)
     monkeypatch.setattr(FA, "LAUNCH_TABLE", table(entry(N=512, BH=1, won=("gluon", "b"),
@@ -238,7 +228,7 @@ def test_v7_launches_the_tables_gluon_choice_untimed(fresh, monkeypatch):
 
 
 @interpreted
-def test_v7_launches_the_tables_tl_choice_pinned_and_matches_float64(fresh, monkeypatch):
+def test_v7_launches_the_tables_tl_choice_pinned_and_matches_float64(fresh_v7, monkeypatch):
     first = TUNER.configs[0].kwargs
     chosen = next(c for c in TUNER.configs if (c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"])
                   != (first["Q_TILE_SIZE"], first["K_TILE_SIZE"]))
@@ -256,7 +246,7 @@ def test_v7_launches_the_tables_tl_choice_pinned_and_matches_float64(fresh, monk
 
 
 @interpreted
-def test_a_tl_launch_the_race_timed_with_fewer_stages_is_launched_as_timed(fresh, monkeypatch):
+def test_a_tl_launch_the_race_timed_with_fewer_stages_is_launched_as_timed(fresh_v7, monkeypatch):
     """The autotuner times each candidate as fitted to the shared memory (prune_tma_configs drops stages where one
     does not fit, at D = 128 say): that form's label, which the race recorded, is a candidate too."""
     import triton
@@ -276,7 +266,7 @@ def test_a_tl_launch_the_race_timed_with_fewer_stages_is_launched_as_timed(fresh
 
 
 @interpreted
-def test_a_pinned_tl_configuration_runs_as_it_is_not_the_tables(fresh, monkeypatch):
+def test_a_pinned_tl_configuration_runs_as_it_is_not_the_tables(fresh_v7, monkeypatch):
     other = v7.config_label(TUNER.configs[-1])
     monkeypatch.setattr(FA, "LAUNCH_TABLE", table(entry(D=16, causal=1, N=128, BH=1, won=("tma", other),
                                                         raced=(("tma", other, 0.1),)), gpu=HERE))
@@ -288,7 +278,7 @@ def test_a_pinned_tl_configuration_runs_as_it_is_not_the_tables(fresh, monkeypat
 
 
 @interpreted
-def test_a_gpu_without_a_table_races_and_says_so_once(fresh, monkeypatch):
+def test_a_gpu_without_a_table_races_and_says_so_once(fresh_v7, monkeypatch):
     fake = install(monkeypatch, v7)
     monkeypatch.setattr(launch_table, "gpu_identity", lambda device=None: Gpu("nvidia-h100", "sm_90", 132))
     monkeypatch.setattr(FA, "LAUNCH_TABLE", table(entry()))   # the H200's only
@@ -302,7 +292,7 @@ def test_a_gpu_without_a_table_races_and_says_so_once(fresh, monkeypatch):
 
 
 @interpreted
-def test_a_stale_table_races_with_one_warning_not_a_wrong_launch(fresh, monkeypatch):
+def test_a_stale_table_races_with_one_warning_not_a_wrong_launch(fresh_v7, monkeypatch):
     fake = install(monkeypatch, v7, labels=("a", "c"))      # "b" is no candidate any more
     monkeypatch.setattr(launch_table, "gpu_identity", lambda device=None: H200)   # the interpreter is never warned
     monkeypatch.setattr(FA, "LAUNCH_TABLE", table(entry(N=512, BH=1, won=("gluon", "b"),
@@ -313,7 +303,7 @@ def test_a_stale_table_races_with_one_warning_not_a_wrong_launch(fresh, monkeypa
 
 
 @interpreted
-def test_launch_from_race_races_though_the_table_has_an_entry(fresh, monkeypatch):
+def test_launch_from_race_races_though_the_table_has_an_entry(fresh_v7, monkeypatch):
     fake = install(monkeypatch, v7)
     monkeypatch.setattr(FA, "LAUNCH_FROM", "race")
     monkeypatch.setattr(FA, "LAUNCH_TABLE", table(entry(N=512, BH=1, won=("gluon", "a"),
@@ -324,7 +314,7 @@ def test_launch_from_race_races_though_the_table_has_an_entry(fresh, monkeypatch
     assert fake.raced == [300] and fake.forwarded == [] and label_of(O) == "b" and v7.LAST_CHOICE == "tuned"
 
 
-def test_an_unknown_launch_choice_is_refused_by_name(fresh, monkeypatch):
+def test_an_unknown_launch_choice_is_refused_by_name(fresh_v7, monkeypatch):
     monkeypatch.setattr(FA, "LAUNCH_FROM", "bucket")
     with pytest.raises(ValueError, match="LAUNCH_FROM must be 'table' or 'race', got 'bucket'"):
         FA.apply(*qkv(64, D=16), False)

@@ -11,7 +11,6 @@ import torch
 
 from fa2triton import launch_table, versions
 from fa2triton.gpu import interpreting
-from fa2triton.lean_path import LaunchCache
 from fa2triton.launch_table import Gpu, LaunchTableError
 from fake_gluon import install, label_of
 
@@ -163,13 +162,6 @@ def test_the_task_needs_a_gpu_except_for_dry_run(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------------ v7's own race
-
-@pytest.fixture
-def fresh_v7(monkeypatch):
-    monkeypatch.setattr(FA, "launches", LaunchCache())
-    monkeypatch.setattr(FA, "LAUNCH_FROM", "table")
-    monkeypatch.setattr(FA, "FORCE_PATH", None)
-    monkeypatch.setattr(FA, "GLUON", True)
 
 
 @interpreted
