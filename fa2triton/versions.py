@@ -80,7 +80,8 @@ VERSIONS: tuple[Version, ...] = (
             "tiles reversed (longest causal tiles first); optional sliding window; the Triton backward",
             6, True, "v6_longest_first", "beyond: 6"),
     Version("v7_hopper", "v7 hopper", "v6 with Q, K, V, O as TMA descriptors and the next Q K^T issued before "
-            "each softmax, raced per input signature against a warp-specialized Gluon path; bf16/fp16 on sm_90, "
+            "each softmax, beside a warp-specialized Gluon path, each launch from a table raced per GPU; bf16/fp16 on "
+            "sm_90, "
             "v6's own path otherwise; the backward by warp-specialized Gluon kernels on sm_90", 7, True, "v7_hopper",
             "beyond: 7"),
 )

@@ -3,37 +3,28 @@
     python profiling/host_steps.py                            # v5_final, v6, v7 at N = 512, both masks
     python profiling/host_steps.py --kernel v5_final --N 512 1024 --repeats 7
 
-Every step is timed as the harness times host_us: calls back to back with the GPU queue never
-drained (fa2lab.timers.host_us_per_call), `--repeats` times; rows (median, min, max µs per call)
-go to results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
+Every step is timed as the harness times host_us: calls back to back with the GPU queue never drained
+(fa2lab.timers.host_us_per_call), `--repeats` times; rows (median, min, max µs per call) go to
+results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
 
   sdpa              F.scaled_dot_product_attention, the reference (one C++ op)
-  apply             FlashAttentionTriton.apply: what the harness's host_us measures (inputs that need no
-                    gradient: since fa2triton.lean_path.LeanApply, no torch.autograd.Function machinery)
+  apply             FlashAttentionTriton.apply: the harness's host_us (no input needing a gradient: LeanApply)
   apply_grad        the same with Q requiring a gradient: autograd's apply, a graph recorded per call
-  function_nop      a torch.autograd.Function whose forward only allocates O: the price of the
-                    Function machinery (ctx, apply's dispatch) whatever the kernel
+  function_nop      an autograd.Function whose forward only allocates O: the Function machinery's price
   cache_hit         the cached Launch called directly: signature lookup skipped, 2 allocations + launch
   signature         LaunchCache.signature + the dictionary lookup
   allocate          fa2triton.lean_path.empty_output(Q) + torch.empty(L): what a recorded launch's repeat allocates
   descriptors       v7's TMA path only: building the four tensor descriptors it needs on every call
   launch            CompiledKernel.run with O and L preallocated: Triton's launcher alone
 
-and, for versions with the Triton backward (v6, v7):
-  sdpa_backward     autograd.grad through SDPA on a kept graph
-  sdpa_flash_backward  the same through SDPA's FLASH_ATTENTION backend
-  backward          autograd.grad through FlashAttentionTriton on a kept graph (what bench --mode bwd times),
-                    in the version's BACKWARD_DQ_MODE ("auto": fused or separate by the problem's size)
-  backward_separate, backward_fused   the same with that dQ mode forced
-  backward_nop      the same through a Python torch.autograd.Function that saves the same five tensors and
-                    launches nothing: the floor of any backward written as one (autograd's engine and the
-                    Python node)
-  backward_direct   flash_attention_backward called directly: its key, four allocations and three launches
-  backward_direct_fused   the same in dq_mode="fused": its key, one to three allocations and one launch
-  backward_key      autograd's backward key (the forward's key + dO: forward_keyed_signature) and the lookup
-  backward_alloc    autograd's fused launch's gradient allocation (gradient_buffers: one block when Q and K have
-                    one shape and all three gradients are wanted)
-  backward_launch   the fused kernel's launch alone (CompiledKernel.run, gradients preallocated)
+and, for versions with the Triton backward (v6, v7), each autograd.grad on a kept graph unless said:
+  sdpa_backward, sdpa_flash_backward   through SDPA (its default backend; FLASH_ATTENTION)
+  backward          through FlashAttentionTriton (what bench --mode bwd times), in its BACKWARD_DQ_MODE;
+                    backward_separate, backward_fused: that dQ mode forced
+  backward_nop      through a Python autograd.Function saving the same five tensors, launching nothing (the floor)
+  backward_direct[_fused]   flash_attention_backward called directly (its key, allocations and launches)
+  backward_key, backward_alloc, backward_launch   the backward's key and lookup (forward_keyed_signature), its
+                    gradient allocation (gradient_buffers), the fused kernel's launch alone (CompiledKernel.run)
 
 apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch.
 """

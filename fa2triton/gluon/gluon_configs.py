@@ -88,7 +88,8 @@ def _align16(n: int) -> int:
     return -(-n // 16) * 16
 
 
-# v7's candidates, raced per input signature (gluon_forward_hopper.best_launch), the winner against v7's tl path.
+# v7's candidates: its launch table holds which one (or v7's tl path) each input signature launches, raced
+# offline by `invoke pick-launch` (gluon_forward_hopper.best_launch), or at run time where a GPU has no table.
 # Head dimension 64:
 V7_CANDIDATES = (
     # the persistent 128-row program whose consumers take turns at their exponentials (/et1 against ping-pong:

@@ -13,19 +13,11 @@ dimension and the mask; the grid is a function of the chosen query tile; the
 candidates are fitted to this GPU's shared memory before timing. The kernel body
 is v4's, unchanged.
 
-Host path (issue 8, not in the article): on the H200 the host spent 75 to 120 us per
-call (checks, Triton's argument binding, the autotuner's key) against a 10 us kernel at
-N = 512, so do_bench timed Python there. After the first call for an input signature,
-fa2triton.lean_path.LaunchCache launches the compiled kernel directly; the kernel and what it
-computes are unchanged. With the launch cache alone (results/nvidia-h200/hostpath/steps.csv,
-N = 512 non-causal): 31 us per apply against SDPA's 18, of which torch.autograd.Function's own
-machinery was 7. So `apply` (fa2triton.lean_path.LeanApply) calls forward directly when no input
-needs a gradient, as in the harness; with one that does, it is autograd's apply. With LeanApply and
-the timing lane pinned to 4 CPUs (the same file's first rows with an apply_grad step): 35.2 us per
-apply against SDPA's 27.9 (apply with a gradient-requiring input, through autograd: 49.9), of which
-allocating O and L took 12.2 and the launch 12.9. Beyond what those rows measured, a repeat without
-gradient writes L to a kept scratch buffer (nobody reads it) and the launch skips Triton 3.6's empty
-launch-hook chains (fa2triton.lean_path).
+Host path (issue 8, not in the article): at N = 512 the host's checks, argument binding and autotuner key cost
+more than the kernel, so do_bench timed Python. After the first call for an input signature,
+fa2triton.lean_path.LaunchCache launches the compiled kernel directly, and `apply` (LeanApply) calls forward
+directly when no input needs a gradient; the kernel and what it computes are unchanged. The per-step host times
+are on docs/report/host-path.md.
 
 Tuning per bucket of lengths (issue 40, not in the article): with BUCKETS (on by default) the first length
 of a power-of-two bucket of N_q and N_k is tuned as before and later lengths of the bucket launch its pick,

@@ -24,9 +24,7 @@ and multiplies it with an upcast V (TF32).
 
 The host path is v5's (fa2triton.lean_path). The backward is the Triton FlashAttention-2 backward
 (fa2triton/flash_backward_triton.py, issue 7) from the saved L; with a sliding window,
-which that kernel does not mask, it recomputes from L in PyTorch.
-
-Addressing: the article's kernel used block pointers (removed in Triton 3.9); this one computes the same
+which that kernel does not mask, it recomputes from L in PyTorch. Addressing: the article's kernel used block pointers (removed in Triton 3.9); this one computes the same
 tiles' addresses directly, with row masks.
 """
 

@@ -1,7 +1,8 @@
 """v7_hopper: v6_longest_first with Q, K, V and O as Hopper TMA tensor descriptors and a key loop that issues the next
-Q K^T before each softmax (the "tl path"), raced per input signature against a warp-specialized Gluon path
-(fa2triton/gluon/gluon_forward_hopper.py); v6 itself wherever neither applies. Why: on the H200 v6 waited for every
-wgmma before its softmax; every round, with its numbers and result paths, is in docs/worklogs/v7_hopper.md.
+Q K^T before each softmax (the "tl path"), beside a warp-specialized Gluon path
+(fa2triton/gluon/gluon_forward_hopper.py), each signature's launch looked up in a per-GPU table of raced launches;
+v6 itself wherever neither applies. Why: on the H200 v6 waited for every wgmma before its softmax; every round, with
+its numbers and result paths, is in docs/worklogs/v7_hopper.md.
 
 Which path runs (last_path() says which one the last call took):
 - "gluon": FlashAttentionTriton.GLUON on, not interpreting, the Gluon module's rules (bf16/fp16 on Hopper, no window,
@@ -12,15 +13,12 @@ Which path runs (last_path() says which one the last call took):
   under the interpreter (descriptor loads and stores, zero padding, clipped stores), so the tests check its indexing
   and masking on the CPU. Each configuration is a candidate with PIPELINE_QK = 1 (where pipelining_applies: wgmma,
   and the second score tile fits) and 0; the autotuner decides, a pinned one takes it from config_kwargs.
-- "v6": everything else (fp32, other GPUs, misaligned inputs): v6's module as committed (fa2triton.versions.load), its
-  own autotuner and configurations (under the interpreter, the tiles of v7's first candidate).
-FORCE_PATH ("tma", "v6", "gluon") overrides the choice; forcing "gluon" where it cannot run is an error naming why.
-FlashAttentionTriton.GLUON = False and RACE_TL = False turn the Gluon path and the race off (the lab sets them from
-its FA2_V7_GLUON and FA2_V7_RACE_TL switches, fa2lab.switches; the runtime reads no FA2_V7_* variable).
-
-The launch (LAUNCH_FROM "table"): the first call of a signature on the "gluon"/"tma" paths launches, untimed, what
-launch_table.json beside this file holds for this GPU (fa2triton.launch_table.lookup; `invoke pick-launch` writes it by
-running the race above offline); LAUNCH_FROM "race", or a GPU the table lacks (one warning), times and races instead.
+- "v6": everything else (fp32, other GPUs, misaligned inputs): v6's module as committed, with its own autotuner.
+FORCE_PATH ("tma", "v6", "gluon") overrides the choice (forcing "gluon" where it cannot run is an error naming why);
+GLUON = False and RACE_TL = False turn the Gluon path and the tl race off (the lab's switches, fa2lab.switches).
+The launch (LAUNCH_FROM "table"): a signature's first call launches, untimed, what launch_table.json beside this file
+holds for this GPU (fa2triton.launch_table.lookup; `invoke pick-launch` runs the race above offline to write it);
+LAUNCH_FROM "race", or a GPU the table lacks (one warning), times and races instead.
 
 Invariants, v6's algorithm: exp2 with the scale folded into one multiply-add; the key loop split into a masked
 window band, unmasked tiles and masked diagonal tiles, nothing outside visited; head on the grid's first axis, query
