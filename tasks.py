@@ -35,7 +35,7 @@ def _need_gpu(what: str, instead: str) -> None:
 
 
 def _versions(kernel: str, one: bool = False, also: tuple[str, ...] = ()) -> list:
-    """The versions --kernel names (fa2lab.versions.resolve), checked before anything runs or needs a GPU: an
+    """The versions --kernel names (fa2triton.versions.resolve), checked before anything runs or needs a GPU: an
     unknown name exits 2 with one line naming the known versions. `one`: exactly one version; `also`: other
     names the task takes (returned as no version)."""
     if kernel in also:
@@ -450,17 +450,19 @@ experiment.__doc__ += "\n" + experiments.describe().replace("\n  ", "\n    ").re
 
 
 @task(help={"kernel": "versions with the lean host path (comma-separated)", "N": "comma-separated sequence lengths",
-            "repeats": "timings of 200 calls per step"})
-def host_steps(c, kernel="v5_final,v6_longest_first,v7_hopper", N="512", repeats=5):
+            "repeats": "timings of 200 calls per step",
+            "steps": "the steps to time, comma-separated (default every one; issue 47: sdpa,apply,attention,"
+                     "flash_attn_func)"})
+def host_steps(c, kernel="v5_final,v6_longest_first,v7_hopper", N="512", repeats=5, steps=""):
     """Time each step of a forward call's host path alone.
 
-    Where the host time goes (issue 8): SDPA, apply, an empty autograd.Function, the cached
-    launch, its signature lookup, the allocations, v7's descriptors and Triton's launcher, each timed alone;
-    rows to results/<gpu>/hostpath/steps.csv. Needs a GPU."""
+    Where the host time goes (issues 8, 47): SDPA, apply, fa2triton's attention() and flash_attn_func() on views of
+    apply's inputs, an empty autograd.Function, the cached launch, its signature lookup, the allocations, v7's
+    descriptors and Triton's launcher, each timed alone; rows to results/<gpu>/hostpath/steps.csv. Needs a GPU."""
     _versions(kernel)
     _need_gpu("invoke host-steps", "results/<gpu>/hostpath/steps.csv holds the committed measurements")
     if _run([sys.executable, "profiling/host_steps.py", "--kernel", kernel, "--N", *N.split(","),
-             "--repeats", str(repeats)]) != 0:
+             "--repeats", str(repeats), *(["--steps", steps] if steps else [])]) != 0:
         raise Exit("host-steps failed", code=1)
 
 

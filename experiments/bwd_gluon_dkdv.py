@@ -32,6 +32,7 @@ def bwd_gluon_dkdv(args, save):
     from fa2triton.reference import backward_from_lse, relative_error
     from fa2lab.timers import bench_graph_ms, bench_ms
     from fa2triton import flash_backward_triton as bk
+    from fa2triton.backward_config import default_config
     from fa2triton.gluon import gluon_backward_hopper as gb
 
     B, H = shapes.BATCH, shapes.HEADS
@@ -66,7 +67,7 @@ def bwd_gluon_dkdv(args, save):
                     rows.append({"who": w, "N": N, "D": D, "causal": int(causal), "rounds": args.rounds,
                                  "max_rel_err_vs_fp64": err[w], "graph_us": med, "graph_us_min": lo,
                                  "graph_us_max": hi, "graph_tflops": shapes.tflops(flop, med / 1e3),
-                                 "config": (str(bk.default_config(D, Qd.dtype)) if w == "triton"
+                                 "config": (str(default_config(D, Qd.dtype)) if w == "triton"
                                             else f"gluon {gb.BLOCK_N}x{gb.BLOCK_M}/1wg")})
                 r_med, r_lo, r_hi = spread(ratio)
                 s_med, s_lo, s_hi = spread(sdpa)

@@ -2,14 +2,13 @@
 warp-specialized Gluon backward (gluon_backward_ws, dQ by TMA reduce-add) against v7's backward as it ships and
 cuDNN's, the whole backward of each on the same inputs.
 
-    python experiments/bwd_gluon_ws.py [--N N ...] [--causal 0|1|2] [--D 64 128] [--rounds R] [--configs s2]
+    python experiments/bwd_gluon_ws.py [--N N ...] [--causal 0|1|2] [--D 64 128] [--rounds R]
 
 Rows: results/<gpu>/experiments/bwd_gluon_ws.csv (`invoke experiment bwd-gluon-ws`). Hopper GPU only.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 
@@ -20,24 +19,13 @@ from fa2lab import shapes  # noqa: E402
 from experiments.common import backward_case, parser, run, masks, spread  # noqa: E402
 
 
-@contextlib.contextmanager
-def _ws_config(ws, cfg):
-    """gluon_backward_ws launching `cfg` while the block runs (the backward asks its default_config)."""
-    kept = ws.default_config
-    ws.default_config = lambda D: cfg
-    try:
-        yield
-    finally:
-        ws.default_config = kept
-
-
 def bwd_gluon_ws(args, save):
     """Per shape (B, H of the harness; N, D, mask), on v7's forward (O and its saved L): the whole backward as v7
     runs it (dq_mode and dkdv "auto") and as the Gluon kernel runs it (dq_mode "atomic", dkdv "gluon": preprocess,
-    zeroed fp32 dQ, the kernel, dQ's cast) once per configuration, each checked against float64; then, in
-    interleaved rounds, each by CUDA-graph replay (the kernels alone) and by do_bench (with the host's launches),
-    and cuDNN's by do_bench (autograd's call is not captured). Ratios are each round's own: v7's graph time over
-    each one's, cuDNN's do_bench time over each one's."""
+    zeroed fp32 dQ, the kernel, dQ's cast), each checked against float64; then, in interleaved rounds, each by
+    CUDA-graph replay (the kernels alone) and by do_bench (with the host's launches), and cuDNN's by do_bench
+    (autograd's call is not captured). Ratios are each round's own: v7's graph time over each one's, cuDNN's
+    do_bench time over each one's."""
     from fa2triton.reference import backward_from_lse, relative_error
     from fa2lab.timers import bench_graph_ms, bench_ms
     from fa2triton import flash_backward_triton as bk
@@ -51,12 +39,9 @@ def bwd_gluon_ws(args, save):
                 ref = backward_from_lse(*(t.double() for t in (Qd, Kd, Vd, O, L, dO)), causal)
 
                 launches, err = {}, {}
-                runs = [("v7", "auto", "auto", None)] + [(f"gluon-ws/{c}", "atomic", "gluon", ws.CONFIGS[c])
-                                                         for c in args.configs if ws.fits(ws.CONFIGS[c], D)]
-                for who, dq_mode, dkdv, cfg in runs:
-                    with _ws_config(ws, cfg) if cfg else contextlib.nullcontext():
-                        *grads, launch = bk._checked_backward(Qd, Kd, Vd, O, L, dO, causal, None, dq_mode, False,
-                                                              dkdv=dkdv)
+                # (the Gluon kernel's rows keep the label they had when its ring's slots were an option)
+                for who, dq_mode, dkdv in (("v7", "auto", "auto"), (f"gluon-ws/s{ws.SLOTS}", "atomic", "gluon")):
+                    *grads, launch = bk._checked_backward(Qd, Kd, Vd, O, L, dO, causal, None, dq_mode, False, dkdv=dkdv)
                     err[who] = max(relative_error(g, r) for g, r in zip(grads, ref))
                     launches[who] = (lambda la=launch: la(Qd, Kd, Vd, O, L, dO))
                 launches["cudnn"] = cudnn
@@ -93,7 +78,6 @@ def bwd_gluon_ws(args, save):
 def main(argv=None) -> int:
     ap = parser(__doc__ + "\n" + bwd_gluon_ws.__doc__, Ns=[1024, 2048, 4096], causal=2)
     ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=(64, 128), help="head dimensions")
-    ap.add_argument("--configs", nargs="+", default=["s2"], help="gluon_backward_ws.CONFIGS to run")
     return run("bwd-gluon-ws", bwd_gluon_ws, ap, argv)
 
 

@@ -35,10 +35,12 @@ KEY_FIELDS = ("N", "causal", *CONFIG_FIELDS, "dq_mode")
 GRAD_TOLERANCE = 3e-2     # relative Frobenius error of each gradient against SDPA's, bf16
 
 
-def backward_configs(bwd, stages=STAGES) -> list:
-    """Every configuration of the space (with `stages` as its stage counts), as the backward module's
-    BackwardConfig."""
-    return [bwd.BackwardConfig(s, o, o, s, num_warps=w, num_stages=st)
+def backward_configs(stages=STAGES) -> list:
+    """Every configuration of the space (with `stages` as its stage counts), each a
+    fa2triton.backward_config.BackwardConfig."""
+    from fa2triton.backward_config import BackwardConfig
+
+    return [BackwardConfig(s, o, o, s, num_warps=w, num_stages=st)
             for o, s, w, st in itertools.product(OWNED, STREAMED, WARPS, stages)]
 
 
@@ -71,7 +73,7 @@ def run_backward_sweep(Ns, masks, out_csv: Path, *, limit_minutes: float | None,
     from .results import append_rows
 
     forward = load("v6_longest_first").FlashAttentionTriton   # the forward whose O and L the backward takes
-    configs = configs if configs is not None else backward_configs(bwd)
+    configs = configs if configs is not None else backward_configs()
     deadline = time.monotonic() + limit_minutes * 60 if limit_minutes else None
     done = set().union(done_keys(out_csv, KEY_FIELDS), *(done_keys(p, KEY_FIELDS) for p in also_done))
     todo = [(N, c, cfg) for c in masks for N in Ns for cfg in configs

@@ -252,7 +252,7 @@ def main(argv=None) -> int:
             print(f"{option}: this version's FlashAttentionTriton has no {attr}", file=sys.stderr)
             return 2
         if attr == "BACKWARD_CONFIG":
-            from fa2triton.flash_backward_triton import BackwardConfig
+            from fa2triton.backward_config import BackwardConfig
 
             value = BackwardConfig.parse(value)
         setattr(FlashAttentionTriton, attr, value)
@@ -265,9 +265,10 @@ def main(argv=None) -> int:
     config_of = None                # the configuration each shape runs, where that differs by shape
     if hasattr(FlashAttentionTriton, "BACKWARD_CONFIG"):   # the Triton backward
         from fa2triton import flash_backward_triton as bk
+        from fa2triton.backward_config import default_config
 
         if bwd_config is None:   # the backward's own default
-            bwd_config = bk.default_config(args.D, torch.bfloat16)
+            bwd_config = default_config(args.D, torch.bfloat16)
         ws = bk.gluon_ws_takes(args.D, torch.bfloat16, getattr(FlashAttentionTriton, "BACKWARD_DKDV", "triton"))
         if dq_mode == "auto":
             ran = (lambda shape: bk.auto_dq_mode(shape.B * shape.H, shape.N, shape.N, shape.D, shape.causal,
@@ -275,7 +276,7 @@ def main(argv=None) -> int:
         if ws:   # where dQ is atomic the Gluon kernel runs, with its own configuration
             from fa2triton.gluon import gluon_backward_ws
 
-            ws_config = str(gluon_backward_ws.default_config(args.D))
+            ws_config = gluon_backward_ws.LABEL
             config_of = (lambda shape, c=str(bwd_config): ws_config if ran(shape) == "atomic" else c)
     bwd_config = str(bwd_config or "")
     masks = shapes.masks_from(args.causal)

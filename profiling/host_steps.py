@@ -1,13 +1,14 @@
-"""Where a forward call's host time goes (issue 8): each step of the lean host path timed alone.
+"""Where a forward call's host time goes (issues 8, 47): each step of the lean host path timed alone.
 
     python profiling/host_steps.py                            # v5_final, v6, v7 at N = 512, both masks
-    python profiling/host_steps.py --kernel v5_final --N 512 1024 --repeats 7
+    python profiling/host_steps.py --kernel v7_hopper --N 512 4096 --steps sdpa,apply,attention,flash_attn_func
 
 Every step is timed as the harness times host_us: calls back to back with the GPU queue never drained
-(fa2lab.timers.host_us_per_call), `--repeats` times; rows (median, min, max µs per call) go to
+(fa2lab.timers.host_us_per_call), `--repeats` times, the steps interleaved; rows (median, min, max µs per call) go to
 results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
 
   sdpa              F.scaled_dot_product_attention, the reference (one C++ op)
+  attention, flash_attn_func   fa2triton's API on (B, H, N, D) and (B, N, H, D) views of apply's own inputs
   apply             FlashAttentionTriton.apply: the harness's host_us (no input needing a gradient: LeanApply)
   apply_grad        the same with Q requiring a gradient: autograd's apply, a graph recorded per call
   function_nop      an autograd.Function whose forward only allocates O: the Function machinery's price
@@ -26,8 +27,7 @@ and, for versions with the Triton backward (v6, v7), each autograd.grad on a kep
   backward_key, backward_alloc, backward_launch   the backward's key and lookup (forward_keyed_signature), its
                     gradient allocation (gradient_buffers), the fused kernel's launch alone (CompiledKernel.run)
 
-apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch.
-"""
+apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch."""
 
 from __future__ import annotations
 
@@ -40,13 +40,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import shapes  # noqa: E402
 
-STEPS = ("sdpa", "apply", "apply_grad", "function_nop", "cache_hit", "signature", "allocate", "descriptors", "launch",
+STEPS = ("sdpa", "apply", "attention", "flash_attn_func", "apply_grad", "function_nop", "cache_hit", "signature",
+         "allocate", "descriptors", "launch",
          "sdpa_backward", "sdpa_flash_backward", "backward", "backward_separate", "backward_fused", "backward_nop",
          "backward_direct", "backward_direct_fused", "backward_key", "backward_alloc", "backward_launch")
+BACKWARD_STEPS = STEPS[STEPS.index("sdpa_backward"):]   # built only when one of them is asked for
 
 
-def step_functions(module, N: int, causal: bool) -> dict:
-    """{step: zero-argument callable} for one version, shape and mask (CUDA inputs, the harness's layout)."""
+def api_steps(cls, version: str, q, k, v, causal: bool, B: int, H: int) -> dict:
+    """{"apply", "attention", "flash_attn_func": zero-argument callable}: cls.apply on q, k, v (B·H, N, D), and
+    fa2triton's attention() and flash_attn_func() on (B, H, N, D) and (B, N, H, D) views of the same storage, so that
+    the wrapper is all that differs (issue 47). A RuntimeError if the API's class for `version` is not `cls` (the
+    lab's, its switches set): then the API would time another class."""
+    from fa2triton import api
+
+    if api._function(version) is not cls:
+        raise RuntimeError(f"fa2triton.api's {version} is not the FlashAttentionTriton the lab loaded: "
+                           "attention() would time another class than apply")
+    q4, k4, v4 = (t.view(B, H, *t.shape[1:]) for t in (q, k, v))
+    qs, ks, vs = (t.transpose(1, 2) for t in (q4, k4, v4))   # flash-attn's (B, N, H, D), the same storage
+    return {"apply": lambda: cls.apply(q, k, v, causal),
+            "attention": lambda: api.attention(q4, k4, v4, is_causal=causal, version=version),
+            "flash_attn_func": lambda: api.flash_attn_func(qs, ks, vs, causal=causal, version=version)}
+
+
+def step_functions(module, version: str, N: int, causal: bool, wanted=STEPS) -> dict:
+    """{step: zero-argument callable} for one version, shape and mask (CUDA inputs, the harness's layout); the
+    backward's steps only when `wanted` holds one. The API's calls must hit apply's cached launch (a RuntimeError
+    otherwise: they would not time the same call)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -97,7 +118,14 @@ def step_functions(module, N: int, causal: bool) -> dict:
         def raw_launch():
             run_compiled(inner.kernel, inner.grid, (*pointers, *inner.tail), q.device.index)
 
-    if hasattr(cls, "BACKWARD_CONFIG"):   # the Triton backward (v6, v7): its host cost beside SDPA's
+    api = api_steps(cls, version, q, k, v, causal, B, H)
+    for name in ("attention", "flash_attn_func"):
+        api[name]()
+    if len(cache.entries) != 1:
+        raise RuntimeError(f"{module.__name__}: attention() or flash_attn_func() made another launch signature than "
+                           "apply's: the steps would not time the same call")
+
+    if hasattr(cls, "BACKWARD_CONFIG") and set(wanted) & set(BACKWARD_STEPS):   # the Triton backward (v6, v7)
         from fa2triton import flash_backward_triton as bwd
         from fa2triton.reference import saved_lse
 
@@ -157,9 +185,8 @@ def step_functions(module, N: int, causal: bool) -> dict:
                                                                   retain_graph=True)
 
     q_grad = q.detach().clone().requires_grad_()   # autograd's path: a graph is recorded on every call
-    return fns | {
+    return fns | api | {
         "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal),
-        "apply": lambda: cls.apply(q, k, v, causal),
         "apply_grad": lambda: cls.apply(q_grad, k, v, causal),
         "function_nop": lambda: Nop.apply(q, k, v, causal),
         "cache_hit": lambda: launch(q, k, v),
@@ -176,8 +203,14 @@ def main(argv=None) -> int:
     ap.add_argument("--N", type=int, nargs="*", default=[512], help="sequence lengths")
     ap.add_argument("--causal", choices=["both", "0", "1"], default="both")
     ap.add_argument("--repeats", type=int, default=5, help="timings of 200 calls per step")
+    ap.add_argument("--steps", default=",".join(STEPS), help="the steps to time (comma-separated; default all)")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args(argv)
+    wanted = [s for s in args.steps.split(",") if s]
+    unknown = [s for s in wanted if s not in STEPS]
+    if unknown or not wanted:
+        ap.error(f"--steps {args.steps!r}: {'unknown ' + ', '.join(unknown) if unknown else 'no step given'}; "
+                 f"the steps are {', '.join(STEPS)}")
 
     import torch
 
@@ -191,26 +224,28 @@ def main(argv=None) -> int:
     from fa2lab.switches import load
     from fa2triton.versions import resolve
 
-    env, rows = environment(), []
+    env, out, written = environment(), gpu_dir() / "hostpath" / "steps.csv", 0
     for version in resolve(args.kernel):
         module = load(version.name)
         for causal in shapes.masks_from(args.causal):
             for N in args.N:
-                fns = step_functions(module, N, causal)
-                steps = [s for s in STEPS if s in fns]
+                fns = step_functions(module, version.name, N, causal, wanted)
+                steps = [s for s in STEPS if s in fns and s in wanted]
                 samples = {s: [] for s in steps}
                 for _ in range(args.repeats):   # interleaved, so a slow moment hits every step alike
                     for s in steps:
                         samples[s].append(host_us_per_call(fns[s]))
-                for s in steps:
-                    xs = samples[s]
-                    rows.append({"version": version.name, "N": N, "causal": int(causal), "step": s,
-                                 "us_median": statistics.median(xs), "us_min": min(xs), "us_max": max(xs),
-                                 "repeats": args.repeats, "calls_each": 200, "date": now(), **env})
+                date = now()   # one per block: the report pairs attention's row with apply's timed beside it
+                rows = [{"version": version.name, "N": N, "causal": int(causal), "step": s,
+                         "us_median": statistics.median(xs), "us_min": min(xs), "us_max": max(xs),
+                         "repeats": args.repeats, "calls_each": 200, "date": date, **env} for s, xs in samples.items()]
                 line = "  ".join(f"{s} {statistics.median(samples[s]):.1f}" for s in steps)
                 print(f"{version.name} N={N} causal={int(causal)} (µs per call): {line}", flush=True)
+                if not args.no_save:   # each block as soon as it is timed: an interrupted run keeps the others
+                    append_rows(out, rows)
+                    written += len(rows)
     if not args.no_save:
-        print(f"wrote {len(rows)} rows to {append_rows(gpu_dir() / 'hostpath' / 'steps.csv', rows)}")
+        print(f"wrote {written} rows to {out}")
     return 0
 
 

@@ -246,7 +246,7 @@ def section_backward_profile(gpu, root) -> str:
 
 BWD_SWEEP_CONFIG, BWD_SWEEP_KEYS = CONFIG_FIELDS, KEY_FIELDS   # fa2lab.backward_sweep's
 BWD_SWEEP_MEASURED = ("bwd_ms", "tflops", "pct_of_sdpa", "sdpa_bwd_ms")
-BWD_DEFAULTS = ("SM90_DEFAULT", "SM90_FP32_D128", "SM80_DEFAULT", "FALLBACK")   # the backward module's names
+BWD_DEFAULTS = ("SM90_DEFAULT", "SM90_FP32_D128", "SM80_DEFAULT", "FALLBACK")   # fa2triton.backward_config's names
 
 
 def bwd_config_text(r) -> str:
@@ -256,11 +256,11 @@ def bwd_config_text(r) -> str:
 
 def backward_default(df: pd.DataFrame):
     """(the configuration the Triton backward uses when none is given, for the sweep's GPU, head dimension and
-    bf16; its name in fa2triton/flash_backward_triton.py): default_config of that module, read through
-    fa2triton.flash_backward_triton, for the architecture the sweep rows name (sm_90 if none is named)."""
+    bf16; its name in fa2triton/backward_config.py): default_config of that module, for the architecture the sweep
+    rows name (sm_90 if none is named)."""
     import torch
 
-    from fa2triton import flash_backward_triton as bwd
+    from fa2triton import backward_config as bwd
 
     arch = next((a for a in df.get("arch", pd.Series(dtype=object)).dropna().astype(str)[::-1]
                  if re.fullmatch(r"sm_\d+a?", a)), "sm_90")

@@ -20,13 +20,13 @@ from report import readme
 from report.backward import (section_backward, section_backward_profile,
                                      section_backward_sweep, section_bwd_gluon_ws, section_bwd_modes)
 from report.checks import section_nonsquare, section_pending
-from report.no_regression import section_compare_trees, within_count
+from report.no_regression import launch_brief, section_compare_trees, section_launch_table, within_count
 from report.peer_profile import section_peer_profile
 from report.port import section_port, section_port_brief
 from report.experiment_pages import section_exp2_poly, section_grid, section_launch_order, section_pcast, section_timing
 from report.experiments_v7 import section_coldstart, section_dobench, section_gluon, section_items, section_tl_pick
 from report.goal import section_goal, section_other_shapes
-from report.hostpath import section_host_steps, section_hostpath
+from report.hostpath import section_api_host, section_host_steps, section_hostpath
 from report.ledger import ledger, section_ledger
 from report.profile import section_inspect, section_matmul_ncu, section_ncu, section_ncu_source
 from report.rounds import section_rounds, section_versions
@@ -74,7 +74,8 @@ def heading(text: str) -> Part:
 SECTIONS: list[Part] = [
     lambda c: section_summary(c.gpu, c.root, c.claims),
     lambda c: varlen_brief(c.gpu, c.root),
-    lambda c: within_count(c.gpu, c.root) + " " + section_port_brief(c.gpu, c.root),   # the two no-regression checks
+    lambda c: " ".join([within_count(c.gpu, c.root), launch_brief(c.gpu, c.root),   # the no-regression checks
+                        section_port_brief(c.gpu, c.root)]),
     heading("## The article's rounds, in its order, beside Ada's numbers"),
     lambda c: section_versions(c.gpu, c.root, c.summary, c.paths, c.ref, c.ref_path),
     lambda c: section_rounds(c.gpu, c.root, c.summary, c.paths, c.ref),
@@ -108,8 +109,9 @@ def gpu_part(fn) -> Part:
 PAGES: list[Page] = [
     Page("ledger", "Claims ledger", "every claim of the article with the numbers that decide it and their files",
          (lambda c: section_ledger(c.claims, full=True),)),
-    Page("host-path", "The host path", "do_bench against CUDA-graph replay, and where a call's host time goes",
-         (gpu_part(section_hostpath), gpu_part(section_host_steps))),
+    Page("host-path", "The host path", "do_bench against CUDA-graph replay, where a call's host time goes, and "
+         "attention() against apply",
+         (gpu_part(section_hostpath), gpu_part(section_host_steps), gpu_part(section_api_host))),
     Page("ncu-source", "Where the warps wait", "ncu's source page: stalls by reason, opcode and phase",
          (gpu_part(section_ncu_source),)),
     Page("pcast", "Where P is rounded", "v6's P_CAST: time and error of casting P before or after the sum",
@@ -149,8 +151,9 @@ PAGES: list[Page] = [
     Page("peer-profile", "v7 beside flash-attn-4 under Nsight Compute", "the two forwards' kernels side by side where "
          "the peer is ahead, and what differs", (gpu_part(section_peer_profile),)),
     Page("compare_trees", "No-regression checks", "v7 after a refactor against before; the port off block pointers "
-         "and Triton 3.9 against 3.6, every version; round by round",
-         (gpu_part(section_compare_trees), heading("## The Triton 3.9 port"), gpu_part(section_port))),
+         "and Triton 3.9 against 3.6, every version; v7's launch table against its race; round by round",
+         (gpu_part(section_compare_trees), heading("## The Triton 3.9 port"), gpu_part(section_port),
+          heading("## v7's launch table against its race"), gpu_part(section_launch_table))),
     Page("nonsquare", "The non-square causal check", "every version on non-square causal inputs",
          (gpu_part(section_nonsquare),)),
 ]

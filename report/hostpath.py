@@ -1,4 +1,5 @@
-"""The host path: do_bench against CUDA-graph replay, and a call's host time step by step."""
+"""The host path: do_bench against CUDA-graph replay, a call's host time step by step, and the library's calls
+(fa2triton.api's attention() and flash_attn_func()) against FlashAttentionTriton.apply (issue 47)."""
 
 from __future__ import annotations
 
@@ -57,16 +58,16 @@ HOST_STEP_DIFFS = (("apply's own (apply − cache_hit)", "apply", "cache_hit"),
                    ("backward − SDPA's (backward − sdpa_backward)", "backward", "sdpa_backward"))
 
 
-def host_steps(gpu, root):
-    """(the latest row per version, shape and step of results/<gpu>/hostpath/steps.csv, the file);
-    (None, path) if `invoke host-steps` has not run; a malformed file is a ResultsError naming it."""
+def host_steps(gpu, root, latest: bool = True):
+    """(the latest row per version, shape and step of results/<gpu>/hostpath/steps.csv, every row if not `latest`;
+    the file); (None, path) if `invoke host-steps` has not run; a malformed file is a ResultsError naming it."""
     path = data.root(root) / gpu / "hostpath" / "steps.csv"
     df = optional(path, HOST_STEPS_COLUMNS)
     if df is None:
         return None, path
     df = numeric(df, path, ("N", "causal", "us_median", "us_min", "us_max"))
     df = df.assign(version=df["version"].astype(str), step=df["step"].astype(str))
-    return latest_rows(df, ("version", "N", "causal", "step")), path
+    return (latest_rows(df, ("version", "N", "causal", "step")) if latest else df), path
 
 
 def host_step_table(df: pd.DataFrame) -> tuple[list[str], list[dict]]:
@@ -101,7 +102,8 @@ def section_host_steps(gpu, root) -> str:
         title,
         "µs per call, each step timed alone as the harness times host_us (calls back to back, the GPU queue never "
         "drained): the median over the repeats (min–max), the latest row per step. The steps are "
-        "profiling/host_steps.py's (sdpa: SDPA's forward; apply: FlashAttentionTriton.apply, as the harness calls it: "
+        "profiling/host_steps.py's (sdpa: SDPA's forward; attention, flash_attn_func: fa2triton's calls on views of "
+        "apply's inputs; apply: FlashAttentionTriton.apply, as the harness calls it: "
         "through autograd's Function machinery in rows from before "
         "fa2triton.lean_path.LeanApply, and without it from then on, since no input needs a gradient; apply_grad: the "
         "same with Q requiring one; function_nop: an "
@@ -110,3 +112,68 @@ def section_host_steps(gpu, root) -> str:
         "autograd.grad through SDPA and ours on a kept graph; backward_direct: the Triton backward called "
         "directly). The last four columns are differences of the medians. Source: " + f"`{rel(path)}`.", "",
         md_table(["version", "N", "causal", *steps, *(name for name, _, _ in HOST_STEP_DIFFS)], rows)])
+
+
+# ---------------------------------------------------------------- the library's calls against apply (issue 47)
+
+API_STEPS = ("attention", "flash_attn_func")   # fa2triton.api's calls, timed beside apply on views of its inputs
+API_TASK = "invoke host-steps --kernel v7_hopper --N 512,1024,2048,4096 --steps sdpa,apply,attention,flash_attn_func"
+
+
+def api_verdict(apply: tuple, call: tuple) -> str:
+    """A call's host µs against apply's, each (median, min, max) over one run's repeats: level when the two min–max
+    ranges overlap (the difference is within the rows' spread), else by how much the call costs more or less."""
+    (m0, lo0, hi0), (m1, lo1, hi1) = apply, call
+    if lo1 <= hi0 and lo0 <= hi1:
+        return "level (the ranges overlap)"
+    d = m1 - m0
+    return f"{'more' if d > 0 else 'less'} by {abs(d):.1f} µs ({100 * abs(d) / m0:.0f}%)"
+
+
+def api_table(df: pd.DataFrame) -> list[dict]:
+    """Per (version, N, causal) in registry order, the latest run (one date per timed block, host_steps.py) that timed
+    apply beside an API step: {version, N, causal, times: {step: (median, min, max) µs}} for apply and those steps."""
+    order = {v: i for i, v in enumerate(versions.NAMES)}
+    df = df[df.step.isin(("apply", *API_STEPS))]
+    date = df["date"].astype(str) if "date" in df else pd.Series("", index=df.index)
+    out = []
+    for (v, N, causal), g in df.assign(date=date).groupby(["version", "N", "causal"]):
+        runs = [d for d, b in g.groupby("date") if "apply" in set(b.step) and set(API_STEPS) & set(b.step)]
+        if not runs:
+            continue
+        by = latest_rows(g[g.date == max(runs)], ("step",)).set_index("step")
+        times = {s: (float(by.us_median[s]), float(by.us_min[s]), float(by.us_max[s])) for s in by.index}
+        out.append({"version": v, "N": int(N), "causal": int(causal), "times": times})
+    return sorted(out, key=lambda r: (order.get(r["version"], len(order)), r["version"], r["causal"], r["N"]))
+
+
+def section_api_host(gpu, root) -> str:
+    title = "### attention() and flash_attn_func() against FlashAttentionTriton.apply (issue 47)"
+    df, path = host_steps(gpu, root, latest=False)
+    table = api_table(df) if df is not None else []
+    if not table:
+        return not_yet(title, API_TASK, path)
+    rows, met = [], {s: [0, 0] for s in API_STEPS}
+    for r in table:
+        t, apply = r["times"], r["times"]["apply"]
+        row = [r["version"], r["N"], "yes" if r["causal"] else "no", span(*apply, ".1f")]
+        for s in API_STEPS:
+            if s not in t:
+                row += ["–", "–", "–"]
+                continue
+            said = api_verdict(apply, t[s])
+            met[s][0] += not said.startswith("more")
+            met[s][1] += 1
+            row += [span(*t[s], ".1f"), fmt(t[s][0] - apply[0], "+.1f"), said]
+        rows.append(row)
+    goal = "; ".join(f"{s}() at {k} of {n}" for s, (k, n) in met.items() if n)
+    return "\n".join([
+        title,
+        "Host µs per call, timed as the harness times host_us, each call interleaved with apply's in one run of "
+        "profiling/host_steps.py on the same storage: apply on (B·H, N, D), attention() on its (B, H, N, D) view, "
+        "flash_attn_func() on the (B, N, H, D) view, so the wrapper is all that differs. Median over the repeats "
+        "(min–max), the latest run that timed them beside apply; verdict: level when the two rows' min–max ranges "
+        "overlap, else by how much the call costs more or less than apply. Issue 47's goal, no more host time per call "
+        f"than apply (level or less): {goal}. Source: `{rel(path)}`.", "",
+        md_table(["version", "N", "causal", "apply", *(h for s in API_STEPS for h in (s, f"{s} − apply", "verdict"))],
+                 rows)])

@@ -2,7 +2,9 @@
 processes, round by round; per version, mode and shape the ratio after / before of each complete round (both trees
 measured in it). Rows from before the script timed several versions are v7's forward.
 
-`ratios` is the one implementation: this page and `python scripts/compare_trees.py --summary` both print it.
+`ratios` is the one implementation: this page and `python scripts/compare_trees.py --summary` both print it. The same
+machinery judges v7's launch table against its race (issue 49: one checkout twice, FA2_V7_LAUNCH_FROM=race in one),
+within 2% (`section_launch_table`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ TASK = "python scripts/compare_trees.py --tree before=<old checkout> --tree afte
 def load(path: Path) -> pd.DataFrame:
     df = data.load(Path(path), COLUMNS)
     df = numeric(df, path, ("N", "D", "causal", "round", *METRICS))
-    for col, old in (("version", "v7_hopper"), ("mode", "fwd")):   # rows from when only v7's forward was timed
+    for col, old in (("version", "v7_hopper"), ("mode", "fwd"),   # rows from when only v7's forward was timed
+                     ("path", ""), ("config", ""), ("choice", "")):    # and from before rows said the launch
         df[col] = df[col].fillna(old).astype(str) if col in df else old
     return df.assign(tree=df.tree.astype(str), tree_commit=df.tree_commit.fillna("").astype(str))
 
@@ -81,22 +84,22 @@ def timed(r: dict) -> tuple[str, list[float]]:
     return ("graph replay", r["graph_ms"]) if r["graph_ms"] else ("do_bench", r["ms"])
 
 
-def verdict(r: dict, b: str = "after") -> str:
-    """'within 1%' when the median ratio is within 1% by graph replay and by % of cuDNN; else, for each measure off by
-    more, 'level (spread)' when its rounds' min-max holds 1 (a difference under the spread is noise), or by how much
-    B is slower or faster."""
+def verdict(r: dict, b: str = "after", level: float = LEVEL) -> str:
+    """'within 1%' (`level`) when the median ratio is within it by graph replay and by % of cuDNN; else, for each
+    measure off by more, 'level (spread)' when its rounds' min-max holds 1 (a difference under the spread is noise), or
+    by how much B is slower or faster."""
     if not r["rounds"]:
         return "no complete round"
     if r["rounds"] < 2:
         return "one round: no spread to judge by"
     by = timed(r)
     graph, pct = statistics.median(by[1]), statistics.median(r["pct_of_sdpa"])
-    if abs(graph - 1) <= LEVEL and abs(pct - 1) <= LEVEL:
-        return f"within {100 * LEVEL:.0f}%"
+    if abs(graph - 1) <= level and abs(pct - 1) <= level:
+        return f"within {100 * level:.0f}%"
     said = []
     for name, values, m, slower in ((*by, graph, graph > 1),                             # a time ratio > 1: slower
                                     ("% of cuDNN", r["pct_of_sdpa"], pct, pct < 1)):       # a % ratio < 1: slower
-        if abs(m - 1) <= LEVEL:
+        if abs(m - 1) <= level:
             continue
         if min(values) <= 1 <= max(values):
             said.append(f"{name}: level (the spread holds 1)")
@@ -105,16 +108,16 @@ def verdict(r: dict, b: str = "after") -> str:
     return "; ".join(said)
 
 
-def table(rows: list[dict], b: str = "after") -> str:
+def table(rows: list[dict], b: str = "after", level: float = LEVEL) -> str:
     return md_table(["version", "mode", "N", "D", "causal", "rounds", "do_bench ms", "% of cuDNN", "graph-replay ms",
                      "verdict"],
                     [[f"`{r['version']}`", r["mode"], r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"],
                       cell(r["ms"]),
-                      cell(r["pct_of_sdpa"]), cell(r["graph_ms"]), verdict(r, b)] for r in rows])
+                      cell(r["pct_of_sdpa"]), cell(r["graph_ms"]), verdict(r, b, level)] for r in rows])
 
 
-def path_of(gpu, root) -> Path:
-    return data.root(root) / gpu / "experiments" / "compare_trees.csv"
+def path_of(gpu, root, csv_name: str = "compare_trees.csv") -> Path:
+    return data.root(root) / gpu / "experiments" / csv_name
 
 
 def compare(gpu, root) -> tuple[pd.DataFrame, str, str, list[dict]] | None:
@@ -135,7 +138,7 @@ def within_count(gpu, root) -> str:
     _, a, b, rows = found
     within = sum(verdict(r, b).startswith("within") for r in rows)
     return (f"v7's refactor check ({link}), {b} ÷ {a} in alternating fresh processes: within {100 * LEVEL:.0f}% by "
-            f"graph replay and % of cuDNN (medians of per-round ratios) at {within} of {len(rows)} shapes.")
+            f"graph replay and % of cuDNN at {within} of {len(rows)} shapes.")
 
 
 def section_compare_trees(gpu, root) -> str:
@@ -156,3 +159,80 @@ def section_compare_trees(gpu, root) -> str:
         f"median is within {100 * LEVEL:.0f}% by graph replay and by % of cuDNN, else what each says. "
         f"Source: `{rel(path_of(gpu, root))}`.", "",
         md_table(["tree", "commit", "rounds measured"], trees), "", table(rows, b)])
+
+
+# ---------------------------------------------------------------- v7's launch table against its race (issue 49)
+
+LAUNCH_CSV = "launch_table.csv"
+LAUNCH_TREES = ("race", "table")   # (A, B): the table's time ÷ the race's
+LAUNCH_LEVEL = 0.02                # issue 49's goal: the table's launches within 2% of the race's at every shape
+LAUNCH_TASK = ("python scripts/compare_trees.py --csv launch_table.csv --tree table=. --tree race=. "
+               "--env race:FA2_V7_LAUNCH_FROM=race --rounds 3")
+
+
+def level_of(csv_name: str) -> float:
+    """The verdict's level for a comparison file: 2% for the launch table against the race, else 1%."""
+    return LAUNCH_LEVEL if csv_name == LAUNCH_CSV else LEVEL
+
+
+def launches(df: pd.DataFrame, tree: str) -> dict[tuple, tuple[str, list[str]]]:
+    """Per KEY: (the launches `tree`'s first calls chose, "path label" with distinct ones joined by " / ", and the
+    choices v7 made them by other than "table": rows from a table that had no launch for the shape)."""
+    out = {}
+    for key, g in df[df.tree == tree].groupby(list(KEY), sort=False):
+        said = (g.path + " " + g.config).str.strip()
+        launched = " / ".join(dict.fromkeys(x for x in said if x)) or "–"
+        out[tuple(key)] = (launched, sorted(set(g.choice) - {"table", ""}))
+    return out
+
+
+def launch_rows(gpu, root) -> tuple[Path, list[dict], dict, dict] | None:
+    """(the file, `ratios` table ÷ race, the table tree's launches, the race tree's), or None before any run. A run cut
+    before one tree's first process has shapes of no complete round; a file of neither tree is a ResultsError."""
+    path = path_of(gpu, root, LAUNCH_CSV)
+    if not path.exists():
+        return None
+    df = load(path)
+    a, b = LAUNCH_TREES
+    if not {a, b} & set(df.tree):
+        raise data.ResultsError(f"{path}: no rows of the trees {a!r} or {b!r} (trees: {', '.join(set(df.tree))})")
+    return path, ratios(df, a, b), launches(df, b), launches(df, a)
+
+
+def launch_verdict(r: dict, table_launch: tuple[str, list[str]]) -> str:
+    """`verdict` at 2%, and where the table tree did not launch from the table, which way it chose instead."""
+    said = verdict(r, LAUNCH_TREES[1], LAUNCH_LEVEL)
+    other = table_launch[1]
+    return said + (f"; the table tree's launch was {', '.join(other)}, not the table's" if other else "")
+
+
+def launch_brief(gpu, root) -> str:
+    """REPORT.md's few words: at how many shapes the table is within 2% of the race."""
+    found = launch_rows(gpu, root)
+    if found is None:
+        return f"Launch table ÷ race: {NOT_YET}."
+    _, rows, mine, _ = found
+    within = sum(launch_verdict(r, mine.get(tuple(r[k] for k in KEY), ("", []))).startswith("within") for r in rows)
+    # "of 16", not "of 16 shapes": REPORT.md's paragraph has no room for more (tests/test_launch_vs_race.py)
+    return f"Launch table ÷ race: within {100 * LAUNCH_LEVEL:.0f}% at {within} of {len(rows)}."
+
+
+def section_launch_table(gpu, root) -> str:
+    found = launch_rows(gpu, root)
+    if found is None:
+        return f"{NOT_YET}: `{LAUNCH_TASK}` writes `{rel(path_of(gpu, root, LAUNCH_CSV))}`."
+    path, rows, mine, theirs = found
+    table_rows = []
+    for r in rows:
+        key = tuple(r[k] for k in KEY)
+        table_rows.append([f"`{r['version']}`", r["mode"], r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"],
+                           mine.get(key, ("–", []))[0], theirs.get(key, ("–", []))[0], cell(r["ms"]),
+                           cell(r["pct_of_sdpa"]), cell(r["graph_ms"]), launch_verdict(r, mine.get(key, ("", [])))])
+    return "\n".join([
+        "v7's first call of each shape launching what its launch table holds (`table`, the default) against timing and "
+        "racing its candidates as `invoke pick-launch` does (`race`, FA2_V7_LAUNCH_FROM=race): one checkout in "
+        "alternating fresh processes, each timing v7 and cuDNN on the same inputs. Per shape, over the complete "
+        "rounds, the median (min–max) of each round's ratio table ÷ race; issue 49's goal is within "
+        f"{100 * LAUNCH_LEVEL:.0f}% by graph replay and by % of cuDNN at every shape. Source: `{rel(path)}`.", "",
+        md_table(["version", "mode", "N", "D", "causal", "rounds", "table's launch", "race's launch", "do_bench ms",
+                  "% of cuDNN", "graph-replay ms", "verdict"], table_rows)])

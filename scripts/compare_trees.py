@@ -2,16 +2,19 @@
 
 Each round runs one fresh process per tree, the trees' order rotating from round to round, and every process times its
 own tree's versions (that tree's own loader: fa2lab.switches.load, or fa2lab.versions.load in a tree from before the
-runtime/lab split) and SDPA's default backend (cuDNN on
-Hopper) on the same inputs by do_bench with its L2 flush, and its versions' forward also by CUDA-graph replay (cuDNN's
-too with --sdpa-graphs). A tree may carry its own environment (--env), such as another Triton first on PYTHONPATH.
+runtime/lab split, so that the FA2_V7_* switches apply) and SDPA's default backend (cuDNN on Hopper) on the same inputs
+by do_bench with its L2 flush, and its versions' forward also by CUDA-graph replay (cuDNN's too with --sdpa-graphs). A
+tree may carry its own environment (--env): another Triton first on PYTHONPATH, or a switch (one checkout twice).
 `--mode bwd` times the backward alone (autograd on a kept graph), by do_bench only. One row per process, version and
-shape goes to results/<gpu>/experiments/<--csv>, with provenance, the child's own torch and Triton, the tree's label
-and commit. `--summary` prints, per version and shape, the median over rounds of each round's ratio B / A (of ms, and
-of % of cuDNN), with the min-max: within 1% is level.
+shape goes to results/<gpu>/experiments/<--csv>, with provenance, the child's own torch, Triton and switches, the
+launch its first call chose (path, config, and v7's choice: table, tuned or pinned), the tree's label and commit.
+`--summary` prints, per version and shape, the median over rounds of each round's ratio B / A (of ms, and of % of
+cuDNN), with the min-max: within 1% is level (2% for launch_table.csv, report.no_regression.level_of).
 
     python scripts/compare_trees.py --tree before=/tmp/old --tree after=. --rounds 5
     python scripts/compare_trees.py --tree t36=. --tree t39=. --env t39:PYTHONPATH=/tmp/triton39 --kernel all
+    python scripts/compare_trees.py --csv launch_table.csv --tree table=. --tree race=. \
+        --env race:FA2_V7_LAUNCH_FROM=race --rounds 3          # v7's launch table against its race (issue 49)
     python scripts/compare_trees.py --summary
 """
 
@@ -44,6 +47,25 @@ def _timed(fn, graphs: bool) -> tuple[float, float]:
         return ms, float("nan")
 
 
+def loader():
+    """The function a child loads its tree's versions with: the lab's (fa2lab.switches.load, which sets v7's class
+    attributes from the FA2_V7_* switches), or fa2lab.versions.load in a tree from before the runtime/lab split."""
+    try:
+        from fa2lab.switches import load
+    except ImportError:   # a tree from before the runtime/lab split
+        from fa2lab.versions import load
+    return load
+
+
+def child_switches() -> str:
+    """The FA2_V7_* switches this child runs with ("" in a tree whose lab cannot say)."""
+    try:
+        from fa2lab.switches import kernel_switches
+    except ImportError:
+        return ""
+    return kernel_switches()
+
+
 def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], mode: str, sdpa_graphs: bool) -> None:
     """Time each version of `tree` and SDPA at each (N, D, causal); print one JSON line per version and shape."""
     sys.path.insert(0, str(tree))
@@ -53,11 +75,7 @@ def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], m
 
     from fa2lab.provenance import sm_clock_mhz
 
-    try:
-        from fa2lab.switches import load
-    except ImportError:   # a tree from before the runtime/lab split
-        from fa2lab.versions import load
-
+    load = loader()
     B, H = 4, 8
     for name in kernels:
         FA = load(name)
@@ -86,6 +104,7 @@ def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], m
             last = getattr(FA, "last_path", None)
             row = dict(version=name, mode=mode, N=N, D=D, causal=int(causal), B=B, H=H, max_abs_err_vs_sdpa=err,
                        path=(last() if last else "") or "", config=(FA.last_config() if last else "") or "",
+                       choice=getattr(FA, "LAST_CHOICE", None) or "", switches=child_switches(),
                        child_torch=torch.__version__, child_triton=triton.__version__)
             row["ms"], row["graph_ms"] = _timed(ours, mode == "fwd")   # autograd's backward is not captured
             row["sdpa_ms"], row["sdpa_graph_ms"] = _timed(sdpa, sdpa_graphs and mode == "fwd")
@@ -109,7 +128,8 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
     for r in range(first - 1, first - 1 + rounds):
         order = trees[r % len(trees):] + trees[:r % len(trees)]
         for label, tree, extra in order:
-            commit = os.environ.get(f"FA2_TREE_COMMIT_{label.upper()}", "")
+            # a tree's commit: FA2_TREE_COMMIT_<LABEL>, else this checkout's own where the tree is it
+            commit = os.environ.get(f"FA2_TREE_COMMIT_{label.upper()}") or (env["git_commit"] if tree == REPO else "")
             print(f"[round {r + 1}] {label} ({tree})", flush=True)
             proc = subprocess.run([sys.executable, __file__, "--child", str(tree), "--shapes", spec,
                                    "--kernel", ",".join(kernels), "--mode", mode]
@@ -139,7 +159,7 @@ def summary(path: Path, a: str, b: str) -> int:
     df = compare_trees.load(path)
     a, b = compare_trees.labels(df, a, b)
     print(f"{b} / {a}, medians of per-round ratios (min-max) over the complete rounds of {path.name}")
-    print(compare_trees.table(compare_trees.ratios(df, a, b), b))
+    print(compare_trees.table(compare_trees.ratios(df, a, b), b, compare_trees.level_of(path.name)))
     return 0
 
 
@@ -159,7 +179,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sdpa-graphs", action="store_true",
                     help="also time cuDNN's forward by graph replay (the verdicts need only do_bench's)")
     ap.add_argument("--summary", action="store_true", help="print the ratios from the committed rows")
-    ap.add_argument("--labels", default="before,after", help="with --summary: A,B (B / A is reported)")
+    ap.add_argument("--labels", default="before,after",
+                    help="with --summary: A,B (B / A is reported; race,table for launch_table.csv)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--shapes", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

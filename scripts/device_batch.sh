@@ -44,6 +44,11 @@
 #   profile-bwd       ncu over the Triton backward's kernels (both dQ modes) and SDPA's backward, N = 4096, both masks
 #   nsys | torch-trace           a timeline of every version at N = 4096 (nsys needs .debs carried)
 #   host-steps        each step of the lean host path timed alone (profiling/host_steps.py ${HOST_STEPS_ARGS}, issue 8)
+#   api-host          issue 47: v7's attention() and flash_attn_func() timed beside apply on views of its inputs
+#                     (host_steps.py --steps sdpa,apply,attention,flash_attn_func; API_HOST_NS, API_HOST_REPEATS)
+#   table-vs-race     issue 49: v7's launch table against its race, one checkout in alternating fresh processes
+#                     (compare_trees.py --csv launch_table.csv; TABLE_RACE_ROUNDS, default 3; TABLE_RACE_FIRST: the
+#                     first round's number, to go on after a cut, as each finished process's rows are kept)
 #   compile-cost | autotune-bias the Round 3 experiments
 #   pcast | launch-order | timing | other-shapes | bwd-modes | coldstart | dobench | tl-pick | peer-goal | bwd-gluon-dkdv | bwd-gluon-ws
 #                     experiments/run.py NAME (experiments/__init__.py; tl-pick: 6 fresh processes, causal N = 4096)
@@ -121,6 +126,8 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     nsys) echo "python3 profiling/run_profile.py --tool nsys --kernel all" ;;
     torch-trace) echo "python3 profiling/run_profile.py --tool torch --kernel all" ;;
     host-steps) echo "python3 profiling/host_steps.py ${HOST_STEPS_ARGS:---N 512 4096}" ;;
+    api-host) echo "python3 profiling/host_steps.py --kernel v7_hopper --N ${API_HOST_NS:-512 1024 2048 4096} --steps sdpa,apply,attention,flash_attn_func --repeats ${API_HOST_REPEATS:-7}" ;;
+    table-vs-race) echo "python3 scripts/compare_trees.py --csv launch_table.csv --tree table=. --tree race=. --env race:FA2_V7_LAUNCH_FROM=race --rounds ${TABLE_RACE_ROUNDS:-3} --first-round ${TABLE_RACE_FIRST:-1}" ;;
     compile-cost) echo "python3 sweeps/measure_compile_cost.py" ;;
     autotune-bias) echo "python3 sweeps/autotune_bias.py --pause ${PAUSE_BIAS:-20}" ;;
     pcast|launch-order|timing|other-shapes|bwd-modes|coldstart|dobench|tl-pick|peer-goal|bwd-gluon-dkdv|bwd-gluon-ws) echo "python3 experiments/run.py $s" ;;

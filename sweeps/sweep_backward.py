@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     from fa2lab.results import RESULTS, gpu_dir
     from fa2lab.forward_sweep import merge_into, part_path
     from fa2lab.backward_sweep import KEY_FIELDS, STAGES, backward_configs, run_backward_sweep
-    from fa2triton import flash_backward_triton as bwd
+    from fa2triton.backward_config import BackwardConfig
 
     if args.merge:   # no GPU needed: every GPU folder whose parts are waiting
         folders = sorted(p.parent.parent for p in RESULTS.glob(f"*/sweep_bwd/parts/{NAME}.*.csv"))
@@ -70,8 +70,8 @@ def main(argv=None) -> int:
             print(f"no part CSVs under {RESULTS}/<gpu>/sweep_bwd/parts/: nothing to merge")
         return 0
     try:   # before the GPU check, so a bad option is named on any machine
-        configs = ([bwd.BackwardConfig.parse(c) for c in args.configs] if args.configs else
-                   backward_configs(bwd, tuple(args.stages) if args.stages else STAGES))
+        configs = ([BackwardConfig.parse(c) for c in args.configs] if args.configs else
+                   backward_configs(tuple(args.stages) if args.stages else STAGES))
         for cfg in configs:
             cfg.validate()
     except ValueError as e:
@@ -109,7 +109,7 @@ def pick(args) -> int:
     from fa2lab.results import RESULTS, append_rows
     from fa2lab.backward_sweep import CONFIG_FIELDS, backward_configs, pick_single
     from fa2lab.paths import REPO
-    from fa2triton import flash_backward_triton as bwd
+    from fa2triton import backward_config as bwd
 
     csvs = sorted(RESULTS.glob(f"*/sweep_bwd/{NAME}.csv"))
     if not csvs:
@@ -121,7 +121,7 @@ def pick(args) -> int:
         last = df.iloc[-1]
         arch = str(last.get("arch", "sm_90")).rstrip("a")
         try:
-            cfg, score, per_shape = pick_single(df, args.dq_mode, None if args.partial else len(backward_configs(bwd)),
+            cfg, score, per_shape = pick_single(df, args.dq_mode, None if args.partial else len(backward_configs()),
                                                 args.criterion, args.min_n)
         except ValueError as e:
             print(f"{csv_path}: {e} (--partial picks anyway)", file=sys.stderr)

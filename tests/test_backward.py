@@ -28,8 +28,11 @@ ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") i
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the kernel's import (@triton.jit reads it)
 
+from fa2triton import backward_config as bc  # noqa: E402
 from fa2triton import flash_backward_triton as fb  # noqa: E402
-from fa2triton.flash_backward_triton import BackwardConfig, flash_attention_backward  # noqa: E402
+from fa2triton.backward_config import BackwardConfig  # noqa: E402
+from fa2triton.flash_backward_kernels import _bwd_dkdv_kernel  # noqa: E402
+from fa2triton.flash_backward_triton import flash_attention_backward  # noqa: E402
 from fa2triton.interpret import patch_interpreter  # noqa: E402
 from fa2triton.reference import attention, backward_from_lse, relative_error  # noqa: E402
 
@@ -164,16 +167,16 @@ def test_with_v4_triton_forward():
 
 
 def test_default_config_by_architecture(monkeypatch):
-    monkeypatch.setattr(fb, "PICKED", {})   # the built-in defaults, whatever a sweep picked
-    assert fb.default_config(64, torch.bfloat16, "sm_90") == fb.SM90_DEFAULT
-    assert fb.default_config(128, torch.bfloat16, "sm_90") == fb.SM90_DEFAULT
-    assert fb.default_config(64, torch.float32, "sm_90a") == fb.SM90_DEFAULT
-    assert fb.default_config(128, torch.float32, "sm_90") == fb.SM90_FP32_D128
-    assert fb.default_config(64, torch.bfloat16, "sm_100") == fb.SM90_DEFAULT
-    assert fb.default_config(64, torch.bfloat16, "sm_89") == fb.SM80_DEFAULT
-    assert fb.default_config(64, torch.bfloat16, "sm_75") == fb.FALLBACK
-    assert BackwardConfig.parse("32,128,128,32,8,3") == fb.SM90_DEFAULT
-    for cfg in (fb.SM90_DEFAULT, fb.SM90_FP32_D128, fb.SM80_DEFAULT, fb.FALLBACK):
+    monkeypatch.setattr(bc, "PICKED", {})   # the built-in defaults, whatever a sweep picked
+    assert bc.default_config(64, torch.bfloat16, "sm_90") == bc.SM90_DEFAULT
+    assert bc.default_config(128, torch.bfloat16, "sm_90") == bc.SM90_DEFAULT
+    assert bc.default_config(64, torch.float32, "sm_90a") == bc.SM90_DEFAULT
+    assert bc.default_config(128, torch.float32, "sm_90") == bc.SM90_FP32_D128
+    assert bc.default_config(64, torch.bfloat16, "sm_100") == bc.SM90_DEFAULT
+    assert bc.default_config(64, torch.bfloat16, "sm_89") == bc.SM80_DEFAULT
+    assert bc.default_config(64, torch.bfloat16, "sm_75") == bc.FALLBACK
+    assert BackwardConfig.parse("32,128,128,32,8,3") == bc.SM90_DEFAULT
+    for cfg in (bc.SM90_DEFAULT, bc.SM90_FP32_D128, bc.SM80_DEFAULT, bc.FALLBACK):
         cfg.validate()
 
 
@@ -182,15 +185,15 @@ def test_a_picked_configuration_applies_where_the_sweep_measured_it(tmp_path, mo
     architecture; fp32, larger heads and other GPUs keep the built-in defaults."""
     picks = tmp_path / "backward_configs.json"
     picks.write_text('{"arches": {"sm_90": {"config": [64, 128, 128, 64, 8, 2], "dq_mode": "separate"}}}')
-    monkeypatch.setattr(fb, "PICKED", fb._load_picks(picks))
+    monkeypatch.setattr(bc, "PICKED", bc._load_picks(picks))
     chosen = BackwardConfig(64, 128, 128, 64, num_warps=8, num_stages=2)
-    assert fb.default_config(64, torch.bfloat16, "sm_90a") == chosen
-    assert fb.default_config(32, torch.float16, "sm_90") == chosen
-    assert fb.default_config(64, torch.bfloat16, None) == chosen          # the interpreter runs the sm_90 choice
-    assert fb.default_config(128, torch.bfloat16, "sm_90") == fb.SM90_DEFAULT
-    assert fb.default_config(64, torch.float32, "sm_90") == fb.SM90_DEFAULT
-    assert fb.default_config(64, torch.bfloat16, "sm_89") == fb.SM80_DEFAULT
-    assert fb._load_picks(tmp_path / "absent.json") == {}
+    assert bc.default_config(64, torch.bfloat16, "sm_90a") == chosen
+    assert bc.default_config(32, torch.float16, "sm_90") == chosen
+    assert bc.default_config(64, torch.bfloat16, None) == chosen          # the interpreter runs the sm_90 choice
+    assert bc.default_config(128, torch.bfloat16, "sm_90") == bc.SM90_DEFAULT
+    assert bc.default_config(64, torch.float32, "sm_90") == bc.SM90_DEFAULT
+    assert bc.default_config(64, torch.bfloat16, "sm_89") == bc.SM80_DEFAULT
+    assert bc._load_picks(tmp_path / "absent.json") == {}
 
 
 def _ok_inputs():
@@ -324,8 +327,8 @@ def test_backward_replay_matches_the_checked_path(monkeypatch, dq_mode):
     monkeypatch.setattr(fb, "LAUNCHES", fb.LaunchCache())
     first = flash_attention_backward(Q, K, V, O, L, dO, True, dq_mode=dq_mode)
     runs = []
-    original = type(fb._bwd_dkdv_kernel).run
-    monkeypatch.setattr(type(fb._bwd_dkdv_kernel), "run",
+    original = type(_bwd_dkdv_kernel).run
+    monkeypatch.setattr(type(_bwd_dkdv_kernel), "run",
                         lambda self, *a, **kw: (runs.append(1), original(self, *a, **kw))[1])
     second = flash_attention_backward(Q, K, V, O, L, dO, True, dq_mode=dq_mode)
     assert runs == [], "the repeat went through Triton's argument binding"

@@ -137,12 +137,19 @@ def test_the_atomic_backward_takes_the_ws_kernel_and_repeats(monkeypatch, N_q, N
     _check_against_float64(again, q, k, v, do, causal, dtype)
 
 
+def test_the_kernels_names_are_the_ones_committed_rows_key_on():
+    """The harness's bwd_config names the Gluon kernel by LABEL where it ran, experiment bwd-gluon-ws's `who` by its
+    slots: the committed rows must still name what ships."""
+    import csv
+    from pathlib import Path
 
-def test_fits_agrees_with_the_compiled_shared_memory():
-    """fits() is what the experiment asks before launching a configuration: two slots fit at both head dimensions,
-    three only at D = 64."""
-    assert WS.fits(WS.CONFIGS["s2"], 128) and WS.fits(WS.WsConfig(slots=3), 64)
-    assert not WS.fits(WS.WsConfig(slots=3), 128)
+    results = Path(__file__).resolve().parent.parent / "results" / "nvidia-h200"
+    with open(results / "bench_bwd" / "v7_hopper.csv") as f:
+        named = {r["bwd_config"] for r in csv.DictReader(f) if r["bwd_config"].startswith("ws ")}
+    with open(results / "experiments" / "bwd_gluon_ws.csv") as f:
+        who = {r["who"] for r in csv.DictReader(f)}
+    assert named == {WS.LABEL}
+    assert f"gluon-ws/s{WS.SLOTS}" in who
 
 
 def test_auto_takes_the_ws_kernel_where_it_measured_faster():
@@ -167,7 +174,7 @@ def test_preferreds_docstring_gives_the_committed_ratios():
     quoted = re.search(r"(\d\.\d\d)-(\d\.\d\d)x as fast everywhere else, (\d\.\d\d)-(\d\.\d\d)x at D = 64 causal", doc)
     path = Path(__file__).resolve().parent.parent / "results" / "nvidia-h200" / "experiments" / "bwd_gluon_ws.csv"
     with open(path) as f:
-        rows = [r for r in csv.DictReader(f) if r["who"] == "gluon-ws/s2" and int(r["N"]) >= 1024]
+        rows = [r for r in csv.DictReader(f) if r["who"] == f"gluon-ws/s{WS.SLOTS}" and int(r["N"]) >= 1024]
     taken = [float(r["v7_over_graph"]) for r in rows if WS.preferred(int(r["N"]), int(r["N"]), int(r["D"]),
                                                                      r["causal"] == "1")]
     left = [float(r["v7_over_graph"]) for r in rows if r["D"] == "64" and r["causal"] == "1"]

@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 RUNTIME = ("fa2triton",)
-LAB = ("fa2lab", "harness", "sweeps", "profiling", "figures", "experiments", "scripts", "tasks")
+LAB = ("fa2lab", "harness", "sweeps", "profiling", "figures", "report", "experiments", "scripts", "tasks")
 RUNTIME_DEPENDENCIES = {"torch", "triton", "numpy"}   # pyproject's dependencies; the lab's extras are not among them
 
 

@@ -5,11 +5,11 @@ import pytest
 from fa2lab.results import append_rows
 from fa2lab.forward_sweep import done_keys, merge_parts
 from fa2lab.backward_sweep import KEY_FIELDS, backward_configs, config_columns, skip_reason
-from fa2triton import flash_backward_triton as bwd
+from fa2triton import backward_config as bwd
 
 
 def test_the_space_mirrors_the_two_kernels_and_every_point_is_valid():
-    configs = backward_configs(bwd)
+    configs = backward_configs()
     assert len(configs) == 3 * 3 * 2 * 3 == len(set(configs))
     for c in configs:
         c.validate()

@@ -1,7 +1,7 @@
 """dK and dV of the FlashAttention backward as a Gluon kernel for Hopper (sm_90), one warpgroup per CTA.
 
 Round 1 of backward_hopper_log.md. The math, the units of L, Delta, the scale and the causal convention are those of
-flash_backward_triton.py (`_dkdv_program`): per (batch * head) slice,
+flash_backward_kernels.py (`_dkdv_program`): per (batch * head) slice,
 
     P^T  = exp2(S^T * qk_scale - L * log2(e)),  S^T = K Q^T (unscaled), qk_scale = scale * log2(e)
     dV   = sum over query tiles of P^T dO
@@ -247,7 +247,7 @@ if HAVE_GLUON:
         for s in gl.static_range(_SLOTS):
             mbarrier.init(ready.index(s), count=1)
 
-        # The query tiles, each range a multiple of BLOCK_M from 0 (flash_backward_triton's three ranges):
+        # The query tiles, each range a multiple of BLOCK_M from 0 (flash_backward_kernels' three ranges):
         #   [lo, diag_stop)            DIAGONAL: the tiles straddling the causal diagonal (none without the mask);
         #   [diag_stop, full_stop)     NO_MASK: whole tiles wholly below it (every whole tile without the mask);
         #   [tail_start, N_QUERIES)    TAIL: the ragged last tile, if it is not a diagonal one.

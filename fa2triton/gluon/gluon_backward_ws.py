@@ -31,7 +31,6 @@ L = +inf, hence P^T = dS^T = 0 there, and the reduce-add stops at the head's end
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
@@ -59,6 +58,10 @@ BLOCK_N = 128         # keys per CTA, 64 per consumer
 BLOCK_M = 64          # queries per streamed tile
 CONSUMERS = 2
 DS_BUFFERS = 2
+# The Q / dO / L / Delta ring. Three slots were measured and retired: docs/experiments.md, row bwd-gluon-ws-slots.
+SLOTS = 2
+# The kernel as the harness's bwd_config column and experiment bwd-gluon-ws's rows name it (committed rows key on it).
+LABEL = f"ws {BLOCK_N}x{BLOCK_M}/2wg/s{SLOTS}"
 CONSUMER_REGS = 240
 LOADER_REGS = 24
 NUM_WARPS = 4         # the default partition: consumer 0
@@ -66,7 +69,7 @@ NUM_WARPS = 4         # the default partition: consumer 0
 
 if HAVE_GLUON:
     _LOG2E = _hw.LOG2E_C
-    _DS_BUFFERS, _CONSUMERS = gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS)
+    _DS_BUFFERS, _CONSUMERS, _SLOTS = gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS), gl.constexpr(SLOTS)
     _CONSUMER_REGS, _LOADER_REGS = gl.constexpr(CONSUMER_REGS), gl.constexpr(LOADER_REGS)
     _DESCRIPTOR_ASM, _DESCRIPTOR_ADDS = _r1._DESCRIPTOR_ASM, _r1._DESCRIPTOR_ADDS
     NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
@@ -238,8 +241,8 @@ if HAVE_GLUON:
         L_ptr, Delta_ptr, dK_ptr, dV_ptr,
         stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
         N_QUERIES, N_KEYS, qk_scale, scale,
-        # compile-time choices: the mask, the Q / dO / L / Delta slots
-        CAUSAL: gl.constexpr, SLOTS: gl.constexpr,
+        # compile-time choice: the mask
+        CAUSAL: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -250,19 +253,19 @@ if HAVE_GLUON:
 
         k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], v_desc.layout)
-        q_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_M, D], q_desc.layout)
-        do_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_M, D], do_desc.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], q_desc.layout)
+        do_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], do_desc.layout)
         ds_smem = gl.allocate_shared_memory(dtype, [_DS_BUFFERS, BLOCK_N, BLOCK_M], ds_layout)
         dq_smem = gl.allocate_shared_memory(gl.float32, [_CONSUMERS, 1, BLOCK_M, HALF], dq_desc.layout)
         row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-        l_smem = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_M], row_layout)
-        delta_smem = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_M], row_layout)
+        l_smem = gl.allocate_shared_memory(gl.float32, [_SLOTS, BLOCK_M], row_layout)
+        delta_smem = gl.allocate_shared_memory(gl.float32, [_SLOTS, BLOCK_M], row_layout)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
         ds_bar = gl.allocate_shared_memory(gl.int64, [_DS_BUFFERS, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar.index(0), count=1)
-        for s in gl.static_range(SLOTS):
+        for s in gl.static_range(_SLOTS):
             mbarrier.init(ready.index(s), count=1)
             mbarrier.init(empty.index(s), count=_CONSUMERS)
         for s in gl.static_range(_DS_BUFFERS):
@@ -282,30 +285,7 @@ if HAVE_GLUON:
                             (_loader, loader_args)], [4, 1], [_CONSUMER_REGS, _LOADER_REGS])
 
 
-# ---------------------------------------------------------------------------------------------- configuration
-
-@dataclass(frozen=True)
-class WsConfig:
-    """The kernel's compile-time choices: the slots of the Q / dO / L / Delta ring."""
-    slots: int = 2
-
-    def constexprs(self) -> dict:
-        return dict(SLOTS=self.slots)
-
-    def __str__(self) -> str:
-        return f"ws {BLOCK_N}x{BLOCK_M}/2wg/s{self.slots}"
-
-
-# What experiment bwd-gluon-ws compares. Dropped: three slots at D = 64 (graph replay 0.91-1.37x v7's previous
-# backward's speed where two made 0.91-1.41x); each tile's dV, dK and dQ left in flight under the next tile's S^T
-# and dP^T (offline: ptxas then serialises every wgmma, 24 WARPGROUP.DEPBAR per tile at D = 64).
-CONFIGS = {"s2": WsConfig(slots=2)}
-
-
-def default_config(D: int) -> WsConfig:
-    """The configuration the backward launches at head dimension D."""
-    return CONFIGS["s2"]
-
+# ---------------------------------------------------------------------------------------------- where it runs
 
 def preferred(N_q: int, N_k: int, D: int, causal: bool) -> bool:
     """Whether the backward's dq_mode "auto" takes this kernel (where it takes the inputs): from N = 1024 on, except
@@ -313,14 +293,6 @@ def preferred(N_q: int, N_k: int, D: int, causal: bool) -> bool:
     Gluon dK/dV; fused at N = 1024), B * H = 32, bf16, experiment bwd-gluon-ws, N = 1024-4096: 1.09-1.41x as fast
     everywhere else, 0.91-1.00x at D = 64 causal. Below N = 1024 it was not measured."""
     return min(N_q, N_k) >= 1024 and not (D == 64 and causal)
-
-
-def fits(cfg: WsConfig, D: int) -> bool:
-    """Whether cfg's buffers (K, V; the slots of Q, dO, L and Delta; two dS tiles; two fp32 dQ halves; the
-    epilogue's conversion of one 64 x D tile) fit a block's 227 KB."""
-    buffers = 2 * BLOCK_N * D * 2 + cfg.slots * (2 * BLOCK_M * D * 2 + 2 * BLOCK_M * 4) \
-        + DS_BUFFERS * BLOCK_N * BLOCK_M * 2 + CONSUMERS * BLOCK_M * (D // 2) * 4 + 64 * D * 2
-    return buffers <= 232448
 
 
 # ---------------------------------------------------------------------------------------------- host entry points
@@ -367,10 +339,10 @@ class WsLaunch:
     """A recorded launch of _bwd_ws_kernel: later calls with the same shapes and strides rebind the descriptors'
     bases only (gluon_backward_hopper.DkdvLaunch's lean repeat)."""
 
-    def __init__(self, compiled, grid, args, causal: bool, cfg: WsConfig):
+    def __init__(self, compiled, grid, args, causal: bool):
         self.kernel, self.grid = compiled, (*grid, 1)
         self.descs = list(args[:5])
-        self.scalars = (*args[9:], bool(causal), *cfg.constexprs().values())
+        self.scalars = (*args[9:], bool(causal))
 
     def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum) -> None:
         d = self.descs
@@ -378,28 +350,25 @@ class WsLaunch:
         run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars), q.device.index)
 
 
-def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float,
-           cfg: WsConfig | None = None) -> WsLaunch:
+def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float) -> WsLaunch:
     """Launch into dk, dv (k's shape, contiguous heads) and add dQ's partials into dq_accum (zeros, fp32, q's
-    shape) for inputs `validate` accepted (cfg: default_config's unless given); return the recorded launch."""
-    cfg = cfg or default_config(q.shape[2])
+    shape) for inputs `validate` accepted; return the recorded launch."""
     grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale)
-    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), **cfg.constexprs(), num_warps=NUM_WARPS,
-                                    ptx_options=ptx_options())
-    return WsLaunch(compiled, grid, args, causal, cfg)
+    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS, ptx_options=ptx_options())
+    return WsLaunch(compiled, grid, args, causal)
 
 
-def backward(q, k, v, do, lse, delta, causal: bool, scale: float, cfg: WsConfig | None = None):
+def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
     """dQ, dK, dV (the inputs' dtype) for gluon_backward_hopper.dkdv's inputs; ValueError for anything else."""
     dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     validate(q, k, v, do, lse, delta, scale, dq_accum)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal, scale, cfg)
+    launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal, scale)
     return dq_accum.to(q.dtype), dk, dv
 
 
-def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, cfg: WsConfig | None = None):
+def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32):
     """The kernel's offline compile on meta tensors (as gluon_backward_hopper.offline_plan)."""
     from fa2triton.offline import OfflinePlan
 
@@ -407,4 +376,4 @@ def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int =
     acc = torch.empty(heads, N, D, dtype=torch.float32, device="meta")
     _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D))
     return OfflinePlan(_bwd_ws_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal),
-                                                  ptx_options=ptx_options(), **(cfg or default_config(D)).constexprs()))
+                                                  ptx_options=ptx_options()))

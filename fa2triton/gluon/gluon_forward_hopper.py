@@ -278,12 +278,6 @@ class GluonLaunch(KeptL):
         return O, L
 
 
-def for_mask(candidates, is_causal: bool) -> list:
-    """The candidates as they run on inputs with or without the causal mask: every candidate runs both (the split
-    tail is planned for non-causal inputs only, in launch_plan)."""
-    return list(candidates)
-
-
 def best_launch(Q, K, V, is_causal: bool, candidates=None, repeats: int = 20):
     """The fastest of `candidates` (default: candidates_for the head dimension) that fit on these inputs: each
     launched once (compiling), then timed by fa2triton.queued_timing.queued_ms over `repeats` lean repeats (GPU time
@@ -292,7 +286,7 @@ def best_launch(Q, K, V, is_causal: bool, candidates=None, repeats: int = 20):
     v7 races those within its SHORTLIST_MARGIN again, in alternating order."""
     timed = {}
     candidates = candidates_for(Q.shape[2]) if candidates is None else candidates
-    for cfg in fitting(for_mask(candidates, is_causal), Q.shape[2], Q.device.index):
+    for cfg in fitting(candidates, Q.shape[2], Q.device.index):
         launch = forward(Q, K, V, is_causal, cfg)[2]
         timed[cfg.label] = (queued_ms(lambda launch=launch: launch(Q, K, V), repeats), launch)
     if not timed:

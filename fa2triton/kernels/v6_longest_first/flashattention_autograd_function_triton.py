@@ -242,7 +242,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     LAUNCH_ORDER = "longest_first"   # see LAUNCH_ORDERS; the launch-order experiment changes it
     P_CAST = 0                       # the P-cast experiment's variants (0 is the kernel's choice)
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
-    BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
+    BACKWARD_CONFIG = None           # a fa2triton.backward_config.BackwardConfig, or None: its per-GPU default
     # Input signature -> the launch the normal path made for it (see fa2triton.lean_path).
     launches = LaunchCache()
 

@@ -630,10 +630,11 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
     # neither path wins everywhere (docs/experiments.md, FA2_V7_RACE_TL). False: no race (the lab's FA2_V7_RACE_TL=0).
     RACE_TL = True
     BACKWARD_DQ_MODE = "auto"        # flash_backward_triton.DQ_CHOICES: "auto" fuses the small problems
-    BACKWARD_CONFIG = None           # a backward_kernels.BackwardConfig, or None for its per-GPU default
+    BACKWARD_CONFIG = None           # a fa2triton.backward_config.BackwardConfig, or None: its per-GPU default
     BACKWARD_DKDV = "auto"           # flash_backward_triton.DKDV_CHOICES: "auto", the Gluon kernels on Hopper
     # A first call's launch: "table", launch_table.json's for this GPU (fa2triton.launch_table), else the race; "race",
-    # time and race every new signature as `invoke pick-launch` does (the table's lab: sweeps/pick_launch.py).
+    # time and race every new signature as `invoke pick-launch` does (the table's lab: sweeps/pick_launch.py; the
+    # lab's FA2_V7_LAUNCH_FROM=race, fa2lab.switches).
     LAUNCH_FROM = "table"
     LAUNCH_TABLE = launch_table.load(Path(__file__).with_name("launch_table.json"), "v7_hopper")
     launches = LaunchCache()         # input signature -> the launch the normal path made for it (fa2triton.lean_path)
