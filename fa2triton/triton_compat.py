@@ -10,12 +10,17 @@ closure's variables, a signature) that is what is checked; the version itself on
   async_copy_global_to_shared, 3.9 async_load) and TMA reduce-add (3.9 async_atomic_add; 3.6 only the builder's op).
 - get_ptxas(arch): the ptxas Triton itself runs for sm_<arch> (3.9: ptxas-blackwell, CUDA 13, from sm_90 on).
 - PARTITION_SYNC: a partition's bar.sync in PTX (3.9 names the barrier by a register).
+- triton_ptxas_flags(), ptx_options(): the options Triton's own ptxas call adds (3.9: --regAllocOptLevel=2), and the
+  launch option that puts ptxas's default register allocation back.
+- splits_wgmma_descriptors(), wgmma_descriptor_adds(ptx): whether this Triton builds each k-step's wgmma descriptor
+  from 32-bit words (3.9), and that PTX rewritten in 3.6's form.
 - direct_launch(run), encode_descriptor(desc, meta): a CompiledKernel's C launch function and its descriptor encoding
   (3.6: a launcher per kernel; 3.9: one generic launch with the arguments as one sequence).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import re
@@ -118,6 +123,29 @@ def get_ptxas(arch: int):
     return compiler.get_ptxas(int(arch))
 
 
+@functools.cache
+def triton_ptxas_flags() -> tuple[str, ...]:
+    """The options Triton's make_cubin gives every ptxas run besides line info, -v, --fmad, --opt-level, the extra
+    ptx_options and --gpu-name, read from its source: 3.9 adds `--regAllocOptLevel=2` ("to work around ptxas 13.x
+    bug"), 3.6 nothing."""
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    return tuple(dict.fromkeys(re.findall(r"['\"](--regAllocOptLevel=\d+)['\"]",
+                                          inspect.getsource(CUDABackend.make_cubin))))
+
+
+# ptxas's own register allocation, as if no --regAllocOptLevel were given (offline sm_90 under ptxas 13: the same
+# cubin; levels 1-3 allocate as 2 does)
+PTXAS_DEFAULT_REGALLOC = "--regAllocOptLevel=4"
+
+
+def ptx_options() -> str | None:
+    """`ptx_options` for a launch of v7's Gluon kernels: None where Triton runs ptxas with its defaults (3.6), else
+    PTXAS_DEFAULT_REGALLOC, which follows Triton's --regAllocOptLevel=2 on the command line (the last one wins).
+    Why: offline, level 2 spills more in these kernels ("Why v7 is slower on 3.9", docs/port-triton39.md)."""
+    return PTXAS_DEFAULT_REGALLOC if any(f.startswith("--regAllocOptLevel") for f in triton_ptxas_flags()) else None
+
+
 # ------------------------------------------------------------------------------------------------ PTX patterns
 
 # one partition's bar.sync: `bar.sync <id>, 128` (3.6, a constant id; 3.9, a register holding it) in an inlined
@@ -171,3 +199,51 @@ def direct_launch(run):
         def call(grid, stream, function, packed, args):
             c_launch(*grid, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
     return call, expand
+
+
+# ------------------------------------------------------------------------------------------------ wgmma descriptors
+
+_INSTR = re.compile(r"^(\s*)(@!?%\w+\s+)?([a-z][\w.:]*)\s+(%\w+),\s*([^;]*);\s*$")
+_BLOCK_END = re.compile(r"^\s*(?:(?!\$L__tmp)[$\w]+:|(?:@!?%\w+\s+)?(?:bra|ret|exit|call|trap)\b)")   # not .loc labels
+
+
+def splits_wgmma_descriptors() -> bool:
+    """Whether Triton lowers each k-step's wgmma shared-memory descriptor as `zext(base + k) | C` (3.9) rather than
+    `zext(base) + (C + k)` (3.6): where it does, v7's Gluon kernels plant gluon_ptx.DESCRIPTOR_MARK for
+    wgmma_descriptor_adds (elsewhere they plant nothing, so their PTX is as before). A lowering detail no attribute
+    shows: the version decides (3.7 and 3.8 were not examined: False)."""
+    return triton_version() >= (3, 9)
+
+
+def wgmma_descriptor_adds(ptx: str) -> tuple[str, int]:
+    """The PTX with each wgmma shared-memory descriptor that Triton 3.9 builds per k-step as
+    `zext(base + k) | C` (add.s32, cvt.u64.u32, or.b64 in one basic block) computed as 3.6 does, `zext(base) + (C + k)`,
+    and how many. Exact where it applies: every definition of base is a bfe.u32 of at most 16 bits, k < 2^16 and C's
+    low word is 0 (so no carry and `|` is `+`). 3.6's PTX has no such sequence (n = 0, the PTX unchanged). Why: ptxas
+    rebuilds 3.9's descriptors with more uniform moves per wgmma ("Why v7 is slower on 3.9", port-triton39.md)."""
+    lines = ptx.split("\n")
+    parsed = [_INSTR.match(line) for line in lines]
+    bounded: dict[str, set] = {}   # register -> {whether each of its definitions is a bfe.u32 of <= 16 bits}
+    for m in filter(None, parsed):
+        _, pred, op, dst, operands = m.groups()
+        width = operands.rsplit(",", 1)[-1].strip()
+        bounded.setdefault(dst, set()).add(not pred and op == "bfe.u32" and width.isdigit() and int(width) <= 16)
+    block, defs, n = 0, {}, 0   # defs[register] = (line, block, op, operands, the definition its operand read)
+    for i, line in enumerate(lines):
+        block += bool(_BLOCK_END.match(line))
+        if not parsed[i]:
+            continue
+        indent, pred, op, dst, operands = parsed[i].groups()
+        op = f"{pred}{op}" if pred else op   # a predicated definition matches no step
+        args = [a.strip() for a in operands.split(",")]
+        cvt = defs.get(args[0]) if op == "or.b64" and len(args) == 2 and args[1].isdigit() else None
+        add = cvt[4] if cvt and cvt[2] == "cvt.u64.u32" and cvt[1] == block else None
+        if add and add[2] == "add.s32" and add[1] == block and len(add[3]) == 2 and add[3][1].isdigit():
+            base, k, c = add[3][0], int(add[3][1]), int(args[1])
+            if bounded.get(base) == {True} and k < 1 << 16 and not c & 0xFFFFFFFF \
+                    and defs.get(base, (-1,))[0] < add[0]:
+                lines[i] = (f"{indent}{{ .reg .b64 %fa2desc; cvt.u64.u32 %fa2desc, {base}; "
+                            f"add.s64 {dst}, %fa2desc, {c + k}; }}")
+                n += 1
+        defs[dst] = (i, block, op, args, defs.get(args[0]))
+    return "\n".join(lines), n

@@ -123,6 +123,8 @@ def ptxas_verbose(ptx: str, arch: int, fp_fusion: bool, cubin: bytes) -> dict:
     """ptxas -v on the PTX with the flags Triton's make_cubin uses; says whether it rebuilt the same cubin."""
     from triton.backends.nvidia.compiler import sm_arch_from_capability
 
+    from fa2triton.triton_compat import triton_ptxas_flags
+
     exe = tool_path("ptxas", arch)
     if not exe:
         return {"available": False}
@@ -130,8 +132,8 @@ def ptxas_verbose(ptx: str, arch: int, fp_fusion: bool, cubin: bytes) -> dict:
     with tempfile.TemporaryDirectory() as d:
         src, out = Path(d) / "kernel.ptx", Path(d) / "kernel.cubin"
         src.write_text(ptx)
-        cmd = [exe, "-lineinfo", *([] if fp_fusion else ["--fmad=false"]), "-v", f"--gpu-name={gpu_name}",
-               str(src), "-o", str(out)]
+        cmd = [exe, "-lineinfo", *([] if fp_fusion else ["--fmad=false"]), "-v", *triton_ptxas_flags(),
+               f"--gpu-name={gpu_name}", str(src), "-o", str(out)]
         rc, log = _run_tool(cmd)
         same = out.exists() and out.read_bytes() == cubin
     res = {"available": rc == 0, "gpu_name": gpu_name, "ptxas": exe, "same_cubin_as_triton": same,

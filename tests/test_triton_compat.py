@@ -129,6 +129,29 @@ def test_get_ptxas_is_the_one_tritons_compile_runs_for_the_arch():
     assert tool_path("ptxas", 90) == tool.path
 
 
+def test_triton_ptxas_flags_are_what_make_cubin_adds():
+    """3.9's make_cubin adds --regAllocOptLevel=2 to every ptxas run and ptx_options() puts the default back; 3.6
+    adds nothing and needs nothing."""
+    assert tc.triton_ptxas_flags() == (("--regAllocOptLevel=2",) if NEW else ())
+    assert tc.ptx_options() == (tc.PTXAS_DEFAULT_REGALLOC if NEW else None)
+
+
+@pytest.mark.skipif(not NEW, reason="Triton 3.6 passes ptxas no register-allocation level")
+def test_the_default_regalloc_option_undoes_level_2(offline, tmp_path):
+    """ptxas 13 on a Gluon forward's PTX: Triton's level 2 followed by PTXAS_DEFAULT_REGALLOC (ptx_options, the later
+    option wins) makes the cubin of no option at all, and level 2 alone another one."""
+    ptxas = tc.get_ptxas(90).path
+
+    def cubin(*flags):
+        out = tmp_path / f"k{len(list(tmp_path.iterdir()))}.cubin"
+        subprocess.run([ptxas, "-lineinfo", *flags, "--gpu-name=sm_90a", str(offline.ptx), "-o", str(out)],
+                       check=True, capture_output=True)
+        return out.read_bytes()
+
+    default = cubin()
+    assert cubin("--regAllocOptLevel=2", *tc.ptx_options().split()) == default != cubin("--regAllocOptLevel=2")
+
+
 # ------------------------------------------------------------------------------------------------ PTX patterns
 
 @pytest.mark.parametrize("line, partition", [
@@ -147,6 +170,39 @@ def test_drop_marked_syncs_drops_3_9s_register_barrier():
                      "\t@%p1 mbarrier.arrive.shared::cta.b64 _, [%r3];", f"\tmov.b32 %r4, %r5; // {P.UNSYNCED_MARK}"])
     out, n = P.drop_marked_syncs(ptx)
     assert n == 1 and "bar.sync" not in out
+
+
+# ------------------------------------------------------------------------------------------------ wgmma descriptors
+
+C = 4611686293305294848   # 0x4000004000000000: a descriptor's high word, low word 0
+SPLIT = ["\tbfe.u32 \t%r10, %r9, 4, 14;", "\tadd.s32 \t%r11, %r10, 2;", "\t// begin inline asm",
+         "\tcvt.u64.u32 \t%rd5, %r11;", "\t.loc\t1 2 3", "$L__tmp4:", f"\tor.b64 \t%rd6, %rd5, {C};"]
+
+
+def test_wgmma_descriptor_adds_writes_3_9s_form_as_3_6s():
+    out, n = tc.wgmma_descriptor_adds("\n".join(SPLIT))
+    assert n == 1 and out.split("\n")[:-1] == SPLIT[:-1]   # the add and the extension stay (ptxas drops them)
+    assert out.split("\n")[-1] == (f"\t{{ .reg .b64 %fa2desc; cvt.u64.u32 %fa2desc, %r10; "
+                                   f"add.s64 %rd6, %fa2desc, {C + 2}; }}")
+    for base in (0, 1, 2**14 - 1):   # the identity it relies on, for any 14-bit base
+        assert (base + 2) | C == base + (C + 2)
+
+
+@pytest.mark.parametrize("change", [
+    lambda s: [s[0].replace("4, 14", "4, 20")] + s[1:],                       # base wider than 16 bits
+    lambda s: [s[0].replace("bfe.u32", "shr.u32").replace(", 14", "")] + s[1:],   # base not a bit field
+    lambda s: s[:2] + ["$L__BB0_3:"] + s[2:],                                  # another basic block
+    lambda s: s[:2] + ["\tmov.u32 \t%r10, %r1;"] + s[2:],                      # base redefined before the or
+    lambda s: s[:-1] + [s[-1].replace(str(C), str(C + 1))],                    # a low word: | is not +
+    lambda s: [s[0], "\tcvt.u64.u32 \t%rd5, %r10;", s[-1]],                     # 3.6's own form: nothing to do
+])
+def test_wgmma_descriptor_adds_leaves_what_it_cannot_prove(change):
+    ptx = "\n".join(change(SPLIT))
+    assert tc.wgmma_descriptor_adds(ptx) == (ptx, 0)
+
+
+def test_only_3_9_splits_wgmma_descriptors():
+    assert tc.splits_wgmma_descriptors() == NEW
 
 
 # ------------------------------------------------------------------------------------------------ the launcher
@@ -219,14 +275,18 @@ def counting(name):
         counts[name] = counts.get(name, 0) + n
         return out, n
     return run
-for name in ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call"):
+for name in ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call",
+             "wgmma_descriptor_adds"):
     setattr(P, name, counting(name))
 out = {{}}
 def record(label, compile_):
     counts.clear()
-    ptx = compile_().asm["ptx"]
+    k = compile_()
+    ptx = k.asm["ptx"]
     out[label] = dict(counts, tma_loads=ptx.count("cp.async.bulk.tensor.2d.shared"),
-                      reduce_adds=ptx.count("cp.reduce.async.bulk.tensor"))
+                      reduce_adds=ptx.count("cp.reduce.async.bulk.tensor"), ptx_options=k.metadata.ptx_options)
+    if label.startswith("forward ws2x64x128/3s/preg/pp/ua/sc2"):   # for the ptxas tests
+        open({ptx_path!r}, "w").write(ptx)
 for D, N in ((64, 1024), (128, 2048)):
     for cfg in G.candidates_for(D):
         record(f"forward {{cfg.label}} D={{D}}", lambda: compile_plan(G.offline_plan(cfg, N=N, D=D)))
@@ -235,35 +295,44 @@ record("backward gluon_backward_ws D=64", lambda: compile_plan(BW.offline_plan(6
 print(json.dumps(out))
 """
 
-# (drop_marked_syncs, partition_syncs, tie_marked_arrives, inline_consumer_call) per kernel, offline sm_90; also in
-# docs/port-triton39.md. Triton 3.9 differs in two ways, explained there: partition_syncs finds nothing to rewrite
-# (3.9 passes the shared consumer function its partition's barrier id, so its barriers are already
-# `bar.sync %r, 128`), and the slot wait's bar.sync moved: the inlined partitions' waits have none before them
-# (one drop fewer per consumer and wait site), the shared function's has one before (dropped: one more) and keeps
-# one after it.
+# (drop_marked_syncs, partition_syncs, tie_marked_arrives, inline_consumer_call, wgmma_descriptor_adds) per kernel,
+# offline sm_90; also in docs/port-triton39.md. Triton 3.9 differs in three ways, explained there: partition_syncs
+# finds nothing to rewrite (3.9 passes the shared consumer function its partition's barrier id, so its barriers are
+# already `bar.sync %r, 128`), the slot wait's bar.sync moved (the inlined partitions' waits have none before them:
+# one drop fewer per consumer and wait site; the shared function's has one before, dropped: one more, and keeps one
+# after it), and only 3.9's kernels plant DESCRIPTOR_MARK (splits_wgmma_descriptors; the ws backward at D = 64 only).
 PASSES = {
-    "forward ws2x64x128/3s/preg/persist/ua/et1/sc2 D=64": {"3.6": (4, 3, 2, 2), "3.9": (5, 0, 2, 2)},
-    "forward ws2x64x128/3s/preg/pp/ua/sc2 D=64": {"3.6": (5, 3, 0, 2), "3.9": (6, 0, 0, 2)},
-    "forward ws3x64x128/4s/preg/pp/split/persist/ua D=64": {"3.6": (18, 0, 0, 0), "3.9": (15, 0, 0, 0)},
-    "forward ws2x64x64/4s/preg/pp/persist/ua/la D=128": {"3.6": (44, 0, 0, 0), "3.9": (36, 0, 0, 0)},
-    "forward ws3x64x64/3s/preg/pp/split/ua D=128": {"3.6": (18, 0, 0, 0), "3.9": (15, 0, 0, 0)},
-    "forward ws2x64x128/3s/preg/pp/persist/ds/ua/q1 D=128": {"3.6": (12, 0, 0, 0), "3.9": (10, 0, 0, 0)},
-    "backward gluon_backward_hopper D=64": {"3.6": (0, 0, 0, 0), "3.9": (0, 0, 0, 0)},   # no marks: no pass runs
-    "backward gluon_backward_ws D=64": {"3.6": (0, 0, 0, 0), "3.9": (0, 0, 0, 0)},
+    "forward ws2x64x128/3s/preg/persist/ua/et1/sc2 D=64": {"3.6": (4, 3, 2, 2, 0), "3.9": (5, 0, 2, 2, 23)},
+    "forward ws2x64x128/3s/preg/pp/ua/sc2 D=64": {"3.6": (5, 3, 0, 2, 0), "3.9": (6, 0, 0, 2, 23)},
+    "forward ws3x64x128/4s/preg/pp/split/persist/ua D=64": {"3.6": (18, 0, 0, 0, 0), "3.9": (15, 0, 0, 0, 69)},
+    "forward ws2x64x64/4s/preg/pp/persist/ua/la D=128": {"3.6": (44, 0, 0, 0, 0), "3.9": (36, 0, 0, 0, 84)},
+    "forward ws3x64x64/3s/preg/pp/split/ua D=128": {"3.6": (18, 0, 0, 0, 0), "3.9": (15, 0, 0, 0, 63)},
+    "forward ws2x64x128/3s/preg/pp/persist/ds/ua/q1 D=128": {"3.6": (12, 0, 0, 0, 0), "3.9": (10, 0, 0, 0, 42)},
+    "backward gluon_backward_hopper D=64": {"3.6": (0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 36)},
+    "backward gluon_backward_ws D=64": {"3.6": (0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 128)},
 }
-PASS_NAMES = ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call")
+PASS_NAMES = ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call",
+              "wgmma_descriptor_adds")
 
 
 @pytest.fixture(scope="module")
-def pass_counts(tmp_path_factory):
+def offline(tmp_path_factory):
     """The passes' counts from offline sm_90 compiles in a subprocess without TRITON_INTERPRET, with a fresh cache
-    (so every PTX stage runs; under 3.9 the stages hook's no-argument form is called by each compile)."""
+    (so every PTX stage runs; under 3.9 the stages hook's no-argument form is called by each compile), and the path
+    of one forward's PTX."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton-cache")), TRITON_DEFAULT_FP_FUSION="1")
-    p = subprocess.run([sys.executable, "-c", COUNT.format(repo=str(REPO))], capture_output=True, text=True, env=env,
+    ptx_path = tmp_path_factory.mktemp("ptx") / "forward.ptx"
+    p = subprocess.run([sys.executable, "-c", COUNT.format(repo=str(REPO), ptx_path=str(ptx_path))],
+                       capture_output=True, text=True, env=env,
                        timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return SimpleNamespace(counts=json.loads(p.stdout.strip().splitlines()[-1]), ptx=ptx_path)
+
+
+@pytest.fixture(scope="module")
+def pass_counts(offline):
+    return offline.counts
 
 
 def test_ptx_pass_counts_match_the_recorded_table(pass_counts):
@@ -273,12 +342,19 @@ def test_ptx_pass_counts_match_the_recorded_table(pass_counts):
 
 
 def test_both_triton_versions_differ_only_where_explained():
-    """3.9's counts are 3.6's but for partition_syncs (0 where 3.6 rewrote the shared function's 3) and the dropped
-    syncs: one more in the shared function, one fewer per consumer and wait site in the inlined partitions."""
+    """3.9's counts are 3.6's but for partition_syncs (0 where 3.6 rewrote the shared function's 3), the dropped
+    syncs (one more in the shared function, one fewer per consumer and wait site in the inlined partitions) and the
+    descriptors rewritten (none on 3.6, every kernel on 3.9)."""
     for label, v in PASSES.items():
-        (d6, p6, t6, i6), (d9, p9, t9, i9) = v["3.6"], v["3.9"]
-        assert (t6, i6) == (t9, i9) and p9 == 0
+        (d6, p6, t6, i6, w6), (d9, p9, t9, i9, w9) = v["3.6"], v["3.9"]
+        assert (t6, i6) == (t9, i9) and p9 == 0 and w6 == 0 < w9
         assert d9 == d6 + 1 if "/sc2" in label else d9 <= d6
+
+
+def test_gluon_launches_take_this_tritons_ptx_options(pass_counts):
+    """Every offline compile of the Gluon kernels carries ptx_options(): none on 3.6, ptxas's default register
+    allocation on 3.9."""
+    assert {r["ptx_options"] for r in pass_counts.values()} == {tc.ptx_options()}
 
 
 def test_gluon_tma_names_compile_inside_gluon_jit(pass_counts):

@@ -46,11 +46,14 @@ if HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
+    from fa2triton.gluon import gluon_ptx as _gluon_ptx
     from fa2triton.gluon import hopper as _hw
-    from fa2triton.triton_compat import tma_load
+    from fa2triton.triton_compat import ptx_options, splits_wgmma_descriptors, tma_load
 
     LOG2E = _hw.LOG2E
     wgmma_layout, slot_of, ready_phase = _hw.wgmma_layout, _hw.slot_of, _hw.ready_phase
+    _DESCRIPTOR_ASM = gl.constexpr(_gluon_ptx.DESCRIPTOR_ASM)
+    _DESCRIPTOR_ADDS = gl.constexpr(splits_wgmma_descriptors())
 
 BLOCK_N = 64          # keys per CTA
 BLOCK_M = 64          # queries per streamed tile
@@ -225,6 +228,8 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         dtype: gl.constexpr = q_desc.dtype
         o_layout: gl.constexpr = wgmma_layout(4, D)
+        if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills)
+            _hw.mark(_DESCRIPTOR_ASM)
 
         k_start = gl.program_id(0) * BLOCK_N
         head = gl.program_id(1)
@@ -365,7 +370,7 @@ def launch(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float) -> DkdvL
     """Launch the kernel into dk and dv (k's shape and dtype, contiguous heads) for inputs that `validate` (or
     `unsupported`) accepted, and return the launch recorded for repeats."""
     grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, scale)
-    compiled = _dkdv_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS)
+    compiled = _dkdv_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS, ptx_options=ptx_options())
     return DkdvLaunch(compiled, grid, args, causal)
 
 
@@ -402,4 +407,5 @@ def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int =
 
     t, rows = offline_tensors(D, N, dtype, heads)
     _, args = launch_args(t, t, t, t, rows, rows, t, t, 1.0 / math.sqrt(D))
-    return OfflinePlan(_dkdv_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal)))
+    return OfflinePlan(_dkdv_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal),
+                                                ptx_options=ptx_options()))

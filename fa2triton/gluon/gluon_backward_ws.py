@@ -49,7 +49,7 @@ if HAVE_GLUON:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from fa2triton.gluon import hopper as _hw
-    from fa2triton.triton_compat import tma_load, tma_reduce_add
+    from fa2triton.triton_compat import ptx_options, tma_load, tma_reduce_add
 
     LOG2E = _hw.LOG2E
     wgmma_layout, slot_of, ready_phase, empty_phase = _hw.wgmma_layout, _hw.slot_of, _hw.ready_phase, _hw.empty_phase
@@ -71,6 +71,7 @@ if HAVE_GLUON:
     _LOG2E = _hw.LOG2E_C
     _DS_BUFFERS, _CONSUMERS, _SLOTS = gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS), gl.constexpr(SLOTS)
     _CONSUMER_REGS, _LOADER_REGS = gl.constexpr(CONSUMER_REGS), gl.constexpr(LOADER_REGS)
+    _DESCRIPTOR_ASM, _DESCRIPTOR_ADDS = _r1._DESCRIPTOR_ASM, _r1._DESCRIPTOR_ADDS
     NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
     _own_registers, _store_tile = _r1._own_registers, _r1._store_tile
     _scores_and_dv, _query_ranges = _r1._scores_and_dv, _r1._query_ranges
@@ -270,6 +271,8 @@ if HAVE_GLUON:
         for s in gl.static_range(_DS_BUFFERS):
             mbarrier.init(ds_bar.index(s), count=_CONSUMERS)
 
+        if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
+            _hw.mark(_DESCRIPTOR_ASM)
         sizes = (N_QUERIES, N_KEYS, CAUSAL)
         loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
                        (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes)
@@ -351,7 +354,7 @@ def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float
     """Launch into dk, dv (k's shape, contiguous heads) and add dQ's partials into dq_accum (zeros, fp32, q's
     shape) for inputs `validate` accepted; return the recorded launch."""
     grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale)
-    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS)
+    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS, ptx_options=ptx_options())
     return WsLaunch(compiled, grid, args, causal)
 
 
@@ -372,4 +375,5 @@ def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int =
     t, rows = _r1.offline_tensors(D, N, dtype, heads)
     acc = torch.empty(heads, N, D, dtype=torch.float32, device="meta")
     _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D))
-    return OfflinePlan(_bwd_ws_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal)))
+    return OfflinePlan(_bwd_ws_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal),
+                                                  ptx_options=ptx_options()))

@@ -25,6 +25,7 @@ import torch
 from fa2triton.gpu import facts
 from fa2triton.lean_path import KeptL, empty_output, run_compiled
 from fa2triton.queued_timing import queued_ms
+from fa2triton.triton_compat import ptx_options
 from fa2triton.gluon import gluon_configs as _configs
 
 try:   # Gluon's kernel, its helpers (hopper) and PTX passes (gluon_ptx)
@@ -215,7 +216,7 @@ def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, 
         L = torch.empty((BH, N_q), dtype=torch.float32, device=Q.device)
     kernel, grid, args, num_warps, flags, tail = launch_plan(cfg, Q, K, V, O, L, is_causal,
                                                              facts(Q.device.index).sm_count)
-    compiled = kernel[grid](*args, num_warps=num_warps, **flags)
+    compiled = kernel[grid](*args, num_warps=num_warps, ptx_options=ptx_options(), **flags)
     combined = combine_tail(*tail, O, L, cfg.block_m) if tail is not None else None
     constexprs = tuple(flags[n] for n in kernel.arg_names if n in flags)   # in signature order
     return O, L, GluonLaunch(compiled, grid, args, constexprs, tail, combined, cfg.label)
@@ -305,4 +306,4 @@ def offline_plan(cfg: GluonConfig, N: int = 4096, D: int = 64, is_causal: bool =
     L = torch.empty(heads, N, dtype=torch.float32, device="meta")
     # sms=1: the split plan's numbers are runtime arguments, so any SM count compiles the same code
     kernel, _, args, num_warps, flags, _ = launch_plan(cfg, Q, Q, Q, O, L, is_causal, sms=1)
-    return OfflinePlan(kernel, args, dict(num_warps=num_warps, num_stages=1, **flags))
+    return OfflinePlan(kernel, args, dict(num_warps=num_warps, num_stages=1, ptx_options=ptx_options(), **flags))

@@ -30,7 +30,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 from triton.language.core import _aggregate as aggregate
 
-from fa2triton.triton_compat import tma_load
+from fa2triton.triton_compat import splits_wgmma_descriptors, tma_load
 from fa2triton.gluon import gluon_ptx as _ptx
 from fa2triton.gluon import hopper as _hw
 LOG2E, LN2, LN2_C = _hw.LOG2E, _hw.LN2, _hw.LN2_C
@@ -44,10 +44,13 @@ LOADER_REGS = 24
 _MARK_ASM = gl.constexpr(_ptx.MARK_ASM)
 _TIE_ONE_ASM = gl.constexpr(_ptx.TIE_ONE_ASM)
 _INLINE_ASM = gl.constexpr(_ptx.INLINE_ASM)
+_DESCRIPTOR_ASM = gl.constexpr(_ptx.DESCRIPTOR_ASM)
+_DESCRIPTOR_ADDS = gl.constexpr(splits_wgmma_descriptors())
 _LOADER_REGS = gl.constexpr(LOADER_REGS)
 _LN2 = _hw.LN2_C
 wgmma_layout, slot_of, ready_phase, empty_phase = _hw.wgmma_layout, _hw.slot_of, _hw.ready_phase, _hw.empty_phase
 Scalar = _hw.Scalar
+_mark = _hw.mark
 
 @aggregate
 class Smem:
@@ -304,12 +307,6 @@ def _load_keys(descs, smem, k_row0, j0, j1, g):
         _issue_kv(k_desc, v_desc, smem.k, smem.v, smem.ready, k_row0 + j * BLOCK_N, slot)
 
 # ------------------------------------------------------------------------------- barriers, turns and marks
-
-@gluon.jit
-def _mark(ASM: gl.constexpr):
-    """A PTX comment for a pass of the PTX stage, in a register move ptxas drops (ASM): 4 warps, one per thread."""
-    lane = gl.arange(0, 128, layout=gl.BlockedLayout([1], [32], [4], [0]))
-    gl.inline_asm_elementwise(ASM, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
 
 @gluon.jit
 def _mark_unsynced():
@@ -656,6 +653,8 @@ def flash_fwd_gluon_ws(
     D: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
     dtype: gl.constexpr = q_desc.dtype
+    if _DESCRIPTOR_ADDS:   # the PTX stage's wgmma_descriptor_adds
+        _mark(_DESCRIPTOR_ASM)
 
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFFERS * CONSUMERS, ROWS, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)

@@ -20,6 +20,9 @@ as it is).
   function (warning C7510, "wgmma pipeline crossing function boundary"), so inline_consumer_call inlines the function
   once: each call sequence becomes moves of its arguments into registers, its return index and a branch into the one
   copy, whose `ret` branches back by that index.
+- wgmma_descriptor_adds (DESCRIPTOR_MARK; fa2triton.triton_compat): Triton 3.9 builds each k-step's wgmma descriptor
+  from 32-bit words, 3.6 adds to the 64-bit one (fewer uniform moves per wgmma); the pass writes 3.9's form as 3.6's.
+  Planted on 3.9 by the forward and by both backwards at D = 64 only (docs/port-triton39.md, "Why v7 is slower").
 
 Triton 3.6's cache key does not see the hook, only the kernel's source; 3.9's includes STAGES_KEY (the marks and
 the barrier base): either way a changed rewrite needs a new mark.
@@ -27,7 +30,7 @@ the barrier base): either way a changed rewrite needs a new mark.
 
 import re
 
-from fa2triton.triton_compat import PARTITION_SYNC as _PARTITION_SYNC, install_stages_hook
+from fa2triton.triton_compat import PARTITION_SYNC as _PARTITION_SYNC, install_stages_hook, wgmma_descriptor_adds
 from fa2triton.gluon.hopper import BarrierId as _BarrierId
 
 UNSYNCED_MARK = "fa2-unsynced-v1"
@@ -37,6 +40,8 @@ TIE_MARK = "fa2-tie-v3"
 TIE_ONE_ASM = f"mov.b32 $0, $2;\n\tmov.b32 $1, $3; // {TIE_MARK} one"   # the second move's register is the tie
 INLINE_MARK = "fa2-inline-once"
 INLINE_ASM = f"mov.b32 $0, $1; // {INLINE_MARK}"
+DESCRIPTOR_MARK = "fa2-descriptor-adds-v1"
+DESCRIPTOR_ASM = f"mov.b32 $0, $1; // {DESCRIPTOR_MARK}"
 CONSUMER_CALL = "_ws_consumer_call"   # the kernel's consumer function (gluon_kernel._ws_consumer_call)
 PARTITION_BARRIER_BASE = _BarrierId.PARTITION_BASE   # partition_syncs' ids: this + tid.x / 128
 
@@ -176,11 +181,13 @@ def inline_consumer_call(ptx: str) -> tuple[str, int]:
     return "\n".join(out), sites
 
 
-STAGES_KEY = f"fa2-ptx-passes:{UNSYNCED_MARK},{TIE_MARK},{INLINE_MARK},{CONSUMER_CALL},{PARTITION_BARRIER_BASE}"
+STAGES_KEY = (f"fa2-ptx-passes:{UNSYNCED_MARK},{TIE_MARK},{INLINE_MARK},{CONSUMER_CALL},{PARTITION_BARRIER_BASE},"
+              f"{DESCRIPTOR_MARK}")
 
 
 def passes(text: str) -> str:
     """The PTX after the passes whose marks it carries (every other kernel's PTX is returned as it is)."""
+    text = wgmma_descriptor_adds(text)[0] if DESCRIPTOR_MARK in text else text
     text = drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
     text = partition_syncs(text)[0] if CONSUMER_CALL in text else text
     # tied before inlining, whose renamed predicates (%fa2ip<n>) _ELECTED_ARRIVE would not match (untied, the
