@@ -124,15 +124,33 @@ def _combine_tail_kernel():
         import triton
         import triton.language as tl
 
+        @triton.jit
+        def merge(Op_ptr, Lp_ptr, first, cols, SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, D: tl.constexpr):
+            """SPLITS parts' max m, weighted sum of O and sum of weights, every part's loads issued before the
+            first is used: the first form (a runtime loop, L then O) took 7 to 15 us on the H200 (ncu), as long as
+            the last wave it saved."""
+            m = tl.load(Lp_ptr + first)
+            for s in tl.static_range(1, SPLITS):
+                m = tl.maximum(m, tl.load(Lp_ptr + first + s * BLOCK_M))
+            acc = tl.zeros([first.shape[0], D], tl.float32)
+            w = tl.zeros([first.shape[0]], tl.float32)
+            for s in tl.static_range(SPLITS):
+                part = first + s * BLOCK_M
+                ws = tl.exp2(tl.load(Lp_ptr + part) - m)
+                acc += ws[:, None] * tl.load(Op_ptr + part[:, None] * D + cols[None, :])
+                w += ws
+            return acc, w, m
+
+        global _merge_parts   # a module global: the interpreter's rewrite of combine_tail sees no closure
+        _merge_parts = merge
+
         # SPLITS and the sizes are runtime values, unspecialised, so that a new length reuses the compiled combine
         @triton.jit(do_not_specialize=("FULL", "N_QUERIES", "stride_l_head", "SPLITS"))
         def combine_tail(Op_ptr, Lp_ptr, O_ptr, L_ptr, FULL, N_QUERIES, stride_o_row, stride_l_head, SPLITS,
                          MAX: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, D: tl.constexpr):
-            """Program (i, c): rows [c CHUNK, (c + 1) CHUNK) of tail tile FULL + i from its SPLITS (<= MAX) parts:
-            O = sum_s 2^(L_s - m) O_s / sum_s 2^(L_s - m), L = ln 2 (m + log2 sum_s 2^(L_s - m)).
-            The MAX parts' loads are unrolled and masked (s < SPLITS) so that every part's loads are issued before
-            the first is used: the first form (a runtime loop, L then O) took 7 to 15 us on the H200 (ncu), as long
-            as the last wave it saved."""
+            """Program (i, c): rows [c CHUNK, (c + 1) CHUNK) of tail tile FULL + i from its SPLITS (2 to MAX) parts:
+            O = sum_s 2^(L_s - m) O_s / sum_s 2^(L_s - m), L = ln 2 (m + log2 sum_s 2^(L_s - m)). One branch per
+            split count (a uniform branch), each merge unrolled for its count."""
             i = tl.program_id(0)
             c = tl.program_id(1)
             n_q = tl.cdiv(N_QUERIES, BLOCK_M)
@@ -140,16 +158,12 @@ def _combine_tail_kernel():
             rows = tl.arange(0, CHUNK)
             cols = tl.arange(0, D)
             first = i * SPLITS * BLOCK_M + c * CHUNK + rows
-            m = tl.load(Lp_ptr + first)
-            for s in tl.static_range(1, MAX):
-                m = tl.maximum(m, tl.load(Lp_ptr + first + s * BLOCK_M, mask=s < SPLITS, other=float("-inf")))
             acc = tl.zeros([CHUNK, D], tl.float32)
             w = tl.zeros([CHUNK], tl.float32)
-            for s in tl.static_range(MAX):
-                part = first + s * BLOCK_M
-                ws = tl.exp2(tl.load(Lp_ptr + part, mask=s < SPLITS, other=float("-inf")) - m)
-                acc += ws[:, None] * tl.load(Op_ptr + part[:, None] * D + cols[None, :], mask=s < SPLITS, other=0.0)
-                w += ws
+            m = tl.zeros([CHUNK], tl.float32)
+            for n in tl.static_range(2, MAX + 1):
+                if SPLITS == n:
+                    acc, w, m = _merge_parts(Op_ptr, Lp_ptr, first, cols, n, BLOCK_M, D)
             q = (t % n_q) * BLOCK_M + c * CHUNK + rows
             head = t // n_q
             keep = q < N_QUERIES
