@@ -131,7 +131,7 @@ def test_launch_plan_splits_only_the_non_causal_tail_and_persists_on_request():
     assert one[1] == (32 * 32,) and one[5] is None and one[4]["SHARED_CODE"] and one[4]["CONSUMER_REGS"] == 240
 
 
-@pytest.mark.parametrize("splits", [2, 3])
+@pytest.mark.parametrize("splits", [2, 3, G.MAX_SPLITS])
 def test_combine_tail_merges_split_parts_into_attention(splits):
     """The split tail's combine (a tl kernel: the interpreter runs it without a GPU, a GPU natively): parts
     computed in float64 from disjoint key ranges, rows past N_q filled with garbage, against attention over
@@ -189,7 +189,8 @@ def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypa
     # strides, sizes, scale, FULL, SPLITS, items, the workspace
     args = (*descs, O0, L0, 64, 100, N, N, 0.18, 1, 2, 5, Op0, Lp0)
     launch = G.GluonLaunch(FakeKernel("main"), (5,), args, (False, 4), (Op0, Lp0, 1, 2),
-                           (FakeKernel("combine"), (1, 6), (2, 192, 32, D)), "ws3x64x128/4s/preg/split/ua")
+                           (FakeKernel("combine"), (1, 6), (G.MAX_SPLITS, 192, 32, D)),
+                           "ws3x64x128/4s/preg/split/ua")
     seen = []
     for _ in range(2):
         Q, K, V = (torch.randn(B, N, D) for _ in range(3))
@@ -200,7 +201,7 @@ def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypa
         assert m[5:13] == (64, 100, N, N, 0.18, 1, 2, 5) and m[15:] == (False, 4)
         Op, Lp = m[13], m[14]
         assert Op.shape == Op0.shape and Op is not Op0 and Lp.shape == Lp0.shape
-        assert all(x is y for x, y in zip(c[:4], (Op, Lp, O, L))) and c[4:] == (1, N, 64, 100, 2, 192, 32, D)
+        assert all(x is y for x, y in zip(c[:4], (Op, Lp, O, L))) and c[4:] == (1, N, 64, 100, 2, G.MAX_SPLITS, 192, 32, D)
         seen.append((m[:3], O))
     assert all(a is b for a, b in zip(seen[0][0], seen[1][0])), "the descriptors are built once"
     assert seen[0][1] is not seen[1][1]
@@ -455,51 +456,64 @@ def test_smoke_labels_keeps_the_labels_that_pass_and_drops_failures_and_hangs(tm
     assert "hang failed or hung" in p.stderr and "bad failed or hung" in p.stderr and "good" not in p.stderr
 
 
-def _specialization(N: int, causal: bool = False, D: int = 64, label: str = "ws3x64x128/4s/preg/pp/split/persist/ua"):
-    """The specialization key a launch of the Gluon forward at (32 heads, N, D) binds, as JITFunction.run binds it."""
+def _binder_key(kernel, args, **kwargs) -> str:
+    """The specialization key of a launch of `kernel` with `args`, as JITFunction.run binds it for sm_90."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import make_backend
     from triton.runtime.jit import MockTensor, create_function_from_signature
 
+    from triton.runtime.jit import JITFunction
+
     from fa2lab.compile_offline import jit_function
 
+    # under the interpreter (the combine, a tl kernel): the JITFunction its decorator's arguments make on a GPU
+    fn = JITFunction(kernel.fn, **kernel.kwargs) if hasattr(kernel, "rewriter") else jit_function(kernel)
+    binder = create_function_from_signature(fn.signature, fn.params, make_backend(GPUTarget("cuda", 90, 32)))
+    return str(binder(*map(MockTensor.wrap_dtype, args), **kwargs, num_stages=1, debug=False)[1])
+
+
+def _specialization(N: int, causal: bool = False, D: int = 64, label: str = "ws3x64x128/4s/preg/pp/split/persist/ua"):
+    """The specialization keys a launch of the Gluon forward at (32 heads, N, D) and of its combine (None without a
+    split tail) bind, and the work-item counts."""
     cfg = next(c for c in G.candidates_for(D) if c.label == label)
     Q = torch.empty(32, N, D, dtype=torch.bfloat16, device="meta")
-    L = torch.empty(32, N, dtype=torch.float32, device="meta")
-    kernel, _, args, num_warps, flags, _ = G.launch_plan(cfg, Q, Q, Q, torch.empty_like(Q), L, causal, sms=132)
-    fn = jit_function(kernel)
-    binder = create_function_from_signature(fn.signature, fn.params, make_backend(GPUTarget("cuda", 90, 32)))
-    _, spec, _ = binder(*map(MockTensor.wrap_dtype, args), **dict(flags, num_warps=num_warps, num_stages=1,
-                                                                        debug=False))
-    ints = dict(zip(("FULL", "SPLITS", "N_ITEMS"), args[-5:-2]))
-    return str(spec), ints
+    O, L = torch.empty_like(Q), torch.empty(32, N, dtype=torch.float32, device="meta")
+    kernel, _, args, num_warps, flags, tail = G.launch_plan(cfg, Q, Q, Q, O, L, causal, sms=132)
+    combine = None if tail is None else _binder_key(
+        G._combine_tail_kernel(), (tail.Op, tail.Lp, O, L, tail.full, N, O.stride(1), L.stride(0), tail.splits),
+        MAX=G.MAX_SPLITS, BLOCK_M=cfg.block_m, CHUNK=32, D=D, num_warps=4)
+    ints = dict(zip(("FULL", "SPLITS", "N_ITEMS"), args[-5:-2]), splits=1 if tail is None else tail.splits)
+    return _binder_key(kernel, args, num_warps=num_warps, **flags), combine, ints
 
 
-def test_work_item_counts_do_not_respecialise_a_tuned_bucket():
-    """Two lengths of one bucket (neither a multiple of 16, neither unsplit) whose work-item counts differ in
-    16-divisibility bind one
-    kernel; with the counts specialised again (the decorator's option undone) they bind two, as they did before."""
+@pytest.mark.parametrize("D, causal, label", [(64, False, "ws3x64x128/4s/preg/pp/split/persist/ua"),
+                                              (64, True, "ws2x64x128/3s/preg/persist/ua/et1/sc2"),
+                                              (128, False, "ws2x64x128/3s/preg/pp/persist/ds/ua/q1")])
+def test_a_new_length_reuses_its_class_kernels(D, causal, label):
+    """Issue 49's cold start: every length of one (configuration, D, mask) class binds one Gluon kernel and one
+    combine, whatever N's, the work-item counts' and L's stride's 16-divisibility and the split count (1 or more:
+    the lengths below hold both, and N multiples of 16 and not). Fails when a length-like argument specialises."""
+    Ns = (4099, 4112, 6448, 7174, 7696, 7779, 8166, 8185)
+    keys = {N: _specialization(N, causal, D, label) for N in Ns}
+    assert {N % 16 == 0 for N in Ns} == {True, False}
+    if "/split/" in label:   # the split configuration meets both an unsplit and a split tail here
+        assert {ints["splits"] > 1 for _, _, ints in keys.values()} == {True, False}
+        assert len({c for _, c, _ in keys.values() if c is not None}) == 1
+    assert len({g for g, _, _ in keys.values()}) == 1, {N: k[2] for N, k in keys.items()}
+
+
+def test_specialising_a_length_again_would_fail_the_class_test():
+    """The class test can fail: with N_KEYS specialised on 16-divisibility again, lengths 7174 and 7696 (a multiple
+    of 16) bind two kernels."""
     from fa2lab.compile_offline import jit_function
 
-    found = {}
-    for N in range(4099, 8192, 2):   # one bucket; odd N: N itself never a multiple of 16
-        spec, ints = _specialization(N)
-        if ints["SPLITS"] == 1:   # a split count of 1 specialises (a constant): keep it out of the comparison
-            continue
-        found.setdefault(ints["FULL"] % 16 == 0 and ints["N_ITEMS"] % 16 == 0, (N, spec))
-        if len(found) == 2:
-            break
-    (n_aligned, a), (n_other, b) = found[True], found[False]
-    assert a == b, (n_aligned, n_other)
-    params = [p for p in jit_function(G._kernel.flash_fwd_gluon_ws).params if p.name in ("FULL", "N_ITEMS")]
-    assert len(params) == 2 and all(p.do_not_specialize_on_alignment for p in params)
+    (p,) = [p for p in jit_function(G._kernel.flash_fwd_gluon_ws).params if p.name == "N_KEYS"]
+    assert p.do_not_specialize_on_alignment
     try:
-        for p in params:
-            p.do_not_specialize_on_alignment = False
-        assert _specialization(n_aligned)[0] != _specialization(n_other)[0]
+        p.do_not_specialize_on_alignment = False
+        assert _specialization(7174)[0] != _specialization(7696)[0]
     finally:
-        for p in params:
-            p.do_not_specialize_on_alignment = True
+        p.do_not_specialize_on_alignment = True
 
 
 SASS_ALIGNMENT = """

@@ -54,6 +54,7 @@ if HAVE_GLUON:
 DTYPES = (torch.bfloat16, torch.float16)
 HEAD_DIMS = (64, 128)   # those v7's Gluon path has candidates for
 NUM_WARPS = 4   # warps per partition (the kernel's num_warps): one warpgroup, every configuration
+MAX_SPLITS = 8  # split_plan's most splits per tail tile, and the combine's unrolled loads
 
 
 def flattened(t: torch.Tensor) -> torch.Tensor | None:
@@ -100,7 +101,7 @@ def descriptors(Q, K, V, cfg: GluonConfig):
     return [row_descriptor(t, rows) for t, rows in ((Q, 64), (K, cfg.block_n), (V, cfg.block_n))]
 
 
-def split_plan(tiles: int, sms: int, key_tiles: int, max_splits: int = 8) -> tuple[int, int]:
+def split_plan(tiles: int, sms: int, key_tiles: int, max_splits: int = MAX_SPLITS) -> tuple[int, int]:
     """split_tail's plan for `tiles` equal programs at one per SM: (whole tiles, splits per tail tile).
     The last wave holds r = tiles mod sms tiles (all of them when tiles < sms) and leaves the other SMs
     idle for a whole tile's time T; split s ways along the keys, those r tiles take ceil(r s / sms)
@@ -124,13 +125,32 @@ def _combine_tail_kernel():
         import triton.language as tl
 
         @triton.jit
-        def combine_tail(Op_ptr, Lp_ptr, O_ptr, L_ptr, FULL, N_QUERIES, stride_o_row, stride_l_head,
-                         SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, D: tl.constexpr):
-            """Program (i, c): rows [c CHUNK, (c + 1) CHUNK) of tail tile FULL + i from its SPLITS parts:
-            O = sum_s 2^(L_s - m) O_s / sum_s 2^(L_s - m), L = ln 2 (m + log2 sum_s 2^(L_s - m)).
-            SPLITS is a constexpr so that every part's loads are issued before the first is used: the
-            first form (a runtime loop, L then O) took 7 to 15 us on the H200 (ncu), as long as the last wave
-            it saved."""
+        def merge(Op_ptr, Lp_ptr, first, cols, SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, D: tl.constexpr):
+            """SPLITS parts' max m, weighted sum of O and sum of weights, every part's loads issued before the
+            first is used: the first form (a runtime loop, L then O) took 7 to 15 us on the H200 (ncu), as long as
+            the last wave it saved."""
+            m = tl.load(Lp_ptr + first)
+            for s in tl.static_range(1, SPLITS):
+                m = tl.maximum(m, tl.load(Lp_ptr + first + s * BLOCK_M))
+            acc = tl.zeros([first.shape[0], D], tl.float32)
+            w = tl.zeros([first.shape[0]], tl.float32)
+            for s in tl.static_range(SPLITS):
+                part = first + s * BLOCK_M
+                ws = tl.exp2(tl.load(Lp_ptr + part) - m)
+                acc += ws[:, None] * tl.load(Op_ptr + part[:, None] * D + cols[None, :])
+                w += ws
+            return acc, w, m
+
+        global _merge_parts   # a module global: the interpreter's rewrite of combine_tail sees no closure
+        _merge_parts = merge
+
+        # SPLITS and the sizes are runtime values, unspecialised, so that a new length reuses the compiled combine
+        @triton.jit(do_not_specialize=("FULL", "N_QUERIES", "stride_l_head", "SPLITS"))
+        def combine_tail(Op_ptr, Lp_ptr, O_ptr, L_ptr, FULL, N_QUERIES, stride_o_row, stride_l_head, SPLITS,
+                         MAX: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, D: tl.constexpr):
+            """Program (i, c): rows [c CHUNK, (c + 1) CHUNK) of tail tile FULL + i from its SPLITS (2 to MAX) parts:
+            O = sum_s 2^(L_s - m) O_s / sum_s 2^(L_s - m), L = ln 2 (m + log2 sum_s 2^(L_s - m)). One branch per
+            split count (a uniform branch), each merge unrolled for its count."""
             i = tl.program_id(0)
             c = tl.program_id(1)
             n_q = tl.cdiv(N_QUERIES, BLOCK_M)
@@ -138,16 +158,12 @@ def _combine_tail_kernel():
             rows = tl.arange(0, CHUNK)
             cols = tl.arange(0, D)
             first = i * SPLITS * BLOCK_M + c * CHUNK + rows
-            m = tl.load(Lp_ptr + first)
-            for s in tl.static_range(1, SPLITS):
-                m = tl.maximum(m, tl.load(Lp_ptr + first + s * BLOCK_M))
             acc = tl.zeros([CHUNK, D], tl.float32)
             w = tl.zeros([CHUNK], tl.float32)
-            for s in tl.static_range(SPLITS):
-                part = first + s * BLOCK_M
-                ws = tl.exp2(tl.load(Lp_ptr + part) - m)
-                acc += ws[:, None] * tl.load(Op_ptr + part[:, None] * D + cols[None, :])
-                w += ws
+            m = tl.zeros([CHUNK], tl.float32)
+            for n in tl.static_range(2, MAX + 1):
+                if SPLITS == n:
+                    acc, w, m = _merge_parts(Op_ptr, Lp_ptr, first, cols, n, BLOCK_M, D)
             q = (t % n_q) * BLOCK_M + c * CHUNK + rows
             head = t // n_q
             keep = q < N_QUERIES
@@ -202,7 +218,8 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int) -> L
     else:   # nothing is split: the workspace pointers are never written
         Op, Lp, tail = L, L, None
     grid = (min(items, sms),) if cfg.persistent else (items,)
-    return LaunchPlan(flash_fwd_gluon_ws, grid, (*args, full, splits, items, Op, Lp), NUM_WARPS, flags, tail)
+    splits_arg = max(splits, 2) if cfg.split_tail else splits   # unsplit, no item reads it; 1 would specialise
+    return LaunchPlan(flash_fwd_gluon_ws, grid, (*args, full, splits_arg, items, Op, Lp), NUM_WARPS, flags, tail)
 
 
 def forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, cfg: GluonConfig,
@@ -230,9 +247,9 @@ def combine_tail(Op: torch.Tensor, Lp: torch.Tensor, full: int, splits: int, O: 
     Returns (the compiled combine, its grid, its constexprs) for a lean repeat."""
     chunk = 32
     grid = (Op.shape[0] // (block_m * splits), block_m // chunk)
-    constexprs = dict(SPLITS=splits, BLOCK_M=block_m, CHUNK=chunk, D=O.shape[2])
-    compiled = _combine_tail_kernel()[grid](Op, Lp, O, L, full, O.shape[1], O.stride(1), L.stride(0), num_warps=4,
-                                            **constexprs)
+    constexprs = dict(MAX=MAX_SPLITS, BLOCK_M=block_m, CHUNK=chunk, D=O.shape[2])
+    compiled = _combine_tail_kernel()[grid](Op, Lp, O, L, full, O.shape[1], O.stride(1), L.stride(0), splits,
+                                            num_warps=4, **constexprs)
     return compiled, grid, tuple(constexprs.values())
 
 
@@ -255,7 +272,7 @@ class GluonLaunch(KeptL):
         if combined is not None:
             self.combine, cgrid, self.combine_constexprs = combined
             self.combine_grid = (*cgrid, 1)
-            self.combine_sizes = (tail.full, args[7], args[5], args[6])   # FULL, N_QUERIES, the two strides
+            self.combine_sizes = (tail.full, args[7], args[5], args[6], tail.splits)   # FULL, N_QUERIES, .., SPLITS
 
     def __call__(self, Q, K, V, need_l=True):   # the per-call hot path: no checks here
         O = empty_output(Q)   # as forward allocated it: Q's shape, (heads, N_q, D)

@@ -628,10 +628,10 @@ def _ws_consumer(smem, turn, opts, out, wg, work, sizes):
             _store_rows(acc, l_i, m_i, out.O, out.L, row0, q_pos, head, work.N_QUERIES, sizes.stride_o_row,
                         sizes.stride_l_head, row_o, 4, opts.DIRECT_STORE)
 
-# FULL and N_ITEMS are loop counts: specialised on their 16-divisibility, a new length of an already tuned bucket
-# compiled the kernel again where only that divisibility changed, for the same SASS (offline sm_90 at a harness
-# shape: tests/test_gluon_forward.py)
-@gluon.jit(do_not_specialize_on_alignment=("FULL", "N_ITEMS"))
+# Length-like ints unspecialised on 16-divisibility: a new length reuses its class's kernel (issue 49's cold start;
+# N_KEYS's price, per-element key masks in the masked tile: docs/worklogs/gluon_forward_hopper.md). A split
+# configuration's launch passes SPLITS >= 2, so that SPLITS == 1 never specialises it (tests/test_gluon_forward.py)
+@gluon.jit(do_not_specialize_on_alignment=("N_QUERIES", "N_KEYS", "stride_l_head", "FULL", "N_ITEMS"))
 def flash_fwd_gluon_ws(
     # TMA descriptors over the flattened (heads * N, D) rows, Q's block 64 rows (one consumer's);
     # O and L are plain pointers
