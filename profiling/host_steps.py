@@ -3,9 +3,8 @@
     python profiling/host_steps.py                            # v5_final, v6, v7 at N = 512, both masks
     python profiling/host_steps.py --kernel v7_hopper --N 512 4096 --steps sdpa,apply,attention,flash_attn_func
 
-Every step is timed as the harness times host_us: calls back to back with the GPU queue never drained
-(fa2lab.timers.host_us_per_call), `--repeats` times, the steps interleaved; rows (median, min, max µs per call) go to
-results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
+Each step is timed as the harness's host_us (fa2lab.timers.host_us_per_call), `--repeats` times, interleaved; rows
+(median, min, max µs per call) go to results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
 
   sdpa              F.scaled_dot_product_attention, the reference (one C++ op)
   attention, flash_attn_func   fa2triton's API on (B, H, N, D) and (B, N, H, D) views of apply's own inputs
@@ -24,12 +23,9 @@ and, for versions with the Triton backward (v6, v7), each autograd.grad on a kep
                     backward_separate, backward_fused: that dQ mode forced
   backward_nop      through a Python autograd.Function saving the same five tensors, launching nothing (the floor)
   backward_direct[_fused]   flash_attention_backward called directly (its key, allocations and launches)
-  backward_key, backward_alloc, backward_launch   the backward's key and lookup (forward_keyed_signature), its
-                    gradient allocation (gradient_buffers), the fused kernel's launch alone (CompiledKernel.run)
-  bwd_*             the default mode's repeat path (BackwardLaunch, issue 48) piece by piece: bwd_key its key and
-                    lookup, bwd_buffers its allocations (gradients, Delta and the fp32 dQ accumulator), bwd_zero_fill
-                    the accumulator's fill that the Delta launch now does (its former price), bwd_delta, bwd_main
-                    its launches, bwd_cast the fp32 dQ cast, bwd_repeat the whole repeat called directly
+  backward_key, backward_alloc, backward_launch   the fused mode's key and lookup, allocation and launch alone
+  bwd_*             the default mode's repeat (BackwardLaunch, issue 48) by piece: key, buffers, zero_fill (the fp32
+                    dQ fill the Delta launch took over), delta, main, cast (dQ from fp32), repeat (all of it)
 
 apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch."""
 
