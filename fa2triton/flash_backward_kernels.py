@@ -6,7 +6,7 @@ without ever holding a whole (N_q, N_k) matrix:
     dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Delta),  Delta = rowsum(dO * O)  (= rowsum(P * dP))
     dQ = scale * dS K,  dK = scale * dS^T Q
 
-- `_bwd_preprocess_kernel`: Delta in fp32, one value per query row.
+- `_bwd_preprocess_kernel`: Delta in fp32, one value per query row (and dq_mode "atomic"'s accumulator zeroed).
 - `_bwd_dkdv_kernel`: one program per (key tile, batch*head) keeps K, V and the fp32 dK, dV on chip and streams the
   query tiles past (`_dkdv_query_tiles`); causal, it starts at the first query tile that sees the key tile (query i
   sees key j iff j <= i). ATOMIC_DQ (dq_mode "atomic"): the same loop also adds dS K into an fp32 dQ with
@@ -33,19 +33,22 @@ import triton.language as tl
 
 @triton.jit
 def _bwd_preprocess_kernel(
-    # pointers
-    O_ptr, dO_ptr, Delta_ptr,
+    # pointers (dQ_ptr: the fp32 dQ accumulator this launch zeroes where ZERO_DQ, else unused)
+    O_ptr, dO_ptr, Delta_ptr, dQ_ptr,
     # strides (batch, sequence, head dim)
     stride_ob, stride_oq, stride_od,
     stride_dob, stride_doq, stride_dod,
     stride_deltab, stride_deltaq,
+    stride_dqb, stride_dqq, stride_dqd,
     # sizes
     N_QUERIES,
     # compile-time meta-parameters
     D: tl.constexpr,
     BLOCK_Q: tl.constexpr,
+    ZERO_DQ: tl.constexpr,
 ):
-    """Delta[b, i] = sum_d dO[b, i, d] * O[b, i, d], in fp32."""
+    """Delta[b, i] = sum_d dO[b, i, d] * O[b, i, d], in fp32; with ZERO_DQ also dQ[b, i, :] = 0 (dq_mode "atomic":
+    the accumulator the main kernel adds into, zeroed here instead of by a fill launch of its own)."""
     q_start = tl.program_id(0) * BLOCK_Q
     batch_index = tl.program_id(1)
     offs_q = q_start + tl.arange(0, BLOCK_Q)
@@ -58,6 +61,9 @@ def _bwd_preprocess_kernel(
                  mask=q_mask[:, None], other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     tl.store(Delta_ptr + batch_index * stride_deltab + offs_q * stride_deltaq, delta, mask=q_mask)
+    if ZERO_DQ:
+        tl.store(dQ_ptr + batch_index * stride_dqb + offs_q[:, None] * stride_dqq + offs_d[None, :] * stride_dqd,
+                 tl.zeros([BLOCK_Q, D], dtype=tl.float32), mask=q_mask[:, None])
 
 
 @triton.jit

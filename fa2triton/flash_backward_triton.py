@@ -10,7 +10,7 @@ v7's default) fused up to AUTO_FUSED_MAX_WORK_PER_SM, separate above, and with a
 Configuration: fa2triton.backward_config.default_config unless one is given; a configuration that does not fit
 drops stages, then falls back to FALLBACK's tiles (strict: raise). A checked call records a BackwardLaunch that its
 repeats (same key) run without the checks (fa2triton.lean_path.LaunchCache); autograd keys it on the forward's key
-plus dO (backward_after_forward) and allocates a shape's gradients at once (gradient_buffers). Why each choice, with
+plus dO (backward_after_forward) and allocates a shape's gradients at once (backward_buffers). Why each choice, with
 its numbers: docs/worklogs/backward_hopper.md, "The Triton backward's notes".
 """
 
@@ -66,64 +66,104 @@ def _launch(kernel, grid, args, meta, cfg: BackwardConfig, strict: bool = False)
     """Launch with cfg's warps and stages; if it does not fit this GPU's shared memory, drop
     stages, then fall back to FALLBACK's tiles (strict: raise instead, as the sweep needs).
     `meta(cfg)` gives the tile constexprs, in the kernel's signature order. Returns what a repeat
-    needs: the compiled kernel (None under the interpreter), its 3-D grid and the constexprs."""
+    needs: the recorded kernel (_recorded), its 3-D grid and the constexprs."""
     tried = []
     for c in [cfg] if strict else [cfg.with_stages(s) for s in range(cfg.num_stages, 0, -1)] + [FALLBACK]:
         try:
             compiled = kernel[grid(c)](*args, **meta(c), num_warps=c.num_warps, num_stages=c.num_stages)
-            return compiled_or_none(compiled), (*grid(c), 1), tuple(meta(c).values())
+            return _recorded(kernel, compiled, (*grid(c), 1)) + (tuple(meta(c).values()),)
         except triton.runtime.errors.OutOfResources as e:
             tried.append(f"{c}: {e}")
     raise triton.runtime.errors.OutOfResources(0, 0, "no backward configuration fits: " + "; ".join(tried))
 
 
+class Interpreted:
+    """A kernel's repeat under Triton's interpreter, which compiles nothing: `jit_fn[grid](*args)`, every argument
+    positional as run_compiled takes them. The repeat path then runs (and is tested) on the CPU; a CPU tensor has no
+    cache key (aligned_cuda), so a user's call still takes the checked path every time."""
+
+    __slots__ = ("fn", "grid")
+
+    def __init__(self, fn, grid):
+        self.fn, self.grid = fn, grid[:2]
+
+    def __call__(self, *args):
+        self.fn[self.grid](*args)
+
+
+def _recorded(kernel, compiled, grid: tuple) -> tuple:
+    """(kernel, grid) for BackwardLaunch._run: the binary and its 3-D grid, or under the interpreter an
+    Interpreted repeat and None; (None, grid) for anything else (no repeat recorded)."""
+    binary = compiled_or_none(compiled)
+    if binary is None and interpreting():
+        return Interpreted(kernel, grid), None
+    return binary, grid
+
+
 @dataclass
 class BackwardLaunch:
-    """What one checked call launched (fa2triton.lean_path's lean repeat; issues 7 and 8): the three
-    compiled kernels with their grids and the arguments after their tensors. A repeat is three or
-    four allocations and two or three launches, without the checks, the configuration choice or
-    Triton's argument binding (the host's cost at small N)."""
+    """What one checked call launched (fa2triton.lean_path's lean repeat; issues 7, 8 and 48): the compiled
+    kernels with their grids and the arguments after their tensors. A repeat is two allocations (gradients, and
+    Delta with the fp32 dQ accumulator: backward_buffers), the Delta launch (which zeroes the accumulator), the main
+    launch(es) and, for atomic dQ in a 16-bit dtype, the cast into dQ; no checks, configuration choice, descriptor
+    building or Triton argument binding. Its pieces are methods, so profiling/host_steps.py times each alone."""
 
     preprocess: object | None  # None in dq_mode="fused" (dkdv is then the fused kernel)
     dkdv: object
     dq: object | None          # None in dq_mode="atomic" and "fused"
-    grids: tuple               # one 3-D grid per kernel, in launch order
+    grids: tuple               # per kernel, in launch order, its 3-D grid (None: a recorded callable)
     tails: tuple               # per kernel, every argument after its tensors (constexprs included)
     delta_shape: tuple
     stack: int = 0             # how the gradients are allocated (gradient_stack)
-    gluon_dkdv: bool = False   # dkdv is a gluon_backward_hopper.DkdvLaunch (grids[1] None)
+    gluon_dkdv: bool = False   # dkdv is a gluon_backward_hopper.DkdvLaunch or gluon_backward_ws.WsLaunch
+
+    def __post_init__(self):
+        self.atomic = self.dq is None and self.preprocess is not None
 
     def __call__(self, Q, K, V, O, L, dO, ranges: tuple[str, str] | None = None):
         """The hot path: no checks (the cache key vouches). `ranges` = (prefix, suffix) puts each
         kernel in its own NVTX range, f"{prefix}:bwd_<kernel>{suffix}", for the profile drivers."""
-        atomic = self.dq is None and self.preprocess is not None
-        dQ, dK, dV = gradient_buffers(Q, K, self.stack, atomic)
-        if self.preprocess is None:   # dq_mode="fused": one launch, no Delta buffer
-            self._run("fused", self.dkdv, self.grids[0], self.fused_args(Q, K, V, O, L, dO, dQ, dK, dV),
-                      Q.device.index, ranges)
+        dQ, dK, dV, acc, Delta = self.buffers(Q, K)
+        if Delta is None:   # dq_mode="fused": one launch, no Delta buffer
+            self.run_main(Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges)
             return dQ, dK, dV
-        dev = Q.device
-        Delta = torch.empty(self.delta_shape, device=dev, dtype=torch.float32)
-        g, t, i = self.grids, self.tails, dev.index
-        self._run("preprocess", self.preprocess, g[0], (O, dO, Delta, *t[0]), i, ranges)
-        if self.gluon_dkdv:
-            self._run("gluon_dkdv", self.dkdv, None, (Q, K, V, dO, L, Delta, dK, dV, *((dQ,) if atomic else ())), i,
-                      ranges)
-        else:
-            self._run("atomic_dkdv" if atomic else "dkdv", self.dkdv, g[1],
-                      (Q, K, V, dO, L, Delta, dK, dV, dQ, *t[1]), i, ranges)
-        if atomic:
-            return (dQ if Q.dtype == torch.float32 else dQ.to(Q.dtype)), dK, dV
-        self._run("dq", self.dq, g[2], (Q, K, V, dO, L, Delta, dQ, *t[2]), i, ranges)
+        self.run_delta(O, dO, Delta, acc, ranges)
+        self.run_main(Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges)
+        if acc is not dQ:
+            dQ.copy_(acc)   # the cast (bitwise Tensor.to's)
         return dQ, dK, dV
 
+    def buffers(self, Q, K) -> tuple:
+        """dQ, dK, dV (gradient_buffers), the fp32 dQ accumulator (dQ itself when not atomic or fp32) and Delta
+        (None in dq_mode "fused"): backward_buffers as this launch was recorded."""
+        return backward_buffers(Q, K, self.stack, self.atomic, self.preprocess is not None)
+
+    def run_delta(self, O, dO, Delta, acc, ranges=None) -> None:
+        """The preprocess: Delta, and in dq_mode "atomic" the accumulator zeroed."""
+        self._run("preprocess", self.preprocess, self.grids[0], (O, dO, Delta, acc, *self.tails[0]), O.device.index,
+                  ranges)
+
+    def run_main(self, Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges=None) -> None:
+        """The main launch(es): the fused kernel; or dK/dV (atomic: dQ's partials added into acc), then dQ."""
+        g, t, i = self.grids, self.tails, Q.device.index
+        if Delta is None:
+            self._run("fused", self.dkdv, g[0], self.fused_args(Q, K, V, O, L, dO, dQ, dK, dV), i, ranges)
+        elif self.gluon_dkdv:
+            self._run("gluon_dkdv", self.dkdv, None, (Q, K, V, dO, L, Delta, dK, dV, *((acc,) if self.atomic else ())),
+                      i, ranges)
+        else:
+            self._run("atomic_dkdv" if self.atomic else "dkdv", self.dkdv, g[1],
+                      (Q, K, V, dO, L, Delta, dK, dV, acc, *t[1]), i, ranges)
+        if self.dq is not None:
+            self._run("dq", self.dq, g[2], (Q, K, V, dO, L, Delta, dQ, *t[2]), i, ranges)
+
     def fused_args(self, Q, K, V, O, L, dO, dQ, dK, dV) -> tuple:
-        """The fused kernel's arguments in its signature order (host_steps times its launch alone)."""
+        """The fused kernel's arguments in its signature order."""
         return (Q, K, V, dO, O, L, dK, dV, dQ, *self.tails[0])
 
     @staticmethod
     def _run(name, kernel, grid, args, device_index, ranges):
-        """Launch one compiled kernel (grid None: a recorded launch, called with the arguments)."""
+        """Launch one recorded kernel (grid None: a recorded callable, called with the arguments)."""
         if ranges is not None:
             torch.cuda.nvtx.range_push(f"{ranges[0]}:bwd_{name}{ranges[1]}")
         if grid is None:
@@ -134,31 +174,47 @@ class BackwardLaunch:
             torch.cuda.nvtx.range_pop()
 
 
-def gradient_stack(Q, K, atomic: bool, allowed: bool = True) -> int:
+def gradient_stack(Q, K, allowed: bool = True) -> int:
     """How gradient_buffers allocates for these inputs: 3 = dQ, dK, dV from one allocation (Q and K of one
     shape, as in self-attention), 2 = dK and dV from one, 0 = three allocations. Only where `allowed`:
     autograd's call when Q, K and V all want their gradient (a kept view keeps its whole block alive, so
     with one gradient wanted the others' memory would stay with it). Stacking needs each slice's bytes to
     be a multiple of 16, so every view is as aligned as a fresh allocation, which Triton's compiled
-    pointer specialisation (and so a recorded launch) assumes. Atomic dQ is fp32 zeros: never stacked."""
+    pointer specialisation (and so a recorded launch) assumes."""
     if not allowed or K.numel() * K.element_size() % 16:
         return 0
-    return 3 if Q.shape == K.shape and not atomic else 2
+    return 3 if Q.shape == K.shape else 2
 
 
-def gradient_buffers(Q, K, stack: int, atomic: bool = False):
-    """dQ, dK, dV: contiguous, Q's and K's shapes, the input dtype (dQ fp32 zeros for atomic accumulation),
-    allocated as gradient_stack said. One allocation unbound into views saves one or two trips through the
-    caching allocator per backward; the views share one block, freed when all three gradients are."""
+def gradient_buffers(Q, K, stack: int):
+    """dQ, dK, dV: contiguous, Q's and K's shapes and dtype, uninitialised, allocated as gradient_stack said.
+    One allocation unbound into views saves one or two trips through the caching allocator per backward; the
+    views share one block, freed when all three gradients are."""
     if stack == 3:
         return torch.empty((3, *Q.shape), device=Q.device, dtype=Q.dtype).unbind(0)
-    dQ = (torch.zeros(Q.shape, device=Q.device, dtype=torch.float32) if atomic
-          else torch.empty(Q.shape, device=Q.device, dtype=Q.dtype))
+    dQ = torch.empty(Q.shape, device=Q.device, dtype=Q.dtype)
     if stack == 2:
         dK, dV = torch.empty((2, *K.shape), device=K.device, dtype=K.dtype).unbind(0)
     else:
         dK, dV = (torch.empty(K.shape, device=K.device, dtype=K.dtype) for _ in range(2))
     return dQ, dK, dV
+
+
+def backward_buffers(Q, K, stack: int, atomic: bool, delta: bool = True) -> tuple:
+    """dQ, dK, dV (gradient_buffers), the fp32 dQ accumulator and Delta (B, N_q) fp32 (None without `delta`:
+    dq_mode "fused"). The accumulator is dQ itself unless `atomic` in a 16-bit dtype; then it and Delta are views of
+    one fp32 allocation, the accumulator first (offset 0, contiguous) and Delta after it (its offset a whole number
+    of 16 bytes, as Triton's pointer specialisation assumes). Nothing is zeroed: the preprocess zeroes the
+    accumulator (ZERO_DQ) before the main kernel adds into it."""
+    dQ, dK, dV = gradient_buffers(Q, K, stack)
+    if not delta:
+        return dQ, dK, dV, dQ, None
+    B, N, D = Q.shape
+    if not atomic or Q.dtype == torch.float32:
+        return dQ, dK, dV, dQ, torch.empty((B, N), device=Q.device, dtype=torch.float32)
+    n = -(-B * N * D // 4) * 4
+    flat = torch.empty(n + B * N, device=Q.device, dtype=torch.float32)
+    return dQ, dK, dV, flat.as_strided(Q.shape, (N * D, D, 1)), flat.as_strided((B, N), (N, 1), n)
 
 
 # Input signature -> BackwardLaunch: the forward's LaunchCache with the backward's own key.
@@ -309,19 +365,17 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     scale = 1.0 / math.sqrt(D)
     atomic = dq_mode == "atomic"
 
-    Delta = torch.empty((B, N_q), device=Q.device, dtype=torch.float32)
-    stack = gradient_stack(Q, K, atomic, stack_grads)
-    dQ_buf, dK, dV = gradient_buffers(Q, K, stack, atomic)
+    stack = gradient_stack(Q, K, stack_grads)
+    dQ, dK, dV, acc, Delta = backward_buffers(Q, K, stack, atomic)
 
     pre = config.preprocess_q_tile
-    pre_grid = (triton.cdiv(N_q, pre), B)
-    pre_strides = (*_strides(O, dO, Delta), N_q)
-    pre_kernel = compiled_or_none(
-        _bwd_preprocess_kernel[pre_grid](O, dO, Delta, *pre_strides, D=D, BLOCK_Q=pre, num_warps=4))
+    pre_tail = (*_strides(O, dO, Delta), *(_strides(acc) if atomic else (0, 0, 0)), N_q, D, pre, atomic)
+    pre_kernel, pre_grid = _recorded(_bwd_preprocess_kernel, _bwd_preprocess_kernel[(triton.cdiv(N_q, pre), B)](
+        O, dO, Delta, acc, *pre_tail, num_warps=4), (triton.cdiv(N_q, pre), B, 1))
 
     common = (*_strides(Q, K, V, dO, L, Delta),)
     gluon = None if dkdv == "triton" else _gluon_dkdv(atomic)
-    dq_accum = (dQ_buf,) if atomic else ()
+    dq_accum = (acc,) if atomic else ()
     why_not = None if gluon is None else gluon.unsupported(Q, K, V, dO, L, Delta, scale, *dq_accum)
     if dkdv == "gluon" and why_not is not None:
         raise ValueError(f"dkdv='gluon': {why_not}")
@@ -330,29 +384,28 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
         dkdv_kernel = gluon.launch(Q, K, V, dO, L, Delta, dK, dV, *dq_accum, causal, scale)
         dkdv_grid, dkdv_tail, dkdv_meta = None, (), ()
     else:
-        dkdv_tail = (*common, *_strides(dK, dV, dQ_buf), N_q, N_k, scale)
+        dkdv_tail = (*common, *_strides(dK, dV, acc), N_q, N_k, scale)
         dkdv_kernel, dkdv_grid, dkdv_meta = _launch(
             _bwd_dkdv_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile), B),
-            (Q, K, V, dO, L, Delta, dK, dV, dQ_buf, *dkdv_tail),
+            (Q, K, V, dO, L, Delta, dK, dV, acc, *dkdv_tail),
             lambda c: dict(D=D, BLOCK_Q=c.dkdv_q_tile, BLOCK_K=c.dkdv_k_tile, is_causal=causal, ATOMIC_DQ=atomic),
             config, strict)
     dq_kernel, dq_grid, dq_tail = None, None, ()
     if atomic:
-        dQ = dQ_buf if Q.dtype == torch.float32 else dQ_buf.to(Q.dtype)
+        if acc is not dQ:
+            dQ.copy_(acc)   # the cast, into the gradients' own allocation
     else:
-        dq_tail = (*common, *_strides(dQ_buf), N_q, N_k, scale)
+        dq_tail = (*common, *_strides(dQ), N_q, N_k, scale)
         dq_kernel, dq_grid, dq_meta = _launch(
             _bwd_dq_kernel, lambda c: (triton.cdiv(N_q, c.dq_q_tile), B),
-            (Q, K, V, dO, L, Delta, dQ_buf, *dq_tail),
+            (Q, K, V, dO, L, Delta, dQ, *dq_tail),
             lambda c: dict(D=D, BLOCK_Q=c.dq_q_tile, BLOCK_K=c.dq_k_tile, is_causal=causal),
             config, strict)
         dq_tail = (*dq_tail, *dq_meta)
-        dQ = dQ_buf
     launch = None
     if pre_kernel is not None and dkdv_kernel is not None and (atomic or dq_kernel is not None):
-        launch = BackwardLaunch(pre_kernel, dkdv_kernel, dq_kernel, ((*pre_grid, 1), dkdv_grid, dq_grid),
-                                ((*pre_strides, D, pre), (*dkdv_tail, *dkdv_meta), dq_tail), (B, N_q), stack,
-                                use_gluon)
+        launch = BackwardLaunch(pre_kernel, dkdv_kernel, dq_kernel, (pre_grid, dkdv_grid, dq_grid),
+                                (pre_tail, (*dkdv_tail, *dkdv_meta), dq_tail), (B, N_q), stack, use_gluon)
     return dQ, dK, dV, launch
 
 
@@ -362,7 +415,7 @@ def _checked_fused(Q, K, V, O, L, dO, causal: bool, config: BackwardConfig, stri
     its grid the dK/dV programs' key tiles followed by the dQ programs' query tiles."""
     B, N_q, D = Q.shape
     N_k = K.shape[1]
-    stack = gradient_stack(Q, K, False, stack_grads)
+    stack = gradient_stack(Q, K, stack_grads)
     dQ, dK, dV = gradient_buffers(Q, K, stack)
     tail = (*_strides(Q, K, V, dO, O, L, dK, dV, dQ), N_q, N_k, 1.0 / math.sqrt(D))
     kernel, grid, meta = _launch(

@@ -3,9 +3,8 @@
     python profiling/host_steps.py                            # v5_final, v6, v7 at N = 512, both masks
     python profiling/host_steps.py --kernel v7_hopper --N 512 4096 --steps sdpa,apply,attention,flash_attn_func
 
-Every step is timed as the harness times host_us: calls back to back with the GPU queue never drained
-(fa2lab.timers.host_us_per_call), `--repeats` times, the steps interleaved; rows (median, min, max µs per call) go to
-results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
+Each step is timed as the harness's host_us (fa2lab.timers.host_us_per_call), `--repeats` times, interleaved; rows
+(median, min, max µs per call) go to results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
 
   sdpa              F.scaled_dot_product_attention, the reference (one C++ op)
   attention, flash_attn_func   fa2triton's API on (B, H, N, D) and (B, N, H, D) views of apply's own inputs
@@ -24,8 +23,9 @@ and, for versions with the Triton backward (v6, v7), each autograd.grad on a kep
                     backward_separate, backward_fused: that dQ mode forced
   backward_nop      through a Python autograd.Function saving the same five tensors, launching nothing (the floor)
   backward_direct[_fused]   flash_attention_backward called directly (its key, allocations and launches)
-  backward_key, backward_alloc, backward_launch   the backward's key and lookup (forward_keyed_signature), its
-                    gradient allocation (gradient_buffers), the fused kernel's launch alone (CompiledKernel.run)
+  backward_key, backward_alloc, backward_launch   the fused mode's key and lookup, allocation and launch alone
+  bwd_*             the default mode's repeat (BackwardLaunch, issue 48) by piece: key, buffers, zero_fill (the fp32
+                    dQ fill the Delta launch took over), delta, main, cast (dQ from fp32), repeat (all of it)
 
 apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch."""
 
@@ -43,8 +43,30 @@ from fa2lab import shapes  # noqa: E402
 STEPS = ("sdpa", "apply", "attention", "flash_attn_func", "apply_grad", "function_nop", "cache_hit", "signature",
          "allocate", "descriptors", "launch",
          "sdpa_backward", "sdpa_flash_backward", "backward", "backward_separate", "backward_fused", "backward_nop",
-         "backward_direct", "backward_direct_fused", "backward_key", "backward_alloc", "backward_launch")
+         "backward_direct", "backward_direct_fused", "backward_key", "backward_alloc", "backward_launch",
+         "bwd_key", "bwd_buffers", "bwd_zero_fill", "bwd_delta", "bwd_main", "bwd_cast", "bwd_repeat")
 BACKWARD_STEPS = STEPS[STEPS.index("sdpa_backward"):]   # built only when one of them is asked for
+REPEAT_STEPS = STEPS[STEPS.index("bwd_key"):]          # the backward's repeat path, piece by piece (issue 48)
+
+
+def backward_repeat_steps(launch, lookup, q, k, v, O, L, dO, buffers=None) -> dict:
+    """{bwd_* step: zero-argument callable} for one recorded BackwardLaunch (fa2triton.flash_backward_triton) on
+    its inputs: each piece of its repeat alone, on buffers allocated once (so that a piece's time holds no other
+    piece), and `lookup` (the key and dictionary lookup that finds it). bwd_zero_fill and bwd_cast only where the
+    launch accumulates dQ in fp32 apart from dQ, bwd_delta only where it has a Delta launch. Run in the order of
+    REPEAT_STEPS, the pieces compute what launch(q, k, v, O, L, dO) computes, into `buffers` (launch.buffers's
+    five; by default allocated here)."""
+    dQ, dK, dV, acc, Delta = launch.buffers(q, k) if buffers is None else buffers
+    fns = {"bwd_key": lookup, "bwd_buffers": lambda: launch.buffers(q, k)}
+    if acc is not dQ:
+        fns["bwd_zero_fill"] = acc.zero_
+    if Delta is not None:
+        fns["bwd_delta"] = lambda: launch.run_delta(O, dO, Delta, acc)
+    fns["bwd_main"] = lambda: launch.run_main(q, k, v, O, L, dO, dQ, dK, dV, acc, Delta)
+    if acc is not dQ:
+        fns["bwd_cast"] = lambda: dQ.copy_(acc)
+    fns["bwd_repeat"] = lambda: launch(q, k, v, O, L, dO)
+    return fns
 
 
 def api_steps(cls, version: str, q, k, v, causal: bool, B: int, H: int) -> dict:
@@ -162,6 +184,12 @@ def step_functions(module, version: str, N: int, causal: bool, wanted=STEPS) -> 
         fns["backward_alloc"] = lambda: bwd.gradient_buffers(q, k, fused.stack)
         fused_args = fused.fused_args(q, k, v, O_d, L_g, dO, *fused_grads)
         fns["backward_launch"] = lambda: run_compiled(fused.dkdv, fused.grids[0], fused_args, q.device.index)
+        fns["backward"]()   # records autograd's launch in the default mode (all three gradients wanted)
+        bkey = bwd.forward_keyed_signature(key, dO, causal, cls.BACKWARD_CONFIG, cls.BACKWARD_DQ_MODE, True,
+                                           cls.BACKWARD_DKDV)
+        fns |= backward_repeat_steps(bwd.LAUNCHES.entries[bkey], lambda: bwd.LAUNCHES.entries.get(
+            bwd.forward_keyed_signature(key, dO, causal, cls.BACKWARD_CONFIG, cls.BACKWARD_DQ_MODE, True,
+                                        cls.BACKWARD_DKDV)), q, k, v, O_d, L_g, dO)
         grads = tuple(torch.zeros_like(t) for t in (q, k, v))
 
         class NopBackward(torch.autograd.Function):   # saves what FlashAttentionTriton saves, launches nothing

@@ -57,9 +57,10 @@ def kernels() -> dict:
     def preprocess(D):
         o = torch.empty(32, 4096, D, dtype=torch.bfloat16, device="meta")
         delta = torch.empty(32, 4096, dtype=torch.float32, device="meta")
-        args = (o, o, delta, *o.stride(), *o.stride(), *delta.stride(), 4096)
+        acc = torch.empty(32, 4096, D, dtype=torch.float32, device="meta")   # the atomic path's: zeroed too
+        args = (o, o, delta, acc, *o.stride(), *o.stride(), *delta.stride(), *acc.stride(), 4096)
         return compile_for_target(F._bwd_preprocess_kernel, args, arch=90, num_warps=4, num_stages=3, D=D,
-                                  BLOCK_Q=64)
+                                  BLOCK_Q=64, ZERO_DQ=True)
 
     out = {}
     for D in (64, 128):

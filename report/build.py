@@ -26,7 +26,7 @@ from report.port import section_port, section_port_brief
 from report.experiment_pages import section_exp2_poly, section_grid, section_launch_order, section_pcast, section_timing
 from report.experiments_v7 import section_coldstart, section_dobench, section_gluon, section_items, section_tl_pick
 from report.goal import section_goal, section_other_shapes
-from report.hostpath import section_api_host, section_host_steps, section_hostpath
+from report.hostpath import section_api_host, section_backward_steps, section_host_steps, section_hostpath
 from report.ledger import ledger, section_ledger
 from report.profile import section_inspect, section_matmul_ncu, section_ncu, section_ncu_source
 from report.rounds import section_rounds, section_versions
@@ -109,9 +109,10 @@ def gpu_part(fn) -> Part:
 PAGES: list[Page] = [
     Page("ledger", "Claims ledger", "every claim of the article with the numbers that decide it and their files",
          (lambda c: section_ledger(c.claims, full=True),)),
-    Page("host-path", "The host path", "do_bench against CUDA-graph replay, where a call's host time goes, and "
-         "attention() against apply",
-         (gpu_part(section_hostpath), gpu_part(section_host_steps), gpu_part(section_api_host))),
+    Page("host-path", "The host path", "do_bench against CUDA-graph replay, where a call's host time goes, "
+         "attention() against apply, and the backward's repeat piece by piece",
+         (gpu_part(section_hostpath), gpu_part(section_host_steps), gpu_part(section_api_host),
+          gpu_part(section_backward_steps))),
     Page("ncu-source", "Where the warps wait", "ncu's source page: stalls by reason, opcode and phase",
          (gpu_part(section_ncu_source),)),
     Page("pcast", "Where P is rounded", "v6's P_CAST: time and error of casting P before or after the sum",

@@ -8,7 +8,7 @@ import pandas as pd
 
 from fa2triton import versions
 from figures import data
-from profiling.host_steps import STEPS as HOST_STEPS
+from profiling.host_steps import REPEAT_STEPS, STEPS as HOST_STEPS
 from report.tables import NOT_YET, fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
 
 
@@ -91,7 +91,7 @@ def section_host_steps(gpu, root) -> str:
     df, path = host_steps(gpu, root)
     if df is None:
         return not_yet(title, "invoke host-steps", path)
-    steps, table = host_step_table(df)
+    steps, table = host_step_table(df[~df.step.isin(REPEAT_STEPS)])
     rows = []
     for r in table:
         t = r["times"]
@@ -112,6 +112,50 @@ def section_host_steps(gpu, root) -> str:
         "autograd.grad through SDPA and ours on a kept graph; backward_direct: the Triton backward called "
         "directly). The last four columns are differences of the medians. Source: " + f"`{rel(path)}`.", "",
         md_table(["version", "N", "causal", *steps, *(name for name, _, _ in HOST_STEP_DIFFS)], rows)])
+
+
+# ---------------------------------------------------------------- the backward's repeat path by piece (issue 48)
+
+BACKWARD_STEP_COLUMNS = ("sdpa_backward", "backward", *REPEAT_STEPS)
+BACKWARD_TASK = ("invoke host-steps --kernel v7_hopper --N 512,1024,2048 --steps "
+                 + ",".join(BACKWARD_STEP_COLUMNS))
+
+
+def section_backward_steps(gpu, root) -> str:
+    """The backward's host path piece by piece: per version, shape and mask its whole autograd backward beside
+    SDPA's and each piece of its repeat (profiling/host_steps.py's bwd_* steps), with what autograd and the
+    Function add around the repeat (backward − bwd_repeat); one row per commit that timed them, latest first,
+    earlier commits' whole backward included (the before of each piece's change) where a later one has pieces."""
+    title = "### The backward's host path, piece by piece (issue 48)"
+    df, path = host_steps(gpu, root, latest=False)
+    if df is None or not df.step.isin(REPEAT_STEPS).any():
+        return not_yet(title, BACKWARD_TASK, path)
+    df = df[df.step.isin(BACKWARD_STEP_COLUMNS)].assign(git_commit=df.get("git_commit", "?"))
+    order = {v: i for i, v in enumerate(versions.NAMES)}
+    rows = []
+    pieces = set(map(tuple, df[df.step.isin(REPEAT_STEPS)][["version", "N", "causal"]].values.tolist()))
+    for (v, N, causal, commit), g in df.groupby(["version", "N", "causal", "git_commit"], sort=False):
+        if (v, N, causal) not in pieces or not set(g.step) & {"backward", *REPEAT_STEPS}:
+            continue
+        by = latest_rows(g, ("step",)).set_index("step")
+        t = {s: (float(by.us_median[s]), float(by.us_min[s]), float(by.us_max[s])) for s in by.index}
+        own = t["backward"][0] - t["bwd_repeat"][0] if "backward" in t and "bwd_repeat" in t else float("nan")
+        rows.append(((order.get(v, len(order)), v, int(causal), int(N), -len(rows)),
+                     [v, int(N), "yes" if causal else "no", str(commit)[:7]]
+                     + [span(*t[s], ".1f") if s in t else "–" for s in BACKWARD_STEP_COLUMNS] + [fmt(own, "+.1f")]))
+    rows.sort(key=lambda r: r[0])
+    return "\n".join([
+        title,
+        "µs per call, timed as the steps above (the median over the repeats, min–max), one row per commit. "
+        "backward: autograd.grad through FlashAttentionTriton (all three gradients wanted), sdpa_backward: through "
+        "SDPA; the bwd_ steps are the pieces of its repeat (fa2triton.flash_backward_triton.BackwardLaunch) in the "
+        "default dq mode, each alone: bwd_key the key and lookup, bwd_buffers the allocations, bwd_zero_fill the "
+        "fp32 dQ accumulator's fill (no longer in the path from issue 48 on: the Delta launch zeroes it), "
+        "bwd_delta and bwd_main the launches, bwd_cast dQ's cast from fp32, bwd_repeat the whole repeat. The last "
+        "column is backward − bwd_repeat: autograd's and the Function's share. Rows of earlier commits without "
+        "pieces are the whole backward before the pieces' changes. Source: " + f"`{rel(path)}`.", "",
+        md_table(["version", "N", "causal", "commit", *BACKWARD_STEP_COLUMNS, "autograd's own (backward − bwd_repeat)"],
+                 [r[1] for r in rows])])
 
 
 # ---------------------------------------------------------------- the library's calls against apply (issue 47)

@@ -46,6 +46,8 @@
 #   host-steps        each step of the lean host path timed alone (profiling/host_steps.py ${HOST_STEPS_ARGS}, issue 8)
 #   api-host          issue 47: v7's attention() and flash_attn_func() timed beside apply on views of its inputs
 #                     (host_steps.py --steps sdpa,apply,attention,flash_attn_func; API_HOST_NS, API_HOST_REPEATS)
+#   bwd-host          issue 48: v7's autograd backward beside SDPA's and its repeat path piece by piece (host_steps.py
+#                     bwd_* steps; BWD_HOST_NS, default 512 1024 2048; BWD_HOST_REPEATS, default 7)
 #   table-vs-race     issue 49: v7's launch table against its race, one checkout in alternating fresh processes
 #                     (compare_trees.py --csv launch_table.csv; TABLE_RACE_ROUNDS, default 3; TABLE_RACE_FIRST: the
 #                     first round's number, to go on after a cut, as each finished process's rows are kept)
@@ -126,6 +128,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     nsys) echo "python3 profiling/run_profile.py --tool nsys --kernel all" ;;
     torch-trace) echo "python3 profiling/run_profile.py --tool torch --kernel all" ;;
     host-steps) echo "python3 profiling/host_steps.py ${HOST_STEPS_ARGS:---N 512 4096}" ;;
+    bwd-host) echo "python3 profiling/host_steps.py --kernel v7_hopper --N ${BWD_HOST_NS:-512 1024 2048} --steps sdpa_backward,backward,bwd_key,bwd_buffers,bwd_zero_fill,bwd_delta,bwd_main,bwd_cast,bwd_repeat --repeats ${BWD_HOST_REPEATS:-7}" ;;
     api-host) echo "python3 profiling/host_steps.py --kernel v7_hopper --N ${API_HOST_NS:-512 1024 2048 4096} --steps sdpa,apply,attention,flash_attn_func --repeats ${API_HOST_REPEATS:-7}" ;;
     table-vs-race) echo "python3 scripts/compare_trees.py --csv launch_table.csv --tree table=. --tree race=. --env race:FA2_V7_LAUNCH_FROM=race --rounds ${TABLE_RACE_ROUNDS:-3} --first-round ${TABLE_RACE_FIRST:-1}" ;;
     compile-cost) echo "python3 sweeps/measure_compile_cost.py" ;;

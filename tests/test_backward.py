@@ -312,12 +312,17 @@ def test_backward_second_call_skips_the_checked_path(monkeypatch):
     assert fb.LAUNCHES.stats == {"slow": 2, "fast": 1}
 
 
-def test_interpreter_records_no_launch():
-    """Under the interpreter nothing is compiled, so every call takes the checked path."""
+def test_interpreter_records_a_repeat_but_a_cpu_call_is_never_cached(monkeypatch):
+    """Under the interpreter the checked path records an Interpreted repeat (so the repeat path is testable on the
+    CPU), but a CPU tensor has no cache key: every call still takes the checked path (and its checks)."""
     if ON_GPU:
         pytest.skip("the interpreter's behaviour")
+    monkeypatch.setattr(fb, "LAUNCHES", fb.LaunchCache())
     Q, K, V, O, L, dO = _ok_inputs()
-    assert fb._checked_backward(Q, K, V, O, L, dO, False, None, "separate", False)[-1] is None
+    assert isinstance(fb._checked_backward(Q, K, V, O, L, dO, False, None, "separate", False)[-1], fb.BackwardLaunch)
+    for _ in range(2):
+        flash_attention_backward(Q, K, V, O, L, dO, False)
+    assert fb.LAUNCHES.stats == {"slow": 2} and not fb.LAUNCHES.entries
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a GPU: the cached launch replays real binaries")
@@ -450,22 +455,58 @@ def test_gradient_buffers_stack_only_what_stays_aligned():
     """One allocation split into dQ, dK, dV (self-attention), or into dK, dV: contiguous views, each
     slice 16-byte aligned like a fresh allocation (a recorded launch assumes it), no two overlapping."""
     Q, K = torch.empty(2, 64, 32, dtype=BF16), torch.empty(2, 48, 32, dtype=BF16)
-    assert fb.gradient_stack(Q, Q, False) == 3 and fb.gradient_stack(Q, K, False) == 2
-    assert fb.gradient_stack(Q, Q, True) == 2                                 # atomic dQ is fp32 zeros
-    assert fb.gradient_stack(Q, torch.empty(1, 3, 3, dtype=BF16), False) == 0   # 18 bytes per slice
-    assert fb.gradient_stack(Q, Q, False, allowed=False) == 0                    # not every gradient wanted
-    for q, k, atomic in ((Q, Q, False), (Q, K, False), (Q, Q, True), (Q, torch.empty(1, 3, 3, dtype=BF16), False)):
-        stack = fb.gradient_stack(q, k, atomic)
-        dQ, dK, dV = fb.gradient_buffers(q, k, stack, atomic)
+    assert fb.gradient_stack(Q, Q) == 3 and fb.gradient_stack(Q, K) == 2
+    assert fb.gradient_stack(Q, torch.empty(1, 3, 3, dtype=BF16)) == 0   # 18 bytes per slice
+    assert fb.gradient_stack(Q, Q, allowed=False) == 0                    # not every gradient wanted
+    for q, k in ((Q, Q), (Q, K), (Q, torch.empty(1, 3, 3, dtype=BF16))):
+        stack = fb.gradient_stack(q, k)
+        dQ, dK, dV = fb.gradient_buffers(q, k, stack)
         assert dQ.shape == q.shape and dK.shape == dV.shape == k.shape
-        assert dQ.dtype == (torch.float32 if atomic else q.dtype) and dK.dtype == dV.dtype == k.dtype
+        assert dQ.dtype == q.dtype and dK.dtype == dV.dtype == k.dtype
         assert all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (dQ, dK, dV)) or stack == 0
-        if atomic:
-            assert not dQ.any()
         spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in (dQ, dK, dV))
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "gradients overlap"
         shared = len({t.untyped_storage().data_ptr() for t in (dQ, dK, dV)})
         assert shared == {3: 1, 2: 2, 0: 3}[stack]
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float32])
+@pytest.mark.parametrize("atomic", [False, True])
+def test_backward_buffers_one_scratch_block_for_the_accumulator_and_delta(dtype, atomic):
+    """Atomic dQ in a 16-bit dtype: the fp32 accumulator (contiguous, offset 0) and Delta share one allocation,
+    Delta 16-byte aligned after it; in fp32 the accumulator is dQ itself; without atomics it is dQ, and Delta has
+    its own allocation. Shapes whose B * N_q * D is not a multiple of 4 floats still align Delta."""
+    for B, N, D in ((2, 40, 16), (1, 3, 5)):
+        Q = torch.empty(B, N, D, dtype=dtype)
+        dQ, dK, dV, acc, Delta = fb.backward_buffers(Q, Q, fb.gradient_stack(Q, Q), atomic)
+        assert Delta.shape == (B, N) and Delta.dtype == torch.float32 and Delta.is_contiguous()
+        assert Delta.data_ptr() % 16 == 0 and dQ.dtype == dtype
+        if atomic and dtype != torch.float32:
+            assert acc is not dQ and acc.dtype == torch.float32 and acc.shape == Q.shape and acc.is_contiguous()
+            assert acc.untyped_storage().data_ptr() == Delta.untyped_storage().data_ptr() == acc.data_ptr()
+            assert Delta.data_ptr() >= acc.data_ptr() + acc.numel() * 4, "Delta overlaps the accumulator"
+        else:
+            assert acc is dQ and Delta.untyped_storage().data_ptr() != dQ.untyped_storage().data_ptr()
+    assert fb.backward_buffers(Q, Q, 0, atomic, delta=False)[4] is None
+
+
+@pytest.mark.parametrize("dq_mode", fb.DQ_MODES)
+@pytest.mark.parametrize("dtype", [BF16, torch.float32])
+def test_the_recorded_repeat_gives_the_checked_paths_gradients_bitwise(dq_mode, dtype):
+    """The repeat path (BackwardLaunch: one scratch block, the accumulator zeroed by the Delta launch, the cast
+    into the gradients' own block) against the checked call that recorded it, under the interpreter (which runs
+    programs in order, so even atomic dQ is reproducible there) and causal with N_q != N_k."""
+    if ON_GPU:
+        pytest.skip("the interpreter's repeat (Interpreted); tests on the GPU compare with tolerance")
+    for stack in (False, True):
+        Q, K, V, O, L, dO = make_inputs(2, 24, 40, 16, dtype, True)
+        *checked, launch = fb._checked_backward(Q, K, V, O, L, dO, True, None, dq_mode, False, stack)
+        assert isinstance(launch.dkdv, fb.Interpreted)
+        for _ in range(2):   # the scratch block is reused by the allocator: the zeroing must be the launch's
+            again = launch(Q, K, V, O, L, dO)
+            for a, b in zip(checked, again):
+                assert a.dtype == b.dtype == dtype and torch.equal(a, b), (dq_mode, stack)
+        assert relative_error(again[0], backward_from_lse(Q, K, V, O, L, dO, True)[0]) < REL_TOL[dtype]
 
 
 @pytest.mark.parametrize("wanted", [(True, True, True), (True, False, False), (False, True, True)])

@@ -44,3 +44,15 @@ def test_the_steps_take_their_settings(tmp_path):
                                        TABLE_RACE_ROUNDS="1", TABLE_RACE_FIRST="3")
     assert api_host[api_host.index("--N") + 1:api_host.index("--steps")] == ["512"] and api_host[-1] == "9"
     assert table_vs_race[-4:] == ["--rounds", "1", "--first-round", "3"]
+
+
+def test_bwd_host_runs_the_backward_page_s_command(tmp_path):
+    """Issue 48's step: the host-path page's backward command (through invoke), and its settings."""
+    (tmp_path / "b").mkdir()
+    (bwd,), (short,) = recorded(tmp_path, "bwd-host"), recorded(tmp_path / "b", "bwd-host", BWD_HOST_NS="1024",
+                                                                BWD_HOST_REPEATS="3")
+    task = shlex.split(hostpath.BACKWARD_TASK)
+    assert bwd[bwd.index("--steps") + 1] == task[task.index("--steps") + 1]
+    assert bwd[bwd.index("--N") + 1:bwd.index("--steps")] == task[task.index("--N") + 1].split(",")
+    assert bwd[:3] == ["profiling/host_steps.py", "--kernel", "v7_hopper"] and bwd[-2:] == ["--repeats", "7"]
+    assert short[short.index("--N") + 1:short.index("--steps")] == ["1024"] and short[-1] == "3"

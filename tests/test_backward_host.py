@@ -1,0 +1,88 @@
+"""Issue 48's measurement, on the CPU: profiling/host_steps.py's bwd_* steps (the backward's repeat path piece by
+piece) run under the interpreter on a small shape and compute what the whole repeat computes, and the host-path page
+shows their rows (synthetic here: a CPU timing would mean nothing)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"  # must precede the kernels' import (@triton.jit reads it)
+
+from fa2lab.results import append_rows  # noqa: E402
+from fa2triton import flash_backward_triton as fb  # noqa: E402
+from fa2triton.reference import attention  # noqa: E402
+from profiling import host_steps  # noqa: E402
+from report import hostpath  # noqa: E402
+from test_figures import GPU, PROV  # noqa: E402
+
+DEVICE = "cuda" if ON_GPU else "cpu"
+
+
+def _inputs(dtype, causal, B=2, N=40, D=16):
+    g = torch.Generator().manual_seed(1)
+    Q, K, V, dO = (torch.randn(B, N, D, generator=g).to(DEVICE, dtype) for _ in range(4))
+    O, L = attention(Q, K, V, causal)
+    return Q, K, V, O.to(dtype), L.float(), dO
+
+
+@pytest.mark.parametrize("dq_mode", fb.DQ_MODES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_repeat_pieces_run_alone_and_add_up_to_the_repeat(dq_mode, dtype):
+    """Each bwd_* step runs by itself; run in REPEAT_STEPS order on one set of buffers (the accumulator first
+    filled with garbage, so only the Delta launch's zeroing can clear it) they give the repeat's gradients
+    bitwise. Atomic bf16 has the zero fill and the cast; fused has no Delta launch."""
+    Q, K, V, O, L, dO = _inputs(dtype, True)
+    launch = fb._checked_backward(Q, K, V, O, L, dO, True, None, dq_mode, False, True)[-1]
+    buffers = launch.buffers(Q, K)
+    looked = []
+    fns = host_steps.backward_repeat_steps(launch, lambda: looked.append(1), Q, K, V, O, L, dO, buffers)
+    cast = dq_mode == "atomic" and dtype != torch.float32
+    expected = set(host_steps.REPEAT_STEPS) - ({"bwd_delta"} if dq_mode == "fused" else set()) \
+        - (set() if cast else {"bwd_zero_fill", "bwd_cast"})
+    assert set(fns) == expected
+    buffers[3].fill_(7.0)
+    for s in host_steps.REPEAT_STEPS:
+        if s in fns and s not in ("bwd_zero_fill", "bwd_repeat"):
+            fns[s]()
+    whole = launch(Q, K, V, O, L, dO)
+    for a, b in zip(buffers[:3], whole):
+        assert torch.equal(a, b), dq_mode
+    assert looked == [1]
+    assert all(t.shape == Q.shape for t in fns["bwd_buffers"]()[:3])
+    if cast:
+        fns["bwd_zero_fill"]()
+        assert not buffers[3].any()
+
+
+def test_the_steps_are_known_to_the_cli_and_the_page_names_its_command():
+    for s in hostpath.BACKWARD_STEP_COLUMNS:
+        assert s in host_steps.STEPS
+    assert hostpath.BACKWARD_TASK.split("--steps ")[1].split(",") == list(hostpath.BACKWARD_STEP_COLUMNS)
+
+
+def test_the_page_shows_the_backward_pieces_per_commit_apart_from_the_forward_table(tmp_path):
+    """Rows of two commits: the page has one row per commit (latest first) with autograd's own share, and the
+    forward's step table leaves the bwd_* steps out; with no bwd_* row the section says what to run."""
+    path = tmp_path / GPU / "hostpath" / "steps.csv"
+    assert "invoke host-steps --kernel v7_hopper" in hostpath.section_backward_steps(GPU, tmp_path)
+
+    def rows(commit, date, times):
+        return [{"version": "v7_hopper", "N": 1024, "causal": 0, "step": s, "us_median": m, "us_min": m - 1,
+                 "us_max": m + 1, "repeats": 3, "calls_each": 200, "date": date,
+                 **{k: v for k, v in PROV.items() if k not in ("date", "git_commit")}, "git_commit": commit}
+                for s, m in times.items()]
+
+    append_rows(path, rows("aaaaaaa1", "2026-12-01T00:00:00", {"sdpa_backward": 30.0, "backward": 90.0}))
+    append_rows(path, rows("bbbbbbb2", "2026-12-02T00:00:00", {"sdpa_backward": 31.0, "backward": 60.0,
+                                                               "bwd_buffers": 5.0, "bwd_repeat": 40.0}))
+    text = hostpath.section_backward_steps(GPU, tmp_path)
+    assert "| v7_hopper | 1024 | no | bbbbbbb | 31.0 (30.0–32.0) | 60.0 (59.0–61.0) | – | 5.0 (4.0–6.0) |" in text
+    assert "| 40.0 (39.0–41.0) | +20.0 |" in text
+    before = "| v7_hopper | 1024 | no | aaaaaaa | 30.0 (29.0–31.0) | 90.0 (89.0–91.0) | – |"   # the whole backward
+    assert before in text and text.index("| bbbbbbb |") < text.index(before)
+    assert "bwd_buffers" not in hostpath.section_host_steps(GPU, tmp_path)
