@@ -177,19 +177,19 @@ def step_functions(module, version: str, N: int, causal: bool, wanted=STEPS) -> 
         fns["backward_direct_fused"] = lambda: bwd.flash_attention_backward(q, k, v, O_d, L_g, dO, causal,
                                                                             dq_mode="fused")
         fns["backward_fused"]()   # records autograd's fused launch (all three gradients wanted), timed apart below
-        fused = bwd.LAUNCHES.entries[bwd.forward_keyed_signature(key, dO, causal, None, "fused", True)]
+        def keyed(mode):   # autograd's key for the backward in `mode` (all three gradients wanted)
+            return bwd.forward_keyed_signature(key, dO, causal, cls.BACKWARD_CONFIG, mode, True,
+                                               getattr(cls, "BACKWARD_DKDV", "triton"))
+
+        fused = bwd.LAUNCHES.entries[keyed("fused")]
         fused_grads = bwd.gradient_buffers(q, k, fused.stack)   # dQ, dK, dV
-        fns["backward_key"] = lambda: bwd.LAUNCHES.entries.get(
-            bwd.forward_keyed_signature(key, dO, causal, None, cls.BACKWARD_DQ_MODE, True))
+        fns["backward_key"] = lambda: bwd.LAUNCHES.entries.get(keyed(cls.BACKWARD_DQ_MODE))
         fns["backward_alloc"] = lambda: bwd.gradient_buffers(q, k, fused.stack)
         fused_args = fused.fused_args(q, k, v, O_d, L_g, dO, *fused_grads)
         fns["backward_launch"] = lambda: run_compiled(fused.dkdv, fused.grids[0], fused_args, q.device.index)
         fns["backward"]()   # records autograd's launch in the default mode (all three gradients wanted)
-        bkey = bwd.forward_keyed_signature(key, dO, causal, cls.BACKWARD_CONFIG, cls.BACKWARD_DQ_MODE, True,
-                                           cls.BACKWARD_DKDV)
-        fns |= backward_repeat_steps(bwd.LAUNCHES.entries[bkey], lambda: bwd.LAUNCHES.entries.get(
-            bwd.forward_keyed_signature(key, dO, causal, cls.BACKWARD_CONFIG, cls.BACKWARD_DQ_MODE, True,
-                                        cls.BACKWARD_DKDV)), q, k, v, O_d, L_g, dO)
+        fns |= backward_repeat_steps(bwd.LAUNCHES.entries[keyed(cls.BACKWARD_DQ_MODE)],
+                                     lambda: bwd.LAUNCHES.entries.get(keyed(cls.BACKWARD_DQ_MODE)), q, k, v, O_d, L_g, dO)
         grads = tuple(torch.zeros_like(t) for t in (q, k, v))
 
         class NopBackward(torch.autograd.Function):   # saves what FlashAttentionTriton saves, launches nothing
