@@ -274,15 +274,18 @@ def test_every_candidate_compiles_within_its_shared_memory_estimate(compiled):
             assert r["shared"] <= r["estimate"] <= 232448, (label, r)
 
 
+SPILLS = {"/la": ((4, 5), (1, 2)), "/q1": ((3, 4), (18, 19))}   # label part -> (3.6's, 3.9's) STL, LDL at most
+
+
 def test_no_candidate_spills_or_serialises_its_products(compiled):
     for label, r in compiled.items():
         s = r["sass"]
         if s is None:   # no nvdisasm or cuobjdump to read the SASS
             continue
-        # three consumers at 128 keys have 160 registers each: offline sm_90, 12 spill stores at N = 1024 non-causal and
-        # 80 at N = 1000 causal (the same before the module was split; Triton 3.9: 98 stores and 103 loads, and 138 and
-        # 155); every other candidate none
-        stores, loads = ((138, 155) if NEW_TRITON else (80, 80)) if label.startswith("ws3x64x128") else (0, 0)
+        # Offline sm_90 spill stores and loads (3.6; 3.9) since the key count is no longer specialised (one compile
+        # per length class, issue 49; the three-consumer split had 12-80 before and now none). On the H200 (3.6,
+        # compare_trees.csv at 2b69c3c) the D = 128 shapes' graph replay stayed 0.989-1.019 of before. Others none.
+        stores, loads = next((lim[NEW_TRITON] for key, lim in SPILLS.items() if key in label), (0, 0))
         assert s["STL"] <= stores and s["LDL"] <= loads, (label, s)
         # ptxas did not serialise the wgmma (C7510 / C7514 put a wait after every one)
         assert 0 < s["WARPGROUP.DEPBAR"] < s["HGMMA"] / 2, (label, s)
