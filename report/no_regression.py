@@ -137,7 +137,7 @@ def within_count(gpu, root) -> str:
         return f"The refactor's no-regression check: {NOT_YET} (`{TASK}`)."
     _, a, b, rows = found
     within = sum(verdict(r, b).startswith("within") for r in rows)
-    return (f"v7's refactor check ({link}), {b} ÷ {a} in alternating fresh processes: within {100 * LEVEL:.0f}% by "
+    return (f"v7's latest no-regression check ({link}), {b} ÷ {a}: within {100 * LEVEL:.0f}% by "
             f"graph replay and % of cuDNN at {within} of {len(rows)} shapes.")
 
 

@@ -86,6 +86,8 @@ def tabulate(df: pd.DataFrame | None) -> tuple[list[list], list[tuple], str] | N
     total = total.assign(calls=pd.to_numeric(total.calls, errors="coerce"))
     for (version, launch, cache, calls), g in total.groupby(["version", "launch", "triton_cache", "calls"],
                                                             sort=False):
+        if "git_commit" in g and "date" in g:   # the code under test is the latest commit's: its runs alone
+            g = g[g.git_commit == g.sort_values("date").git_commit.iloc[-1]]
         med_total = pd.to_numeric(g.total_first_call_s, errors="coerce").median()
         med_max = pd.to_numeric(g.max_first_call_s, errors="coerce").median()
         med_median = pd.to_numeric(g.median_first_call_s, errors="coerce").median()
@@ -120,16 +122,18 @@ def tabulate(df: pd.DataFrame | None) -> tuple[list[list], list[tuple], str] | N
 HEADER = ["version", "launch", "cache", "runs", "calls", "total first-call s", "median s", "largest s",
           "median % of cuDNN, later calls", "goal", "commit"]
 POOLING = ("per version, launch choice (v7's table, or a race at run time) and cache state (Triton's and the picks' caches empty: cold; filled by the cold run: warm), "
-           "over the complete runs (a run's \"total\" row over all calls exists), each run's own value (the median, "
-           "min–max, where several)")
+           "over the latest commit's complete runs (a run's \"total\" row over all calls exists), each run's own value "
+           "(the median, min–max, where several)")
 
 
 def varlen_brief(gpu, root) -> str:
-    """REPORT.md's line and small table (no incomplete runs' list: the page has it)."""
+    """REPORT.md's line and small table: the runs of the goals' plan (the page has the smaller plans and the
+    incomplete runs' list)."""
     found = varlen_table(gpu, root)
     if found is None:
         return f"Variable-length workloads: {NOT_YET} (`{TASK}`)."
     rows, cut, tuned = found
+    rows = [r for r in rows if not r[9].startswith("–")]   # the goals' plan only; the page has the smaller ones
     return "\n".join([f"Variable-length workloads ([the page](docs/report/varlen.md)): first calls and later calls per "
                       f"version and cache state over the complete runs ({len(cut)} incomplete, not pooled); within 2% of tuning N alone: {tuned}.", "", md_table(HEADER, rows)])
 

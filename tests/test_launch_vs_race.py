@@ -152,6 +152,7 @@ def test_measuring_the_launch_table_adds_no_line_to_report_md(tmp_path):
     rows: the same number of lines (both built from one copy, so that their paths wrap alike)."""
     results = tmp_path / "results"
     shutil.copytree(REPO / "results", results)
+    (results / "nvidia-h200" / "experiments" / "launch_table.csv").unlink(missing_ok=True)   # before its measurement
     before = build.build(results)
     shapes = [(N, D, c) for D in (64, 128) for c in (0, 1) for N in (512, 1024, 2048, 4096)]
     _write(results / "nvidia-h200" / "experiments" / "launch_table.csv",

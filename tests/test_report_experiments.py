@@ -179,6 +179,7 @@ def test_varlen_pools_complete_runs_against_the_goals(root, monkeypatch):
            + varlen_run("v5_final", "s", "cold", [40.0, 1.0]))
     small = [r for r in varlen.varlen_table(GPU, root)[0] if r[0] == "`v5_final`" and r[4] == "2"]
     assert len(small) == 1 and small[0][5] == "41.0" and small[0][9].startswith("– (not the goals' 3 calls)")
+    assert "| 41.0 |" not in varlen.varlen_brief(GPU, root) and "| 55.0 |" in varlen.varlen_brief(GPU, root)
     page = build.build_all(root)["docs/report/varlen.md"]
     assert "Incomplete runs" in page and "| `v7_hopper` | `cut` | warm | warm | 2 |" in page
     assert "Variable-length workloads ([the page](docs/report/varlen.md))" in build.build(root, width=None)
@@ -339,3 +340,22 @@ def test_the_ws_page_gives_each_shapes_ratios_from_the_rows(root):
     assert "| 4096 | 128 | no | s2 | 1300.0 | 1000.0 | 1.300× (1.300–1.300×) | 500 | 1100.0 | 110.0% (110.0–110.0%) | " \
            "84.6% (84.6–84.6%) | 2.0e-03 |" in text
     assert "| 2048 | 64 | yes | s2 | 500.0 | 550.0 | 0.909× (0.909–0.909×) | 500 | 440.0 | 80.0% (80.0–80.0%) |" in text
+
+
+def test_varlen_judges_the_latest_commits_runs_alone(root, monkeypatch):
+    """A later commit's runs replace an earlier commit's in the table (its code is the one under test); runs of one
+    commit still pool."""
+    monkeypatch.setattr(varlen, "GOAL_CALLS", 3)
+
+    def at(commit, date, rows):
+        return [dict(r, git_commit=commit, date=date) for r in rows]
+
+    _write(root / GPU / "varlen" / "v7_hopper.csv",
+           at("aaaaaaa", "2026-12-02T11:00:00+00:00", varlen_run("v7_hopper", "old", "cold", [40.0, 4.0, 0.5],
+                                                                  launch_from="table"))
+           + at("bbbbbbb", "2026-12-02T14:00:00+00:00", varlen_run("v7_hopper", "new", "cold", [20.0, 4.0, 0.5],
+                                                                    launch_from="table"))
+           + at("bbbbbbb", "2026-12-02T14:05:00+00:00", varlen_run("v7_hopper", "new2", "cold", [22.0, 4.0, 0.5],
+                                                                    launch_from="table")))
+    (row,) = varlen.varlen_table(GPU, root)[0]
+    assert row[3] == 2 and row[10] == "`bbbbbbb`" and row[9] == "total met (25.5 s ≤ 30.0 s)", row
