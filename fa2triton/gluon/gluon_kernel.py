@@ -14,13 +14,13 @@ item's last Q K^T; DIRECT_STORE, O stored from the wgmma registers; SHARED_CODE,
 inlined once by gluon_ptx.inline_consumer_call. Every elected arrive and slot wait is marked (_mark_unsynced) so that
 gluon_ptx.drop_marked_syncs drops the bar.sync Triton 3.6 puts before it.
 
-Invariants. Work items (_work_item, Work): whole tiles first, then the split tail's parts (split_plan); slots, phases
+Invariants. Work items (schedule.Schedule): whole tiles first, then the split tail's parts (split_plan); slots, phases
 and turns run on over a program's items (g counts its key tiles, it its items, t its turns), so loader and
 consumers must walk the same items in the same order. Rows past a head's N belong to the next head: key columns
 >= N_KEYS are masked to -inf (only in a causal diagonal or ragged last tile), query rows >= N_QUERIES are never
 stored. Top-left causal alignment gives every query row key 0 in its first tile, so m is finite from then on.
 
-State between partitions travels in aggregates: Smem (buffers and barriers), Options, Turn, Work, Out and Sizes.
+State between partitions travels in aggregates: Smem (buffers and barriers), Options, Turn, Schedule, Out and Sizes.
 Why: v7's tl kernel cannot place its wgmma waits; measurements in gluon_forward_hopper_log.md. Importing this module
 needs Gluon (gluon_forward_hopper guards it).
 """
@@ -33,6 +33,7 @@ from triton.language.core import _aggregate as aggregate
 from fa2triton.triton_compat import splits_wgmma_descriptors, tma_load
 from fa2triton.gluon import gluon_ptx as _ptx
 from fa2triton.gluon import hopper as _hw
+from fa2triton.gluon.schedule import Schedule
 LOG2E, LN2, LN2_C = _hw.LOG2E, _hw.LN2, _hw.LN2_C
 
 # The loader warp's registers (setmaxnreg). With 40 the offline sm_90 compile of 3 consumers at 160 serialised their
@@ -104,26 +105,6 @@ class Turn:
     def __init__(self, mine, next):
         self.mine = mine
         self.next = next
-
-@aggregate
-class Work:
-    """The work items' description (_work_item): the head's queries and keys, the whole tiles, the splits per tail
-    tile, the mask and the items in all."""
-    N_QUERIES: Scalar
-    N_KEYS: Scalar
-    FULL: Scalar
-    SPLITS: Scalar
-    CAUSAL: gl.constexpr
-    N_ITEMS: Scalar
-
-    @gluon.constexpr_function
-    def __init__(self, N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS):
-        self.N_QUERIES = N_QUERIES if isinstance(N_QUERIES, gl.tensor) else gl.constexpr(N_QUERIES)
-        self.N_KEYS = N_KEYS if isinstance(N_KEYS, gl.tensor) else gl.constexpr(N_KEYS)
-        self.FULL = FULL if isinstance(FULL, gl.tensor) else gl.constexpr(FULL)
-        self.SPLITS = SPLITS if isinstance(SPLITS, gl.tensor) else gl.constexpr(SPLITS)
-        self.CAUSAL = gl.constexpr(CAUSAL)
-        self.N_ITEMS = N_ITEMS if isinstance(N_ITEMS, gl.tensor) else gl.constexpr(N_ITEMS)
 
 @aggregate
 class Out:
@@ -211,47 +192,10 @@ def _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, strid
     L_i = (m_i + gl.log2(l_i)) * _LN2
     gl.store(L_ptr + head * stride_l_head + q_pos, L_i, mask=q_pos < N_QUERIES)
 
-@gluon.jit
-def _work_item(item, work, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Work item -> (q_start, head, key tiles, mask_from, causal_off, first key, part). Items [0, FULL) are whole
-    tiles: tile t has head t // query tiles and query tile t % query tiles, reversed under the causal mask (v6's
-    order: every head's longest tiles first). Item FULL + q is split q % SPLITS (a contiguous share of the key
-    tiles) of tile FULL + q // SPLITS, written as workspace part q; a whole tile's part is -1. Under the causal
-    mask a tile's keys stop at its diagonal; there is no split."""
-    N_QUERIES = work.N_QUERIES
-    N_KEYS = work.N_KEYS
-    FULL = work.FULL
-    SPLITS = work.SPLITS
-    n_q = gl.cdiv(N_QUERIES, BLOCK_M)
-    n_kb = gl.cdiv(N_KEYS, BLOCK_N)
-    full_stop = (N_KEYS // BLOCK_N) * BLOCK_N
-    if item < FULL:
-        t = item
-        part = -1
-        kb0 = 0
-        kb1 = n_kb
-    else:
-        part = item - FULL
-        t = FULL + part // SPLITS
-        kb0 = (part % SPLITS) * n_kb // SPLITS
-        kb1 = (part % SPLITS + 1) * n_kb // SPLITS
-    q_tile = t % n_q
-    if work.CAUSAL:
-        q_start = (n_q - 1 - q_tile) * BLOCK_M
-        kb1 = gl.cdiv(gl.minimum(q_start + BLOCK_M, N_KEYS), BLOCK_N)
-        mask_from = gl.minimum((q_start // BLOCK_N) * BLOCK_N, full_stop)
-        causal_off = 0
-    else:
-        q_start = q_tile * BLOCK_M
-        mask_from = full_stop
-        causal_off = N_KEYS
-    head = t // n_q
-    return q_start, head, kb1 - kb0, mask_from, causal_off, kb0 * BLOCK_N, part
-
 # ----------------------------------------------------------------------------------------------- the loader
 
 @gluon.jit
-def _ws_loader(descs, smem, work, opts):
+def _ws_loader(descs, smem, schedule, opts):
     """The loader: for each of this program's work items, its query tile (into Q buffer it % Q_BUFFERS, once the
     consumers released that buffer's previous tile) and its K, V tiles round the SLOTS slots. g counts key tiles
     over the items, so slots and phases run on across them. ONE_Q: the next item's first SLOTS - 1 key tiles go
@@ -261,12 +205,12 @@ def _ws_loader(descs, smem, work, opts):
     ROWS: gl.constexpr = smem.q.shape[1] * (smem.q.shape[0] // Q_BUFFERS)   # a query tile's, all consumers'
     BLOCK_N: gl.constexpr = smem.k.shape[1]
     Q_AFTER: gl.constexpr = smem.k.shape[0] - 1 if opts.ONE_Q else 0
-    N_QUERIES = work.N_QUERIES
+    N_QUERIES = schedule.N_QUERIES
     g = 0
     it = 0
-    for item in range(gl.program_id(0), work.N_ITEMS, gl.num_programs(0)):
-        q_start, head, n_tiles, _, _, k_base, _ = _work_item(item, work, ROWS, BLOCK_N)
-        k_row0 = head * work.N_KEYS + k_base
+    for item in range(gl.program_id(0), schedule.N_ITEMS, gl.num_programs(0)):
+        q_start, head, n_tiles, _, _, k_base, _ = schedule.item(item, ROWS, BLOCK_N)
+        k_row0 = head * schedule.N_KEYS + k_base
         if Q_AFTER == 0:
             _load_query(descs, smem, N_QUERIES, q_start, head, it)
             _load_keys(descs, smem, k_row0, 0, n_tiles, g)
@@ -563,20 +507,20 @@ def _attend_ahead(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_f
     return result
 
 @gluon.jit(noinline=True)
-def _ws_consumer_call(smem, turn, opts, out, wg, work, sizes):
+def _ws_consumer_call(smem, turn, opts, out, wg, schedule, sizes):
     """SHARED_CODE: _ws_consumer as a function of its own, which every consumer partition calls with wg a runtime
     value (a constexpr wg would specialise it), so that the kernel holds one copy of the consumer's code. Its
     barriers become its partition's in the PTX (partition_syncs) and the PTX stage inlines it once."""
-    _ws_consumer(smem, turn, opts, out, wg, work, sizes)
+    _ws_consumer(smem, turn, opts, out, wg, schedule, sizes)
 
 @gluon.jit
-def _ws_consumer(smem, turn, opts, out, wg, work, sizes):
+def _ws_consumer(smem, turn, opts, out, wg, schedule, sizes):
     """Consumer wg: for each of this program's work items, rows [q_start + 64 wg, q_start + 64 (wg + 1)) of its
     query tile (_attend, or with LOOKAHEAD _attend_ahead), then its epilogue: O and L, or for a split of a tail
     tile its normalised O (fp32) and log2-sum-exp into the workspace. The Q buffer is released once the item's
     products are done (ONE_Q: after its last Q K^T, in _attend)."""
     qk_scale = sizes.qk_scale
-    N_KEYS = work.N_KEYS
+    N_KEYS = schedule.N_KEYS
     Q_BUFFERS: gl.constexpr = smem.q_ready.shape[0]
     CONSUMERS: gl.constexpr = smem.q.shape[0] // Q_BUFFERS
     ROWS: gl.constexpr = smem.q.shape[1]
@@ -590,9 +534,8 @@ def _ws_consumer(smem, turn, opts, out, wg, work, sizes):
     it = 0
     t = 0   # ping-pong turns so far: n_tiles + 1 per item (lookahead's items of 2 or more key tiles: n_tiles + 2;
             # exp_turn's: n_tiles)
-    for item in range(gl.program_id(0), work.N_ITEMS, gl.num_programs(0)):
-        q_start, head, n_tiles, mask_from, causal_off, k_base, part = _work_item(item, work, ROWS * CONSUMERS,
-                                                                                 BLOCK_N)
+    for item in range(gl.program_id(0), schedule.N_ITEMS, gl.num_programs(0)):
+        q_start, head, n_tiles, mask_from, causal_off, k_base, part = schedule.item(item, ROWS * CONSUMERS, BLOCK_N)
         row0 = q_start + wg * ROWS
         q_pos = row0 + gl.arange(0, ROWS, layout=row_s)
         s_tok, q_tile = _first_scores(smem, turn, opts, wg, it, g, t)
@@ -625,7 +568,7 @@ def _ws_consumer(smem, turn, opts, out, wg, work, sizes):
             gl.store(out.Op + gl.expand_dims(rows, 1) * D + gl.expand_dims(cols, 0), o)
             gl.store(out.Lp + rows, gl.convert_layout(m_i + gl.log2(l_i), row_o))
         else:
-            _store_rows(acc, l_i, m_i, out.O, out.L, row0, q_pos, head, work.N_QUERIES, sizes.stride_o_row,
+            _store_rows(acc, l_i, m_i, out.O, out.L, row0, q_pos, head, schedule.N_QUERIES, sizes.stride_o_row,
                         sizes.stride_l_head, row_o, 4, opts.DIRECT_STORE)
 
 # Length-like ints unspecialised on 16-divisibility: a new length reuses its class's kernel (issue 49's cold start;
@@ -640,7 +583,7 @@ def flash_fwd_gluon_ws(
     stride_o_row, stride_l_head,
     # sizes
     N_QUERIES, N_KEYS, qk_scale,
-    # work items (_work_item): whole tiles, splits per tail tile, items; the split tail's workspace (fp32 O
+    # work items (schedule.Schedule): whole tiles, splits per tail tile, items; the split tail's workspace (fp32 O
     # parts, log2-sum-exp parts). Program p takes items p, p + programs, ... (one each unless persistent)
     FULL, SPLITS, N_ITEMS, Op_ptr, Lp_ptr,
     # compile-time choices: consumer warpgroups (2 or 3), registers per consumer thread, Q buffers (2 for a
@@ -679,8 +622,8 @@ def flash_fwd_gluon_ws(
     # options, the outputs, its index wg, the work items' description, the sizes of the epilogue.
     smem = Smem(q_smem, k_smem, v_smem, q_bar, q_empty, ready, empty)
     opts = Options(PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE)
-    work = Work(N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
-    loader_args = ((q_desc, k_desc, v_desc), smem, work, opts)
+    schedule = Schedule(N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
+    loader_args = ((q_desc, k_desc, v_desc), smem, schedule, opts)
     out = Out(O_ptr, L_ptr, Op_ptr, Lp_ptr)
     sizes = Sizes(qk_scale, stride_o_row, stride_l_head)
     if SHARED_CODE:   # the loader is the default partition (4 warps, one issuing), the consumers workers calling
@@ -688,23 +631,23 @@ def flash_fwd_gluon_ws(
         _mark(_INLINE_ASM)           # the PTX stage inlines the function once (inline_consumer_call)
         if CONSUMERS == 2:
             gl.warp_specialize([(_ws_loader, loader_args),
-                                (_ws_consumer_call, (smem, Turn(turn0, turn1), opts, out, wg0, work, sizes)),
-                                (_ws_consumer_call, (smem, Turn(turn1, turn0), opts, out, wg0 + 1, work, sizes))],
+                                (_ws_consumer_call, (smem, Turn(turn0, turn1), opts, out, wg0, schedule, sizes)),
+                                (_ws_consumer_call, (smem, Turn(turn1, turn0), opts, out, wg0 + 1, schedule, sizes))],
                                [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
         else:
             turn2 = _barrier(1)
             gl.warp_specialize([(_ws_loader, loader_args),
-                                (_ws_consumer_call, (smem, Turn(turn0, turn1), opts, out, wg0, work, sizes)),
-                                (_ws_consumer_call, (smem, Turn(turn1, turn2), opts, out, wg0 + 1, work, sizes)),
-                                (_ws_consumer_call, (smem, Turn(turn2, turn0), opts, out, wg0 + 2, work, sizes))],
+                                (_ws_consumer_call, (smem, Turn(turn0, turn1), opts, out, wg0, schedule, sizes)),
+                                (_ws_consumer_call, (smem, Turn(turn1, turn2), opts, out, wg0 + 1, schedule, sizes)),
+                                (_ws_consumer_call, (smem, Turn(turn2, turn0), opts, out, wg0 + 2, schedule, sizes))],
                                [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
     elif CONSUMERS == 2:   # the default partition (this program's 4 warps) is consumer 0, the loader one warp
-        gl.warp_specialize([(_ws_consumer, (smem, Turn(turn0, turn1), opts, out, 0, work, sizes)),
-                            (_ws_consumer, (smem, Turn(turn1, turn0), opts, out, 1, work, sizes)),
+        gl.warp_specialize([(_ws_consumer, (smem, Turn(turn0, turn1), opts, out, 0, schedule, sizes)),
+                            (_ws_consumer, (smem, Turn(turn1, turn0), opts, out, 1, schedule, sizes)),
                             (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
         turn2 = _barrier(1)
-        gl.warp_specialize([(_ws_consumer, (smem, Turn(turn0, turn1), opts, out, 0, work, sizes)),
-                            (_ws_consumer, (smem, Turn(turn1, turn2), opts, out, 1, work, sizes)),
-                            (_ws_consumer, (smem, Turn(turn2, turn0), opts, out, 2, work, sizes)),
+        gl.warp_specialize([(_ws_consumer, (smem, Turn(turn0, turn1), opts, out, 0, schedule, sizes)),
+                            (_ws_consumer, (smem, Turn(turn1, turn2), opts, out, 1, schedule, sizes)),
+                            (_ws_consumer, (smem, Turn(turn2, turn0), opts, out, 2, schedule, sizes)),
                             (_ws_loader, loader_args)], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
