@@ -46,12 +46,16 @@ def labels(df: pd.DataFrame, a: str | None = None, b: str | None = None) -> tupl
 
 
 def pooled(df: pd.DataFrame, b: str) -> pd.DataFrame:
-    """The rounds that measured B at its latest commit (the last in file order): a later checkout of B starts a new
-    comparison, and the rounds of an earlier one are history, not pooled with it. `ratios` asks this per version and
+    """The rounds that measured B at its latest commit (the last in file order), in the run that measured it (the
+    checkout that drove it: git_commit): a later checkout of B starts a new comparison, and the rounds of an earlier
+    one are history, not pooled with it, even where their round numbers repeat. `ratios` asks this per version and
     mode, so a version measured later does not retire another version's rounds."""
     mine = df[df.tree == b]
     if not len(mine):
         return df
+    if "git_commit" in df:   # the run's rows: a later run may number its rounds as an earlier one did
+        df = df[df.git_commit == mine.git_commit.iloc[-1]]
+        mine = df[df.tree == b]
     rounds = set(mine[mine.tree_commit == mine.tree_commit.iloc[-1]]["round"])
     return df[df["round"].isin(rounds)]
 

@@ -253,6 +253,17 @@ def test_compare_trees_pools_only_the_latest_after_commit(root):
     assert set(df.tree_commit) == {"dddddd1", "ffffff3"} and df["round"].min() == 11
 
 
+def test_compare_trees_keeps_a_later_run_apart_when_its_rounds_repeat_the_numbers(root):
+    """A later run (another driving checkout) that numbers its rounds 1, 2, 3 again: its rows alone are pooled."""
+    old = [dict(r, git_commit="aaaaaa0") for r in tree_rows(slow=1.05)]
+    new = [dict(r, git_commit="bbbbbb0", tree_commit={"before": "cccccc1", "after": "bbbbbb0"}[r["tree"]])
+           for r in tree_rows(slow=0.9)]
+    _write(root / GPU / "experiments" / "compare_trees.csv", old + new)
+    df, _, _, rows = compare_trees.compare(GPU, root)
+    assert set(df.tree_commit) == {"cccccc1", "bbbbbb0"}
+    assert compare_trees.verdict(rows[1]) == "graph replay: after faster by 10.0%"
+
+
 def test_compare_trees_faster_and_unknown_labels(root):
     _write(root / GPU / "experiments" / "compare_trees.csv", tree_rows(slow=0.9))
     rows = compare_trees.compare(GPU, root)[3]
