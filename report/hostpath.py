@@ -152,7 +152,8 @@ def section_backward_steps(gpu, root) -> str:
         "default dq mode, each alone: bwd_key the key and lookup, bwd_buffers the allocations, bwd_zero_fill the "
         "fp32 dQ accumulator's fill (no longer in the path from issue 48 on: the Delta launch zeroes it), "
         "bwd_delta and bwd_main the launches, bwd_cast dQ's cast from fp32, bwd_repeat the whole repeat. The last "
-        "column is backward − bwd_repeat: autograd's and the Function's share. Rows of earlier commits without "
+        "column is backward − bwd_repeat: autograd's and the Function's share while the call is host-bound (once the "
+        "GPU's time sets `backward`, at the larger N, it is not). Rows of earlier commits without "
         "pieces are the whole backward before the pieces' changes. Source: " + f"`{rel(path)}`.", "",
         md_table(["version", "N", "causal", "commit", *BACKWARD_STEP_COLUMNS, "autograd's own (backward − bwd_repeat)"],
                  [r[1] for r in rows])])
