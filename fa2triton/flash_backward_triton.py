@@ -124,10 +124,8 @@ class BackwardLaunch:
         """The hot path: no checks (the cache key vouches). `ranges` = (prefix, suffix) puts each
         kernel in its own NVTX range, f"{prefix}:bwd_<kernel>{suffix}", for the profile drivers."""
         dQ, dK, dV, acc, Delta = self.buffers(Q, K)
-        if Delta is None:   # dq_mode="fused": one launch, no Delta buffer
-            self.run_main(Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges)
-            return dQ, dK, dV
-        self.run_delta(O, dO, Delta, acc, ranges)
+        if Delta is not None:   # dq_mode="fused" has no Delta buffer (and acc is dQ): its one launch is run_main's
+            self.run_delta(O, dO, Delta, acc, ranges)
         self.run_main(Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges)
         if acc is not dQ:
             dQ.copy_(acc)   # the cast (bitwise Tensor.to's)
