@@ -1,7 +1,9 @@
 """The library's calls: attention() in SDPA's layout, flash_attn_func() in flash-attn's, any version by name.
 
 Both reshape to the (B * H, N, D) tensors every version's FlashAttentionTriton takes and back, views wherever the
-strides allow (copies otherwise: B and H must merge into one stride), and differentiate through autograd. The kernels'
+strides allow (copies otherwise: B and H must merge into one stride), and differentiate through autograd. Where no
+gradient can be asked for, the lean path's versions take attention()'s 4-D tensors as they are (LeanApply.apply_heads:
+no views on a repeat, so the call costs the host what apply does). The kernels'
 own checks (fa2triton.inputs.validate_qkv) name a bad dtype, device or head dimension; here only what the 4-D layout
 adds is checked. A version's class is loaded on its first call and kept: each later call is one dict hit.
 Invariants: the mask is SDPA's is_causal (top-left aligned when N_q != N_k); the kernels use scale = 1/sqrt(D), and
@@ -75,6 +77,10 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, vers
     B, H, N_q, N_k, D = _sizes(q, k, v, 1)
     if scale is not None:
         q = _scaled(q, scale, D)
+    if hasattr(fn, "apply_heads"):   # the lean path's versions take (B, H, N, D) as it is where no grad is asked
+        O = fn.apply_heads(q, k, v, is_causal)
+        if O is not None:
+            return O
     return _apply(fn, q, k, v, is_causal, B * H, N_q, N_k, D).view(B, H, N_q, D)
 
 

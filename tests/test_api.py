@@ -113,6 +113,20 @@ def test_views_not_copies_where_the_strides_allow(monkeypatch):
     assert fake.args[0].is_contiguous() and fake.args[0].data_ptr() != two.data_ptr()
 
 
+@pytest.mark.parametrize("name", ["v6_longest_first", "v7_hopper"])
+def test_without_a_gradient_the_lean_versions_take_the_4d_tensors(name, monkeypatch):
+    """No gradient asked: attention() hands (B, H, N, D) to apply_heads (the lean path merges B and H without views
+    on a repeat); with one asked it goes through apply on (B * H, N, D) views, as every other version does."""
+    fn, got = api._function(name), []
+    original = fn.apply_heads.__func__
+    monkeypatch.setattr(fn, "apply_heads", classmethod(lambda c, *a: (got.append(a[0].shape), original(c, *a))[1]))
+    q, k, v = (bhnd(1, 2, 32, 16, seed=s) for s in (11, 12, 13))
+    out = attention(q, k, v, is_causal=True, version=name)
+    assert got == [q.shape] and rel(out, sdpa64(q, k, v, True)) < TOL[torch.float32]
+    attention(q.requires_grad_(), k, v, version=name)
+    assert got == [q.shape, q.shape]   # asked, and it declined: the gradient needs autograd's path
+
+
 def test_a_version_is_loaded_once():
     attention(*(bhnd(1, 1, 16, 16) for _ in range(3)), version="v0_baseline")
     assert api._FUNCTIONS["v0_baseline"] is versions.load("v0_baseline").FlashAttentionTriton

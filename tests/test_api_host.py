@@ -44,6 +44,20 @@ def test_the_api_steps_call_apply_on_views_of_apply_s_own_inputs(monkeypatch):
             assert got.data_ptr() == ref.data_ptr() and got.shape == ref.shape and got.stride() == ref.stride()
 
 
+def test_attention_s_own_4d_record_must_repeat_apply_s_launch():
+    """attention() records its launch under the (B, H, N, D) signature (LaunchCache.merged_heads): the steps time
+    the same call only while both records run one kernel on one grid (v7 marks another path's record: .launch)."""
+    from types import SimpleNamespace as NS
+
+    kernel, other = object(), object()
+    apply_s = NS(kernel=kernel, grid=(4, 1, 1))
+    assert host_steps.same_launches([apply_s, NS(launch=NS(kernel=kernel, grid=(4, 1, 1)))])
+    assert host_steps.same_launches([apply_s])
+    assert not host_steps.same_launches([apply_s, NS(kernel=other, grid=(4, 1, 1))])
+    assert not host_steps.same_launches([apply_s, NS(kernel=kernel, grid=(8, 1, 1))])
+    assert not host_steps.same_launches([apply_s] * 3)
+
+
 def test_the_api_steps_refuse_when_the_api_would_time_another_class(monkeypatch):
     class Other(Recording):
         pass

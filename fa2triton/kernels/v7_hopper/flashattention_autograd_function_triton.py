@@ -369,8 +369,8 @@ class TmaLaunch(Launch):
         O = empty_output(Q)   # as the recorded call allocated it (allocate_outputs)
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
         descs = self.descs
-        if descs is None:
-            descs = self.descs = _descriptors(Q, K, V, O)
+        if descs is None:   # over 3-D views: a repeat may get fa2triton.api's (B, H, N, D) tensors
+            descs = self.descs = _descriptors(*(t.view(-1, *t.shape[-2:]) for t in (Q, K, V, O)))
             for d, block in zip(descs, self.blocks):
                 d.block_shape = list(block)
         else:
