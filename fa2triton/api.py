@@ -3,7 +3,7 @@
 Both reshape to the (B * H, N, D) tensors every version's FlashAttentionTriton takes and back, views wherever the
 strides allow (copies otherwise: B and H must merge into one stride), and differentiate through autograd. Where no
 gradient can be asked for, the lean path's versions take attention()'s 4-D tensors as they are (LeanApply.apply_heads:
-no views on a repeat, so the call costs the host what apply does). The kernels'
+no views and no shape checks on a repeat, so the call costs the host what apply does). The kernels'
 own checks (fa2triton.inputs.validate_qkv) name a bad dtype, device or head dimension; here only what the 4-D layout
 adds is checked. A version's class is loaded on its first call and kept: each later call is one dict hit.
 Invariants: the mask is SDPA's is_causal (top-left aligned when N_q != N_k); the kernels use scale = 1/sqrt(D), and
@@ -74,14 +74,20 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, vers
     """softmax(q k^T * scale) v like torch.nn.functional.scaled_dot_product_attention: q (B, H, N_q, D), k and v
     (B, H, N_k, D), any strides; returns (B, H, N_q, D) in q's dtype. `version` names a round (fa2triton.VERSIONS)."""
     fn = _FUNCTIONS.get(version) or _function(version)
-    B, H, N_q, N_k, D = _sizes(q, k, v, 1)
     if scale is not None:
-        q = _scaled(q, scale, D)
-    if hasattr(fn, "apply_heads"):   # the lean path's versions take (B, H, N, D) as it is where no grad is asked
-        O = fn.apply_heads(q, k, v, is_causal)
+        q = _scaled(q, scale, _sizes(q, k, v, 1)[4])
+    heads = getattr(fn, "apply_heads", None)   # the lean versions, where no gradient is asked: (B, H, N, D) as it is
+    if heads is not None:
+        O = heads(_check_heads, q, k, v, is_causal)
         if O is not None:
             return O
+    B, H, N_q, N_k, D = _sizes(q, k, v, 1)
     return _apply(fn, q, k, v, is_causal, B * H, N_q, N_k, D).view(B, H, N_q, D)
+
+
+def _check_heads(q, k, v) -> None:
+    """_sizes in SDPA's layout, for LeanApply.apply_heads: a signature's first call checks it, its repeats do not."""
+    _sizes(q, k, v, 1)
 
 
 def flash_attn_func(q, k, v, causal: bool = False, softmax_scale: float | None = None,

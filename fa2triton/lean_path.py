@@ -198,6 +198,14 @@ class NoGradContext:
         pass
 
 
+class HeadsContext(NoGradContext):
+    """LeanApply.apply_heads's context: LaunchCache takes (B, H, N, D) inputs (merged_heads), `check`ed on a
+    signature's first call."""
+
+    def __init__(self, check: Callable):
+        self.check = check
+
+
 class LeanApply:
     """Mixin for a torch.autograd.Function (listed first among the bases): `apply` skips autograd when
     grad mode is off or no argument is a tensor that requires a gradient (the output then has no
@@ -212,20 +220,25 @@ class LeanApply:
         return cls.forward(NoGradContext(), *args, **kwargs)
 
     @classmethod
-    def apply_heads(cls, q, k, v, *args):
-        """forward on (B, H, N, D) q, k, v where no gradient can be asked for, with no views on a repeat (the
-        class's LaunchCache merges B and H itself: LaunchCache.merged_heads); None where one can (the caller
-        merges B and H and calls apply). fa2triton.api's path: 4 views cost the H200's host about 7 us a call."""
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-            return None
-        return cls.forward(NoGradContext(), q, k, v, *args)
+    def apply_heads(cls, check: Callable, q, k, v, *args):
+        """forward on (B, H, N, D) q, k, v where no gradient can be asked for, with no views and no shape checks on
+        a repeat (HeadsContext); None where one can (the caller then merges B and H and calls apply). `check(q, k,
+        v)` raises on a bad 4-D layout; it runs on a signature's first call only. fa2triton.api's path: views and
+        checks on every call cost the H200's host 7-15 us (docs/report/hostpath.md)."""
+        if torch.is_grad_enabled():
+            for a in (q, k, v):
+                if getattr(a, "requires_grad", False):
+                    return None
+        return cls.forward(HeadsContext(check), q, k, v, *args)
 
 
-def merged_heads(slow, Q, K, V, mode):
-    """slow(Q, K, V, mode) on (B * H, N, D) views of 4-D tensors, O returned as (B, H, N, D). Its launch is kept
+def merged_heads(check, slow, Q, K, V, mode):
+    """check(Q, K, V) (raises on a bad 4-D layout), then slow(Q, K, V, mode) on (B * H, N, D) views of the 4-D
+    tensors, O returned as (B, H, N, D). Its launch is kept
     only where all three merge by a view: a repeat then launches on the 4-D tensors, the same memory the views
     address (the signature fixes every shape and stride, and O and L are allocated by shape alone). Where B and H
     share no stride it runs on copies, and records nothing."""
+    check(Q, K, V)
     try:
         views = [t.view(-1, *t.shape[2:]) for t in (Q, K, V)]
         mergeable = True
@@ -260,11 +273,12 @@ class LaunchCache:
         hashable); `slow(Q, K, V, mode)` runs the normal path and returns (O, L, Launch or None).
         With a NoGradContext as `ctx` (nobody will read L) a repeat writes L to the launch's scratch;
         any other ctx (autograd's) gets the key as `ctx.launch_key`, for the backward's own cache."""
-        key, no_grad = self.signature(Q, K, V, mode), type(ctx) is NoGradContext
+        key, kind = self.signature(Q, K, V, mode), type(ctx)
+        if kind is HeadsContext:   # LeanApply.apply_heads: a repeat launches on the 4-D tensors themselves
+            return self.lookup(key, (Q, K, V), merged_heads, _NO_L, (ctx.check, slow, Q, K, V, mode))
+        no_grad = kind is NoGradContext
         if ctx is not None and not no_grad:
             ctx.launch_key = key
-        elif Q.ndim == 4:   # LeanApply.apply_heads: a repeat launches on the 4-D tensors themselves
-            return self.lookup(key, (Q, K, V), merged_heads, _NO_L if no_grad else _KEEP_L, (slow, Q, K, V, mode))
         # slow's own arguments rather than a closure over them: no closure built on every call, hit or not
         return self.lookup(key, (Q, K, V), slow, _NO_L if no_grad else _KEEP_L, (Q, K, V, mode))
 

@@ -119,7 +119,7 @@ def test_without_a_gradient_the_lean_versions_take_the_4d_tensors(name, monkeypa
     on a repeat); with one asked it goes through apply on (B * H, N, D) views, as every other version does."""
     fn, got = api._function(name), []
     original = fn.apply_heads.__func__
-    monkeypatch.setattr(fn, "apply_heads", classmethod(lambda c, *a: (got.append(a[0].shape), original(c, *a))[1]))
+    monkeypatch.setattr(fn, "apply_heads", classmethod(lambda c, *a: (got.append(a[1].shape), original(c, *a))[1]))
     q, k, v = (bhnd(1, 2, 32, 16, seed=s) for s in (11, 12, 13))
     out = attention(q, k, v, is_causal=True, version=name)
     assert got == [q.shape] and rel(out, sdpa64(q, k, v, True)) < TOL[torch.float32]
@@ -146,7 +146,8 @@ q4 = torch.randn(1, 2, 16, 32)
      r"causal with seqlen_q 2 != seqlen_k 3"),
     (lambda: attention(q4, q4, q4, scale=math.inf), r"scale must be a finite number, got inf"),
     (lambda: attention(q4.int(), q4.int(), q4.int()), r"Q has dtype torch.int32; supported: bfloat16, float16"),
-    (lambda: attention(*(torch.randn(1, 2, 16, 96) for _ in range(3))), r"head dimension 96 cannot be tiled"),
+    (lambda: attention(*(torch.randn(1, 2, 16, 96, device=DEVICE) for _ in range(3))),
+     r"head dimension 96 cannot be tiled"),
     (lambda: attention(*(torch.empty(1, 2, 16, 32, device="meta") for _ in range(3))), r"on device 'meta'"),
 ])
 def test_bad_input_gets_one_clear_error(call, message):

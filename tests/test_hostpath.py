@@ -52,8 +52,10 @@ def test_four_d_inputs_merge_heads_on_a_first_call_and_repeat_without_views(monk
     """LeanApply.apply_heads's path: a first call runs the normal path on (B * H, N, D) views and returns O as
     (B, H, N, D); its launch repeats on the 4-D tensors themselves. Where B and H share no stride the normal path
     gets copies and nothing is recorded (a repeat on the 4-D tensors would read other memory)."""
-    from fa2triton.lean_path import NoGradContext
+    from fa2triton.lean_path import HeadsContext
 
+    checked = []
+    ctx = HeadsContext(lambda *t: checked.append(len(t)))
     monkeypatch.setattr(LaunchCache, "signature", staticmethod(lambda Q, K, V, c: (Q.shape, Q.stride(), c)))
     cache, launch, seen = LaunchCache(), FakeLaunch(), []
 
@@ -62,13 +64,14 @@ def test_four_d_inputs_merge_heads_on_a_first_call_and_repeat_without_views(monk
         return torch.ones_like(Q), torch.ones(Q.shape[:2]), launch
 
     q = torch.randn(2, 3, 16, 8)
-    O1, _ = cache(q, q, q, False, slow, NoGradContext())
-    assert seen == [((6, 16, 8), q.data_ptr())] and O1.shape == (2, 3, 16, 8)
-    O2, _ = cache(q, q, q, False, slow, NoGradContext())
+    O1, _ = cache(q, q, q, False, slow, ctx)
+    assert seen == [((6, 16, 8), q.data_ptr())] and O1.shape == (2, 3, 16, 8) and checked == [3]
+    O2, _ = cache(q, q, q, False, slow, ctx)
     assert launch.calls == 1 and O2.shape == q.shape and len(seen) == 1   # the 4-D tensors went to the launch
+    assert checked == [3]                                                 # and nothing checked them again
     apart = torch.randn(2, 16, 3, 8).transpose(1, 2)   # flash-attn's layout: B and H on no one stride
     for _ in range(2):
-        O3, _ = cache(apart, apart, apart, False, slow, NoGradContext())
+        O3, _ = cache(apart, apart, apart, False, slow, ctx)
     assert len(seen) == 3 and seen[-1][1] != apart.data_ptr() and launch.calls == 1 and O3.shape == apart.shape
 
 
@@ -78,11 +81,11 @@ def test_apply_heads_leaves_a_gradient_to_the_caller():
         def forward(ctx, Q, K, V, causal):
             return Q * 2
 
-    q = torch.randn(1, 2, 4, 8)
-    assert torch.equal(Fn.apply_heads(q, q, q, False), q * 2)
-    assert Fn.apply_heads(q.requires_grad_(), q, q, False) is None
+    q, check = torch.randn(1, 2, 4, 8), print
+    assert torch.equal(Fn.apply_heads(check, q, q, q, False), q * 2)
+    assert Fn.apply_heads(check, q.requires_grad_(), q, q, False) is None
     with torch.no_grad():
-        assert Fn.apply_heads(q, q, q, False) is not None
+        assert Fn.apply_heads(check, q, q, q, False) is not None
 
 
 def test_signature_refuses_cpu_and_odd_inputs():
