@@ -152,12 +152,14 @@ def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, causal_off, qk_scal
                   s_layout: gl.constexpr, BLOCK_N: gl.constexpr, turn=None):
     """Tile j's share of the online softmax: its new row maxima (log2 units of the scaled scores), P (fp32, against
     those maxima) and alpha, the factor for what came before. Key k is visible to query q when k < N_KEYS and
-    k <= q + causal_off (0 under the causal mask, N_KEYS without). turn (EXP_TURN): (this consumer's turn barrier,
-    the turn's index), waited for once the row maxima are known, before the exponentials."""
+    k <= q + causal_off (0 under the causal mask, N_KEYS without), tested as k <= min(q + causal_off, N_KEYS - 1):
+    one compare and select per score, N_KEYS specialised or not (docs/worklogs/gluon_forward_hopper.md). turn
+    (EXP_TURN): (this consumer's turn barrier, the turn's index), waited for once the row maxima are known, before the
+    exponentials."""
     if k_start >= mask_from:   # a causal diagonal or a ragged last tile
         k_pos = gl.expand_dims(k_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)
-        keep = (k_pos < N_KEYS) & (k_pos <= gl.expand_dims(q_pos + causal_off, 1))
-        s = gl.where(keep, s, float("-inf"))
+        last = gl.minimum(q_pos + causal_off, N_KEYS - 1)   # each row's last visible key
+        s = gl.where(k_pos <= gl.expand_dims(last, 1), s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     if turn is not None:
         mbarrier.wait(turn[0], turn[1] & 1)
@@ -572,8 +574,9 @@ def _ws_consumer(smem, turn, opts, out, wg, schedule, sizes):
                         sizes.stride_l_head, row_o, 4, opts.DIRECT_STORE)
 
 # Length-like ints unspecialised on 16-divisibility: a new length reuses its class's kernel (issue 49's cold start;
-# N_KEYS's price, per-element key masks in the masked tile: docs/worklogs/gluon_forward_hopper.md). A split
-# configuration's launch passes SPLITS >= 2, so that SPLITS == 1 never specialises it (tests/test_gluon_forward.py)
+# _softmax_tile's one key bound keeps the masked tile's code as short as a specialised N_KEYS gave: docs/worklogs/
+# gluon_forward_hopper.md). A split configuration's launch passes SPLITS >= 2, so that SPLITS == 1 never specialises
+# it (tests/test_gluon_forward.py)
 @gluon.jit(do_not_specialize_on_alignment=("N_QUERIES", "N_KEYS", "stride_l_head", "FULL", "N_ITEMS"))
 def flash_fwd_gluon_ws(
     # TMA descriptors over the flattened (heads * N, D) rows, Q's block 64 rows (one consumer's);
