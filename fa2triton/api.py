@@ -95,11 +95,36 @@ def flash_attn_func(q, k, v, causal: bool = False, softmax_scale: float | None =
     """attention() in flash-attn's layout: q (B, N_q, H, D), k and v (B, N_k, H, D); returns (B, N_q, H, D).
     causal with N_q != N_k is refused: flash-attn aligns that mask bottom-right, these kernels top-left (SDPA's)."""
     fn = _FUNCTIONS.get(version) or _function(version)
-    B, H, N_q, N_k, D = _sizes(q, k, v, 2)
-    if causal and N_q != N_k:
-        raise ValueError(f"causal with seqlen_q {N_q} != seqlen_k {N_k}: flash-attn aligns that mask bottom-right, "
-                         "these kernels top-left (SDPA's is_causal); fa2triton.attention takes it")
     if softmax_scale is not None:
-        q = _scaled(q, softmax_scale, D)
+        q = _scaled(q, softmax_scale, _sizes(q, k, v, 2)[4])
+    heads = getattr(fn, "apply_heads", None)   # as in attention(), on the (B, H, N, D) transposes
+    if heads is not None:
+        try:
+            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        except (AttributeError, TypeError, IndexError, RuntimeError):
+            qt = None   # not tensors of at least 3 dimensions: _sizes below names what is wrong
+        if qt is not None:
+            O = heads(_check_flash_causal if causal else _check_flash, qt, kt, vt, causal)
+            if O is not None:
+                return O.transpose(1, 2)
+    B, H, N_q, N_k, D = _sizes(q, k, v, 2)
+    if causal:
+        _top_left_only(N_q, N_k)
     O = _apply(fn, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, B * H, N_q, N_k, D)
     return O.view(B, H, N_q, D).transpose(1, 2)
+
+
+def _top_left_only(N_q: int, N_k: int) -> None:
+    if N_q != N_k:
+        raise ValueError(f"causal with seqlen_q {N_q} != seqlen_k {N_k}: flash-attn aligns that mask bottom-right, "
+                         "these kernels top-left (SDPA's is_causal); fa2triton.attention takes it")
+
+
+def _check_flash(qt, k, v) -> None:
+    """_sizes in flash-attn's layout, of the (B, H, N, D) transposes apply_heads gets (a first call only)."""
+    _sizes(qt.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 2)
+
+
+def _check_flash_causal(qt, k, v) -> None:
+    _check_flash(qt, k, v)
+    _top_left_only(qt.shape[2], k.shape[2])

@@ -199,8 +199,8 @@ class NoGradContext:
 
 
 class HeadsContext(NoGradContext):
-    """LeanApply.apply_heads's context: LaunchCache takes (B, H, N, D) inputs (merged_heads), `check`ed on a
-    signature's first call."""
+    """LeanApply.apply_heads's context: LaunchCache takes (B, H, N, D) inputs (LaunchCache.merged_heads), `check`ed
+    on a signature's first call."""
 
     def __init__(self, check: Callable):
         self.check = check
@@ -232,22 +232,6 @@ class LeanApply:
         return cls.forward(HeadsContext(check), q, k, v, *args)
 
 
-def merged_heads(check, slow, Q, K, V, mode):
-    """check(Q, K, V) (raises on a bad 4-D layout), then slow(Q, K, V, mode) on (B * H, N, D) views of the 4-D
-    tensors, O returned as (B, H, N, D). Its launch is kept
-    only where all three merge by a view: a repeat then launches on the 4-D tensors, the same memory the views
-    address (the signature fixes every shape and stride, and O and L are allocated by shape alone). Where B and H
-    share no stride it runs on copies, and records nothing."""
-    check(Q, K, V)
-    try:
-        views = [t.view(-1, *t.shape[2:]) for t in (Q, K, V)]
-        mergeable = True
-    except RuntimeError:
-        views, mergeable = [t.reshape(-1, *t.shape[2:]) for t in (Q, K, V)], False
-    O, L, launch = slow(*views, mode)
-    return O.view(Q.shape), L, launch if mergeable else None
-
-
 _KEEP_L, _NO_L = {}, {"need_l": False}   # a forward repeat's keyword arguments: fresh L, or the scratch
 
 
@@ -275,12 +259,28 @@ class LaunchCache:
         any other ctx (autograd's) gets the key as `ctx.launch_key`, for the backward's own cache."""
         key, kind = self.signature(Q, K, V, mode), type(ctx)
         if kind is HeadsContext:   # LeanApply.apply_heads: a repeat launches on the 4-D tensors themselves
-            return self.lookup(key, (Q, K, V), merged_heads, _NO_L, (ctx.check, slow, Q, K, V, mode))
+            key = None if key is None else (key, HeadsContext)   # never a 3-D call's: a 3-D input meets the check
+            return self.lookup(key, (Q, K, V), self.merged_heads, _NO_L, (ctx.check, slow, Q, K, V, mode))
         no_grad = kind is NoGradContext
         if ctx is not None and not no_grad:
             ctx.launch_key = key
         # slow's own arguments rather than a closure over them: no closure built on every call, hit or not
         return self.lookup(key, (Q, K, V), slow, _NO_L if no_grad else _KEEP_L, (Q, K, V, mode))
+
+    def merged_heads(self, check, slow, Q, K, V, mode):
+        """A (B, H, N, D) signature's first call: check(Q, K, V) (raises on a bad 4-D layout), then the normal path
+        on (B * H, N, D) views, O returned as (B, H, N, D), and its launch kept under the 4-D signature: a repeat
+        launches on the 4-D tensors, the same memory the views address (the signature fixes every shape and stride,
+        and O and L are allocated by shape alone). Where B and H share no stride, every call checks and runs the
+        3-D lean path on copies (its own signature's launch), and nothing is kept under the 4-D one."""
+        check(Q, K, V)
+        try:
+            views = [t.view(-1, *t.shape[2:]) for t in (Q, K, V)]
+        except RuntimeError:
+            O, L = self(*(t.reshape(-1, *t.shape[2:]) for t in (Q, K, V)), mode, slow, NoGradContext())
+            return O.view(Q.shape), L, None
+        O, L, launch = slow(*views, mode)
+        return O.view(Q.shape), L, launch
 
     def lookup(self, key, fast_args: tuple, slow: Callable, fast_kwargs: dict = _KEEP_L,
                slow_args: tuple = ()) -> tuple:

@@ -19,13 +19,16 @@ from report.tables import NOT_YET, md_table, numeric, rel
 
 COLUMNS = ("N", "D", "causal", "round", "tree", "tree_commit", "ms", "pct_of_sdpa", "graph_ms")
 KEY = ("version", "mode", "N", "D", "causal")   # one comparison per key
-METRICS = ("ms", "pct_of_sdpa", "graph_ms")   # do_bench ms, % of cuDNN (do_bench), graph-replay ms
+# do_bench ms, % of cuDNN (do_bench), graph-replay ms (the forward), the kernels' own GPU ms (backward: torch.profiler)
+METRICS = ("ms", "pct_of_sdpa", "graph_ms", "kernel_ms")
 LEVEL = 0.01                                  # within 1%: level
 TASK = "python scripts/compare_trees.py --tree before=<old checkout> --tree after=."
 
 
 def load(path: Path) -> pd.DataFrame:
     df = data.load(Path(path), COLUMNS)
+    if "kernel_ms" not in df:   # rows from before the backward's kernels were timed apart
+        df["kernel_ms"] = float("nan")
     df = numeric(df, path, ("N", "D", "causal", "round", *METRICS))
     for col, old in (("version", "v7_hopper"), ("mode", "fwd"),   # rows from when only v7's forward was timed
                      ("path", ""), ("config", ""), ("choice", "")):    # and from before rows said the launch
@@ -83,9 +86,16 @@ def cell(xs: list[float], spec: str = ".3f") -> str:
 
 
 def timed(r: dict) -> tuple[str, list[float]]:
-    """The time ratios a comparison is judged by: graph replay's, or do_bench's where nothing was captured (the
-    backward)."""
-    return ("graph replay", r["graph_ms"]) if r["graph_ms"] else ("do_bench", r["ms"])
+    """The time ratios a comparison is judged by: graph replay's (the forward), else the kernels' own GPU time (the
+    backward, where its rows have it), else do_bench's."""
+    if r["graph_ms"]:
+        return "graph replay", r["graph_ms"]
+    return ("kernel time", r["kernel_ms"]) if r["kernel_ms"] else ("do_bench", r["ms"])
+
+
+def gpu_cell(r: dict) -> str:
+    """The GPU-time ratio's cell: graph replay's, else the kernels' own (marked), else '–'."""
+    return cell(r["graph_ms"]) if r["graph_ms"] else (f"{cell(r['kernel_ms'])} (kernels)" if r["kernel_ms"] else "–")
 
 
 def verdict(r: dict, b: str = "after", level: float = LEVEL) -> str:
@@ -117,7 +127,7 @@ def table(rows: list[dict], b: str = "after", level: float = LEVEL) -> str:
                      "verdict"],
                     [[f"`{r['version']}`", r["mode"], r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"],
                       cell(r["ms"]),
-                      cell(r["pct_of_sdpa"]), cell(r["graph_ms"]), verdict(r, b, level)] for r in rows])
+                      cell(r["pct_of_sdpa"]), gpu_cell(r), verdict(r, b, level)] for r in rows])
 
 
 def path_of(gpu, root, csv_name: str = "compare_trees.csv") -> Path:

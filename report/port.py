@@ -32,11 +32,11 @@ def _load(gpu, root):
 
 
 def _us(df, tree: str, r: dict) -> float:
-    """`tree`'s median time in µs at r's version, mode and shape over its rounds: by graph replay, or by do_bench
-    where nothing was captured (the backward)."""
+    """`tree`'s median time in µs at r's version, mode and shape over its rounds: by graph replay, else the kernels'
+    own GPU time (the backward, where measured), else do_bench."""
     g = df[(df.tree == tree) & (df.version == r["version"]) & (df["mode"] == r["mode"]) & (df.N == r["N"])
            & (df.D == r["D"]) & (df.causal == r["causal"])]
-    col = "graph_ms" if g.graph_ms.notna().any() else "ms"
+    col = next((c for c in ("graph_ms", "kernel_ms") if g[c].notna().any()), "ms")
     return 1e3 * statistics.median(g[col].dropna()) if len(g) else float("nan")
 
 
@@ -51,7 +51,7 @@ def comparison_table(df, a: str, b: str) -> str:
     return md_table(["version", "mode", "N", "D", "causal", "rounds", f"µs, {a}", f"µs, {b}",
                      f"graph-replay ms {b} ÷ {a}", f"do_bench ms {b} ÷ {a}", f"% of cuDNN {b} ÷ {a}", "verdict"],
                     [[f"`{r['version']}`", r["mode"], r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"],
-                      _us(df, a, r), _us(df, b, r), ct.cell(r["graph_ms"]), ct.cell(r["ms"]),
+                      _us(df, a, r), _us(df, b, r), ct.gpu_cell(r), ct.cell(r["ms"]),
                       ct.cell(r["pct_of_sdpa"]), ct.verdict(r, b)] for r in rows])
 
 
@@ -63,10 +63,12 @@ def section_port(gpu, root) -> str:
              f"versions and cuDNN on the same inputs (B = 4, H = 8, bf16) by do_bench (L2 flushed) and by CUDA-graph "
              f"replay: `{BEFORE}` the block-pointer kernels on Triton {_tritons(df, BEFORE)}, `{PORT}` the pointer "
              f"port on Triton {_tritons(df, PORT)}, `{T39}` the same checkout on Triton {_tritons(df, T39)}. µs: each "
-             f"tree's median over its rounds, by graph replay (the backward: by do_bench); ratios: the median "
-             f"(min–max) of the per-round ratios over the complete rounds. Verdict: within {100 * ct.LEVEL:.0f}% "
-             f"by graph replay and by % of cuDNN, else what each says (a spread that holds 1 is level). Backward "
-             f"rows time the backward alone, by do_bench. At small N, do_bench times the host path of the versions "
+             f"tree's median over its rounds, by graph replay (the backward: its kernels' own GPU time where the "
+             f"rows have it, else do_bench); ratios: the median (min–max) of the per-round ratios over the complete "
+             f"rounds. Verdict: within {100 * ct.LEVEL:.0f}% by graph replay (the backward: kernel time) and by % of "
+             f"cuDNN, else what each says (a spread that holds 1 is level). Backward rows time the backward alone, by "
+             f"do_bench and by torch.profiler's kernel durations. At small N, do_bench times the host path of the "
+             f"versions "
              f"that launch through Triton's JIT (v0–v4), and what it reads there changes from process to process: "
              f"graph replay is the kernels' time. "
              f"Source: `{rel(path_of(gpu, root))}`."]

@@ -5,9 +5,9 @@ own tree's versions (that tree's own loader: fa2lab.switches.load, or fa2lab.ver
 runtime/lab split, so that the FA2_V7_* switches apply) and SDPA's default backend (cuDNN on Hopper) on the same inputs
 by do_bench with its L2 flush, and its versions' forward also by CUDA-graph replay (cuDNN's too with --sdpa-graphs). A
 tree may carry its own environment (--env): another Triton first on PYTHONPATH, or a switch (one checkout twice).
-`--mode bwd` times the backward alone (autograd on a kept graph) by do_bench, and its kernels by graph replay as one
-captured forward and backward less the captured forward (graph_ms: free of the host's speed, which sets do_bench's time
-at N <= 2048 and varies from process to process). One row per process, version and
+`--mode bwd` times the backward alone (autograd on a kept graph) by do_bench, and its kernels' own GPU time per call
+(kernel_ms, torch.profiler: free of the host's speed, which sets do_bench's time at N <= 2048 and varies from process
+to process; autograd's backward is not captured in a graph). One row per process, version and
 shape goes to results/<gpu>/experiments/<--csv>, with provenance, the child's own torch, Triton and switches, the
 launch its first call chose (path, config, and v7's choice: table, tuned or pinned), the tree's label and commit.
 `--summary` prints, per version and shape, the median over rounds of each round's ratio B / A (of ms, and of % of
@@ -49,17 +49,12 @@ def _timed(fn, graphs: bool) -> tuple[float, float]:
         return ms, float("nan")
 
 
-def _graph_difference_ms(both, first) -> float:
-    """Graph replay of `both` less that of `first`: the backward's kernels as (forward + backward) - forward, since
-    autograd's backward runs on its forward's stream and so is captured only with it. NaN where capture fails."""
-    try:
-        from fa2lab import timers as timing
-    except ImportError:   # a tree from before the runtime/lab split
-        from fa2lab import timing
-    try:
-        return timing.bench_graph_ms(both) - timing.bench_graph_ms(first)
-    except Exception:  # noqa: BLE001 - a call that cannot be captured has no graph time
-        return float("nan")
+def _kernel_ms(fn, calls: int = 20) -> float:
+    """The GPU time of fn's kernels per call: the sum of their own durations over `calls` calls back to back
+    (fa2lab.timers.kernel_durations), divided by the calls."""
+    from fa2lab.timers import kernel_durations
+
+    return sum(sum(d) for d in kernel_durations(fn, calls).values()) / calls
 
 
 def loader():
@@ -110,18 +105,6 @@ def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], m
 
                 def sdpa():
                     return torch.autograd.grad(O_sdpa, (q4, k4, v4), dO4, retain_graph=True)
-
-                def ours_f():
-                    return FA.FlashAttentionTriton.apply(q, k, v, causal)
-
-                def ours_fb():
-                    return torch.autograd.grad(ours_f(), (q, k, v), dO)
-
-                def sdpa_f():
-                    return F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
-
-                def sdpa_fb():
-                    return torch.autograd.grad(sdpa_f(), (q4, k4, v4), dO4)
             else:
                 def ours():
                     return FA.FlashAttentionTriton.apply(q, k, v, causal)
@@ -133,12 +116,10 @@ def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], m
                        path=(last() if last else "") or "", config=(FA.last_config() if last else "") or "",
                        choice=getattr(FA, "LAST_CHOICE", None) or "", switches=child_switches(),
                        child_torch=torch.__version__, child_triton=triton.__version__)
-            row["ms"], row["graph_ms"] = _timed(ours, mode == "fwd")
+            row["ms"], row["graph_ms"] = _timed(ours, mode == "fwd")   # autograd's backward is not captured
             row["sdpa_ms"], row["sdpa_graph_ms"] = _timed(sdpa, sdpa_graphs and mode == "fwd")
             if mode == "bwd":
-                row["graph_ms"] = _graph_difference_ms(ours_fb, ours_f)
-                if sdpa_graphs:
-                    row["sdpa_graph_ms"] = _graph_difference_ms(sdpa_fb, sdpa_f)
+                row["kernel_ms"], row["sdpa_kernel_ms"] = _kernel_ms(ours), _kernel_ms(sdpa)
             row["sm_clock_mhz"] = sm_clock_mhz()
             print("ROW " + json.dumps(row), flush=True)
 
@@ -208,7 +189,7 @@ def main(argv=None) -> int:
     ap.add_argument("--D", default="64,128")
     ap.add_argument("--causal", choices=("both", "0", "1"), default="both")
     ap.add_argument("--sdpa-graphs", action="store_true",
-                    help="also time cuDNN by graph replay (its forward; with --mode bwd its backward likewise)")
+                    help="also time cuDNN's forward by graph replay (the verdicts need only do_bench's)")
     ap.add_argument("--summary", action="store_true", help="print the ratios from the committed rows")
     ap.add_argument("--labels", default="before,after",
                     help="with --summary: A,B (B / A is reported; race,table for launch_table.csv)")

@@ -125,6 +125,10 @@ def test_without_a_gradient_the_lean_versions_take_the_4d_tensors(name, monkeypa
     assert got == [q.shape] and rel(out, sdpa64(q, k, v, True)) < TOL[torch.float32]
     attention(q.requires_grad_(), k, v, version=name)
     assert got == [q.shape, q.shape]   # asked, and it declined: the gradient needs autograd's path
+    qs, ks, vs = (t.detach().transpose(1, 2) for t in (q, k, v))   # flash-attn's (B, N, H, D)
+    out = flash_attn_func(qs, ks, vs, causal=True, version=name)
+    assert got[-1] == q.shape and out.shape == qs.shape
+    assert rel(out, sdpa64(q, k, v, True).transpose(1, 2)) < TOL[torch.float32]
 
 
 def test_a_version_is_loaded_once():

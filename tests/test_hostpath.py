@@ -49,9 +49,10 @@ def test_no_launch_recorded_means_the_normal_path_every_time(monkeypatch):
 
 
 def test_four_d_inputs_merge_heads_on_a_first_call_and_repeat_without_views(monkeypatch):
-    """LeanApply.apply_heads's path: a first call runs the normal path on (B * H, N, D) views and returns O as
-    (B, H, N, D); its launch repeats on the 4-D tensors themselves. Where B and H share no stride the normal path
-    gets copies and nothing is recorded (a repeat on the 4-D tensors would read other memory)."""
+    """LeanApply.apply_heads's path: a first call checks the 4-D layout and runs the normal path on (B * H, N, D)
+    views, returning O as (B, H, N, D); its launch repeats on the 4-D tensors themselves, unchecked. Where B and H
+    share no stride, every call is checked and runs the 3-D lean path on copies (the copies' signature keeps the
+    launch), and nothing is kept under the 4-D signature (a repeat there would read other memory)."""
     from fa2triton.lean_path import HeadsContext
 
     checked = []
@@ -70,9 +71,16 @@ def test_four_d_inputs_merge_heads_on_a_first_call_and_repeat_without_views(monk
     assert launch.calls == 1 and O2.shape == q.shape and len(seen) == 1   # the 4-D tensors went to the launch
     assert checked == [3]                                                 # and nothing checked them again
     apart = torch.randn(2, 16, 3, 8).transpose(1, 2)   # flash-attn's layout: B and H on no one stride
-    for _ in range(2):
+    for _ in range(3):
         O3, _ = cache(apart, apart, apart, False, slow, ctx)
-    assert len(seen) == 3 and seen[-1][1] != apart.data_ptr() and launch.calls == 1 and O3.shape == apart.shape
+    assert O3.shape == apart.shape and len(checked) == 4           # checked on every call
+    assert len(seen) == 2 and seen[-1][1] != apart.data_ptr()     # the copies' first call took the normal path,
+    assert launch.calls == 3                                      # their two repeats its recorded launch
+    assert len(cache.entries) == 2   # q's 4-D signature and the copies' 3-D one
+    flat = torch.randn(6, 16, 8)
+    cache(flat, flat, flat, False, slow)              # apply's 3-D call records its launch ...
+    cache(flat, flat, flat, False, slow, ctx)         # ... which a 3-D input to apply_heads does not reuse unchecked
+    assert len(checked) == 5
 
 
 def test_apply_heads_leaves_a_gradient_to_the_caller():
