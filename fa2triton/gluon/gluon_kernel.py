@@ -7,7 +7,8 @@ counts one arrival per consumer) once its P V product on it is done. Per key til
 P_(j-1) V_(j-1) behind it, waits only for the first and computes tile j's softmax while the second runs, P kept in
 registers (FlashAttention-3's producer/consumer split and intra-warpgroup overlap).
 
-Options (compile-time): PINGPONG, the consumers issue their products in turn round a ring of mbarriers (Turn);
+Options (compile-time): PINGPONG, the consumers issue their products in turn round a ring of mbarriers (Turn), or
+with NAMED_TURNS of hardware named barriers (NamedTurn);
 EXP_TURN, the same ring taken at the exponentials, the arrive tied to a row sum (gluon_ptx.tie_marked_arrives);
 LOOKAHEAD, S_(j+1) issued behind P_(j-1) V_(j-1) (two score tiles live); ONE_Q, one Q buffer released after the
 item's last Q K^T; DIRECT_STORE, O stored from the wgmma registers; SHARED_CODE, one copy of the consumers' code,
@@ -105,6 +106,51 @@ class Turn:
     def __init__(self, mine, next):
         self.mine = mine
         self.next = next
+
+    @gluon.jit
+    def open(self):
+        """Nothing: consumer 0's first turn is given in the kernel's prologue."""
+
+    @gluon.jit
+    def take(self, t):
+        """Wait for this consumer's t-th turn (the previous consumer's arrive on its barrier, phase t & 1)."""
+        mbarrier.wait(self.mine.index(0), t & 1)
+
+    @gluon.jit
+    def give(self):
+        """Pass the turn: the next consumer's barrier, one elected and unsynced arrive (_arrive)."""
+        _arrive(self.next.index(0))
+
+@aggregate
+class NamedTurn:
+    """Turn's ring on hardware named barriers (NAMED_TURNS; flash-attn-4's scheduler barrier): consumer wg's turn is
+    barrier TURN_BASE + wg over 256 threads, its 128 waiting at bar.sync and the previous consumer's 128 arriving.
+    Consumer 0 arrives on its own first (open), so it goes first. No shared memory; the ids are constants."""
+    MINE: gl.constexpr
+    NEXT: gl.constexpr
+    FIRST: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, wg, consumers):
+        self.MINE = gl.constexpr(_hw.BarrierId.TURN_BASE + wg)
+        self.NEXT = gl.constexpr(_hw.BarrierId.TURN_BASE + (wg + 1) % consumers)
+        self.FIRST = gl.constexpr(wg == 0)
+
+    @gluon.jit
+    def open(self):
+        """Consumer 0's first turn (flash-attn-4's mma_init)."""
+        if self.FIRST:
+            _mark(_hw.named_barrier_asm("arrive", self.MINE, 256))
+
+    @gluon.jit
+    def take(self, t):
+        """Wait for this consumer's turn (the count of turns t is not needed: a hardware barrier has no phase)."""
+        _mark(_hw.named_barrier_asm("sync", self.MINE, 256))
+
+    @gluon.jit
+    def give(self):
+        """Pass the turn to the next consumer."""
+        _mark(_hw.named_barrier_asm("arrive", self.NEXT, 256))
 
 @aggregate
 class Out:
@@ -284,15 +330,15 @@ def _barrier(count: gl.constexpr):
 @gluon.jit
 def _take_turn(turn, t, PINGPONG: gl.constexpr):
     """Ping-pong: wait until this consumer may issue its t-th group of products, i.e. until the consumer before it
-    in the ring has issued its own. turn = (this consumer's barrier, the next one's), separate allocations."""
+    in the ring has issued its own (turn: a Turn or a NamedTurn)."""
     if PINGPONG:
-        mbarrier.wait(turn.mine.index(0), t & 1)
+        turn.take(t)
 
 @gluon.jit
 def _pass_turn(turn, PINGPONG: gl.constexpr):
     """Ping-pong: this consumer has issued its products; the next consumer in the ring may issue."""
     if PINGPONG:
-        _arrive(turn.next.index(0))
+        turn.give()
 
 @gluon.jit
 def _query_tile(smem, wg, it):
@@ -534,6 +580,8 @@ def _ws_consumer(smem, turn, opts, out, wg, schedule, sizes):
     it = 0
     t = 0   # ping-pong turns so far: n_tiles + 1 per item (lookahead's items of 2 or more key tiles: n_tiles + 2;
             # exp_turn's: n_tiles)
+    if opts.PINGPONG:
+        turn.open()
     for item in range(gl.program_id(0), schedule.N_ITEMS, gl.num_programs(0)):
         q_start, head, n_tiles, mask_from, causal_off, k_base, part = schedule.item(item, ROWS * CONSUMERS, BLOCK_N)
         row0 = q_start + wg * ROWS
@@ -587,10 +635,11 @@ def flash_fwd_gluon_ws(
     # parts, log2-sum-exp parts). Program p takes items p, p + programs, ... (one each unless persistent)
     FULL, SPLITS, N_ITEMS, Op_ptr, Lp_ptr,
     # compile-time choices: consumer warpgroups (2 or 3), registers per consumer thread, Q buffers (2 for a
-    # persistent grid: the next item's queries load while this one's finish), then Options' and SHARED_CODE
+    # persistent grid: the next item's queries load while this one's finish), then Options', SHARED_CODE and
+    # NAMED_TURNS (ping-pong's turns on named barriers: NamedTurn)
     CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr, DIRECT_STORE: gl.constexpr, LOOKAHEAD: gl.constexpr,
-    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr,
+    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr, NAMED_TURNS: gl.constexpr,
 ):
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -612,11 +661,25 @@ def flash_fwd_gluon_ws(
     for s in gl.static_range(SLOTS):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=CONSUMERS)
-    # The turns: one mbarrier per consumer, each its own allocation, consumer 0's first turn given here.
-    turn0 = _barrier(1)
-    turn1 = _barrier(1)
-    if PINGPONG or EXP_TURN:
-        mbarrier.arrive(turn0.index(0), count=1)
+    # The turns (ring<c>: consumer c's): one mbarrier per consumer, each its own allocation, consumer 0's first turn
+    # given here; or named barriers, consumer 0's first turn given by itself (NamedTurn.open)
+    if NAMED_TURNS:   # (ring2 unused with 2 consumers)
+        ring0 = NamedTurn(0, CONSUMERS)
+        ring1 = NamedTurn(1, CONSUMERS)
+        ring2 = NamedTurn(2 % CONSUMERS, CONSUMERS)
+    else:
+        turn0 = _barrier(1)
+        turn1 = _barrier(1)
+        if PINGPONG or EXP_TURN:
+            mbarrier.arrive(turn0.index(0), count=1)
+        if CONSUMERS == 2:
+            ring0 = Turn(turn0, turn1)
+            ring1 = Turn(turn1, turn0)
+        else:
+            turn2 = _barrier(1)
+            ring0 = Turn(turn0, turn1)
+            ring1 = Turn(turn1, turn2)
+            ring2 = Turn(turn2, turn0)
 
     # Each consumer's arguments: the shared memory and barriers, its own turn and the next consumer's, the
     # options, the outputs, its index wg, the work items' description, the sizes of the epilogue.
@@ -631,23 +694,21 @@ def flash_fwd_gluon_ws(
         _mark(_INLINE_ASM)           # the PTX stage inlines the function once (inline_consumer_call)
         if CONSUMERS == 2:
             gl.warp_specialize([(_ws_loader, loader_args),
-                                (_ws_consumer_call, (smem, Turn(turn0, turn1), opts, out, wg0, schedule, sizes)),
-                                (_ws_consumer_call, (smem, Turn(turn1, turn0), opts, out, wg0 + 1, schedule, sizes))],
+                                (_ws_consumer_call, (smem, ring0, opts, out, wg0, schedule, sizes)),
+                                (_ws_consumer_call, (smem, ring1, opts, out, wg0 + 1, schedule, sizes))],
                                [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
         else:
-            turn2 = _barrier(1)
             gl.warp_specialize([(_ws_loader, loader_args),
-                                (_ws_consumer_call, (smem, Turn(turn0, turn1), opts, out, wg0, schedule, sizes)),
-                                (_ws_consumer_call, (smem, Turn(turn1, turn2), opts, out, wg0 + 1, schedule, sizes)),
-                                (_ws_consumer_call, (smem, Turn(turn2, turn0), opts, out, wg0 + 2, schedule, sizes))],
+                                (_ws_consumer_call, (smem, ring0, opts, out, wg0, schedule, sizes)),
+                                (_ws_consumer_call, (smem, ring1, opts, out, wg0 + 1, schedule, sizes)),
+                                (_ws_consumer_call, (smem, ring2, opts, out, wg0 + 2, schedule, sizes))],
                                [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
     elif CONSUMERS == 2:   # the default partition (this program's 4 warps) is consumer 0, the loader one warp
-        gl.warp_specialize([(_ws_consumer, (smem, Turn(turn0, turn1), opts, out, 0, schedule, sizes)),
-                            (_ws_consumer, (smem, Turn(turn1, turn0), opts, out, 1, schedule, sizes)),
+        gl.warp_specialize([(_ws_consumer, (smem, ring0, opts, out, 0, schedule, sizes)),
+                            (_ws_consumer, (smem, ring1, opts, out, 1, schedule, sizes)),
                             (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
-        turn2 = _barrier(1)
-        gl.warp_specialize([(_ws_consumer, (smem, Turn(turn0, turn1), opts, out, 0, schedule, sizes)),
-                            (_ws_consumer, (smem, Turn(turn1, turn2), opts, out, 1, schedule, sizes)),
-                            (_ws_consumer, (smem, Turn(turn2, turn0), opts, out, 2, schedule, sizes)),
+        gl.warp_specialize([(_ws_consumer, (smem, ring0, opts, out, 0, schedule, sizes)),
+                            (_ws_consumer, (smem, ring1, opts, out, 1, schedule, sizes)),
+                            (_ws_consumer, (smem, ring2, opts, out, 2, schedule, sizes)),
                             (_ws_loader, loader_args)], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
