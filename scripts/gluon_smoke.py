@@ -6,10 +6,13 @@ for each label of a device_batch step with SMOKE=1).
     timeout 120 python scripts/gluon_smoke.py LABEL [D]
 """
 import sys
+from pathlib import Path
 
 import torch
 
-from fa2triton.gluon import gluon_forward_hopper as G
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run as a script: the repository first
+
+from fa2triton.gluon import gluon_forward_hopper as G  # noqa: E402
 
 cfg = G.configs_named(sys.argv[1:2])[0]
 D = int(sys.argv[2]) if len(sys.argv) > 2 else 64

@@ -66,14 +66,6 @@ def test_configurations_are_checked():
     assert G.GluonConfig(128, 128, 3, persistent=True).q_buffers == 2 and G.GluonConfig().q_buffers == 1
     assert [G.GluonConfig(shared_code=s).consumer_registers for s in (False, True)] == [232, 240]
     assert G.GluonConfig(192, 128, 3, consumers=3).consumer_registers == 160
-    assert G.GluonConfig(even_registers=True).consumer_registers == 240
-    for bad in (dict(block_m=192, consumers=3), dict(shared_code=True)):
-        with pytest.raises(ValueError, match="even_registers"):
-            G.GluonConfig(even_registers=True, **bad)
-    for bad in (dict(), dict(pingpong=True, shared_code=True)):
-        with pytest.raises(ValueError, match="named_turns"):
-            G.GluonConfig(named_turns=True, **bad)
-    assert G.GluonConfig(pingpong=True, persistent=True, one_q=True, named_turns=True).label.endswith("/q1/nb")
 
 
 def test_shared_memory_estimate_grows_with_what_is_allocated():
@@ -335,89 +327,6 @@ def test_the_shared_code_is_inlined_once_with_its_partitions_barriers(compiled):
     one, split = compiled[SHIPPED[64][1] + " D=64 causal=0"], compiled[SHIPPED[64][2] + " D=64 causal=0"]
     # one copy: each product and exponential once where the 3 inlined consumers hold them 3 times
     assert one["wgmma"]["128"] > 0 and 3 * one["wgmma"]["64"] == split["wgmma"]["64"]
-
-
-TRIALS = """
-import dataclasses, json, re, sys
-sys.path.insert(0, {repo!r})
-from fa2lab.compile_offline import compile_plan
-from fa2triton.gluon import gluon_forward_hopper as G
-from profiling.inspect_kernel import disassemble
-trials = [c for c in G.EXPERIMENT_CONFIGS if c.even_registers or c.named_turns]
-runs = [(c, 128 if c.one_q else 64) for c in trials]
-runs += [(dataclasses.replace(c, even_registers=False, named_turns=False), D) for c, D in runs]
-out = {{}}
-for cfg, D in runs:
-    c = compile_plan(G.offline_plan(cfg, N=2048 if D == 128 else 1024, D=D))
-    ptx, sass = c.asm["ptx"], disassemble(c.asm["cubin"])[0]
-    end = ptx.index("wgmma.wait_group.sync.aligned 1;")   # the key loop's issue: from the wait for S_0 (wait 0) on
-    loop = ptx[ptx.rindex("wgmma.wait_group.sync.aligned 0;", 0, end):end]
-    named = r"bar\\.(sync|arrive) (\\d+), (\\d+);"
-    out[cfg.label] = {{
-        "base": dataclasses.replace(cfg, even_registers=False, named_turns=False).label, "consumers": cfg.consumers,
-        "shared": int(c.metadata.shared), "estimate": cfg.smem_bytes(D),
-        "setmaxnreg": sorted({{int(n) for n in re.findall(r"setmaxnreg\\.\\w+\\.sync\\.aligned\\.u32\\s+(\\d+);", ptx)}}),
-        "named": [" ".join(m) for m in re.findall(named, ptx)],
-        "waits": ptx.count("mbarrier.try_wait"), "arrives": len(re.findall(r"mbarrier\\.arrive\\.shared", ptx)),
-        # the key loop's issue in order: mbarrier waits, named barriers and products
-        "loop": [" ".join(m.groups()) if m.group(1) else ("wait" if "try_wait" in m.group(0) else "mma")
-                 for m in re.finditer(named + r"|mbarrier\\.try_wait|wgmma\\.mma_async", loop)],
-        "sass": None if sass is None else {{k: sass.count(k) for k in ("STL", "LDL", "HGMMA", "WARPGROUP.DEPBAR")}}}}
-print(json.dumps(out))
-"""
-
-
-@pytest.fixture(scope="module")
-def trials():
-    """Issue 48's forward trials (EXPERIMENT_CONFIGS with even_registers or named_turns) and each one's form without
-    its option, compiled offline for sm_90 (q1 at D = 128, N = 2048; the 192-row form at D = 64, N = 1024)."""
-    return _offline(TRIALS)
-
-
-def test_named_turns_pass_the_turn_by_hardware_barriers(trials):
-    """Each consumer takes its turn by `bar.sync TURN_BASE + c, 256` and passes it by `bar.arrive` on the next
-    consumer's id, consumer 0 arriving on its own once first; every turn's mbarrier wait and arrive (and the
-    prologue's) is gone, one named barrier for each; the key loop's issue waits on the slot's mbarrier alone, the
-    products between the turn's sync and its arrive; and the turns' mbarriers no longer take shared memory."""
-    named = {label: r for label, r in trials.items() if "/nb" in label}
-    assert len(named) == 2, list(trials)
-    base_id = G._kernel._hw.BarrierId.TURN_BASE
-    for label, r in named.items():
-        base, n = trials[r["base"]], r["consumers"]
-        ids = [base_id + c for c in range(n)]
-        assert set(r["named"]) == {f"{op} {i} 256" for op in ("sync", "arrive") for i in ids}, (label, r["named"])
-        syncs, arrives = ([w for w in r["named"] if w.startswith(op)] for op in ("sync", "arrive"))
-        for c, i in enumerate(ids):
-            assert r["named"].count(f"arrive {i} 256") == r["named"].count(f"sync {i} 256") + (c == 0) > 1, label
-        assert base["named"] == [] and base["waits"] - r["waits"] == len(syncs) > 0, (label, r, base)
-        assert base["arrives"] - r["arrives"] == len(arrives), (label, r, base)
-        loop = r["loop"]
-        assert loop.count("wait") == 1 and base["loop"].count("wait") == 2, (label, loop, base["loop"])
-        (sync,), (arrive,) = [w for w in loop if "sync" in w], [w for w in loop if "arrive" in w]
-        own = int(sync.split()[1]) - base_id
-        assert arrive == f"arrive {base_id + (own + 1) % n} 256", (label, loop)
-        first, last = loop.index("mma"), len(loop) - 1 - loop[::-1].index("mma")
-        assert loop.index("wait") < loop.index(sync) < first and last < loop.index(arrive), (label, loop)
-        # shared memory: the estimate 16 bytes a turn less; the compile less too (by 44 to 64 bytes offline: padding),
-        # the estimate at most 16 bytes short of it
-        assert r["estimate"] == base["estimate"] - 16 * n, (label, r["estimate"], base["estimate"])
-        assert 0 < base["shared"] - r["shared"] <= 64 and r["shared"] - r["estimate"] <= 16, (label, r, base)
-
-
-def test_even_registers_give_both_consumers_240(trials):
-    """setmaxnreg: 240 for each of the two consumers (the default partition's 480 - 240) beside the loader's 24, where
-    the form without it has 248 and 232; no trial spills or serialises its products."""
-    even = [label for label in trials if "/er" in label]
-    assert len(even) == 1
-    for label in even:
-        r, base = trials[label], trials[trials[label]["base"]]
-        assert {232, 248} <= set(base["setmaxnreg"]) and 240 not in base["setmaxnreg"], base
-        assert 240 in r["setmaxnreg"] and not {232, 248} & set(r["setmaxnreg"]), r
-    for label, r in trials.items():
-        s = r["sass"]
-        if s is None or r["base"] == label:
-            continue
-        assert s["STL"] == 0 and s["LDL"] == 0 and 0 < s["WARPGROUP.DEPBAR"] < s["HGMMA"] / 2, (label, s)
 
 
 def test_drop_marked_syncs_removes_only_the_bar_sync_before_a_marked_mbarrier_operation():

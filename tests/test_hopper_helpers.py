@@ -22,16 +22,6 @@ def test_the_constants_are_defined_once_and_shared():
     assert gluon_ptx.PARTITION_BARRIER_BASE == H.BarrierId.PARTITION_BASE == 8
 
 
-def test_the_named_barrier_ids_do_not_overlap():
-    """The forward's turns (3 consumers at most), partition_syncs' partitions (512 threads at most) and Triton's own
-    barriers (0 to 4: the whole CTA, its start barrier, its partitions') use separate ids of the 16 an SM has."""
-    from fa2triton.gluon import hopper as H
-
-    turns = set(range(H.BarrierId.TURN_BASE, H.BarrierId.TURN_BASE + 3))
-    partitions = set(range(H.BarrierId.PARTITION_BASE, H.BarrierId.PARTITION_BASE + 512 // 128))
-    assert not turns & partitions and not (turns | partitions) & set(range(5)) and max(turns | partitions) < 16
-
-
 @pytest.mark.parametrize("slots", [1, 2, 3, 4])
 def test_slot_and_phases_of_a_ring(slots):
     """Use i sits in slot i % SLOTS; its ready phase flips once per round of the ring, and its producer waits for the

@@ -34,10 +34,6 @@ class GluonConfig:
     exp_turn: bool = False        # instead of ping-pong: the consumers take turns at their exponentials, the turn passed
                                   # after one of a thread's row sums ("/et1"; after both, "/et", was slower)
     shared_code: bool = False     # the consumers run one copy of their code, inlined once by the PTX stage ("/sc2")
-    even_registers: bool = False  # 2 consumers: 240 registers each (flash-attn-4's split), not Triton's 248 beside 232
-                                  # ("/er", retired on the 64-key form: the Gluon log's Retired options)
-    named_turns: bool = False     # ping-pong's turns on hardware named barriers, not mbarriers ("/nb": flash-attn-4's
-                                  # scheduler barrier, bar.sync own id / bar.arrive the next one's, 256 threads)
 
     def __post_init__(self):
         if self.consumers not in (2, 3) or self.block_m != 64 * self.consumers:
@@ -50,20 +46,13 @@ class GluonConfig:
         if self.one_q and (not self.persistent or self.lookahead):
             raise ValueError(f"one_q is the persistent grid's choice (one program per tile has one Q buffer), its "
                              f"buffer released in _attend's key loop: not with lookahead: {self}")
-        if self.even_registers and (self.consumers != 2 or self.shared_code):
-            raise ValueError(f"even_registers gives each of 2 consumers 240 registers, which the shared code does "
-                             f"already: 2 consumers without shared_code only: {self}")
-        if self.named_turns and (not self.pingpong or self.shared_code):
-            raise ValueError(f"named_turns puts ping-pong's turns on named barriers whose ids are constants of each "
-                             f"consumer's code: ping-pong without shared_code only: {self}")
 
     @property
     def label(self) -> str:
         return (f"ws{self.consumers}x64x{self.block_n}/{self.slots}s/preg{'/pp' if self.pingpong else ''}"
                 f"{'/split' if self.split_tail else ''}{'/persist' if self.persistent else ''}"
                 f"{'/ds' if self.direct_store else ''}/ua{'/la' if self.lookahead else ''}"
-                f"{'/et1' if self.exp_turn else ''}{'/q1' if self.one_q else ''}{'/er' if self.even_registers else ''}"
-                f"{'/nb' if self.named_turns else ''}{'/sc2' if self.shared_code else ''}")
+                f"{'/et1' if self.exp_turn else ''}{'/q1' if self.one_q else ''}{'/sc2' if self.shared_code else ''}")
 
     @property
     def q_buffers(self) -> int:
@@ -76,8 +65,8 @@ class GluonConfig:
         """setmaxnreg for the worker consumers: what 2 or 3 consumers and a 24-register loader leave of 64 K registers
         (2: 232, 3: 160). With 2, Triton 3.6 gives the default partition (consumer 0) what the worker's count leaves of
         480 (the PTX's setmaxnreg: 248 beside 232); with the shared code (a 4-warp loader, both consumers workers) both
-        get 240, and with even_registers the worker's 240 leaves the default 240."""
-        return {2: 240 if self.shared_code or self.even_registers else 232, 3: 160}[self.consumers]
+        get 240."""
+        return {2: 240 if self.shared_code else 232, 3: 160}[self.consumers]
 
     def smem_bytes(self, D: int, elem: int = 2) -> int:
         """Shared memory the kernel allocates: Q, the K/V slots, each consumer's epilogue scratch and the mbarriers
@@ -87,10 +76,9 @@ class GluonConfig:
         b += 0 if self.direct_store else self.block_m * D * elem   # the epilogue's layout conversion
         # a row vector's conversion (64 floats), which the conversion's scratch held (offline sm_90: 256 bytes more)
         b += 64 * 4 if self.direct_store else 0
-        # the mbarrier allocations (Q ready and empty, the slots' ready and empty, one turn per consumer unless the
-        # turns are named barriers), each rounded up to 16 bytes
-        turns = 0 if self.named_turns else 16 * self.consumers
-        return b + 2 * _align16(8 * self.q_buffers) + 2 * _align16(8 * self.slots) + turns
+        # the mbarrier allocations (Q ready and empty, the slots' ready and empty, one turn per consumer), each
+        # rounded up to 16 bytes
+        return b + 2 * _align16(8 * self.q_buffers) + 2 * _align16(8 * self.slots) + 16 * self.consumers
 
     def fits(self, D: int, smem_per_block: int) -> bool:
         return self.smem_bytes(D) <= smem_per_block
@@ -135,11 +123,6 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True),
     GluonConfig(128, 128, 3, 2, persistent=True, exp_turn=True),
     GluonConfig(128, 128, 3, 2, pingpong=True),
-    # issue 48's forward candidates beside the D = 128 q1 form (and the 192-row D = 64 form): flash-attn-4's register
-    # split, and its hardware scheduler barrier in place of the mbarrier turns
-    GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True, direct_store=True, one_q=True, even_registers=True),
-    GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True, direct_store=True, one_q=True, named_turns=True),
-    GluonConfig(192, 128, 4, 3, pingpong=True, split_tail=True, persistent=True, named_turns=True),
 )
 
 

@@ -7,12 +7,11 @@ counts one arrival per consumer) once its P V product on it is done. Per key til
 P_(j-1) V_(j-1) behind it, waits only for the first and computes tile j's softmax while the second runs, P kept in
 registers (FlashAttention-3's producer/consumer split and intra-warpgroup overlap).
 
-Options (compile-time): PINGPONG, the consumers issue their products in turn round a ring of mbarriers (Turn), or
-with NAMED_TURNS of hardware named barriers (NamedTurn);
+Options (compile-time): PINGPONG, the consumers issue their products in turn round a ring of mbarriers (Turn);
 EXP_TURN, the same ring taken at the exponentials, the arrive tied to a row sum (gluon_ptx.tie_marked_arrives);
 LOOKAHEAD, S_(j+1) issued behind P_(j-1) V_(j-1) (two score tiles live); ONE_Q, one Q buffer released after the
 item's last Q K^T; DIRECT_STORE, O stored from the wgmma registers; SHARED_CODE, one copy of the consumers' code,
-inlined once by gluon_ptx.inline_consumer_call. Every elected arrive and slot wait is marked (mark_unsynced) so that
+inlined once by gluon_ptx.inline_consumer_call. Every elected arrive and slot wait is marked (_mark_unsynced) so that
 gluon_ptx.drop_marked_syncs drops the bar.sync Triton 3.6 puts before it.
 
 Invariants. Work items (schedule.Schedule): whole tiles first, then the split tail's parts (split_plan); slots, phases
@@ -35,7 +34,6 @@ from fa2triton.triton_compat import splits_wgmma_descriptors, tma_load
 from fa2triton.gluon import gluon_ptx as _ptx
 from fa2triton.gluon import hopper as _hw
 from fa2triton.gluon.schedule import Schedule
-from fa2triton.gluon.turns import NamedTurn, Turn, arrive, mark_unsynced, new_barrier
 LOG2E, LN2, LN2_C = _hw.LOG2E, _hw.LN2, _hw.LN2_C
 
 # The loader warp's registers (setmaxnreg). With 40 the offline sm_90 compile of 3 consumers at 160 serialised their
@@ -44,6 +42,7 @@ LOG2E, LN2, LN2_C = _hw.LOG2E, _hw.LN2, _hw.LN2_C
 LOADER_REGS = 24
 
 
+_MARK_ASM = gl.constexpr(_ptx.MARK_ASM)
 _TIE_ONE_ASM = gl.constexpr(_ptx.TIE_ONE_ASM)
 _INLINE_ASM = gl.constexpr(_ptx.INLINE_ASM)
 _DESCRIPTOR_ASM = gl.constexpr(_ptx.DESCRIPTOR_ASM)
@@ -94,6 +93,18 @@ class Options:
         self.LOOKAHEAD = gl.constexpr(LOOKAHEAD)
         self.ONE_Q = gl.constexpr(ONE_Q)
         self.DIRECT_STORE = gl.constexpr(DIRECT_STORE)
+
+@aggregate
+class Turn:
+    """A consumer's place in the ring of turns (PINGPONG, EXP_TURN): its own mbarrier, waited for before its turn,
+    and the next consumer's, arrived on to pass the turn (each its own [1, 1] allocation)."""
+    mine: gl.shared_memory_descriptor
+    next: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, mine, next):
+        self.mine = mine
+        self.next = next
 
 @aggregate
 class Out:
@@ -244,24 +255,46 @@ def _load_keys(descs, smem, k_row0, j0, j1, g):
 # ------------------------------------------------------------------------------- barriers, turns and marks
 
 @gluon.jit
+def _mark_unsynced():
+    """gluon_ptx.UNSYNCED_MARK right after an mbarrier operation, for drop_marked_syncs to remove the bar.sync
+    Triton put before that operation."""
+    _mark(_MARK_ASM)
+
+@gluon.jit
+def _arrive(bar):
+    """One consumer's arrival on `bar`: Triton 3.6's elected mbarrier.arrive, marked so that the bar.sync of the
+    consumer's 4 warps Triton puts before it is dropped from the PTX (drop_marked_syncs). Thread 0 then arrives
+    right after its own warp's wgmma wait, as CUTLASS's consumer_release does from one thread per warpgroup: a
+    warpgroup's wgmma is one operation, done for all 4 warps when one warp's wait returns."""
+    mbarrier.arrive(bar, count=1)
+    _mark_unsynced()
+
+@gluon.jit
 def _pass_exp_turn(l_i, turn):
     """EXP_TURN: the next consumer's turn at the exponentials, passed once this tile's exp2s are issued: l_i (the
     row sums, two per thread) is marked for tie_marked_arrives, which makes the arrive wait for the second."""
     gl.inline_asm_elementwise(_TIE_ONE_ASM, "=r,=r,r,r", [l_i], dtype=gl.float32, is_pure=False, pack=2)
-    arrive(turn.next.index(0))
+    _arrive(turn.next.index(0))
+
+@gluon.jit
+def _barrier(count: gl.constexpr):
+    """A new mbarrier (its own allocation, [1, 1]) that completes a phase after `count` arrivals."""
+    bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar.index(0), count=count)
+    return bar
 
 @gluon.jit
 def _take_turn(turn, t, PINGPONG: gl.constexpr):
     """Ping-pong: wait until this consumer may issue its t-th group of products, i.e. until the consumer before it
-    in the ring has issued its own (turn: a Turn or a NamedTurn)."""
+    in the ring has issued its own. turn = (this consumer's barrier, the next one's), separate allocations."""
     if PINGPONG:
-        turn.take(t)
+        mbarrier.wait(turn.mine.index(0), t & 1)
 
 @gluon.jit
 def _pass_turn(turn, PINGPONG: gl.constexpr):
     """Ping-pong: this consumer has issued its products; the next consumer in the ring may issue."""
     if PINGPONG:
-        turn.give()
+        _arrive(turn.next.index(0))
 
 @gluon.jit
 def _query_tile(smem, wg, it):
@@ -278,7 +311,7 @@ def _wait_slot(smem, k):
     """Wait until key tile k's slot is ready (slot k % SLOTS; slots and phases run on over a program's key tiles),
     marked so that each warp waits for the slot by itself (drop_marked_syncs)."""
     mbarrier.wait(smem.ready.index(_kv_slot(smem, k)), ready_phase(k, smem.k.shape[0]))
-    mark_unsynced()
+    _mark_unsynced()
 
 # ----------------------------------------------------------------------------------------------- consumers
 
@@ -357,7 +390,7 @@ def _attend(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_from, c
         if EXP_TURN:
             _pass_exp_turn(l_i, turn)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        arrive(smem.empty.index(prev))       # K_(j-1), V_(j-1) no longer read here
+        _arrive(smem.empty.index(prev))       # K_(j-1), V_(j-1) no longer read here
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
         p_op = _p_operand(p, q_tile.dtype, p_layout)   # P_j's registers written once P_(j-1) V_(j-1) is done
     last = _kv_slot(smem, g + n_tiles - 1)
@@ -367,7 +400,7 @@ def _attend(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_from, c
     acc = warpgroup_mma(p_op, smem.v.index(last), acc, is_async=True)
     _pass_turn(turn, PINGPONG)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    arrive(smem.empty.index(last))
+    _arrive(smem.empty.index(last))
     return acc, l_i, m_i
 
 @gluon.jit
@@ -400,7 +433,7 @@ def _ahead_step(s_cur, p_op, acc, m_i, l_i, q_tile, smem, turn, opts, g, t, j, k
         # lines), and this binary was timed
         k = g + j + 1
         mbarrier.wait(smem.ready.index(_kv_slot(smem, k)), ready_phase(k, smem.k.shape[0]))
-        mark_unsynced()
+        _mark_unsynced()
     _take_turn(turn, t + 1 + j, PINGPONG)
     acc = warpgroup_mma(p_op, smem.v.index(prev), acc, is_async=True)
     if AHEAD:
@@ -413,7 +446,7 @@ def _ahead_step(s_cur, p_op, acc, m_i, l_i, q_tile, smem, turn, opts, g, t, j, k
                                   s_layout, BLOCK_N)
     l_i = l_i * alpha + gl.sum(p, axis=1)
     acc = warpgroup_mma_wait(num_outstanding=1 if AHEAD else 0, deps=(acc,))
-    arrive(smem.empty.index(prev))           # K_(j-1), V_(j-1) no longer read here
+    _arrive(smem.empty.index(prev))           # K_(j-1), V_(j-1) no longer read here
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     if not AHEAD:   # (the last tile: no next scores; its own stand in, unused)
         s_new = s_ij
@@ -431,7 +464,7 @@ def _ahead_end(s_last, p_op, acc, m_i, l_i, q_tile, smem, turn, opts, g, t, n_ti
     acc = warpgroup_mma(p_op, smem.v.index(last), acc, is_async=True)
     _pass_turn(turn, opts.PINGPONG)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    arrive(smem.empty.index(last))
+    _arrive(smem.empty.index(last))
     return acc, l_i, m_i
 
 @gluon.jit
@@ -503,8 +536,6 @@ def _ws_consumer(smem, turn, opts, out, wg, schedule, sizes):
     it = 0
     t = 0   # ping-pong turns so far: n_tiles + 1 per item (lookahead's items of 2 or more key tiles: n_tiles + 2;
             # exp_turn's: n_tiles)
-    if opts.PINGPONG:
-        turn.open()
     for item in range(gl.program_id(0), schedule.N_ITEMS, gl.num_programs(0)):
         q_start, head, n_tiles, mask_from, causal_off, k_base, part = schedule.item(item, ROWS * CONSUMERS, BLOCK_N)
         row0 = q_start + wg * ROWS
@@ -559,11 +590,10 @@ def flash_fwd_gluon_ws(
     # parts, log2-sum-exp parts). Program p takes items p, p + programs, ... (one each unless persistent)
     FULL, SPLITS, N_ITEMS, Op_ptr, Lp_ptr,
     # compile-time choices: consumer warpgroups (2 or 3), registers per consumer thread, Q buffers (2 for a
-    # persistent grid: the next item's queries load while this one's finish), then Options', SHARED_CODE and
-    # NAMED_TURNS (ping-pong's turns on named barriers: NamedTurn)
+    # persistent grid: the next item's queries load while this one's finish), then Options' and SHARED_CODE
     CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr, DIRECT_STORE: gl.constexpr, LOOKAHEAD: gl.constexpr,
-    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr, NAMED_TURNS: gl.constexpr,
+    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr,
 ):
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -585,25 +615,11 @@ def flash_fwd_gluon_ws(
     for s in gl.static_range(SLOTS):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=CONSUMERS)
-    # The turns (ring<c>: consumer c's): one mbarrier per consumer, each its own allocation, consumer 0's first turn
-    # given here; or named barriers, consumer 0's first turn given by itself (NamedTurn.open)
-    if NAMED_TURNS:   # (ring2 unused with 2 consumers)
-        ring0 = NamedTurn(0, CONSUMERS)
-        ring1 = NamedTurn(1, CONSUMERS)
-        ring2 = NamedTurn(2 % CONSUMERS, CONSUMERS)
-    else:
-        turn0 = new_barrier(1)
-        turn1 = new_barrier(1)
-        if PINGPONG or EXP_TURN:
-            mbarrier.arrive(turn0.index(0), count=1)
-        if CONSUMERS == 2:
-            ring0 = Turn(turn0, turn1)
-            ring1 = Turn(turn1, turn0)
-        else:
-            turn2 = new_barrier(1)
-            ring0 = Turn(turn0, turn1)
-            ring1 = Turn(turn1, turn2)
-            ring2 = Turn(turn2, turn0)
+    # The turns: one mbarrier per consumer, each its own allocation, consumer 0's first turn given here.
+    turn0 = _barrier(1)
+    turn1 = _barrier(1)
+    if PINGPONG or EXP_TURN:
+        mbarrier.arrive(turn0.index(0), count=1)
 
     # Each consumer's arguments: the shared memory and barriers, its own turn and the next consumer's, the
     # options, the outputs, its index wg, the work items' description, the sizes of the epilogue.
@@ -618,21 +634,23 @@ def flash_fwd_gluon_ws(
         _mark(_INLINE_ASM)           # the PTX stage inlines the function once (inline_consumer_call)
         if CONSUMERS == 2:
             gl.warp_specialize([(_ws_loader, loader_args),
-                                (_ws_consumer_call, (smem, ring0, opts, out, wg0, schedule, sizes)),
-                                (_ws_consumer_call, (smem, ring1, opts, out, wg0 + 1, schedule, sizes))],
+                                (_ws_consumer_call, (smem, Turn(turn0, turn1), opts, out, wg0, schedule, sizes)),
+                                (_ws_consumer_call, (smem, Turn(turn1, turn0), opts, out, wg0 + 1, schedule, sizes))],
                                [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
         else:
+            turn2 = _barrier(1)
             gl.warp_specialize([(_ws_loader, loader_args),
-                                (_ws_consumer_call, (smem, ring0, opts, out, wg0, schedule, sizes)),
-                                (_ws_consumer_call, (smem, ring1, opts, out, wg0 + 1, schedule, sizes)),
-                                (_ws_consumer_call, (smem, ring2, opts, out, wg0 + 2, schedule, sizes))],
+                                (_ws_consumer_call, (smem, Turn(turn0, turn1), opts, out, wg0, schedule, sizes)),
+                                (_ws_consumer_call, (smem, Turn(turn1, turn2), opts, out, wg0 + 1, schedule, sizes)),
+                                (_ws_consumer_call, (smem, Turn(turn2, turn0), opts, out, wg0 + 2, schedule, sizes))],
                                [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
     elif CONSUMERS == 2:   # the default partition (this program's 4 warps) is consumer 0, the loader one warp
-        gl.warp_specialize([(_ws_consumer, (smem, ring0, opts, out, 0, schedule, sizes)),
-                            (_ws_consumer, (smem, ring1, opts, out, 1, schedule, sizes)),
+        gl.warp_specialize([(_ws_consumer, (smem, Turn(turn0, turn1), opts, out, 0, schedule, sizes)),
+                            (_ws_consumer, (smem, Turn(turn1, turn0), opts, out, 1, schedule, sizes)),
                             (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
-        gl.warp_specialize([(_ws_consumer, (smem, ring0, opts, out, 0, schedule, sizes)),
-                            (_ws_consumer, (smem, ring1, opts, out, 1, schedule, sizes)),
-                            (_ws_consumer, (smem, ring2, opts, out, 2, schedule, sizes)),
+        turn2 = _barrier(1)
+        gl.warp_specialize([(_ws_consumer, (smem, Turn(turn0, turn1), opts, out, 0, schedule, sizes)),
+                            (_ws_consumer, (smem, Turn(turn1, turn2), opts, out, 1, schedule, sizes)),
+                            (_ws_consumer, (smem, Turn(turn2, turn0), opts, out, 2, schedule, sizes)),
                             (_ws_loader, loader_args)], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])

@@ -26,8 +26,6 @@ class BarrierId:
     """Hardware named-barrier ids (bar.sync <id>, <threads>) in the kernels' PTX."""
     CTA = 0              # Triton's whole-CTA barrier (Triton's own partition barriers use 1-3)
     PARTITION_BASE = 8   # gluon_ptx.partition_syncs: partition p's barrier is PARTITION_BASE + tid.x / 128
-                         # (Triton 3.9 passes its own partition barriers' ids, 2 and up, in a register)
-    TURN_BASE = 12       # the forward's NAMED_TURNS: consumer c's turn is TURN_BASE + c (c < 3; ids end at 15)
 
 
 # The type of an aggregate's field holding a runtime scalar argument: Triton passes one it specialised (e.g. 1) as a
@@ -60,15 +58,9 @@ def empty_phase(i, SLOTS: gl.constexpr):
     return ((i // SLOTS) & 1) ^ 1
 
 
-@gluon.constexpr_function
-def named_barrier_asm(op, bar_id, threads):
-    """`bar.<op> bar_id, threads` (op: sync or arrive) as `mark`'s ASM, before its register move."""
-    return f"bar.{op} {bar_id}, {threads};\n\tmov.b32 $0, $1;"
-
-
 @gluon.jit
 def mark(ASM: gl.constexpr):
-    """Inline PTX (ASM, "=r,r") once per thread of 4 warps: a PTX comment for a pass of the PTX stage (gluon_ptx)
-    in a register move ptxas drops, or a named barrier (named_barrier_asm)."""
+    """A PTX comment for a pass of the PTX stage (gluon_ptx), in a register move ptxas drops (ASM): 4 warps, one per
+    thread."""
     lane = gl.arange(0, 128, layout=gl.BlockedLayout([1], [32], [4], [0]))
     gl.inline_asm_elementwise(ASM, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
