@@ -224,7 +224,7 @@ class LeanApply:
         """forward on (B, H, N, D) q, k, v where no gradient can be asked for, with no views and no shape checks on
         a repeat (HeadsContext); None where one can (the caller then merges B and H and calls apply). `check(q, k,
         v)` raises on a bad 4-D layout; it runs on a signature's first call only. fa2triton.api's path: views and
-        checks on every call cost the H200's host 7-15 us (docs/report/hostpath.md)."""
+        checks on every call cost the host more than apply's whole repeat (docs/report/host-path.md)."""
         if torch.is_grad_enabled():
             for a in (q, k, v):
                 if getattr(a, "requires_grad", False):

@@ -68,10 +68,8 @@ def section_port(gpu, root) -> str:
              f"rounds. Verdict: within {100 * ct.LEVEL:.0f}% by graph replay (the backward: kernel time) and by % of "
              f"cuDNN, else what each says (a spread that holds 1 is level). Backward rows time the backward alone, by "
              f"do_bench and by torch.profiler's kernel durations. At small N, do_bench times the host path of the "
-             f"versions "
-             f"that launch through Triton's JIT (v0–v4), and what it reads there changes from process to process: "
-             f"graph replay is the kernels' time. "
-             f"Source: `{rel(path_of(gpu, root))}`."]
+             f"versions that launch through Triton's JIT (v0–v4), and what it reads there changes from process to "
+             f"process: graph replay is the kernels' time. Source: `{rel(path_of(gpu, root))}`."]
     for a, b, title in COMPARISONS:
         if not {a, b} <= set(df.tree):
             parts += ["", f"### {title}", "", f"{NOT_YET} (no `{a}` or no `{b}` rows)."]

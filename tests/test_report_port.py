@@ -60,6 +60,17 @@ def test_port_without_graphs_judges_by_do_bench_and_one_round_by_nothing(root):
     assert port.comparison_table(port._load(GPU, root), port.PORT, port.T39).count("one round: no spread") == 2
 
 
+def test_a_backward_with_kernel_times_is_judged_by_them(root):
+    """Backward rows with the kernels' own GPU time (kernel_ms) are judged by it, not by do_bench (the host's time
+    at small N): here do_bench says 3.9 is 5% slower, the kernels 2% faster."""
+    rows = [dict(r, graph_ms=float("nan"), kernel_ms=0.5 * r["ms"] * (0.98 / 1.05 if r["tree"] == port.T39 else 1))
+            if r["mode"] == "bwd" else r for r in port_rows(t39_slow=1.05)]
+    _write(root / GPU / "experiments" / port.CSV, rows)
+    bwd = [line for line in port.comparison_table(port._load(GPU, root), port.PORT, port.T39).splitlines()
+           if "| bwd |" in line]
+    assert len(bwd) == 1 and "kernel time: t39 faster by 2.1%" in bwd[0] and "(kernels)" in bwd[0], bwd
+
+
 def test_port_brief_says_faster_slower_in_short(root):
     _write(root / GPU / "experiments" / port.CSV, port_rows(t39_slow=0.95))
     brief = build.build(root, width=None)
