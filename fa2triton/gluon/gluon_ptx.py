@@ -8,7 +8,9 @@ as it is).
   only orders mbarrier operations (right after each), and this pass removes those bar.syncs. What the analysis also
   used them for: a barrier clears every shared-memory access before it, and the only ones a consumer makes itself
   (P in registers) are its epilogue's, each still separated from the next item's by the unmarked bar.sync before the
-  Q buffer's release (mbarrier.arrive on q_empty), which the kernel keeps.
+  Q buffer's release (mbarrier.arrive on q_empty), which the kernel keeps. After a marked slot wait it also drops the
+  bar.sync Triton 3.9 puts there in the shared consumer function (sc2), when a wgmma or another mbarrier wait comes
+  next: each thread has waited itself, and the slot's next phase needs this consumer's release (docs/port-triton39.md).
 - tie_marked_arrives (TIE_MARK): ptxas moves register-only work across an mbarrier arrive, and in the offline sm_90
   SASS the exponential turn's arrive went up among the tile's first dozen exp2s, so the next consumer's exponentials
   started beside most of this one's. The kernel marks a row sum (in two register moves ptxas drops) and this pass makes
@@ -33,7 +35,7 @@ import re
 from fa2triton.triton_compat import PARTITION_SYNC as _PARTITION_SYNC, install_stages_hook, wgmma_descriptor_adds
 from fa2triton.gluon.hopper import BarrierId as _BarrierId
 
-UNSYNCED_MARK = "fa2-unsynced-v1"
+UNSYNCED_MARK = "fa2-unsynced-v2"
 # the kernel's inline PTX for the marks: register moves ptxas drops, carrying the mark as a comment
 MARK_ASM = f"mov.b32 $0, $1; // {UNSYNCED_MARK}"
 TIE_MARK = "fa2-tie-v3"
@@ -47,6 +49,11 @@ PARTITION_BARRIER_BASE = _BarrierId.PARTITION_BASE   # partition_syncs' ids: thi
 
 _SKIPPABLE = re.compile(r"\s*(//.*|\{|\.reg\s.*|\.loc\s.*|waitLoop:|\$L__\w+:"
                         r"|(add|sub|mul|mad|shl|shr|and|or|xor|mov|selp)(\.\w+)+\s+%\w+,[^;]*;)?\s*$")   # no memory
+# between a marked wait and the bar.sync after it, and from that to the next instruction: no memory, no control flow
+# (line info's $L__tmp labels only); the wgmma's k-step descriptor (bfe, cvt) may come between
+_NO_EFFECT = re.compile(r"\s*(//.*|\{|\.reg\s.*|\.loc\s.*|waitLoop:|\$L__tmp\d+:"
+                        r"|(add|sub|mul|mad|shl|shr|and|or|xor|mov|selp|bfe|cvt)(\.\w+)+\s+%\w+,[^;\[]*;)?\s*$")
+_AFTER_WAIT = re.compile(r"\s*(wgmma\.fence\.|mbarrier\.try_wait)")   # what may follow a dropped post-wait sync
 _TIE_SOURCE = re.compile(r"\s*mov\.b32\s+%\w+,\s*(%\w+);\s*//\s*" + TIE_MARK + " one")
 _ELECTED_ARRIVE = re.compile(r"^(\s*)@(%p\d+)\s+(mbarrier\.arrive[^;]*;)\s*$")
 _WHOLE_CTA_SYNC = re.compile(r"^(\s*)(?:bar|barrier)\.sync\s+0;\s*$")
@@ -60,19 +67,42 @@ _DEBUG_LABEL = re.compile(r"^\$L__(?:tmp|func_end)\d+:")   # line info's labels 
 def drop_marked_syncs(ptx: str) -> tuple[str, int]:
     """The PTX without the bar.sync directly before each mbarrier operation that an UNSYNCED_MARK follows (only
     comments, labels, an inline-asm block's opening and register arithmetic between them), and how many were
-    removed."""
+    removed. After a marked wait, also the partition's bar.sync that follows its mark (_post_wait_sync)."""
     lines = ptx.split("\n")
-    drop, sync_before = set(), None
+    drop, sync_before, wait = set(), None, False
     for i, line in enumerate(lines):
         if "mbarrier." in line and not line.lstrip().startswith("//"):
             k = i - 1
             while k >= 0 and _SKIPPABLE.match(lines[k]):
                 k -= 1
             sync_before = k if k >= 0 and _PARTITION_SYNC.match(lines[k]) else None
-        elif UNSYNCED_MARK in line and sync_before is not None:
-            drop.add(sync_before)
-            sync_before = None
+            wait = "mbarrier.try_wait" in line
+        elif UNSYNCED_MARK in line and (sync_before is not None or wait):
+            if sync_before is not None:
+                drop.add(sync_before)
+            after = _post_wait_sync(lines, i) if wait else None
+            if after is not None:
+                drop.add(after)
+            sync_before, wait = None, False
     return "\n".join(line for i, line in enumerate(lines) if i not in drop), len(drop)
+
+
+def _post_wait_sync(lines: list[str], mark: int) -> int | None:
+    """The line of the partition bar.sync after a marked wait's mark (line `mark`), where one comes with nothing but
+    register arithmetic and line info around it before a wgmma or another mbarrier wait; else None. Triton 3.9 puts it
+    in the shared consumer function (its barriers are arguments there, which its analysis cannot tell apart), 3.6 and
+    the inlined partitions have none. Why it is not needed: each thread waited for the slot itself (its TMA data is
+    visible to it), the consumer writes no slot, and the slot's next phase needs this consumer's release, which
+    follows a wgmma that its 4 warps issued after their own waits (so no thread can miss the phase it waits for)."""
+    k = mark + 1
+    while k < len(lines) and _NO_EFFECT.match(lines[k]):
+        k += 1
+    if k == len(lines) or not _PARTITION_SYNC.match(lines[k]):
+        return None
+    n = k + 1
+    while n < len(lines) and _NO_EFFECT.match(lines[n]):
+        n += 1
+    return k if n < len(lines) and _AFTER_WAIT.match(lines[n]) else None
 
 
 def tie_marked_arrives(ptx: str) -> tuple[str, int]:
