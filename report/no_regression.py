@@ -51,25 +51,25 @@ def labels(df: pd.DataFrame, a: str | None = None, b: str | None = None) -> tupl
 def pooled(df: pd.DataFrame, b: str) -> pd.DataFrame:
     """The rounds that measured B at its latest commit (the last in file order), in the run that measured it (the
     checkout that drove it: git_commit): a later checkout of B starts a new comparison, and the rounds of an earlier
-    one are history, not pooled with it, even where their round numbers repeat. `ratios` asks this per version and
-    mode, so a version measured later does not retire another version's rounds."""
+    one are history, not pooled with it, even where their round numbers repeat. `ratios` asks this per version, mode
+    and shape, so a later run of some shapes does not retire another version's or shape's rounds."""
     mine = df[df.tree == b]
     if not len(mine):
         return df
-    if "git_commit" in df:   # the run's rows: a later run may number its rounds as an earlier one did
-        df = df[df.git_commit == mine.git_commit.iloc[-1]]
+    if "git_commit" in df and pd.notna(mine.git_commit.iloc[-1]):   # the run's rows: a later run may number its
+        df = df[df.git_commit == mine.git_commit.iloc[-1]]              # rounds as an earlier one did
         mine = df[df.tree == b]
     rounds = set(mine[mine.tree_commit == mine.tree_commit.iloc[-1]]["round"])
     return df[df["round"].isin(rounds)]
 
 
 def ratios(df: pd.DataFrame, a: str, b: str) -> list[dict]:
-    """Per (version, mode, N, D, causal): the complete rounds of B's latest commit for that version and mode
+    """Per (version, mode, N, D, causal): the complete rounds of B's latest commit for that version, mode and shape
     (`pooled`) and, for each metric, the per-round ratios B / A (a round counts when both trees have that shape's row
     in it; the last row per round and tree where a round was re-run)."""
     out = []
     df = df[df.tree.isin([a, b])]
-    df = pd.concat([pooled(g, b) for _, g in df.groupby(["version", "mode"], sort=False)]) if len(df) else df
+    df = pd.concat([pooled(g, b) for _, g in df.groupby(list(KEY), sort=False)]) if len(df) else df
     for (version, mode, N, D, c), g in df.groupby(list(KEY), sort=False):
         key = {"version": version, "mode": mode, "N": int(N), "D": int(D), "causal": int(c)}
         per = g.drop_duplicates(["round", "tree"], keep="last").pivot(index="round", columns="tree", values=list(METRICS))

@@ -89,3 +89,14 @@ def test_a_version_measured_later_keeps_the_others_rounds(root):
     text = build.build(root, width=None)
     brief = text[text.index("Triton 3.6 and 3.9 side by side"):]
     assert "| `v5_final` | fwd |" in brief and "| `v7_hopper` | bwd |" in brief
+
+
+def test_a_later_run_of_some_shapes_keeps_the_other_shapes_rounds(root):
+    """A later run at another commit that measures v7's backward at N = 2048 only judges that shape by its own
+    rounds; N = 4096, which it did not measure, stays judged by the earlier run's."""
+    rows = [dict(r, git_commit="abc1234") for r in port_rows(t39_slow=1.05)]
+    later = [dict(r, N=2048, round=r["round"] + 20, tree_commit="def5678", git_commit="def5678", ms=r["ms"] / 1.05)
+             for r in rows if r["version"] == "v7_hopper" and r["tree"] != port.BEFORE]
+    _write(root / GPU / "experiments" / port.CSV, rows + later)
+    table = port.comparison_table(port._load(GPU, root), port.PORT, port.T39)
+    assert "| `v7_hopper` | bwd | 4096 | 64 | no | 3 |" in table and "| `v7_hopper` | bwd | 2048 | 64 | no | 3 |" in table

@@ -26,8 +26,7 @@ as it is).
   from 32-bit words, 3.6 adds to the 64-bit one (fewer uniform moves per wgmma); the pass writes 3.9's form as 3.6's.
   Planted on 3.9 by the forward and by both backwards at D = 64 only (docs/port-triton39.md, "Why v7 is slower").
 
-Triton 3.6's cache key does not see the hook, only the kernel's source; 3.9's includes STAGES_KEY (the marks and
-the barrier base): either way a changed rewrite needs a new mark.
+Triton 3.6's cache key sees only the kernel's source, 3.9's STAGES_KEY too: a changed rewrite needs a new mark.
 """
 
 import re
