@@ -113,7 +113,6 @@ class BackwardLaunch:
     dq: object | None          # None in dq_mode="atomic" and "fused"
     grids: tuple               # per kernel, in launch order, its 3-D grid (None: a recorded callable)
     tails: tuple               # per kernel, every argument after its tensors (constexprs included)
-    delta_shape: tuple
     stack: int = 0             # how the gradients are allocated (gradient_stack)
     gluon_dkdv: bool = False   # dkdv is a gluon_backward_hopper.DkdvLaunch or gluon_backward_ws.WsLaunch
 
@@ -403,7 +402,7 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     launch = None
     if pre_kernel is not None and dkdv_kernel is not None and (atomic or dq_kernel is not None):
         launch = BackwardLaunch(pre_kernel, dkdv_kernel, dq_kernel, (pre_grid, dkdv_grid, dq_grid),
-                                (pre_tail, (*dkdv_tail, *dkdv_meta), dq_tail), (B, N_q), stack, use_gluon)
+                                (pre_tail, (*dkdv_tail, *dkdv_meta), dq_tail), stack, use_gluon)
     return dQ, dK, dV, launch
 
 
@@ -422,6 +421,5 @@ def _checked_fused(Q, K, V, O, L, dO, causal: bool, config: BackwardConfig, stri
         lambda c: dict(D=D, KV_BLOCK_Q=c.dkdv_q_tile, KV_BLOCK_K=c.dkdv_k_tile, DQ_BLOCK_Q=c.dq_q_tile,
                        DQ_BLOCK_K=c.dq_k_tile, is_causal=causal),
         config, strict)
-    launch = None if kernel is None else BackwardLaunch(None, kernel, None, (grid,), ((*tail, *meta),), (B, N_q),
-                                                        stack)
+    launch = None if kernel is None else BackwardLaunch(None, kernel, None, (grid,), ((*tail, *meta),), stack)
     return dQ, dK, dV, launch
