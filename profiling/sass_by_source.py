@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import ast
 import re
-import subprocess
 import sys
 from collections import Counter, defaultdict
 from functools import lru_cache
@@ -75,13 +74,6 @@ def attribute(sass: str) -> dict[str, Counter]:
     return out
 
 
-def disassemble(cubin: Path, nvdisasm: str) -> str:
-    p = subprocess.run([nvdisasm, "-g", "-c", str(cubin)], capture_output=True, text=True, timeout=600)
-    if p.returncode != 0:
-        raise RuntimeError(f"nvdisasm {cubin} failed:\n{p.stderr[-2000:]}")
-    return p.stdout
-
-
 def cell_of(a: dict[str, Counter], b: dict[str, Counter], name: str, key: str) -> str:
     """'x' where both builds count the same, else 'x → y'."""
     x, y = a.get(name, Counter())[key], b.get(name, Counter())[key]
@@ -92,14 +84,12 @@ def table(a: dict[str, Counter], b: dict[str, Counter], labels: tuple[str, str],
     """Markdown: the `top` functions with the largest difference in instructions, then the total; cells 'A → B'."""
     names = sorted(set(a) | set(b), key=lambda n: (-abs(b.get(n, Counter())[""] - a.get(n, Counter())[""]), n))
 
-    def cell(n, k):
-        return cell_of(a, b, n, k)
     total_a, total_b = sum(a.values(), Counter()), sum(b.values(), Counter())
     cols = ("", "uniform", *KEYS)
     head = ["source function", *("instructions" if k == "" else k for k in cols)]
     lines = [f"{labels[0]} → {labels[1]}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for n in names[:top]:
-        lines.append("| " + " | ".join([f"`{n}`", *(cell(n, k) for k in cols)]) + " |")
+        lines.append("| " + " | ".join([f"`{n}`", *(cell_of(a, b, n, k) for k in cols)]) + " |")
     a_all, b_all = {"all": total_a}, {"all": total_b}
     lines.append("| " + " | ".join(["all", *(cell_of(a_all, b_all, "all", k) for k in cols)]) + " |")
     return "\n".join(lines) + "\n"
@@ -120,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     if __package__ in (None, ""):
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from fa2lab.compile_offline import tool_path
+    from profiling.version_sass import _tool
 
     nvdisasm = tool_path("nvdisasm")
-    a, b = (attribute(disassemble(c, nvdisasm)) for c in args.cubins)
+    a, b = (attribute(_tool(nvdisasm, "-g", "-c", str(c))) for c in args.cubins)
     print(table(a, b, labels, args.top), end="")
     return 0
 
