@@ -85,12 +85,15 @@ def cell(xs: list[float], spec: str = ".3f") -> str:
     return f"{statistics.median(xs):{spec}} ({min(xs):{spec}}–{max(xs):{spec}})" if xs else "–"
 
 
+# the time a comparison is judged by, the first a row has: graph replay (the forward), the kernels' own GPU time (the
+# backward, where its rows have it), do_bench
+JUDGED_BY = (("graph_ms", "graph replay"), ("kernel_ms", "kernel time"), ("ms", "do_bench"))
+
+
 def timed(r: dict) -> tuple[str, list[float]]:
-    """The time ratios a comparison is judged by: graph replay's (the forward), else the kernels' own GPU time (the
-    backward, where its rows have it), else do_bench's."""
-    if r["graph_ms"]:
-        return "graph replay", r["graph_ms"]
-    return ("kernel time", r["kernel_ms"]) if r["kernel_ms"] else ("do_bench", r["ms"])
+    """The time ratios a comparison is judged by (JUDGED_BY) and their name."""
+    col, name = next((c, n) for c, n in JUDGED_BY if r[c] or c == "ms")
+    return name, r[col]
 
 
 def gpu_cell(r: dict) -> str:

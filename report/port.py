@@ -32,11 +32,11 @@ def _load(gpu, root):
 
 
 def _us(df, tree: str, r: dict) -> float:
-    """`tree`'s median time in µs at r's version, mode and shape over its rounds: by graph replay, else the kernels'
-    own GPU time (the backward, where measured), else do_bench."""
+    """`tree`'s median time in µs at r's version, mode and shape over its rounds, in the time a comparison is judged
+    by (no_regression.JUDGED_BY)."""
     g = df[(df.tree == tree) & (df.version == r["version"]) & (df["mode"] == r["mode"]) & (df.N == r["N"])
            & (df.D == r["D"]) & (df.causal == r["causal"])]
-    col = next((c for c in ("graph_ms", "kernel_ms") if g[c].notna().any()), "ms")
+    col = next(c for c, _ in ct.JUDGED_BY if g[c].notna().any() or c == "ms")
     return 1e3 * statistics.median(g[col].dropna()) if len(g) else float("nan")
 
 
