@@ -24,6 +24,9 @@ and, for versions with the Triton backward (v6, v7), each autograd.grad on a kep
   backward_nop      through a Python autograd.Function saving the same five tensors, launching nothing (the floor)
   backward_direct[_fused]   flash_attention_backward called directly (its key, allocations and launches)
   backward_key, backward_alloc, backward_launch   the fused mode's key and lookup, allocation and launch alone
+  bwd_split         `backward` with time stamps at the Function's backward's entry and exit, written as three steps:
+                    bwd_enter (autograd.grad's call until the backward starts: the engine's hand-off to its device
+                    thread), bwd_body (the backward itself), bwd_leave (its return until autograd.grad's)
   bwd_*             the default mode's repeat (BackwardLaunch, issue 48) by piece: key, buffers, zero_fill (the fp32
                     dQ fill the Delta launch took over), delta, main, cast (dQ from fp32), repeat (all of it)
 
@@ -43,10 +46,51 @@ from fa2lab import shapes  # noqa: E402
 STEPS = ("sdpa", "apply", "attention", "flash_attn_func", "apply_grad", "function_nop", "cache_hit", "signature",
          "allocate", "descriptors", "launch",
          "sdpa_backward", "sdpa_flash_backward", "backward", "backward_separate", "backward_fused", "backward_nop",
-         "backward_direct", "backward_direct_fused", "backward_key", "backward_alloc", "backward_launch",
+         "backward_direct", "backward_direct_fused", "backward_key", "backward_alloc", "backward_launch", "bwd_split",
          "bwd_key", "bwd_buffers", "bwd_zero_fill", "bwd_delta", "bwd_main", "bwd_cast", "bwd_repeat")
 BACKWARD_STEPS = STEPS[STEPS.index("sdpa_backward"):]   # built only when one of them is asked for
 REPEAT_STEPS = STEPS[STEPS.index("bwd_key"):]          # the backward's repeat path, piece by piece (issue 48)
+SPLIT_PARTS = ("bwd_enter", "bwd_body", "bwd_leave")   # the rows step bwd_split writes
+
+
+def stamped(cls, stamps: list):
+    """A subclass of the autograd.Function `cls` whose backward appends time.perf_counter_ns() to `stamps` on
+    entry and on exit and otherwise is cls.backward (forward, class attributes and caches are cls's)."""
+    import time
+
+    class Stamped(cls):
+        @staticmethod
+        def backward(ctx, *grads):
+            stamps.append(time.perf_counter_ns())
+            out = cls.backward(ctx, *grads)
+            stamps.append(time.perf_counter_ns())
+            return out
+
+    return Stamped
+
+
+def split_us_per_call(grad, stamps: list, calls: int = 200) -> dict:
+    """{bwd_enter, bwd_body, bwd_leave: µs per call}: `calls` calls of `grad` (an autograd.grad through a
+    stamped() Function) back to back as host_us_per_call makes them, each cut at the backward's two stamps."""
+    import time
+
+    import torch
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    grad()
+    sync()
+    stamps.clear()
+    edges = []
+    for _ in range(calls):
+        t0 = time.perf_counter_ns()
+        grad()
+        edges.append((t0, time.perf_counter_ns()))
+    sync()
+    if len(stamps) != 2 * calls:
+        raise RuntimeError(f"{len(stamps)} stamps for {calls} calls: the backward did not run once per call")
+    inner = list(zip(stamps[0::2], stamps[1::2]))
+    parts = [(b - a, c - b, d - c) for (a, d), (b, c) in zip(edges, inner)]
+    return {name: sum(p[i] for p in parts) / calls / 1e3 for i, name in enumerate(SPLIT_PARTS)}
 
 
 def backward_repeat_steps(launch, lookup, q, k, v, O, L, dO, buffers=None) -> dict:
@@ -167,6 +211,10 @@ def step_functions(module, version: str, N: int, causal: bool, wanted=STEPS) -> 
         fns["sdpa_backward"] = lambda: torch.autograd.grad(O_s, (q4g, k4g, v4g), dO.view(B, H, N, D),
                                                             retain_graph=True)
         fns["backward"] = lambda: torch.autograd.grad(O_g, (qg, kg, vg), dO, retain_graph=True)
+        stamps = []
+        O_t = stamped(cls, stamps).apply(qg, kg, vg, causal)
+        fns["bwd_split"] = lambda: split_us_per_call(
+            lambda: torch.autograd.grad(O_t, (qg, kg, vg), dO, retain_graph=True), stamps)
 
         def backward_in(mode):
             def call():
@@ -266,15 +314,19 @@ def main(argv=None) -> int:
             for N in args.N:
                 fns = step_functions(module, version.name, N, causal, wanted)
                 steps = [s for s in STEPS if s in fns and s in wanted]
-                samples = {s: [] for s in steps}
+                samples = {p: [] for s in steps for p in (SPLIT_PARTS if s == "bwd_split" else (s,))}
                 for _ in range(args.repeats):   # interleaved, so a slow moment hits every step alike
                     for s in steps:
-                        samples[s].append(host_us_per_call(fns[s]))
+                        if s == "bwd_split":
+                            for p, us in fns[s]().items():
+                                samples[p].append(us)
+                        else:
+                            samples[s].append(host_us_per_call(fns[s]))
                 date = now()   # one per block: the report pairs attention's row with apply's timed beside it
                 rows = [{"version": version.name, "N": N, "causal": int(causal), "step": s,
                          "us_median": statistics.median(xs), "us_min": min(xs), "us_max": max(xs),
                          "repeats": args.repeats, "calls_each": 200, "date": date, **env} for s, xs in samples.items()]
-                line = "  ".join(f"{s} {statistics.median(samples[s]):.1f}" for s in steps)
+                line = "  ".join(f"{s} {statistics.median(xs):.1f}" for s, xs in samples.items())
                 print(f"{version.name} N={N} causal={int(causal)} (µs per call): {line}", flush=True)
                 if not args.no_save:   # each block as soon as it is timed: an interrupted run keeps the others
                     append_rows(out, rows)

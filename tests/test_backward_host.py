@@ -60,9 +60,10 @@ def test_the_repeat_pieces_run_alone_and_add_up_to_the_repeat(dq_mode, dtype):
 
 
 def test_the_steps_are_known_to_the_cli_and_the_page_names_its_command():
-    for s in hostpath.BACKWARD_STEP_COLUMNS:
+    for s in hostpath.BACKWARD_STEPS_TIMED:
         assert s in host_steps.STEPS
-    assert hostpath.BACKWARD_TASK.split("--steps ")[1].split(",") == list(hostpath.BACKWARD_STEP_COLUMNS)
+    assert set(hostpath.BACKWARD_STEP_COLUMNS) - set(hostpath.BACKWARD_STEPS_TIMED) == set(host_steps.SPLIT_PARTS)
+    assert hostpath.BACKWARD_TASK.split("--steps ")[1].split(",") == list(hostpath.BACKWARD_STEPS_TIMED)
 
 
 def test_the_page_shows_the_backward_pieces_per_commit_apart_from_the_forward_table(tmp_path):
@@ -81,8 +82,35 @@ def test_the_page_shows_the_backward_pieces_per_commit_apart_from_the_forward_ta
     append_rows(path, rows("bbbbbbb2", "2026-12-02T00:00:00", {"sdpa_backward": 31.0, "backward": 60.0,
                                                                "bwd_buffers": 5.0, "bwd_repeat": 40.0}))
     text = hostpath.section_backward_steps(GPU, tmp_path)
-    assert "| v7_hopper | 1024 | no | bbbbbbb | 31.0 (30.0–32.0) | 60.0 (59.0–61.0) | – | 5.0 (4.0–6.0) |" in text
+    assert "| v7_hopper | 1024 | no | bbbbbbb | 31.0 (30.0–32.0) | 60.0 (59.0–61.0) | – | – | – | – | – | 5.0 (4.0–6.0) |" in text
     assert "| 40.0 (39.0–41.0) | +20.0 |" in text
     before = "| v7_hopper | 1024 | no | aaaaaaa | 30.0 (29.0–31.0) | 90.0 (89.0–91.0) | – |"   # the whole backward
     assert before in text and text.index("| bbbbbbb |") < text.index(before)
     assert "bwd_buffers" not in hostpath.section_host_steps(GPU, tmp_path)
+
+
+def test_the_split_cuts_each_backward_at_its_stamps_and_adds_up_to_the_call():
+    """bwd_split on a toy Function (CPU autograd): three non-negative parts per call whose sum is the call's time, the
+    gradient that of the Function itself; a call that never reaches the backward is an error, not a wrong split."""
+    import time
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            time.sleep(0.001)   # the body is the part that holds this millisecond
+            return 2 * ctx.saved_tensors[0] * g
+
+    stamps = []
+    x = torch.randn(8, requires_grad=True)
+    y = host_steps.stamped(Square, stamps).apply(x)
+    assert torch.equal(torch.autograd.grad(y.sum(), x, retain_graph=True)[0], 2 * x.detach())
+    parts = host_steps.split_us_per_call(lambda: torch.autograd.grad(y.sum(), x, retain_graph=True), stamps, calls=5)
+    assert list(parts) == list(host_steps.SPLIT_PARTS)
+    assert all(v >= 0 for v in parts.values()) and parts["bwd_body"] >= 1000
+    with pytest.raises(RuntimeError, match="stamps for 5 calls"):
+        host_steps.split_us_per_call(lambda: x * 2, stamps, calls=5)
