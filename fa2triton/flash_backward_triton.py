@@ -17,6 +17,7 @@ its numbers: docs/worklogs/backward_hopper.md, "The Triton backward's notes".
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -103,8 +104,8 @@ def _recorded(kernel, compiled, grid: tuple) -> tuple:
 @dataclass
 class BackwardLaunch:
     """What one checked call launched (fa2triton.lean_path's lean repeat; issues 7, 8 and 48): the compiled
-    kernels with their grids and the arguments after their tensors. A repeat is two allocations (gradients, and
-    Delta with the fp32 dQ accumulator: backward_buffers), the Delta launch (which zeroes the accumulator), the main
+    kernels with their grids and the arguments after their tensors. A repeat is one allocation (the gradients; Delta
+    and the fp32 dQ accumulator are kept scratch: buffers), the Delta launch (which zeroes the accumulator), the main
     launch(es) and, for atomic dQ in a 16-bit dtype, the cast into dQ; no checks, configuration choice, descriptor
     building or Triton argument binding. Its pieces are methods, so profiling/host_steps.py times each alone."""
 
@@ -118,6 +119,7 @@ class BackwardLaunch:
 
     def __post_init__(self):
         self.atomic = self.dq is None and self.preprocess is not None
+        self.scratch = {}   # (stream, thread) -> (acc, Delta): scratch_buffers kept for the repeats (buffers)
 
     def __call__(self, Q, K, V, O, L, dO, ranges: tuple[str, str] | None = None):
         """The hot path: no checks (the cache key vouches). `ranges` = (prefix, suffix) puts each
@@ -131,9 +133,24 @@ class BackwardLaunch:
         return dQ, dK, dV
 
     def buffers(self, Q, K) -> tuple:
-        """dQ, dK, dV (gradient_buffers), the fp32 dQ accumulator (dQ itself when not atomic or fp32) and Delta
-        (None in dq_mode "fused"): backward_buffers as this launch was recorded."""
-        return backward_buffers(Q, K, self.stack, self.atomic, self.preprocess is not None)
+        """dQ, dK, dV (gradient_buffers, new on every call), the fp32 dQ accumulator (dQ itself when not atomic or
+        fp32) and Delta (None in dq_mode "fused"), as backward_buffers gives them. The accumulator and Delta are
+        scratch that no caller sees, so a repeat reuses them: kept per CUDA stream and thread (the next call's
+        launches then queue behind this one's, which read them; another thread's could interleave with them), up
+        to SCRATCH_KEPT_BYTES and not while a CUDA graph is being captured. Their allocation cost a repeat more
+        than its launches on the H200 (docs/worklogs/backward_hopper.md, "The backward's host path")."""
+        dQ, dK, dV = gradient_buffers(Q, K, self.stack)
+        if self.preprocess is None:
+            return dQ, dK, dV, dQ, None
+        atomic = self.atomic and Q.dtype != torch.float32
+        key = (torch._C._cuda_getCurrentRawStream(Q.device.index) if Q.is_cuda else None, threading.get_ident())
+        kept = self.scratch.get(key)
+        if kept is None:
+            kept = scratch_buffers(Q, atomic)
+            if kept[1].numel() * 4 + (kept[0].numel() * 4 if atomic else 0) <= SCRATCH_KEPT_BYTES \
+                    and not (Q.is_cuda and torch.cuda.is_current_stream_capturing()):
+                self.scratch[key] = kept
+        return dQ, dK, dV, kept[0] if atomic else dQ, kept[1]
 
     def run_delta(self, O, dO, Delta, acc, ranges=None) -> None:
         """The preprocess: Delta, and in dq_mode "atomic" the accumulator zeroed."""
@@ -197,25 +214,35 @@ def gradient_buffers(Q, K, stack: int):
     return dQ, dK, dV
 
 
+def scratch_buffers(Q, atomic: bool) -> tuple:
+    """(the fp32 dQ accumulator or None, Delta (B, N_q) fp32). With `atomic` (a 16-bit dtype: the accumulator is not
+    dQ itself) both are views of one fp32 allocation, the accumulator first (offset 0, contiguous) and Delta after it
+    (its offset a whole number of 16 bytes, as Triton's pointer specialisation assumes). Nothing is zeroed: the
+    preprocess zeroes the accumulator (ZERO_DQ) before the main kernel adds into it."""
+    B, N, D = Q.shape
+    if not atomic:
+        return None, torch.empty((B, N), device=Q.device, dtype=torch.float32)
+    n = -(-B * N * D // 4) * 4
+    flat = torch.empty(n + B * N, device=Q.device, dtype=torch.float32)
+    return flat.as_strided(Q.shape, (N * D, D, 1)), flat.as_strided((B, N), (N, 1), n)
+
+
 def backward_buffers(Q, K, stack: int, atomic: bool, delta: bool = True) -> tuple:
-    """dQ, dK, dV (gradient_buffers), the fp32 dQ accumulator and Delta (B, N_q) fp32 (None without `delta`:
-    dq_mode "fused"). The accumulator is dQ itself unless `atomic` in a 16-bit dtype; then it and Delta are views of
-    one fp32 allocation, the accumulator first (offset 0, contiguous) and Delta after it (its offset a whole number
-    of 16 bytes, as Triton's pointer specialisation assumes). Nothing is zeroed: the preprocess zeroes the
-    accumulator (ZERO_DQ) before the main kernel adds into it."""
+    """dQ, dK, dV (gradient_buffers), the fp32 dQ accumulator and Delta (None without `delta`: dq_mode "fused"),
+    all new. The accumulator is dQ itself unless `atomic` in a 16-bit dtype (scratch_buffers)."""
     dQ, dK, dV = gradient_buffers(Q, K, stack)
     if not delta:
         return dQ, dK, dV, dQ, None
-    B, N, D = Q.shape
-    if not atomic or Q.dtype == torch.float32:
-        return dQ, dK, dV, dQ, torch.empty((B, N), device=Q.device, dtype=torch.float32)
-    n = -(-B * N * D // 4) * 4
-    flat = torch.empty(n + B * N, device=Q.device, dtype=torch.float32)
-    return dQ, dK, dV, flat.as_strided(Q.shape, (N * D, D, 1)), flat.as_strided((B, N), (N, 1), n)
+    acc, Delta = scratch_buffers(Q, atomic and Q.dtype != torch.float32)
+    return dQ, dK, dV, dQ if acc is None else acc, Delta
 
 
-# Input signature -> BackwardLaunch: the forward's LaunchCache with the backward's own key.
+# Input signature -> BackwardLaunch: the forward's LaunchCache with the backward's own key. Clearing it also frees the
+# scratch its launches keep (BackwardLaunch.buffers).
 LAUNCHES = LaunchCache()
+# The most scratch (fp32 dQ accumulator and Delta) one BackwardLaunch keeps per stream and thread: 64 MiB covers
+# B·H = 32 heads of N = 2048, D = 128, beyond which the GPU's time, not the allocation, sets a backward's.
+SCRATCH_KEPT_BYTES = 64 << 20
 
 
 def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool, dkdv: str = "triton"):

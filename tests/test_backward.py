@@ -509,6 +509,39 @@ def test_the_recorded_repeat_gives_the_checked_paths_gradients_bitwise(dq_mode, 
         assert relative_error(again[0], backward_from_lse(Q, K, V, O, L, dO, True)[0]) < REL_TOL[dtype]
 
 
+@pytest.mark.parametrize("dq_mode", ["atomic", "separate"])
+def test_a_repeat_keeps_its_scratch_per_thread_and_below_the_cap(monkeypatch, dq_mode):
+    """The accumulator and Delta are kept across repeats (the same memory again), apart per thread, and not kept
+    above SCRATCH_KEPT_BYTES; the gradients stay new on every call, and a repeat on other inputs of the same
+    shapes gives that input's checked gradients bitwise (nothing of the last call's scratch leaks in)."""
+    import threading
+
+    if ON_GPU:
+        pytest.skip("the interpreter's repeat (Interpreted); on the GPU the CPU stream key differs")
+    first, second = make_inputs(2, 24, 40, 16, BF16, True), make_inputs(2, 24, 40, 16, BF16, True, seed=7)
+    *_, launch = fb._checked_backward(*first, True, None, dq_mode, False, True)
+    scratch = lambda: launch.buffers(first[0], first[1])[3:]   # noqa: E731
+    kept = lambda: [t.data_ptr() for t in scratch()[dq_mode == "separate":]]   # noqa: E731 (separate: acc is dQ)
+    before = kept()
+    assert kept() == before
+    dQ, dK, dV, acc, delta = launch.buffers(first[0], first[1])
+    assert all(g.untyped_storage().data_ptr() != delta.untyped_storage().data_ptr() for g in (dQ, dK, dV))
+    assert (acc is dQ) == (dq_mode == "separate")
+    other = []
+    t = threading.Thread(target=lambda: other.append(kept()))
+    t.start()
+    t.join()
+    assert other[0] != before and len(launch.scratch) == 2
+    for inputs in (second, first, second):
+        want = fb._checked_backward(*inputs, True, None, dq_mode, False, True)[:3]
+        for a, b in zip(want, launch(*inputs)):
+            assert torch.equal(a, b), dq_mode
+    monkeypatch.setattr(fb, "SCRATCH_KEPT_BYTES", 0)
+    launch.scratch.clear()
+    scratch()
+    assert launch.scratch == {}
+
+
 @pytest.mark.parametrize("wanted", [(True, True, True), (True, False, False), (False, True, True)])
 def test_autograd_gradients_share_a_block_only_when_all_three_are_wanted(monkeypatch, wanted):
     """A gradient kept alone must not keep the others' memory: with all of Q, K, V requiring a gradient
