@@ -247,3 +247,38 @@ def wgmma_descriptor_adds(ptx: str) -> tuple[str, int]:
                 n += 1
         defs[dst] = (i, block, op, args, defs.get(args[0]))
     return "\n".join(lines), n
+
+
+def adds_loop_proxy_fences() -> bool:
+    """Whether Triton puts a `fence.proxy.async` before every wgmma of a tl kernel's loop rather than once after
+    the loop's cp.async wait (3.9 does, 3.6 does not): where it does, the Triton backward's dQ and fused kernels
+    plant gluon_ptx.FENCE_MARK for drop_repeated_proxy_fences (elsewhere nothing, so their PTX is as before)."""
+    return triton_version() >= (3, 9)
+
+
+# What leaves shared memory as a proxy fence left it: register arithmetic, wgmma (the async proxy's own reads),
+# global and parameter loads, the fence itself; anything else (a label, branch, shared or generic store, cp.async,
+# barrier, mbarrier, atomic, call, a shared load) ends the stretch in which a second fence would be redundant.
+_FENCE_NEUTRAL = re.compile(
+    r"^\s*(?:$|//|\.loc\s|\$L__tmp\d+:|[{}]\s*$|(?:@!?%\w+\s+)?(?:"
+    r"(?:add|sub|mul|mad|fma|div|rcp|sqrt|rsqrt|ex2|lg2|max|min|neg|abs|cvt|mov|selp|setp|and|or|xor|not|shl|shr"
+    r"|bfe|bfi|prmt|shf|lop3|popc|clz|brev|copysign|mul24|mad24|testp)(?:\.[\w:]+)*\s"
+    r"|wgmma\.|ld\.(?:global|param|const)[.\s]|fence\.proxy\.async\b))")
+_PROXY_FENCE = re.compile(r"^\s*fence\.proxy\.async(?:\.shared::cta)?;\s*$")
+
+
+def drop_repeated_proxy_fences(ptx: str) -> tuple[str, int]:
+    """The PTX without each `fence.proxy.async` that an earlier one precedes with only _FENCE_NEUTRAL instructions
+    between them (one basic block, no shared-memory write or synchronisation: nothing the second fence could order),
+    and how many were dropped. Exact: a proxy fence orders this thread's earlier generic-proxy accesses against its
+    later async-proxy ones, and between the two fences there are none. Why: 3.9 fences each wgmma of the Triton
+    backward's loops, each fence a FENCE.VIEW.ASYNC.S and a MEMBAR.ALL.CTA in SASS (port-triton39.md)."""
+    lines, drop, fenced = ptx.split("\n"), set(), False
+    for i, line in enumerate(lines):
+        if _PROXY_FENCE.match(line):
+            if fenced:
+                drop.add(i)
+            fenced = True
+        elif not _FENCE_NEUTRAL.match(line):
+            fenced = False
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop), len(drop)

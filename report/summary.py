@@ -250,7 +250,7 @@ def peer_goal_rounds(gpu, root) -> tuple[list[list], str] | None:
     if not len(df):
         return None
     df = data.latest_commit(df)
-    commit = df.git_commit.astype(str).iloc[0] if "git_commit" in df.columns else "–"
+    commit = df.git_commit.astype(str).iloc[0][:7] if "git_commit" in df.columns else "–"
     rows, counts = [], set()
     for (d, causal, N), g in df.groupby(["D", "causal", "N"]):
         g = last_process(g)
@@ -274,7 +274,9 @@ def section_peer_goal(gpu, root) -> str:
             f"### v7's forward against the FA3-class peer ({PEER}), N ≥ {PEER_GOAL_MIN_N}",
             f"Each round's own ratio {PEER} ms ÷ v7 ms (and cuDNN ms ÷ v7 ms), pooled over {pooling}: the median "
             "(min–max) over the rounds; verdict: ahead when every round is above 100%, behind when every round is "
-            "below, level otherwise (within the spread). The two kernels under Nsight Compute: "
+            "below, level otherwise (within the spread). Where the peer's do_bench time is far above its graph "
+            "replay's (N = 2048), do_bench times its host path, and graph replay compares the kernels. The two "
+            "kernels under Nsight Compute: "
             "[the peer profile](docs/report/peer-profile.md).", "",
             md_table(["N", "D", "causal", "rounds", f"% of {PEER}", "verdict", "graph replay", "verdict",
                       "% of cuDNN", "graph replay", "commit"], rows)])

@@ -202,6 +202,33 @@ def test_wgmma_descriptor_adds_leaves_what_it_cannot_prove(change):
     assert tc.wgmma_descriptor_adds(ptx) == (ptx, 0)
 
 
+FENCED = ["\tcp.async.wait_group \t2;", "\tbar.sync \t0;", "\tfence.proxy.async.shared::cta;",
+          "\twgmma.fence.sync.aligned;", "\twgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%r1}, %rd1, %rd2;",
+          "\twgmma.commit_group.sync.aligned;", "\twgmma.wait_group.sync.aligned 0;", "\tmul.f32 \t%r5, %r1, %r2;",
+          "\t.loc\t1 90 20", "$L__tmp7:", "\tex2.approx.f32 %r6, %r5;", "\tfence.proxy.async.shared::cta;",
+          "\twgmma.fence.sync.aligned;"]
+
+
+def test_drop_repeated_proxy_fences_drops_a_fence_that_an_earlier_one_covers():
+    out, n = tc.drop_repeated_proxy_fences("\n".join(FENCED))
+    assert n == 1 and out.split("\n") == FENCED[:-2] + FENCED[-1:]
+    assert tc.drop_repeated_proxy_fences("\n".join(FENCED[2:3] * 3)) == ("\n".join(FENCED[2:3]), 2)
+
+
+@pytest.mark.parametrize("between", ["\tst.shared.v4.b32 \t[%r4], {%r1, %r2, %r3, %r5};", "\tbar.sync \t0;",
+                                     "$L__BB0_3:", "\t@%p1 bra \t$L__BB0_2;", "\tcp.async.wait_group \t0;",
+                                     "\tld.shared.v4.b32 \t{%r1, %r2, %r3, %r5}, [%r4];",
+                                     "\tmbarrier.try_wait.parity.shared::cta.b64 %p1, [%r4], %r2;",
+                                     "\tatom.shared.add.u32 \t%r1, [%r4], 1;", "\tst.global.b32 \t[%rd4], %r1;"])
+def test_drop_repeated_proxy_fences_keeps_a_fence_after_a_write_a_barrier_or_a_block(between):
+    ptx = "\n".join(FENCED[:-2] + [between] + FENCED[-2:])
+    assert tc.drop_repeated_proxy_fences(ptx) == (ptx, 0)
+
+
+def test_only_3_9_adds_loop_proxy_fences():
+    assert tc.adds_loop_proxy_fences() == NEW
+
+
 def test_only_3_9_splits_wgmma_descriptors():
     assert tc.splits_wgmma_descriptors() == NEW
 
@@ -277,7 +304,7 @@ def counting(name):
         return out, n
     return run
 for name in ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call",
-             "wgmma_descriptor_adds"):
+             "wgmma_descriptor_adds", "drop_repeated_proxy_fences"):
     setattr(P, name, counting(name))
 out = {{}}
 def record(label, compile_):
@@ -293,27 +320,34 @@ for D, N in ((64, 1024), (128, 2048)):
         record(f"forward {{cfg.label}} D={{D}}", lambda: compile_plan(G.offline_plan(cfg, N=N, D=D)))
 record("backward gluon_backward_hopper D=64", lambda: compile_plan(B1.offline_plan(64, False, 1024)))
 record("backward gluon_backward_ws D=64", lambda: compile_plan(BW.offline_plan(64, False, 1024)))
+from profiling.version_sass import kernels
+tl_kernels = kernels()
+for name in ("bwd_fused_d64_causal", "bwd_dq_d64_causal"):
+    record(tl_kernels[name][0], tl_kernels[name][2])
 print(json.dumps(out))
 """
 
-# (drop_marked_syncs, partition_syncs, tie_marked_arrives, inline_consumer_call, wgmma_descriptor_adds) per kernel,
-# offline sm_90; also in docs/port-triton39.md. Triton 3.9 differs in three ways, explained there: partition_syncs
-# finds nothing to rewrite (3.9 passes the shared consumer function its partition's barrier id, so its barriers are
-# already `bar.sync %r, 128`), the slot wait's bar.sync moved (the inlined partitions' waits have none before them:
+# PASS_NAMES' counts per kernel, offline sm_90; also in docs/port-triton39.md. Triton 3.9 differs in four ways,
+# explained there: partition_syncs finds nothing to rewrite (3.9 passes the shared consumer function its partition's
+# barrier id, so its barriers are already `bar.sync %r, 128`), the slot wait's bar.sync moved (the inlined partitions' waits have none before them:
 # one drop fewer per consumer and wait site; the shared function's has one before and one after, both dropped: two
-# more), and only 3.9's kernels plant DESCRIPTOR_MARK (splits_wgmma_descriptors; the ws backward at D = 64 only).
+# more), only 3.9's kernels plant DESCRIPTOR_MARK (splits_wgmma_descriptors; the ws backward at D = 64 only), and
+# only 3.9's Triton backward kernels plant FENCE_MARK (adds_loop_proxy_fences: the fences an earlier one covers).
 PASSES = {
-    "forward ws2x64x128/3s/preg/persist/ua/et1/sc2 D=64": {"3.6": (4, 3, 2, 2, 0), "3.9": (6, 0, 2, 2, 23)},
-    "forward ws2x64x128/3s/preg/pp/ua/sc2 D=64": {"3.6": (5, 3, 0, 2, 0), "3.9": (7, 0, 0, 2, 23)},
-    "forward ws3x64x128/4s/preg/pp/split/persist/ua D=64": {"3.6": (18, 0, 0, 0, 0), "3.9": (15, 0, 0, 0, 69)},
-    "forward ws2x64x64/4s/preg/pp/persist/ua/la D=128": {"3.6": (44, 0, 0, 0, 0), "3.9": (36, 0, 0, 0, 84)},
-    "forward ws3x64x64/3s/preg/pp/split/ua D=128": {"3.6": (18, 0, 0, 0, 0), "3.9": (15, 0, 0, 0, 63)},
-    "forward ws2x64x128/3s/preg/pp/persist/ds/ua/q1 D=128": {"3.6": (12, 0, 0, 0, 0), "3.9": (10, 0, 0, 0, 42)},
-    "backward gluon_backward_hopper D=64": {"3.6": (0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 36)},
-    "backward gluon_backward_ws D=64": {"3.6": (0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 128)},
+    "forward ws2x64x128/3s/preg/persist/ua/et1/sc2 D=64": {"3.6": (4, 3, 2, 2, 0, 0), "3.9": (6, 0, 2, 2, 23, 0)},
+    "forward ws2x64x128/3s/preg/pp/ua/sc2 D=64": {"3.6": (5, 3, 0, 2, 0, 0), "3.9": (7, 0, 0, 2, 23, 0)},
+    "forward ws3x64x128/4s/preg/pp/split/persist/ua D=64": {"3.6": (18, 0, 0, 0, 0, 0), "3.9": (15, 0, 0, 0, 69, 0)},
+    "forward ws2x64x64/4s/preg/pp/persist/ua/la D=128": {"3.6": (44, 0, 0, 0, 0, 0), "3.9": (36, 0, 0, 0, 84, 0)},
+    "forward ws3x64x64/3s/preg/pp/split/ua D=128": {"3.6": (18, 0, 0, 0, 0, 0), "3.9": (15, 0, 0, 0, 63, 0)},
+    "forward ws2x64x128/3s/preg/pp/persist/ds/ua/q1 D=128": {"3.6": (12, 0, 0, 0, 0, 0), "3.9": (10, 0, 0, 0, 42, 0)},
+    "backward gluon_backward_hopper D=64": {"3.6": (0, 0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 36, 0)},
+    "backward gluon_backward_ws D=64": {"3.6": (0, 0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 128, 0)},
+    "backward _bwd_fused_kernel D=64 causal N=1024": {"3.6": (0, 0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 84, 10)},
+    "backward _bwd_dq_kernel D=64 causal N=2048": {"3.6": (0, 0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 30, 4)},
 }
+TL = "backward _bwd_"   # the Triton backward's kernels (tl, not Gluon)
 PASS_NAMES = ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call",
-              "wgmma_descriptor_adds")
+              "wgmma_descriptor_adds", "drop_repeated_proxy_fences")
 
 
 @pytest.fixture(scope="module")
@@ -347,21 +381,22 @@ def test_both_triton_versions_differ_only_where_explained():
     syncs (two more in the shared function, one fewer per consumer and wait site in the inlined partitions) and the
     descriptors rewritten (none on 3.6, every kernel on 3.9)."""
     for label, v in PASSES.items():
-        (d6, p6, t6, i6, w6), (d9, p9, t9, i9, w9) = v["3.6"], v["3.9"]
-        assert (t6, i6) == (t9, i9) and p9 == 0 and w6 == 0 < w9
+        (d6, p6, t6, i6, w6, f6), (d9, p9, t9, i9, w9, f9) = v["3.6"], v["3.9"]
+        assert (t6, i6) == (t9, i9) and p9 == 0 and w6 == 0 < w9 and f6 == 0
         assert d9 == d6 + 2 if "/sc2" in label else d9 <= d6
+        assert (f9 > 0) == label.startswith(TL)
 
 
 def test_gluon_launches_take_this_tritons_ptx_options(pass_counts):
     """Every offline compile of the Gluon kernels carries ptx_options(): none on 3.6, ptxas's default register
     allocation on 3.9."""
-    assert {r["ptx_options"] for r in pass_counts.values()} == {tc.ptx_options()}
+    assert {r["ptx_options"] for label, r in pass_counts.items() if not label.startswith(TL)} == {tc.ptx_options()}
 
 
 def test_gluon_tma_names_compile_inside_gluon_jit(pass_counts):
     """tma_load (with and without pred=) and tma_reduce_add, called inside the @gluon.jit kernels, become TMA copies
     and the reduce-add in the PTX."""
     for label, r in pass_counts.items():
-        assert r["tma_loads"] > 0, label
+        assert r["tma_loads"] > 0 or label.startswith(TL), label
     assert pass_counts["backward gluon_backward_ws D=64"]["reduce_adds"] > 0
     assert pass_counts["backward gluon_backward_hopper D=64"]["reduce_adds"] == 0

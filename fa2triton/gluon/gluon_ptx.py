@@ -24,14 +24,18 @@ as it is).
   copy, whose `ret` branches back by that index.
 - wgmma_descriptor_adds (DESCRIPTOR_MARK; fa2triton.triton_compat): Triton 3.9 builds each k-step's wgmma descriptor
   from 32-bit words, 3.6 adds to the 64-bit one (fewer uniform moves per wgmma); the pass writes 3.9's form as 3.6's.
-  Planted on 3.9 by the forward and by both backwards at D = 64 only (docs/port-triton39.md, "Why v7 is slower").
+  Planted on 3.9 by the forward and by both backwards at D = 64 only (docs/port-triton39.md, "Why v7 is slower"),
+  and by the Triton backward's kernels (fa2triton.flash_backward_kernels).
+- drop_repeated_proxy_fences (FENCE_MARK; fa2triton.triton_compat): Triton 3.9 fences every wgmma of a tl loop; the
+  pass drops each fence that an earlier one already covers. Planted on 3.9 by the Triton backward's kernels.
 
 Triton 3.6's cache key sees only the kernel's source, 3.9's STAGES_KEY too: a changed rewrite needs a new mark.
 """
 
 import re
 
-from fa2triton.triton_compat import PARTITION_SYNC as _PARTITION_SYNC, install_stages_hook, wgmma_descriptor_adds
+from fa2triton.triton_compat import PARTITION_SYNC as _PARTITION_SYNC, drop_repeated_proxy_fences, install_stages_hook, \
+    wgmma_descriptor_adds
 from fa2triton.gluon.hopper import BarrierId as _BarrierId
 
 UNSYNCED_MARK = "fa2-unsynced-v2"
@@ -43,6 +47,8 @@ INLINE_MARK = "fa2-inline-once"
 INLINE_ASM = f"mov.b32 $0, $1; // {INLINE_MARK}"
 DESCRIPTOR_MARK = "fa2-descriptor-adds-v1"
 DESCRIPTOR_ASM = f"mov.b32 $0, $1; // {DESCRIPTOR_MARK}"
+FENCE_MARK = "fa2-proxy-fences-v1"
+FENCE_ASM = f"mov.b32 $0, $1; // {FENCE_MARK}"
 CONSUMER_CALL = "_ws_consumer_call"   # the kernel's consumer function (gluon_kernel._ws_consumer_call)
 PARTITION_BARRIER_BASE = _BarrierId.PARTITION_BASE   # partition_syncs' ids: this + tid.x / 128
 
@@ -211,11 +217,13 @@ def inline_consumer_call(ptx: str) -> tuple[str, int]:
 
 
 STAGES_KEY = (f"fa2-ptx-passes:{UNSYNCED_MARK},{TIE_MARK},{INLINE_MARK},{CONSUMER_CALL},{PARTITION_BARRIER_BASE},"
-              f"{DESCRIPTOR_MARK}")
+              f"{DESCRIPTOR_MARK},{FENCE_MARK}")
 
 
 def passes(text: str) -> str:
     """The PTX after the passes whose marks it carries (every other kernel's PTX is returned as it is)."""
+    # fences before descriptors: drop_repeated_proxy_fences reads the rewritten descriptors' braced blocks as barriers
+    text = drop_repeated_proxy_fences(text)[0] if FENCE_MARK in text else text
     text = wgmma_descriptor_adds(text)[0] if DESCRIPTOR_MARK in text else text
     text = drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
     text = partition_syncs(text)[0] if CONSUMER_CALL in text else text
