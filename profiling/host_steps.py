@@ -5,7 +5,6 @@
 
 Each step is timed as the harness's host_us (fa2lab.timers.host_us_per_call), `--repeats` times, interleaved; rows
 (median, min, max µs per call) go to results/<gpu>/hostpath/steps.csv. The steps, from the outside in:
-
   sdpa              F.scaled_dot_product_attention, the reference (one C++ op)
   attention, flash_attn_func   fa2triton's API on (B, H, N, D) and (B, N, H, D) views of apply's own inputs
   apply             FlashAttentionTriton.apply: the harness's host_us (no input needing a gradient: LeanApply)
@@ -16,7 +15,6 @@ Each step is timed as the harness's host_us (fa2lab.timers.host_us_per_call), `-
   allocate          fa2triton.lean_path.empty_output(Q) + torch.empty(L): what a recorded launch's repeat allocates
   descriptors       v7's TMA path only: building the four tensor descriptors it needs on every call
   launch            CompiledKernel.run with O and L preallocated: Triton's launcher alone
-
 and, for versions with the Triton backward (v6, v7), each autograd.grad on a kept graph unless said:
   sdpa_backward, sdpa_flash_backward   through SDPA (its default backend; FLASH_ATTENTION)
   backward          through FlashAttentionTriton (what bench --mode bwd times), in its BACKWARD_DQ_MODE;
@@ -24,9 +22,8 @@ and, for versions with the Triton backward (v6, v7), each autograd.grad on a kep
   backward_nop      through a Python autograd.Function saving the same five tensors, launching nothing (the floor)
   backward_direct[_fused]   flash_attention_backward called directly (its key, allocations and launches)
   backward_key, backward_alloc, backward_launch   the fused mode's key and lookup, allocation and launch alone
-  bwd_split         `backward` with time stamps at the Function's backward's entry and exit, written as three steps:
-                    bwd_enter (autograd.grad's call until the backward starts: the engine's hand-off to its device
-                    thread), bwd_body (the backward itself), bwd_leave (its return until autograd.grad's)
+  bwd_split         `backward` cut at the Function's backward's entry and exit, as three steps: bwd_enter (the engine's
+                    hand-off to its device thread), bwd_body (the backward), bwd_leave (the hand-back)
   bwd_*             the default mode's repeat (BackwardLaunch, issue 48) by piece: key, buffers, zero_fill (the fp32
                     dQ fill the Delta launch took over), delta, main, cast (dQ from fp32), repeat (all of it)
 

@@ -141,9 +141,11 @@ def section_backward_steps(gpu, root) -> str:
         by = latest_rows(g, ("step",)).set_index("step")
         t = {s: (float(by.us_median[s]), float(by.us_min[s]), float(by.us_max[s])) for s in by.index}
         own = t["backward"][0] - t["bwd_repeat"][0] if "backward" in t and "bwd_repeat" in t else float("nan")
+        vs_sdpa = t["backward"][0] / t["sdpa_backward"][0] if "backward" in t and "sdpa_backward" in t else float("nan")
         rows.append(((order.get(v, len(order)), v, int(causal), int(N), -len(rows)),
                      [v, int(N), "yes" if causal else "no", str(commit)[:7]]
-                     + [span(*t[s], ".1f") if s in t else "–" for s in BACKWARD_STEP_COLUMNS] + [fmt(own, "+.1f")]))
+                     + [span(*t[s], ".1f") if s in t else "–" for s in BACKWARD_STEP_COLUMNS]
+                     + [fmt(vs_sdpa, ".2f"), fmt(own, "+.1f")]))
     rows.sort(key=lambda r: r[0])
     return "\n".join([
         title,
@@ -154,11 +156,13 @@ def section_backward_steps(gpu, root) -> str:
         "thread, our backward, the hand-back); the other bwd_ steps are the pieces of its repeat (fa2triton.flash_backward_triton.BackwardLaunch) in the "
         "default dq mode, each alone: bwd_key the key and lookup, bwd_buffers the allocations, bwd_zero_fill the "
         "fp32 dQ accumulator's fill (no longer in the path from issue 48 on: the Delta launch zeroes it), "
-        "bwd_delta and bwd_main the launches, bwd_cast dQ's cast from fp32, bwd_repeat the whole repeat. The last "
-        "column is backward − bwd_repeat: autograd's and the Function's share while the call is host-bound (once the "
+        "bwd_delta and bwd_main the launches, bwd_cast dQ's cast from fp32, bwd_repeat the whole repeat. "
+        "backward ÷ sdpa_backward compares the two in one process (the host's speed differs from process to "
+        "process). The last column is backward − bwd_repeat: autograd's and the Function's share while the call is host-bound (once the "
         "GPU's time sets `backward`, at the larger N, it is not). Rows of earlier commits without "
         "pieces are the whole backward before the pieces' changes. Source: " + f"`{rel(path)}`.", "",
-        md_table(["version", "N", "causal", "commit", *BACKWARD_STEP_COLUMNS, "autograd's own (backward − bwd_repeat)"],
+        md_table(["version", "N", "causal", "commit", *BACKWARD_STEP_COLUMNS, "backward ÷ sdpa_backward",
+                  "autograd's own (backward − bwd_repeat)"],
                  [r[1] for r in rows])])
 
 

@@ -14,9 +14,10 @@ from report import no_regression as ct
 from report.tables import NOT_YET, fmt, md_table, rel
 
 CSV = "port_triton39.csv"
-BEFORE, PORT, T39 = "bp36", "t36", "t39"
+BEFORE, PORT, T39, T39P = "bp36", "t36", "t39", "t39p"
 COMPARISONS = ((BEFORE, PORT, "the port on Triton 3.6: pointer arithmetic ÷ block pointers"),
-               (PORT, T39, "Triton 3.9 ÷ Triton 3.6, the same checkout"))
+               (PORT, T39, "Triton 3.9 ÷ Triton 3.6, the same checkout"),
+               (T39P, T39, "Triton 3.9: the Triton backward's PTX passes ÷ the commit before them"))
 TASK = ("python scripts/compare_trees.py --csv port_triton39.csv --kernel all --tree bp36=<block-pointer checkout> "
         "--tree t36=. --tree t39=. --env t39:PYTHONPATH=<Triton 3.9>")
 PAGE = "[its page](docs/report/compare_trees.md#the-triton-39-port)"
@@ -59,10 +60,12 @@ def section_port(gpu, root) -> str:
     df = _load(gpu, root)
     if df is None:
         return f"{NOT_YET}: `{TASK}` writes `{rel(path_of(gpu, root))}`."
-    parts = [f"Three trees, one fresh process per tree and round, the order rotating each round, each timing its own "
+    parts = [f"Three or four trees, one fresh process per tree and round, the order rotating each round, each timing its own "
              f"versions and cuDNN on the same inputs (B = 4, H = 8, bf16) by do_bench (L2 flushed) and by CUDA-graph "
              f"replay: `{BEFORE}` the block-pointer kernels on Triton {_tritons(df, BEFORE)}, `{PORT}` the pointer "
-             f"port on Triton {_tritons(df, PORT)}, `{T39}` the same checkout on Triton {_tritons(df, T39)}. µs: each "
+             f"port on Triton {_tritons(df, PORT)}, `{T39}` the same checkout on Triton {_tritons(df, T39)} (and, "
+             f"in the rounds that time it, `{T39P}`: the commit before the Triton backward's fence and descriptor "
+             f"passes, on Triton 3.9). µs: each "
              f"tree's median over its rounds, by graph replay (the backward: its kernels' own GPU time where the "
              f"rows have it, else do_bench); ratios: the median (min–max) of the per-round ratios over the complete "
              f"rounds. Verdict: within {100 * ct.LEVEL:.0f}% by graph replay (the backward: kernel time) and by % of "

@@ -83,7 +83,7 @@ def test_the_page_shows_the_backward_pieces_per_commit_apart_from_the_forward_ta
                                                                "bwd_buffers": 5.0, "bwd_repeat": 40.0}))
     text = hostpath.section_backward_steps(GPU, tmp_path)
     assert "| v7_hopper | 1024 | no | bbbbbbb | 31.0 (30.0–32.0) | 60.0 (59.0–61.0) | – | – | – | – | – | 5.0 (4.0–6.0) |" in text
-    assert "| 40.0 (39.0–41.0) | +20.0 |" in text
+    assert "| 40.0 (39.0–41.0) | 1.94 | +20.0 |" in text   # backward ÷ sdpa_backward: 60 / 31
     before = "| v7_hopper | 1024 | no | aaaaaaa | 30.0 (29.0–31.0) | 90.0 (89.0–91.0) | – |"   # the whole backward
     assert before in text and text.index("| bbbbbbb |") < text.index(before)
     assert "bwd_buffers" not in hostpath.section_host_steps(GPU, tmp_path)

@@ -1,6 +1,6 @@
-"""The PTX passes of v7's Hopper Gluon forward, run by a stage Triton's pipeline calls between its PTX and ptxas
-(knobs.runtime.add_stages_inspection_hook), on kernels whose PTX carries their marks (every other kernel's PTX is left
-as it is).
+"""The PTX passes of v7's Hopper kernels (Gluon, and on 3.9 the Triton backward), run by a stage Triton calls between
+its PTX and ptxas (knobs.runtime.add_stages_inspection_hook), on kernels whose PTX carries their marks (every other
+kernel's PTX is left as it is).
 
 - drop_marked_syncs (UNSYNCED_MARK): Triton 3.6's shared-memory analysis puts a bar.sync of the consumer's 4 warps
   before each elected mbarrier arrive and before the next shared-memory access after one, and Gluon 3.6 has no arrive
@@ -22,13 +22,10 @@ as it is).
   function (warning C7510, "wgmma pipeline crossing function boundary"), so inline_consumer_call inlines the function
   once: each call sequence becomes moves of its arguments into registers, its return index and a branch into the one
   copy, whose `ret` branches back by that index.
-- wgmma_descriptor_adds (DESCRIPTOR_MARK; fa2triton.triton_compat): Triton 3.9 builds each k-step's wgmma descriptor
-  from 32-bit words, 3.6 adds to the 64-bit one (fewer uniform moves per wgmma); the pass writes 3.9's form as 3.6's.
-  Planted on 3.9 by the forward and by both backwards at D = 64 only (docs/port-triton39.md, "Why v7 is slower"),
-  and by the Triton backward's kernels (fa2triton.flash_backward_kernels).
-- drop_repeated_proxy_fences (FENCE_MARK; fa2triton.triton_compat): Triton 3.9 fences every wgmma of a tl loop; the
-  pass drops each fence that an earlier one already covers. Planted on 3.9 by the Triton backward's kernels.
-
+- wgmma_descriptor_adds (DESCRIPTOR_MARK) and drop_repeated_proxy_fences (FENCE_MARK), both in fa2triton.triton_compat:
+  Triton 3.9 builds each k-step's wgmma descriptor from 32-bit words (3.6 adds to the 64-bit one) and fences every
+  wgmma of a tl loop; the passes write 3.6's form and drop the fences an earlier one covers. Planted on 3.9 only: the
+  descriptors by v7's Gluon kernels (the backwards at D = 64) and both by the Triton backward (docs/port-triton39.md).
 Triton 3.6's cache key sees only the kernel's source, 3.9's STAGES_KEY too: a changed rewrite needs a new mark.
 """
 
