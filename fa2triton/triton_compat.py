@@ -251,8 +251,8 @@ def wgmma_descriptor_adds(ptx: str) -> tuple[str, int]:
 
 def adds_loop_proxy_fences() -> bool:
     """Whether Triton puts a `fence.proxy.async` before every wgmma of a tl kernel's loop rather than once after
-    the loop's cp.async wait (3.9 does, 3.6 does not): where it does, the Triton backward's dQ and fused kernels
-    plant gluon_ptx.FENCE_MARK for drop_repeated_proxy_fences (elsewhere nothing, so their PTX is as before)."""
+    the loop's cp.async wait (3.9 does, 3.6 does not): where it does, the Triton backward's wgmma kernels (dK/dV, dQ,
+    fused) plant gluon_ptx.FENCE_MARK for drop_repeated_proxy_fences (elsewhere nothing, so their PTX is as before)."""
     return triton_version() >= (3, 9)
 
 

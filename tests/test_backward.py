@@ -511,14 +511,13 @@ def test_the_recorded_repeat_gives_the_checked_paths_gradients_bitwise(dq_mode, 
 
 @pytest.mark.parametrize("dq_mode", ["atomic", "separate"])
 def test_a_repeat_keeps_its_scratch_per_thread_and_below_the_cap(monkeypatch, dq_mode):
-    """The accumulator and Delta are kept across repeats (the same memory again), apart per thread, and not kept
-    above SCRATCH_KEPT_BYTES; the gradients stay new on every call, and a repeat on other inputs of the same
-    shapes gives that input's checked gradients bitwise (nothing of the last call's scratch leaks in)."""
+    """The accumulator and Delta are kept across repeats (the same memory again), apart per thread (and on the GPU
+    per stream), and not kept above SCRATCH_KEPT_BYTES; the gradients stay new on every call, and a repeat on other
+    inputs of the same shapes gives that input's checked gradients (bitwise, but for atomic dQ's order of additions on
+    the GPU): nothing of the last call's scratch leaks in."""
     import threading
 
-    if ON_GPU:
-        pytest.skip("the interpreter's repeat (Interpreted); on the GPU the CPU stream key differs")
-    first, second = make_inputs(2, 24, 40, 16, BF16, True), make_inputs(2, 24, 40, 16, BF16, True, seed=7)
+    first, second = make_inputs(2, 64, 80, 32, BF16, True), make_inputs(2, 64, 80, 32, BF16, True, seed=7)
     *_, launch = fb._checked_backward(*first, True, None, dq_mode, False, True)
     scratch = lambda: launch.buffers(first[0], first[1])[3:]   # noqa: E731
     kept = lambda: [t.data_ptr() for t in scratch()[dq_mode == "separate":]]   # noqa: E731 (separate: acc is dQ)
@@ -532,10 +531,14 @@ def test_a_repeat_keeps_its_scratch_per_thread_and_below_the_cap(monkeypatch, dq
     t.start()
     t.join()
     assert other[0] != before and len(launch.scratch) == 2
+    if ON_GPU:
+        with torch.cuda.stream(torch.cuda.Stream()):
+            assert kept() != before and len(launch.scratch) == 3
     for inputs in (second, first, second):
         want = fb._checked_backward(*inputs, True, None, dq_mode, False, True)[:3]
-        for a, b in zip(want, launch(*inputs)):
-            assert torch.equal(a, b), dq_mode
+        for name, a, b in zip("QKV", want, launch(*inputs)):
+            exact = not ON_GPU or (dq_mode, name) != ("atomic", "Q")
+            assert torch.equal(a, b) if exact else relative_error(a.float(), b.float()) < 1e-2, (dq_mode, name)
     monkeypatch.setattr(fb, "SCRATCH_KEPT_BYTES", 0)
     launch.scratch.clear()
     scratch()
