@@ -1,4 +1,4 @@
-"""Where a forward call's host time goes (issues 8, 47): each step of the lean host path timed alone.
+"""Where a call's host time goes (issues 8, 47, 48): each step of the lean host path, forward and backward, timed alone.
 
     python profiling/host_steps.py                            # v5_final, v6, v7 at N = 512, both masks
     python profiling/host_steps.py --kernel v7_hopper --N 512 4096 --steps sdpa,apply,attention,flash_attn_func
