@@ -60,7 +60,8 @@ def test_peer_goal_prefers_the_interleaved_rounds(root):
 
 def bwd_runs(pct: dict, D=64, commit="abcdef1", protocol="20261202T000000-aaaaaa", status="ok", day="02"):
     """The backward harness's rows of one protocol: pct[(N, causal)] -> the per-run % of cuDNN (the peer's 20 points
-    lower, the forward + backward step's 5 points higher)."""
+    lower, the forward + backward step's 5 points higher; v7's host µs per backward 100, cuDNN's the run's % of
+    cuDNN)."""
     rows = []
     for (N, c), f in pct.items():
         for r in range(1, 4):
@@ -68,7 +69,7 @@ def bwd_runs(pct: dict, D=64, commit="abcdef1", protocol="20261202T000000-aaaaaa
                          "N": N, "D": D, "causal": c, "bwd_ms": 1.0, "fwd_bwd_ms": 1.5, "sdpa_bwd_ms": 1.0,
                          "sdpa_fwd_bwd_ms": 1.5, "bwd_pct_of_sdpa": f(r),
                          "fwd_bwd_pct_of_sdpa": f(r) + 5, "bwd_pct_of_fa4": f(r) - 20, "fwd_bwd_pct_of_fa4": f(r) - 15,
-                         "fa4_status": status, "git_commit": commit})
+                         "fa4_status": status, "git_commit": commit, "bwd_host_us": 100.0, "sdpa_bwd_host_us": f(r)})
     return rows
 
 
@@ -80,16 +81,19 @@ def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
     _write(root / GPU / "bench_bwd" / "v7_hopper.csv", old + d64 + d128)
     rows, pooling = summary.backward_goal(GPU, root)
     by = {(r[0], r[1], r[2]): r for r in rows}
-    assert sorted(by) == [(2048, 64, "no"), (4096, 64, "no"), (4096, 64, "yes"), (4096, 128, "yes")]   # N >= 2048
-    assert by[(2048, 64, "no")][3:8] == [3, "102.5% (101.5–103.5%)", "ahead", "82.5% (81.5–83.5%)", "behind"]
-    assert by[(4096, 64, "no")][4:6] == ["92.0% (91.0–93.0%)", "behind"]          # not the older protocol's 50%
+    assert sorted(by) == [(1024, 64, "no"), (2048, 64, "no"), (4096, 64, "no"), (4096, 64, "yes"),
+                          (4096, 128, "yes")]
+    assert by[(2048, 64, "no")][3:10] == [3, "102.5% (101.5–103.5%)", "ahead", "102.5% (101.5–103.5%)", "ahead",
+                                          "82.5% (81.5–83.5%)", "behind"]
+    assert by[(1024, 64, "no")][6:8] == ["200.0% (200.0–200.0%)", "ahead"]      # the host: cuDNN's µs ÷ ours
+    assert by[(4096, 64, "no")][4:8] == ["92.0% (91.0–93.0%)", "behind", "–", "–"]   # not the older 50%; no host
     assert by[(4096, 64, "yes")][4:6] == ["100.5% (99.5–101.5%)", "level"]
-    assert by[(4096, 64, "yes")][8:] == ["105.5% (104.5–106.5%)", "85.5% (84.5–86.5%)", "`abcdef1`"]
-    assert by[(4096, 128, "yes")][6:8] == ["–", "–"] and by[(4096, 128, "yes")][-1] == "`fedcba9`"   # no peer there
+    assert by[(4096, 64, "yes")][10:] == ["105.5% (104.5–106.5%)", "85.5% (84.5–86.5%)", "`abcdef1`"]
+    assert by[(4096, 128, "yes")][8:10] == ["–", "–"] and by[(4096, 128, "yes")][-1] == "`fedcba9`"   # no peer there
     assert "latest protocol of at least 3 runs" in pooling
     s = summary_part(root)
-    assert "### v7's backward against cuDNN and flash-attn-4, N ≥ 2048" in s
-    assert "| 4096 | 64 | yes | 3 | 100.5% (99.5–101.5%) | level |" in s
+    assert "### v7's backward against cuDNN and flash-attn-4" in s
+    assert "| 4096 | 64 | yes | 3 | 100.5% (99.5–101.5%) | level | – | – |" in s
     assert "abcdef1" not in "\n".join(line for line in s.split("\n") if not line.startswith("|"))
 
 
