@@ -30,7 +30,7 @@ from report.hostpath import section_api_host, section_backward_steps, section_ho
 from report.ledger import ledger, section_ledger
 from report.profile import section_inspect, section_matmul_ncu, section_ncu, section_ncu_source
 from report.rounds import section_rounds, section_versions
-from report.summary import section_summary
+from report.summary import section_backward_goals, section_summary
 from report.sweep_tables import SWEEPS, SMALL_N_NOTE, section_budget, section_one_sweep
 from report.tables import NOT_YET, REPO, ada, bench_summary
 from report.tuning import section_autotune_bias, section_compile_cost
@@ -138,7 +138,7 @@ PAGES: list[Page] = [
     Page("tl-pick", "v7's tl autotuner across processes", "what v7's tl autotuner and race pick, process by process",
          (gpu_part(section_tl_pick),)),
     Page("backward", "The backward", "every dQ mode and shape against cuDNN and FLASH_ATTENTION",
-         (gpu_part(section_backward),)),
+         (gpu_part(section_backward), gpu_part(section_backward_goals))),
     Page("bwd-modes", "The backward's dQ modes", "the dQ modes timed apart: GPU, host and do_bench",
          (gpu_part(section_bwd_modes),)),
     Page("bwd-gluon-ws", "The warp-specialized Gluon backward", "the Hopper backward's round 3 against v7's previous "

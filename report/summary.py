@@ -298,8 +298,8 @@ BWD_GOAL_MIN_N = 512          # issue 48's backward goals: N = 512-2048 (with th
 BWD_HOST_GOAL_MAX_N = 2048    # above it the GPU's queue sets host_us_per_call, not the host
 
 
-def backward_goal(gpu, root, version: str = "v7_hopper") -> tuple[list[list], str] | None:
-    """v7's backward against cuDNN and the peer at N >= BWD_GOAL_MIN_N, D = 64 and 128, both masks, from the
+def backward_goal(gpu, root, version: str = "v7_hopper", min_n: int = PEER_GOAL_MIN_N) -> tuple[list[list], str] | None:
+    """v7's backward against cuDNN and the peer at N >= min_n, D = 64 and 128, both masks, from the
     backward harness's rows of its default dQ mode: per head dimension its latest protocol of at least
     MIN_PROTOCOL_RUNS runs (each run a process that times v7, cuDNN and the peer on the same inputs); per shape the
     median (min–max) of each run's backward-only % of cuDNN, of its host speed as a % of cuDNN's (cuDNN's host µs per
@@ -312,7 +312,7 @@ def backward_goal(gpu, root, version: str = "v7_hopper") -> tuple[list[list], st
     df = numeric(df.assign(D=df["D"] if "D" in df else shapes.HEAD_DIM), path,
                  ["N", "D", "causal", *BWD_GOAL_COLUMNS[3:], *(c for c in (*BWD_GOAL_PEER, *BWD_GOAL_HOST) if c in df)])
     df = df.assign(D=df.D.fillna(shapes.HEAD_DIM))   # rows from before the D column: the harness's
-    df = df[(df.N >= BWD_GOAL_MIN_N) & df.D.isin(PEER_GOAL_D)]
+    df = df[(df.N >= min_n) & df.D.isin(PEER_GOAL_D)]
     if "dq_mode" in df:   # the default backward, not a --dq-mode experiment
         df = df[df.dq_mode.astype(str) == DEFAULT_DQ_MODE]
     if set(BWD_GOAL_HOST) <= set(df.columns):
@@ -338,13 +338,14 @@ def backward_goal(gpu, root, version: str = "v7_hopper") -> tuple[list[list], st
     return rows, pooling
 
 
-def section_backward_goal(gpu, root) -> str:
-    found = backward_goal(gpu, root)
+def section_backward_goal(gpu, root, min_n: int = PEER_GOAL_MIN_N) -> str:
+    """REPORT.md's table from N = 2048 (min_n); the backward page's from BWD_GOAL_MIN_N (section_backward_goals)."""
+    found = backward_goal(gpu, root, min_n=min_n)
     if found is None:
         return ""
     rows, pooling = found
     return "\n".join([
-        f"### v7's backward against cuDNN and {PEER}",
+        f"### v7's backward against cuDNN and {PEER}, N ≥ {min_n}",
         f"Each run's own ratio cuDNN ms ÷ v7 ms and {PEER} ms ÷ v7 ms, backward alone (autograd on a kept graph) and "
         f"the forward + backward step, and up to N = {BWD_HOST_GOAL_MAX_N} the host's speed (cuDNN's host µs per "
         f"backward ÷ v7's, the GPU's queue never drained), pooled over {pooling}: the median (min–max) over the "
@@ -353,6 +354,11 @@ def section_backward_goal(gpu, root) -> str:
         f"{BWD_HOST_GOAL_MAX_N}, at least cuDNN's speed from N = {PEER_GOAL_MIN_N} (moonshot: the peer's).", "",
         md_table(["N", "D", "causal", "runs", "bwd % of cuDNN", "verdict", "host % of cuDNN's", "verdict",
                   f"bwd % of {PEER}", "verdict", "fwd+bwd % of cuDNN", f"fwd+bwd % of {PEER}", "commit"], rows)])
+
+
+def section_backward_goals(gpu, root) -> str:
+    """The backward page's table: issue 48's backward goals at every N from BWD_GOAL_MIN_N."""
+    return section_backward_goal(gpu, root, BWD_GOAL_MIN_N)
 
 
 def section_summary(gpu, root, claims) -> str:

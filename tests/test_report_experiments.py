@@ -79,7 +79,8 @@ def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
                     (4096, 1): lambda r: 98.5 + r})
     d128 = bwd_runs({(4096, 1): lambda r: 80.0 + r}, D=128, commit="fedcba9", status="not installed")
     _write(root / GPU / "bench_bwd" / "v7_hopper.csv", old + d64 + d128)
-    rows, pooling = summary.backward_goal(GPU, root)
+    assert [r[0] for r in summary.backward_goal(GPU, root)[0]] == [2048, 4096, 4096, 4096]   # REPORT.md's: N >= 2048
+    rows, pooling = summary.backward_goal(GPU, root, min_n=summary.BWD_GOAL_MIN_N)   # the backward page's
     by = {(r[0], r[1], r[2]): r for r in rows}
     assert sorted(by) == [(1024, 64, "no"), (2048, 64, "no"), (4096, 64, "no"), (4096, 64, "yes"),
                           (4096, 128, "yes")]
@@ -92,8 +93,9 @@ def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
     assert by[(4096, 128, "yes")][8:10] == ["–", "–"] and by[(4096, 128, "yes")][-1] == "`fedcba9`"   # no peer there
     assert "latest protocol of at least 3 runs" in pooling
     s = summary_part(root)
-    assert "### v7's backward against cuDNN and flash-attn-4" in s
+    assert "### v7's backward against cuDNN and flash-attn-4, N ≥ 2048" in s and "| 1024 | 64 |" not in s
     assert "| 4096 | 64 | yes | 3 | 100.5% (99.5–101.5%) | level | – | – |" in s
+    assert "| 1024 | 64 | no | 3 |" in summary.section_backward_goals(GPU, root)
     assert "abcdef1" not in "\n".join(line for line in s.split("\n") if not line.startswith("|"))
 
 
