@@ -147,8 +147,8 @@ class BackwardLaunch:
         kept = self.scratch.get(key)
         if kept is None:
             kept = scratch_buffers(Q, atomic)
-            if kept[1].numel() * 4 + (kept[0].numel() * 4 if atomic else 0) <= SCRATCH_KEPT_BYTES \
-                    and not (Q.is_cuda and torch.cuda.is_current_stream_capturing()):
+            if kept[1].untyped_storage().nbytes() <= SCRATCH_KEPT_BYTES \
+                    and not (Q.is_cuda and torch.cuda.is_current_stream_capturing()):   # Delta's block holds both
                 self.scratch[key] = kept
         return dQ, dK, dV, kept[0] if atomic else dQ, kept[1]
 

@@ -213,10 +213,8 @@ class LeanApply:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        if torch.is_grad_enabled():
-            for a in args:   # a loop: no generator built on every call
-                if getattr(a, "requires_grad", False):
-                    return super().apply(*args, **kwargs)
+        if _gradient_wanted(args):
+            return super().apply(*args, **kwargs)
         return cls.forward(NoGradContext(), *args, **kwargs)
 
     @classmethod
@@ -225,11 +223,18 @@ class LeanApply:
         a repeat (HeadsContext); None where one can (the caller then merges B and H and calls apply). `check(q, k,
         v)` raises on a bad 4-D layout; it runs on a signature's first call only. fa2triton.api's path: views and
         checks on every call cost the host more than apply's whole repeat (docs/report/host-path.md)."""
-        if torch.is_grad_enabled():
-            for a in (q, k, v):
-                if getattr(a, "requires_grad", False):
-                    return None
+        if _gradient_wanted((q, k, v)):
+            return None
         return cls.forward(HeadsContext(check), q, k, v, *args)
+
+
+def _gradient_wanted(args) -> bool:
+    """Whether autograd would record a graph: grad mode on and an argument a tensor that requires a gradient."""
+    if torch.is_grad_enabled():
+        for a in args:   # a loop: no generator built on every call
+            if getattr(a, "requires_grad", False):
+                return True
+    return False
 
 
 _KEEP_L, _NO_L = {}, {"need_l": False}   # a forward repeat's keyword arguments: fresh L, or the scratch

@@ -423,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("compile", help="compile the kernels under the installed Triton (no GPU)")
     c.add_argument("--work", type=Path, required=True, help="folder for the PTX and cubins (not committed)")
-    c.add_argument("--kernels", default="ran", help="'ran' (what the H200 timed), 'slower' (the shapes still slower on 3.9), 'all', or names, comma-separated")
+    c.add_argument("--kernels", default="ran", help="'ran' (what the H200 timed), 'slower' (the shapes still slower "
+                   "on 3.9), 'all', or names, comma-separated")
     c.add_argument("--before", action="store_true", help="without ptx_options and wgmma_descriptor_adds")
     a = sub.add_parser("assemble", help="every PTX under --work through every --ptxas; writes summary.json")
     a.add_argument("--work", type=Path, required=True)

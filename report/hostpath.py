@@ -153,14 +153,15 @@ def section_backward_steps(gpu, root) -> str:
         "backward: autograd.grad through FlashAttentionTriton (all three gradients wanted), sdpa_backward: through "
         "SDPA; backward_nop: through a Function that launches nothing (autograd's floor); bwd_enter, bwd_body, "
         "bwd_leave: `backward` cut where the Function's backward starts and ends (the engine's hand-off to its device "
-        "thread, our backward, the hand-back); the other bwd_ steps are the pieces of its repeat (fa2triton.flash_backward_triton.BackwardLaunch) in the "
-        "default dq mode, each alone: bwd_key the key and lookup, bwd_buffers the allocations, bwd_zero_fill the "
-        "fp32 dQ accumulator's fill (no longer in the path from issue 48 on: the Delta launch zeroes it), "
-        "bwd_delta and bwd_main the launches, bwd_cast dQ's cast from fp32, bwd_repeat the whole repeat. "
-        "backward ÷ sdpa_backward compares the two in one process (the host's speed differs from process to "
-        "process). The last column is backward − bwd_repeat: autograd's and the Function's share while the call is host-bound (once the "
-        "GPU's time sets `backward`, at the larger N, it is not). Rows of earlier commits without "
-        "pieces are the whole backward before the pieces' changes. Source: " + f"`{rel(path)}`.", "",
+        "thread, our backward, the hand-back); the other bwd_ steps are the pieces of its repeat "
+        "(fa2triton.flash_backward_triton.BackwardLaunch) in the default dq mode, each alone: bwd_key the key and "
+        "lookup, bwd_buffers the allocations, bwd_zero_fill the fp32 dQ accumulator's fill (no longer in the path "
+        "from issue 48 on: the Delta launch zeroes it), bwd_delta and bwd_main the launches, bwd_cast dQ's cast from "
+        "fp32, bwd_repeat the whole repeat. backward ÷ sdpa_backward compares the two in one process (the host's "
+        "speed differs from process to process). The last column is backward − bwd_repeat: autograd's and the "
+        "Function's share while the call is host-bound (once the GPU's time sets `backward`, at the larger N, it is "
+        "not). Rows of earlier commits without pieces are the whole backward before the pieces' changes. Source: "
+        + f"`{rel(path)}`.", "",
         md_table(["version", "N", "causal", "commit", *BACKWARD_STEP_COLUMNS, "backward ÷ sdpa_backward",
                   "autograd's own (backward − bwd_repeat)"],
                  [r[1] for r in rows])])

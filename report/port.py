@@ -60,19 +60,19 @@ def section_port(gpu, root) -> str:
     df = _load(gpu, root)
     if df is None:
         return f"{NOT_YET}: `{TASK}` writes `{rel(path_of(gpu, root))}`."
-    parts = [f"Three or four trees, one fresh process per tree and round, the order rotating each round, each timing its own "
-             f"versions and cuDNN on the same inputs (B = 4, H = 8, bf16) by do_bench (L2 flushed) and by CUDA-graph "
-             f"replay: `{BEFORE}` the block-pointer kernels on Triton {_tritons(df, BEFORE)}, `{PORT}` the pointer "
-             f"port on Triton {_tritons(df, PORT)}, `{T39}` the same checkout on Triton {_tritons(df, T39)} (and, "
-             f"in the rounds that time it, `{T39P}`: the commit before the Triton backward's fence and descriptor "
-             f"passes, on Triton 3.9). µs: each "
-             f"tree's median over its rounds, by graph replay (the backward: its kernels' own GPU time where the "
-             f"rows have it, else do_bench); ratios: the median (min–max) of the per-round ratios over the complete "
-             f"rounds. Verdict: within {100 * ct.LEVEL:.0f}% by graph replay (the backward: kernel time) and by % of "
-             f"cuDNN, else what each says (a spread that holds 1 is level). Backward rows time the backward alone, by "
-             f"do_bench and by torch.profiler's kernel durations. At small N, do_bench times the host path of the "
-             f"versions that launch through Triton's JIT (v0–v4), and what it reads there changes from process to "
-             f"process: graph replay is the kernels' time. Source: `{rel(path_of(gpu, root))}`."]
+    parts = [f"Three or four trees, one fresh process per tree and round, the order rotating each round, each timing "
+             f"its own versions and cuDNN on the same inputs (B = 4, H = 8, bf16) by do_bench (L2 flushed) and by "
+             f"CUDA-graph replay: `{BEFORE}` the block-pointer kernels on Triton {_tritons(df, BEFORE)}, `{PORT}` the "
+             f"pointer port on Triton {_tritons(df, PORT)}, `{T39}` the same checkout on Triton {_tritons(df, T39)} "
+             f"(and, in the rounds that time it, `{T39P}`: the commit before the Triton backward's fence and "
+             f"descriptor passes, on Triton 3.9). µs: each tree's median over its rounds, by graph replay (the "
+             f"backward: its kernels' own GPU time where the rows have it, else do_bench); ratios: the median "
+             f"(min–max) of the per-round ratios over the complete rounds. Verdict: within {100 * ct.LEVEL:.0f}% by "
+             f"graph replay (the backward: kernel time) and by % of cuDNN, else what each says (a spread that holds 1 "
+             f"is level). Backward rows time the backward alone, by do_bench and by torch.profiler's kernel "
+             f"durations. At small N, do_bench times the host path of the versions that launch through Triton's JIT "
+             f"(v0–v4), and what it reads there changes from process to process: graph replay is the kernels' time. "
+             f"Source: `{rel(path_of(gpu, root))}`."]
     for a, b, title in COMPARISONS:
         if not {a, b} <= set(df.tree):
             parts += ["", f"### {title}", "", f"{NOT_YET} (no `{a}` or no `{b}` rows)."]

@@ -31,8 +31,8 @@ Triton 3.6's cache key sees only the kernel's source, 3.9's STAGES_KEY too: a ch
 
 import re
 
-from fa2triton.triton_compat import PARTITION_SYNC as _PARTITION_SYNC, drop_repeated_proxy_fences, install_stages_hook, \
-    wgmma_descriptor_adds
+from fa2triton.triton_compat import PARTITION_SYNC as _PARTITION_SYNC
+from fa2triton.triton_compat import drop_repeated_proxy_fences, install_stages_hook, wgmma_descriptor_adds
 from fa2triton.gluon.hopper import BarrierId as _BarrierId
 
 UNSYNCED_MARK = "fa2-unsynced-v2"
