@@ -76,6 +76,18 @@ def child_switches() -> str:
     return kernel_switches()
 
 
+def child_ptxas() -> str:
+    """The CUDA release of the ptxas this child's Triton compiles this GPU's kernels with ("" in a tree whose
+    triton_compat cannot say): a tree may point Triton at another ptxas (TRITON_PTXAS_BLACKWELL_PATH)."""
+    import torch
+    try:
+        from fa2triton.triton_compat import get_ptxas
+    except ImportError:
+        return ""
+    major, minor = torch.cuda.get_device_capability()
+    return get_ptxas(10 * major + minor).version
+
+
 def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], mode: str, sdpa_graphs: bool) -> None:
     """Time each version of `tree` and SDPA at each (N, D, causal); print one JSON line per version and shape."""
     sys.path.insert(0, str(tree))
@@ -115,7 +127,7 @@ def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], m
             row = dict(version=name, mode=mode, N=N, D=D, causal=int(causal), B=B, H=H, max_abs_err_vs_sdpa=err,
                        path=(last() if last else "") or "", config=(FA.last_config() if last else "") or "",
                        choice=getattr(FA, "LAST_CHOICE", None) or "", switches=child_switches(),
-                       child_torch=torch.__version__, child_triton=triton.__version__)
+                       child_torch=torch.__version__, child_triton=triton.__version__, child_ptxas=child_ptxas())
             row["ms"], row["graph_ms"] = _timed(ours, mode == "fwd")   # autograd's backward is not captured
             row["sdpa_ms"], row["sdpa_graph_ms"] = _timed(sdpa, sdpa_graphs and mode == "fwd")
             if mode == "bwd":

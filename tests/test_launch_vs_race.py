@@ -175,3 +175,16 @@ def test_a_run_cut_before_the_race_s_first_process_has_no_complete_round(root): 
     _write(path, [dict(r, tree="after") for r in table_race_rows()])
     with pytest.raises(data.ResultsError, match="launch_table.csv: no rows of the trees 'race' or 'table'"):
         nr.section_launch_table(GPU, root)
+
+
+def test_the_child_records_the_ptxas_its_triton_compiles_this_gpu_with(monkeypatch):
+    """Rows carry child_ptxas: the CUDA release of the ptxas for the GPU's own arch (sm_90 on an H200), which a tree's
+    environment may point elsewhere."""
+    import torch
+
+    from fa2triton.triton_compat import get_ptxas
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert script().child_ptxas() == get_ptxas(90).version
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (10, 0))
+    assert script().child_ptxas() == get_ptxas(100).version
