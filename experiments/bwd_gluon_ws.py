@@ -25,7 +25,7 @@ def bwd_gluon_ws(args, save):
     zeroed fp32 dQ, the kernel, dQ's cast), each checked against float64; then, in interleaved rounds, each by
     CUDA-graph replay (the kernels alone) and by do_bench (with the host's launches), and cuDNN's by do_bench
     (autograd's call is not captured). Ratios are each round's own: v7's graph time over each one's, cuDNN's
-    do_bench time over each one's."""
+    do_bench time over each one's, and the shipped Gluon kernel's graph time over each one's."""
     from fa2triton.reference import backward_from_lse, relative_error
     from fa2lab.timers import bench_graph_ms, bench_ms
     from fa2triton import flash_backward_triton as bk
@@ -40,8 +40,16 @@ def bwd_gluon_ws(args, save):
 
                 launches, err = {}, {}
                 # (the Gluon kernel's rows keep the label they had when its ring's slots were an option)
-                for who, dq_mode, dkdv in (("v7", "auto", "auto"), (f"gluon-ws/s{ws.SLOTS}", "atomic", "gluon")):
-                    *grads, launch = bk._checked_backward(Qd, Kd, Vd, O, L, dO, causal, None, dq_mode, False, dkdv=dkdv)
+                # and with the synced slot release and dS wait: gluon_backward_ws.UNSYNCED off while it is built
+                for who, dq_mode, dkdv, unsynced in (("v7", "auto", "auto", ws.UNSYNCED),
+                                                     (f"gluon-ws/s{ws.SLOTS}", "atomic", "gluon", ws.UNSYNCED),
+                                                     (f"gluon-ws/s{ws.SLOTS}/synced", "atomic", "gluon", False)):
+                    shipped, ws.UNSYNCED = ws.UNSYNCED, unsynced
+                    try:
+                        *grads, launch = bk._checked_backward(Qd, Kd, Vd, O, L, dO, causal, None, dq_mode, False,
+                                                              dkdv=dkdv)
+                    finally:
+                        ws.UNSYNCED = shipped
                     err[who] = max(relative_error(g, r) for g, r in zip(grads, ref))
                     launches[who] = (lambda la=launch: la(Qd, Kd, Vd, O, L, dO))
                 launches["cudnn"] = cudnn
@@ -57,6 +65,7 @@ def bwd_gluon_ws(args, save):
                     g_med, g_lo, g_hi = spread(graph[w])
                     d_med, d_lo, d_hi = spread(dob[w])
                     gr = spread([a / b for a, b in zip(graph["v7"], graph[w])])
+                    sr = spread([a / b for a, b in zip(graph[f"gluon-ws/s{ws.SLOTS}"], graph[w])])
                     dr = spread([a / b for a, b in zip(dob["cudnn"], dob[w])])
                     rows.append({"who": w, "N": N, "D": D, "causal": int(causal), "rounds": args.rounds,
                                  "max_rel_err_vs_fp64": err.get(w, float("nan")),
@@ -64,7 +73,8 @@ def bwd_gluon_ws(args, save):
                                  "graph_tflops": shapes.tflops(flop, g_med / 1e3),
                                  "dobench_us": d_med, "dobench_us_min": d_lo, "dobench_us_max": d_hi,
                                  "v7_over_graph": gr[0], "v7_over_graph_min": gr[1],
-                                 "v7_over_graph_max": gr[2], "cudnn_over_dobench": dr[0],
+                                 "v7_over_graph_max": gr[2], "gluon_over_graph": sr[0], "gluon_over_graph_min": sr[1],
+                                 "gluon_over_graph_max": sr[2], "cudnn_over_dobench": dr[0],
                                  "cudnn_over_dobench_min": dr[1], "cudnn_over_dobench_max": dr[2]})
                 save("bwd_gluon_ws", rows)
                 line = ", ".join(f"{r['who']} {r['graph_us']:.1f}/{r['dobench_us']:.1f} µs "

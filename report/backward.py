@@ -54,6 +54,8 @@ def section_bwd_gluon_ws(gpu, root) -> str:
             rows.append([int(N), int(D), "yes" if causal else "no", who.split("/", 1)[1],
                          fmt(v.graph_us, ".1f"), fmt(r.graph_us, ".1f"),
                          span(r.v7_over_graph, r.v7_over_graph_min, r.v7_over_graph_max, ".3f", "×"),
+                         (span(r.gluon_over_graph, r.gluon_over_graph_min, r.gluon_over_graph_max, ".3f", "×")
+                          if pd.notna(r.get("gluon_over_graph")) else "–"),
                          fmt(r.graph_tflops, ".0f"), fmt(g.at["cudnn", "dobench_us"], ".1f"),
                          span(100 * r.cudnn_over_dobench, 100 * r.cudnn_over_dobench_min,
                               100 * r.cudnn_over_dobench_max, ".1f", "%"),
@@ -65,9 +67,11 @@ def section_bwd_gluon_ws(gpu, root) -> str:
         "as they were: fused at N = 1024, else the Gluon dK/dV kernel and the Triton dQ kernel) and cuDNN's, whole "
         "backwards on the same inputs, interleaved rounds in one process: graph = CUDA-graph replay (the kernels "
         "alone; autograd's cuDNN call cannot be captured), do_bench with the host's launches. Ratios: the median "
-        "(min–max) of each round's own. TFLOP/s counts 2.5× the forward's FLOPs; error: the largest relative error "
+        "(min–max) of each round's own; \"shipped Gluon ÷ this\" (from the synced-release rows on) is the kernel as "
+        "it ships against this row's form, by graph replay. TFLOP/s counts 2.5× the forward's FLOPs; error: the largest relative error "
         f"of dQ, dK, dV against float64. Source: `{rel(path)}`.", "",
         md_table(["N", "D", "causal", "config", "v7 previous graph µs", "Gluon graph µs", "v7 ÷ Gluon",
+                  "shipped Gluon ÷ this",
                   "Gluon TFLOP/s", "cuDNN do_bench µs", "Gluon % of cuDNN", "v7 previous % of cuDNN",
                   "error"], rows)])
 

@@ -48,7 +48,7 @@ if HAVE_GLUON:
                                                                   warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from fa2triton.gluon import hopper as _hw
+    from fa2triton.gluon import gluon_ptx as _gluon_ptx, hopper as _hw
     from fa2triton.triton_compat import ptx_options, tma_load, tma_reduce_add
 
     LOG2E = _hw.LOG2E
@@ -65,6 +65,9 @@ LABEL = f"ws {BLOCK_N}x{BLOCK_M}/2wg/s{SLOTS}"
 CONSUMER_REGS = 240
 LOADER_REGS = 24
 NUM_WARPS = 4         # the default partition: consumer 0
+# Each consumer's slot release and dS wait without the bar.sync of its 4 warps that Triton puts before them (the
+# forward's marked arrives); experiment bwd-gluon-ws times the synced form beside it.
+UNSYNCED = True
 
 
 if HAVE_GLUON:
@@ -72,6 +75,7 @@ if HAVE_GLUON:
     _DS_BUFFERS, _CONSUMERS, _SLOTS = gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS), gl.constexpr(SLOTS)
     _CONSUMER_REGS, _LOADER_REGS = gl.constexpr(CONSUMER_REGS), gl.constexpr(LOADER_REGS)
     _DESCRIPTOR_ASM, _DESCRIPTOR_ADDS = _r1._DESCRIPTOR_ASM, _r1._DESCRIPTOR_ADDS
+    _MARK_ASM = gl.constexpr(_gluon_ptx.MARK_ASM)
     NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
     _own_registers, _store_tile = _r1._own_registers, _r1._store_tile
     _scores_and_dv, _query_ranges = _r1._scores_and_dv, _r1._query_ranges
@@ -87,7 +91,7 @@ if HAVE_GLUON:
         k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem = smem
         kv_bar, ready, empty = bars
         L_ptr, Delta_ptr, stride_l_head, stride_delta_head = rows
-        N_QUERIES, N_KEYS, CAUSAL = sizes
+        N_QUERIES, N_KEYS, CAUSAL = sizes[0], sizes[1], sizes[2]
         SLOTS: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         k_start = gl.program_id(0) * k_smem.shape[0]
@@ -118,7 +122,14 @@ if HAVE_GLUON:
     # ------------------------------------------------------------------------------------------ one query tile
 
     @gluon.jit
-    def _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale):
+    def _unsynced(UNSYNCED: gl.constexpr):
+        """With UNSYNCED, gluon_ptx.UNSYNCED_MARK right after the mbarrier operation before it, so that
+        drop_marked_syncs removes the bar.sync of the consumer's 4 warps Triton put before that operation."""
+        if UNSYNCED:
+            _hw.mark(_MARK_ASM)
+
+    @gluon.jit
+    def _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED: gl.constexpr):
         """The end of query tile t (at q_start) once its products are done: its slot released, this consumer's
         columns of its dQ partial scaled and reduce-added (TMA) from the consumer's fp32 buffer."""
         q_smem, dq_smem = smem[2], smem[5]
@@ -126,6 +137,7 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         HALF: gl.constexpr = q_smem.shape[2] // 2
         mbarrier.arrive(empty.index(slot_of(t, q_smem.shape[0])), count=1)
+        _unsynced(UNSYNCED)   # after the tile's full wgmma wait: every read of the slot is done (one operation)
         tma.store_wait(0)                       # this consumer's previous reduce-add has read its buffer
         dq_buf = dq_smem.index(wg)
         dq_buf.reshape([BLOCK_M, HALF]).store(dq * scale)
@@ -134,7 +146,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
-                    MASK: gl.constexpr):
+                    MASK: gl.constexpr, UNSYNCED: gl.constexpr):
         """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its columns of the
         tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile."""
         k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem = smem
@@ -180,20 +192,21 @@ if HAVE_GLUON:
         fence_async_shared()
         mbarrier.arrive(ds_bar.index(b), count=1)
         mbarrier.wait(ds_bar.index(b), ready_phase(t, _DS_BUFFERS))
+        _unsynced(UNSYNCED)   # each thread waits for both halves itself
         dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),  # dQ = dS K
                                gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
         dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
-        _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale)
+        _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED)
         return dk, dv
 
     @gluon.jit
     def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale,
-                     scale, MASK: gl.constexpr):
+                     scale, MASK: gl.constexpr, UNSYNCED: gl.constexpr):
         """The query tiles [start, stop) (multiples of BLOCK_M from lo), all with one MASK."""
         BLOCK_M: gl.constexpr = smem[2].shape[1]
         for q_start in range(start, stop, BLOCK_M):
             dk, dv = _query_tile(dk, dv, (q_start - lo) // BLOCK_M, q_start, wg, smem, bars, dq_desc, head, k_start,
-                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK)
+                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, UNSYNCED)
         return dk, dv
 
     @gluon.jit
@@ -204,7 +217,7 @@ if HAVE_GLUON:
         q_smem = smem[2]
         kv_bar = bars[0]
         dK_ptr, dV_ptr, stride_dk_row, stride_dv_row = out
-        N_QUERIES, N_KEYS, CAUSAL = sizes
+        N_QUERIES, N_KEYS, CAUSAL, UNSYNCED = sizes
         qk_scale, scale = scales
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
@@ -220,11 +233,11 @@ if HAVE_GLUON:
         dv = gl.zeros([ROWS, D], gl.float32, o_layout)
         mbarrier.wait(kv_bar.index(0), 0)
         dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS,
-                              qk_scale, scale, DIAGONAL)
+                              qk_scale, scale, DIAGONAL, UNSYNCED)
         dk, dv = _query_range(dk, dv, diag_stop, full_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, NO_MASK)
+                              N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED)
         dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, TAIL)
+                              N_KEYS, qk_scale, scale, TAIL, UNSYNCED)
         tma.store_wait(0)
         key0 = k_start + wg * ROWS
         _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
@@ -241,8 +254,8 @@ if HAVE_GLUON:
         L_ptr, Delta_ptr, dK_ptr, dV_ptr,
         stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
         N_QUERIES, N_KEYS, qk_scale, scale,
-        # compile-time choice: the mask
-        CAUSAL: gl.constexpr,
+        # compile-time choices: the mask; the consumers' slot release and dS wait without their 4 warps' bar.sync
+        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -273,7 +286,7 @@ if HAVE_GLUON:
 
         if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
             _hw.mark(_DESCRIPTOR_ASM)
-        sizes = (N_QUERIES, N_KEYS, CAUSAL)
+        sizes = (N_QUERIES, N_KEYS, CAUSAL, UNSYNCED)
         loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
                        (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
@@ -354,7 +367,8 @@ def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float
     """Launch into dk, dv (k's shape, contiguous heads) and add dQ's partials into dq_accum (zeros, fp32, q's
     shape) for inputs `validate` accepted; return the recorded launch."""
     grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale)
-    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS, ptx_options=ptx_options())
+    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), UNSYNCED=UNSYNCED, num_warps=NUM_WARPS,
+                                    ptx_options=ptx_options())
     return WsLaunch(compiled, grid, args, causal)
 
 
@@ -368,7 +382,7 @@ def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
     return dq_accum.to(q.dtype), dk, dv
 
 
-def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32):
+def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, unsynced: bool = UNSYNCED):
     """The kernel's offline compile on meta tensors (as gluon_backward_hopper.offline_plan)."""
     from fa2triton.offline import OfflinePlan
 
@@ -376,4 +390,5 @@ def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int =
     acc = torch.empty(heads, N, D, dtype=torch.float32, device="meta")
     _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D))
     return OfflinePlan(_bwd_ws_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal),
+                                                  UNSYNCED=bool(unsynced),
                                                   ptx_options=ptx_options()))
