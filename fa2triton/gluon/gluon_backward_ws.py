@@ -352,10 +352,10 @@ class WsLaunch:
     """A recorded launch of _bwd_ws_kernel: later calls with the same shapes and strides rebind the descriptors'
     bases only (gluon_backward_hopper.DkdvLaunch's lean repeat)."""
 
-    def __init__(self, compiled, grid, args, causal: bool):
+    def __init__(self, compiled, grid, args, causal: bool, unsynced: bool):
         self.kernel, self.grid = compiled, (*grid, 1)
         self.descs = list(args[:5])
-        self.scalars = (*args[9:], bool(causal))
+        self.scalars = (*args[9:], bool(causal), bool(unsynced))   # the compile-time arguments last, in order
 
     def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum) -> None:
         d = self.descs
@@ -369,7 +369,7 @@ def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float
     grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale)
     compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), UNSYNCED=UNSYNCED, num_warps=NUM_WARPS,
                                     ptx_options=ptx_options())
-    return WsLaunch(compiled, grid, args, causal)
+    return WsLaunch(compiled, grid, args, causal, UNSYNCED)
 
 
 def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
