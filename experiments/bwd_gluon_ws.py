@@ -40,16 +40,18 @@ def bwd_gluon_ws(args, save):
 
                 launches, err = {}, {}
                 # (the Gluon kernel's rows keep the label they had when its ring's slots were an option)
-                # and with the synced slot release and dS wait: gluon_backward_ws.UNSYNCED off while it is built
-                for who, dq_mode, dkdv, unsynced in (("v7", "auto", "auto", ws.UNSYNCED),
-                                                     (f"gluon-ws/s{ws.SLOTS}", "atomic", "gluon", ws.UNSYNCED),
-                                                     (f"gluon-ws/s{ws.SLOTS}/synced", "atomic", "gluon", False)):
-                    shipped, ws.UNSYNCED = ws.UNSYNCED, unsynced
+                # and with the synced slot release and dS wait at every D: gluon_backward_ws.UNSYNCED_HEAD_DIMS
+                # emptied while it is built
+                shipped = ws.UNSYNCED_HEAD_DIMS
+                for who, dq_mode, dkdv, dims in (("v7", "auto", "auto", shipped),
+                                                 (f"gluon-ws/s{ws.SLOTS}", "atomic", "gluon", shipped),
+                                                 (f"gluon-ws/s{ws.SLOTS}/synced", "atomic", "gluon", ())):
+                    ws.UNSYNCED_HEAD_DIMS = dims
                     try:
                         *grads, launch = bk._checked_backward(Qd, Kd, Vd, O, L, dO, causal, None, dq_mode, False,
                                                               dkdv=dkdv)
                     finally:
-                        ws.UNSYNCED = shipped
+                        ws.UNSYNCED_HEAD_DIMS = shipped
                     err[who] = max(relative_error(g, r) for g, r in zip(grads, ref))
                     launches[who] = (lambda la=launch: la(Qd, Kd, Vd, O, L, dO))
                 launches["cudnn"] = cudnn

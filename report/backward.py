@@ -41,7 +41,7 @@ def section_bwd_modes(gpu, root) -> str:
 def section_bwd_gluon_ws(gpu, root) -> str:
     """The warp-specialized Gluon backward against v7's previous backward and cuDNN's (experiments/bwd_gluon_ws.py):
     per shape, graph replay and do_bench µs with each round's own ratios."""
-    df, path = experiment(gpu, root, "bwd_gluon_ws")
+    df, path = experiment(gpu, root, "bwd_gluon_ws", rows=lambda d: _synced_runs(d, False))
     if df is None:
         return experiment_not_run("The warp-specialized Gluon backward", "bwd_gluon_ws", path)
     rows = []
@@ -54,8 +54,6 @@ def section_bwd_gluon_ws(gpu, root) -> str:
             rows.append([int(N), int(D), "yes" if causal else "no", who.split("/", 1)[1],
                          fmt(v.graph_us, ".1f"), fmt(r.graph_us, ".1f"),
                          span(r.v7_over_graph, r.v7_over_graph_min, r.v7_over_graph_max, ".3f", "×"),
-                         (span(r.gluon_over_graph, r.gluon_over_graph_min, r.gluon_over_graph_max, ".3f", "×")
-                          if pd.notna(r.get("gluon_over_graph")) else "–"),
                          fmt(r.graph_tflops, ".0f"), fmt(g.at["cudnn", "dobench_us"], ".1f"),
                          span(100 * r.cudnn_over_dobench, 100 * r.cudnn_over_dobench_min,
                               100 * r.cudnn_over_dobench_max, ".1f", "%"),
@@ -67,13 +65,40 @@ def section_bwd_gluon_ws(gpu, root) -> str:
         "as they were: fused at N = 1024, else the Gluon dK/dV kernel and the Triton dQ kernel) and cuDNN's, whole "
         "backwards on the same inputs, interleaved rounds in one process: graph = CUDA-graph replay (the kernels "
         "alone; autograd's cuDNN call cannot be captured), do_bench with the host's launches. Ratios: the median "
-        "(min–max) of each round's own; \"shipped Gluon ÷ this\" (from the synced-release rows on) is the kernel as "
-        "it ships against this row's form, by graph replay. TFLOP/s counts 2.5× the forward's FLOPs; error: the largest relative error "
+        "(min–max) of each round's own. TFLOP/s counts 2.5× the forward's FLOPs; error: the largest relative error "
         f"of dQ, dK, dV against float64. Source: `{rel(path)}`.", "",
         md_table(["N", "D", "causal", "config", "v7 previous graph µs", "Gluon graph µs", "v7 ÷ Gluon",
-                  "shipped Gluon ÷ this",
                   "Gluon TFLOP/s", "cuDNN do_bench µs", "Gluon % of cuDNN", "v7 previous % of cuDNN",
-                  "error"], rows)])
+                  "error"], rows), "", _unsynced_table(gpu, root)])
+
+
+SYNCED = "/synced"   # the who suffix of the ws kernel built with its slot release and dS wait synced at every D
+
+
+def _synced_runs(df: pd.DataFrame, synced: bool) -> pd.DataFrame:
+    """The rows of the commits whose run timed the synced form (synced) or of the others (round 3's)."""
+    commits = set(df.loc[df["who"].astype(str).str.endswith(SYNCED), "git_commit"])
+    return df[df["git_commit"].isin(commits) == synced]
+
+
+def _unsynced_table(gpu, root) -> str:
+    """Round 4 of the backward's log: the ws kernel as built by that run against its synced form, by graph replay."""
+    df, path = experiment(gpu, root, "bwd_gluon_ws", rows=lambda d: _synced_runs(d, True))
+    if df is None or df.empty or "gluon_over_graph" not in df:
+        return ""
+    rows = []
+    for (D, causal, N), g in df.groupby(["D", "causal", "N"], sort=True):
+        g = g.set_index("who")
+        for who in [w for w in g.index if w.endswith(SYNCED)]:
+            r, shipped = g.loc[who], g.loc[who[:-len(SYNCED)]]
+            ratio = [float(r[c]) for c in ("gluon_over_graph", "gluon_over_graph_min", "gluon_over_graph_max")]
+            rows.append([int(N), int(D), "yes" if causal else "no", fmt(r.graph_us, ".1f"),
+                         fmt(shipped.graph_us, ".1f"), span(*ratio, ".3f", "×"), fmt(r.max_rel_err_vs_fp64, ".1e")])
+    return "\n".join([
+        "The slot release and the dS wait without the consumers' bar.sync (round 4: the run that also timed the "
+        "synced form, where the kernel dropped both at every D): its graph time against the synced form's, built in the same "
+        "process, median (min–max) of each round's ratio; below 1 the unsynced form is faster.", "",
+        md_table(["N", "D", "causal", "synced graph µs", "unsynced graph µs", "unsynced ÷ synced", "error"], rows)])
 
 
 # ---------------------------------------------------------------- the backward (issue 7)

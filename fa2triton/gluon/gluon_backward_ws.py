@@ -65,9 +65,11 @@ LABEL = f"ws {BLOCK_N}x{BLOCK_M}/2wg/s{SLOTS}"
 CONSUMER_REGS = 240
 LOADER_REGS = 24
 NUM_WARPS = 4         # the default partition: consumer 0
-# Each consumer's slot release and dS wait without the bar.sync of its 4 warps that Triton puts before them (the
-# forward's marked arrives); experiment bwd-gluon-ws times the synced form beside it.
-UNSYNCED = True
+# Head dimensions whose consumers release their slot and wait for dS without the bar.sync of their 4 warps that
+# Triton puts before each (the forward's marked arrives). Graph replay against the synced form, experiment
+# bwd-gluon-ws at 17b5ce8: 1.1-3.2% faster at D = 128 non-causal N >= 2048, 3.5-6.4% slower at D = 64 non-causal
+# (docs/worklogs/backward_hopper.md, "Round 4").
+UNSYNCED_HEAD_DIMS = (128,)
 
 
 if HAVE_GLUON:
@@ -255,6 +257,7 @@ if HAVE_GLUON:
         stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
         N_QUERIES, N_KEYS, qk_scale, scale,
         # compile-time choices: the mask; the consumers' slot release and dS wait without their 4 warps' bar.sync
+        # (UNSYNCED_HEAD_DIMS)
         CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -367,9 +370,10 @@ def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float
     """Launch into dk, dv (k's shape, contiguous heads) and add dQ's partials into dq_accum (zeros, fp32, q's
     shape) for inputs `validate` accepted; return the recorded launch."""
     grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale)
-    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), UNSYNCED=UNSYNCED, num_warps=NUM_WARPS,
+    unsynced = q.shape[2] in UNSYNCED_HEAD_DIMS
+    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), UNSYNCED=unsynced, num_warps=NUM_WARPS,
                                     ptx_options=ptx_options())
-    return WsLaunch(compiled, grid, args, causal, UNSYNCED)
+    return WsLaunch(compiled, grid, args, causal, unsynced)
 
 
 def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
@@ -382,7 +386,7 @@ def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
     return dq_accum.to(q.dtype), dk, dv
 
 
-def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, unsynced: bool = UNSYNCED):
+def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, unsynced: bool | None = None):
     """The kernel's offline compile on meta tensors (as gluon_backward_hopper.offline_plan)."""
     from fa2triton.offline import OfflinePlan
 
@@ -390,5 +394,6 @@ def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int =
     acc = torch.empty(heads, N, D, dtype=torch.float32, device="meta")
     _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D))
     return OfflinePlan(_bwd_ws_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal),
-                                                  UNSYNCED=bool(unsynced),
+                                                  UNSYNCED=D in UNSYNCED_HEAD_DIMS if unsynced is None
+                                                  else bool(unsynced),
                                                   ptx_options=ptx_options()))
