@@ -82,7 +82,7 @@ def _synced_runs(df: pd.DataFrame, synced: bool) -> pd.DataFrame:
 
 
 def _unsynced_table(gpu, root) -> str:
-    """Round 4 of the backward's log: the ws kernel as built by that run against its synced form, by graph replay."""
+    """Round 5 of the backward's log: the ws kernel as built by that run against its synced form, by graph replay."""
     df, path = experiment(gpu, root, "bwd_gluon_ws", rows=lambda d: _synced_runs(d, True))
     if df is None or df.empty or "gluon_over_graph" not in df:
         return ""
@@ -95,7 +95,7 @@ def _unsynced_table(gpu, root) -> str:
             rows.append([int(N), int(D), "yes" if causal else "no", fmt(r.graph_us, ".1f"),
                          fmt(shipped.graph_us, ".1f"), span(*ratio, ".3f", "×"), fmt(r.max_rel_err_vs_fp64, ".1e")])
     return "\n".join([
-        "The slot release and the dS wait without the consumers' bar.sync (round 4: the run that also timed the "
+        "The slot release and the dS wait without the consumers' bar.sync (round 5: the run that also timed the "
         "synced form, where the kernel dropped both at every D): its graph time against the synced form's, built in the same "
         "process, median (min–max) of each round's ratio; below 1 the unsynced form is faster.", "",
         md_table(["N", "D", "causal", "synced graph µs", "unsynced graph µs", "unsynced ÷ synced", "error"], rows)])

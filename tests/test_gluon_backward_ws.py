@@ -202,7 +202,7 @@ def test_v7s_autograd_backward_takes_the_ws_kernel_at_d128(monkeypatch):
 
 
 def test_unsynced_head_dims_follow_the_committed_ratios():
-    """UNSYNCED_HEAD_DIMS' comment quotes round 4's rows (the synced form's graph time against the unsynced one's,
+    """UNSYNCED_HEAD_DIMS' comment quotes round 5's rows (the synced form's graph time against the unsynced one's,
     results/nvidia-h200/experiments/bwd_gluon_ws.csv): faster at D = 128 non-causal N >= 2048, slower at D = 64
     non-causal; offline_plan and launch take the marks at the listed head dimensions only."""
     import csv

@@ -68,7 +68,7 @@ NUM_WARPS = 4         # the default partition: consumer 0
 # Head dimensions whose consumers release their slot and wait for dS without the bar.sync of their 4 warps that
 # Triton puts before each (the forward's marked arrives). Graph replay against the synced form, experiment
 # bwd-gluon-ws at 17b5ce8: 1.1-3.2% faster at D = 128 non-causal N >= 2048, 3.5-6.4% slower at D = 64 non-causal
-# (docs/worklogs/backward_hopper.md, "Round 4").
+# (docs/worklogs/backward_hopper.md, "Round 5").
 UNSYNCED_HEAD_DIMS = (128,)
 
 
