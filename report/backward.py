@@ -96,8 +96,8 @@ def _unsynced_table(gpu, root) -> str:
                          fmt(shipped.graph_us, ".1f"), span(*ratio, ".3f", "×"), fmt(r.max_rel_err_vs_fp64, ".1e")])
     return "\n".join([
         "The slot release and the dS wait without the consumers' bar.sync (round 5: the run that also timed the "
-        "synced form, where the kernel dropped both at every D): its graph time against the synced form's, built in the same "
-        "process, median (min–max) of each round's ratio; below 1 the unsynced form is faster.", "",
+        "synced form, where the kernel dropped both at every D): its graph time against the synced form's, built in "
+        "the same process, median (min–max) of each round's ratio; below 1 the unsynced form is faster.", "",
         md_table(["N", "D", "causal", "synced graph µs", "unsynced graph µs", "unsynced ÷ synced", "error"], rows)])
 
 

@@ -319,7 +319,8 @@ for D, N in ((64, 1024), (128, 2048)):
     for cfg in G.candidates_for(D):
         record(f"forward {{cfg.label}} D={{D}}", lambda: compile_plan(G.offline_plan(cfg, N=N, D=D)))
 record("backward gluon_backward_hopper D=64", lambda: compile_plan(B1.offline_plan(64, False, 1024)))
-record("backward gluon_backward_ws D=64 unsynced", lambda: compile_plan(BW.offline_plan(64, False, 1024, unsynced=True)))
+record("backward gluon_backward_ws D=64 unsynced",
+       lambda: compile_plan(BW.offline_plan(64, False, 1024, unsynced=True)))
 from profiling.version_sass import kernels
 tl_kernels = kernels()
 for name in ("bwd_fused_d64_causal", "bwd_dq_d64_causal"):
