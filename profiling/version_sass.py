@@ -236,6 +236,9 @@ def _opcode_counts(instructions) -> dict:
     # uniform datapath (UIADD3, UMOV, ULEA, ...; not the TMA unit's UTMA*/UBLKCP) and moves into it
     out["uniform"] = sum(n for op, n in ops.items() if (op[0] == "U" and not op.startswith(("UTMA", "UBLK")))
                          or op == "R2UR")
+    # MUFU issued right after a MUFU (address order): back to back they fill the MIO queue (ncu's mio_throttle)
+    out["MUFU pairs"] = sum(a["op"].startswith("MUFU") and b["op"].startswith("MUFU")
+                            for a, b in zip(instructions, instructions[1:]))
     return {"instructions": len(instructions), **out}
 
 
@@ -372,9 +375,10 @@ def _cross_table(summary: dict) -> list[str]:
     variants = sorted({key for _, _, k, _ in _rows(summary) for key in k["sass"] if key != "triton"})
 
     def cell(s):
+        pairs = s and s["kernel"].get("MUFU pairs")   # (summaries from before it was counted lack it)
         return "" if s is None else \
             f"{s['kernel']['STL']}/{s['kernel']['LDL']}: {_hot(s, 'instructions')} " \
-            f"({_hot(s, 'STL')} / {_hot(s, 'LDL')})"
+            f"({_hot(s, 'STL')} / {_hot(s, 'LDL')})" + ("" if pairs is None else f", MUFU pairs {pairs}")
     rows = [[k["what"], v, *(cell(k["sass"].get(key)) for key in variants)] for _, v, k, _ in _rows(summary)]
     return _table(["kernel", "PTX of", *variants], rows)
 
@@ -409,7 +413,8 @@ def report(summary: dict) -> str:
     out += ["", "Triton's own compile of each kernel (SASS of its cubin; the loops: one iteration of each hot wgmma "
             "loop, the opcode counts of the first):", "", *_own_table(summary)]
     out += ["", "Each Triton's PTX through each ptxas (`+r2`: with Triton 3.9's --regAllocOptLevel=2; `+desc`: "
-            "after wgmma_descriptor_adds): whole-kernel STL / LDL, then the hot loops' instructions (STL / LDL):", "",
+            "after wgmma_descriptor_adds): whole-kernel STL / LDL, then the hot loops' instructions (STL / LDL), and "
+            "the whole kernel's MUFU issued right after a MUFU:", "",
             *_cross_table(summary)]
     after = _after_table(summary)
     if after:
