@@ -291,3 +291,12 @@ def test_run_profile_source_dry_run():
     assert plain.returncode == 0 and source.returncode == 0, plain.stderr + source.stderr
     assert "--page source" not in plain.stdout and "--page raw" in plain.stdout
     assert "--page source --print-source sass" in source.stdout and source.stdout.rstrip().endswith("> SOURCE.csv")
+
+
+def test_version_sass_counts_mufu_issued_right_after_a_mufu():
+    """The "MUFU pairs" count: a MUFU directly after a MUFU in address order (three in a row are two pairs)."""
+    from profiling.version_sass import _opcode_counts
+
+    ops = ["MUFU.EX2", "MUFU.EX2", "FADD", "MUFU.EX2", "FFMA", "MUFU.RCP", "MUFU.EX2", "MUFU.EX2", "HGMMA.64x64x16"]
+    assert _opcode_counts([{"op": op} for op in ops])["MUFU pairs"] == 3
+    assert _opcode_counts([{"op": op} for op in ("FADD", "MUFU.EX2", "FADD")])["MUFU pairs"] == 0
