@@ -14,10 +14,13 @@ from report import no_regression as ct
 from report.tables import NOT_YET, fmt, md_table, rel
 
 CSV = "port_triton39.csv"
-BEFORE, PORT, T39, T39P = "bp36", "t36", "t39", "t39p"
-COMPARISONS = ((BEFORE, PORT, "the port on Triton 3.6: pointer arithmetic ÷ block pointers"),
-               (PORT, T39, "Triton 3.9 ÷ Triton 3.6, the same checkout"),
-               (T39P, T39, "Triton 3.9: the Triton backward's PTX passes ÷ the commit before them"))
+BEFORE, PORT, T39, T39P, T39Q = "bp36", "t36", "t39", "t39p", "t39q"
+COMPARISONS = (   # (A, B, the page's title of B ÷ A, REPORT.md's column)
+    (BEFORE, PORT, "the port on Triton 3.6: pointer arithmetic ÷ block pointers", "port ÷ block pointers"),
+    (PORT, T39, "Triton 3.9 ÷ Triton 3.6, the same checkout", "3.9 ÷ 3.6"),
+    (T39P, T39, "Triton 3.9: the Triton backward's PTX passes ÷ the commit before them", "3.9: passes ÷ before"),
+    (T39, T39Q, "Triton 3.9 with its legacy ptxas (CUDA 12.9) ÷ with ptxas-blackwell (13.4), the same checkout",
+     "3.9: ptxas 12.9 ÷ 13.4"))
 TASK = ("python scripts/compare_trees.py --csv port_triton39.csv --kernel all --tree bp36=<block-pointer checkout> "
         "--tree t36=. --tree t39=. --env t39:PYTHONPATH=<Triton 3.9>")
 PAGE = "[its page](docs/report/compare_trees.md#the-triton-39-port)"
@@ -73,7 +76,7 @@ def section_port(gpu, root) -> str:
              f"durations. At small N, do_bench times the host path of the versions that launch through Triton's JIT "
              f"(v0–v4), and what it reads there changes from process to process: graph replay is the kernels' time. "
              f"Source: `{rel(path_of(gpu, root))}`."]
-    for a, b, title in COMPARISONS:
+    for a, b, title, _ in COMPARISONS:
         if not {a, b} <= set(df.tree):
             parts += ["", f"### {title}", "", f"{NOT_YET} (no `{a}` or no `{b}` rows)."]
             continue
@@ -103,7 +106,7 @@ def section_port_brief(gpu, root) -> str:
         return f"Triton 3.6 against 3.9, per round: {NOT_YET} (`{TASK}`)."
     N = int(df.N.max())
     found = {(a, b): {(r["version"], r["mode"], r["causal"]): r for r in ct.ratios(df, a, b)
-                      if r["N"] == N and r["D"] == 64} for a, b, _ in COMPARISONS if {a, b} <= set(df.tree)}
+                      if r["N"] == N and r["D"] == 64} for a, b, *_ in COMPARISONS if {a, b} <= set(df.tree)}
     table, unjudged = [], []
     for version, mode in sorted({k[:2] for rows in found.values() for k in rows}):
         def both(f):
@@ -114,7 +117,7 @@ def section_port_brief(gpu, root) -> str:
                                       ".0f"))
 
         verdicts = [both(lambda c, k=k: short(found.get(k, {}).get((version, mode, c))))
-                    for k in ((a, b) for a, b, _ in COMPARISONS)]
+                    for k in ((a, b) for a, b, *_ in COMPARISONS)]
         if not any(w not in ("–", "1 round") for v in verdicts for w in v.split(" / ")):   # nothing judged
             unjudged.append(f"`{version}`")
             continue
@@ -123,5 +126,5 @@ def section_port_brief(gpu, root) -> str:
         f"Triton 3.6 and 3.9 side by side, per round ({PAGE}): µs at N = {N}, D = 64, non-causal / causal "
         f"(medians; graph replay, the backward do_bench); verdicts from the per-round time ratios"
         + (f" ({', '.join(dict.fromkeys(unjudged))}: too few rounds)" if unjudged else "") + ":", "",
-        md_table(["version", "mode", f"µs {BEFORE}", f"µs {PORT}", f"µs {T39}", "port ÷ block pointers",
-                  "3.9 ÷ 3.6"], table)])
+        md_table(["version", "mode", f"µs {BEFORE}", f"µs {PORT}", f"µs {T39}", *(c[3] for c in COMPARISONS)],
+                 table)])
