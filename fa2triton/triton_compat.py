@@ -14,6 +14,8 @@ closure's variables, a signature) that is what is checked; the version itself on
   launch option that puts ptxas's default register allocation back.
 - splits_wgmma_descriptors(), wgmma_descriptor_adds(ptx): whether this Triton builds each k-step's wgmma descriptor
   from 32-bit words (3.9), and that PTX rewritten in 3.6's form.
+- reduces_in_trees(), chain_sum_trees(ptx): whether this Triton sums a thread's share of a row as a tree of pairs
+  (3.9), and that PTX with each tree written as 3.6's chain.
 - direct_launch(run), encode_descriptor(desc, meta): a CompiledKernel's C launch function and its descriptor encoding
   (3.6: a launcher per kernel; 3.9: one generic launch with the arguments as one sequence).
 """
@@ -282,3 +284,102 @@ def drop_repeated_proxy_fences(ptx: str) -> tuple[str, int]:
         elif not _FENCE_NEUTRAL.match(line):
             fenced = False
     return "\n".join(line for i, line in enumerate(lines) if i not in drop), len(drop)
+
+
+# ------------------------------------------------------------------------------------------------ row sums
+
+def reduces_in_trees() -> bool:
+    """Whether Triton lowers a thread's share of a reduction (gl.sum over the values one thread holds) as a tree of
+    pairs (3.9's treeReduce) rather than one chain (3.6): where it does, v7's Gluon forward plants
+    gluon_ptx.SUM_MARK for chain_sum_trees (elsewhere nothing, so its PTX is as before). A lowering detail no attribute
+    shows: the version decides (3.7 and 3.8 were not examined: False)."""
+    return triton_version() >= (3, 9)
+
+
+_ADD_F32 = re.compile(r"^\s*add\.f32\s+(%\w+),\s*(%\w+),\s*(%\w+);\s*$")
+_REGISTER = re.compile(r"%\w+")
+_FUNCTION = re.compile(r"^(?:\.visible\s+|\.weak\s+)?\.(?:entry|func)\b")
+MIN_TREE_LEAVES = 8   # a row sum of 32 values per thread; smaller sums are left as Triton wrote them
+
+
+def chain_sum_trees(ptx: str) -> tuple[str, int]:
+    """The PTX with each tree of `add.f32` (MIN_TREE_LEAVES or more leaves) written as one chain, leaves in the order
+    they are written, and how many trees. A tree: adds in one basic block whose inner results are written once and
+    read once in their function, by the tree. Each chain add goes right after the write of the leaf it takes, so the
+    sum follows the values' production as 3.6's does; the inner registers are reused and the root keeps its own.
+    Left alone: a chain already (3.6's PTX: n = 0), a leaf written again before the root, a tree register read or
+    written between the first chain add and the root outside the tree. Why: under 3.9's tree ptxas issues the
+    exponentials back to back and the MIO queue stalls on them ("The forward at D = 64", docs/port-triton39.md)."""
+    lines = ptx.split("\n")
+    starts = [i for i, line in enumerate(lines) if _FUNCTION.match(line)] + [len(lines)]
+    out, n = lines[:starts[0]], 0
+    for a, b in zip(starts, starts[1:]):
+        body, k = _chain_function(lines[a:b])
+        out += body
+        n += k
+    return "\n".join(out), n
+
+
+def _chain_function(lines: list[str]) -> tuple[list[str], int]:
+    """chain_sum_trees over one function's lines."""
+    writes: dict[str, list[int]] = {}
+    reads: dict[str, list[int]] = {}
+    block, blocks, adds = 0, [], {}
+    for i, line in enumerate(lines):
+        block += bool(_BLOCK_END.match(line))
+        blocks.append(block)
+        m = _ADD_F32.match(line)
+        if m:
+            adds[m.group(1)] = (i, m.group(2), m.group(3))
+        ins = _INSTR.match(line)   # its first operand is what it writes; any other form counts as reads only
+        regs = _REGISTER.findall(line.split("//", 1)[0])
+        if ins:
+            writes.setdefault(ins.group(4), []).append(i)
+            regs.remove(ins.group(4))
+        for r in regs:
+            reads.setdefault(r, []).append(i)
+
+    def inner(reg: str, parent: int) -> bool:   # an add written once and read once in the function, by `parent`
+        return (reg in adds and writes.get(reg) == [adds[reg][0]] and reads.get(reg) == [parent]
+                and blocks[adds[reg][0]] == blocks[parent])
+
+    inners = {c for i, x, y in adds.values() for c in (x, y) if inner(c, i)}
+    after: dict[int, list[str]] = {}   # line -> the chain adds that follow it
+    drop, n = set(), 0
+    for root, (i, _, _) in adds.items():
+        if root in inners:
+            continue
+        tree, leaves, stack, chain = [], [], [root], True
+        while stack:
+            reg = stack.pop()
+            j, x, y = adds[reg]
+            tree.append(reg)
+            sums = [c for c in (x, y) if inner(c, j)]
+            chain &= len(sums) <= 1
+            stack += sums
+            leaves += [(c, j) for c in (x, y) if c not in sums]
+        if chain or len(leaves) < MIN_TREE_LEAVES:
+            continue   # a chain already (3.6's form), or a small sum
+        placed = []   # (the leaf's last write before its read, in that block; the leaf)
+        for c, j in leaves:
+            w = [k for k in writes.get(c, []) if k < j and blocks[k] == blocks[j]]
+            placed.append((w[-1], c) if w else None)
+        if None in placed:
+            continue   # a leaf from an earlier block
+        placed.sort()
+        tree_lines = {adds[r][0] for r in tree}
+        last = placed[-1][0]   # where the root is now written: nothing else may touch it up to its old line
+        if any(last < k < i for k in reads.get(root, []) + writes.get(root, [])):
+            continue
+        acc = placed[0][1]
+        for (at, leaf), dst in zip(placed[1:], sorted(set(tree) - {root}, key=lambda r: adds[r][0]) + [root]):
+            after.setdefault(at, []).append(f"\tadd.f32 \t{dst}, {acc}, {leaf};")
+            acc = dst
+        drop |= tree_lines
+        n += 1
+    out = []
+    for k, line in enumerate(lines):
+        if k not in drop:
+            out.append(line)
+        out += after.get(k, [])
+    return out, n

@@ -153,6 +153,34 @@ def test_the_default_regalloc_option_undoes_level_2(offline, tmp_path):
     assert cubin("--regAllocOptLevel=2", *tc.ptx_options().split()) == default != cubin("--regAllocOptLevel=2")
 
 
+@pytest.mark.skipif(not NEW, reason="Triton 3.6 sums in chains: its forward plants no SUM_MARK")
+def test_chained_sums_keep_the_exponentials_apart_in_the_sass(offline, tmp_path, monkeypatch):
+    """ptxas 13 (with Triton's flags and ptx_options) on the D = 128 lookahead forward: with its row sums chained, far
+    fewer MUFU issue right after a MUFU than from the same PTX before chain_sum_trees (offline: 35 against 146; 3.6's
+    own PTX gives 38-40, docs/port-triton39.md), with the same instruction count and no spills. The PTX without the
+    chains: Triton's own through every other pass."""
+    from profiling.version_sass import assemble, sass_stats
+
+    ptxas = tc.get_ptxas(90).path
+    tools = Path(ptxas).parent
+    if not (tools / "nvdisasm").is_file() or not (tools / "cuobjdump").is_file():
+        pytest.skip("this Triton wheel carries no nvdisasm or cuobjdump")
+    from fa2triton.gluon import gluon_ptx as P
+
+    raw = Path(f"{offline.ptx}.raw").read_text()
+    assert P.passes(raw) == offline.ptx.read_text()
+    monkeypatch.setattr(P, "chain_sum_trees", lambda text: (text, 0))
+    flags = [*tc.triton_ptxas_flags(), *tc.ptx_options().split()]
+    stats = {}
+    for name, ptx in (("chained", offline.ptx.read_text()), ("trees", P.passes(raw))):
+        log = assemble(ptx, ptxas, flags, tmp_path / f"{name}.cubin")
+        assert " 0 bytes spill stores" in log, log
+        stats[name] = sass_stats(tmp_path / f"{name}.cubin", str(tools / "nvdisasm"), str(tools / "cuobjdump"),
+                                 None)["kernel"]
+    assert stats["chained"]["instructions"] == stats["trees"]["instructions"]
+    assert 3 * stats["chained"]["MUFU pairs"] < stats["trees"]["MUFU pairs"]
+
+
 # ------------------------------------------------------------------------------------------------ PTX patterns
 
 @pytest.mark.parametrize("line, partition", [
@@ -225,6 +253,91 @@ def test_drop_repeated_proxy_fences_keeps_a_fence_after_a_write_a_barrier_or_a_b
     assert tc.drop_repeated_proxy_fences(ptx) == (ptx, 0)
 
 
+# ------------------------------------------------------------------------------------------------ row sums
+
+def row_sum(n=16, pairs=None):
+    """A function's PTX: n exponentials of %r0.. into %r100.., then their sum as 3.9 writes it (a tree of pairs, or
+    `pairs` given: its own order) stored from its root, %r<root>; and the root's name."""
+    lines = [".visible .entry k(", ")", "{"] + [f"\tex2.approx.ftz.f32 \t%r{100 + i}, %r{i};" for i in range(n)]
+    level, fresh = [f"%r{100 + i}" for i in range(n)], 200
+    lines += ["$L__tmp3:", "\t.loc\t4 287 12"]
+    while len(level) > 1:
+        nxt = []
+        for a, b in zip(level[::2], level[1::2]):
+            lines.append(f"\tadd.f32 \t%r{fresh}, {a}, {b};")
+            nxt, fresh = nxt + [f"%r{fresh}"], fresh + 1
+        level = nxt + level[len(level) // 2 * 2:]
+    return lines + [f"\tst.global.f32 \t[%rd1], {level[0]};", "\tret;", "}"], level[0]
+
+
+def run_ptx(ptx: str) -> list:
+    """The values the straight-line PTX of row_sum stores, with %r<i> = i on entry (ex2 exact on integers); a
+    register read before any write raises KeyError."""
+    import re
+
+    env, stored = {f"%r{i}": i for i in range(64)}, []
+    for line in ptx.split("\n"):
+        ops = re.findall(r"%\w+", line)
+        if "ex2." in line:
+            env[ops[0]] = 2 ** env[ops[1]]
+        elif "add.f32" in line:
+            env[ops[0]] = env[ops[1]] + env[ops[2]]
+        elif "st.global" in line:
+            stored.append(env[ops[1]])
+    return stored
+
+
+def adds(ptx: str) -> list[list[str]]:
+    import re
+
+    return [re.findall(r"%\w+", line) for line in ptx.split("\n") if "add.f32" in line]
+
+
+@pytest.mark.parametrize("n", [8, 16, 32])
+def test_chain_sum_trees_writes_a_tree_as_one_chain_in_the_leaves_order(n):
+    lines, root = row_sum(n)
+    ptx = "\n".join(lines)
+    out, count = tc.chain_sum_trees(ptx)
+    chain = adds(out)
+    assert count == 1 and run_ptx(out) == run_ptx(ptx) == [2 ** n - 1]
+    assert chain[0][1] == "%r100" and [a[2] for a in chain] == [f"%r{100 + i}" for i in range(1, n)]
+    assert all(a[1] == b[0] for a, b in zip(chain[1:], chain)) and chain[-1][0] == root   # each takes the last sum
+    out_lines = out.split("\n")
+    for i in range(1, n):   # each add right after the exponential it takes
+        assert out_lines[out_lines.index(f"\tex2.approx.ftz.f32 \t%r{100 + i}, %r{i};") + 1].endswith(f"%r{100 + i};")
+    assert tc.chain_sum_trees(out) == (out, 0)   # a chain (3.6's form) is left as it is
+
+
+def test_chain_sum_trees_serves_each_function_and_keeps_what_else_reads_a_sum():
+    lines, _ = row_sum(16)
+    inner = next(line for line in lines if "add.f32" in line).split()[1].rstrip(",")   # the first pair's sum
+    stored = lines[:-2] + [f"\tst.global.f32 \t[%rd2], {inner};"] + lines[-2:]   # a pair kept: a leaf of the chain
+    later = lines[:-2] + ["\tex2.approx.ftz.f32 \t%r100, %r5;"] + lines[-2:]   # a leaf written again after the sum
+    ptx = "\n".join(stored + lines + later)
+    out, count = tc.chain_sum_trees(ptx)
+    assert count == 3 and run_ptx(out) == run_ptx(ptx)
+
+
+def _block_before_the_sum(lines, root):   # the leaves come from an earlier basic block
+    at = lines.index("$L__tmp3:")
+    return lines[:at] + ["$L__BB0_1:"] + lines[at:]
+
+
+def _root_read_early(lines, root):   # the root read between the last exponential and the sum (a loop's last value)
+    at = lines.index("$L__tmp3:")
+    return lines[:at] + [f"\tst.global.f32 \t[%rd2], {root};"] + lines[at:]
+
+
+@pytest.mark.parametrize("change", [_block_before_the_sum, _root_read_early, lambda lines, root: row_sum(7)[0]])
+def test_chain_sum_trees_leaves_what_it_cannot_prove(change):
+    ptx = "\n".join(change(*row_sum(16)))
+    assert tc.chain_sum_trees(ptx) == (ptx, 0)
+
+
+def test_only_3_9_reduces_in_trees():
+    assert tc.reduces_in_trees() == NEW
+
+
 def test_only_3_9_adds_loop_proxy_fences():
     assert tc.adds_loop_proxy_fences() == NEW
 
@@ -295,7 +408,7 @@ sys.path.insert(0, {repo!r})
 from fa2lab.compile_offline import compile_plan
 from fa2triton.gluon import gluon_ptx as P
 from fa2triton.gluon import gluon_backward_hopper as B1, gluon_backward_ws as BW, gluon_forward_hopper as G
-counts = {{}}
+counts, raw = {{}}, {{}}
 def counting(name):
     f = getattr(P, name)
     def run(text):
@@ -304,8 +417,13 @@ def counting(name):
         return out, n
     return run
 for name in ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call",
-             "wgmma_descriptor_adds", "drop_repeated_proxy_fences"):
+             "wgmma_descriptor_adds", "drop_repeated_proxy_fences", "chain_sum_trees"):
     setattr(P, name, counting(name))
+passes = P.passes
+def recording(text):
+    raw["ptx"] = text
+    return passes(text)
+P.passes = recording
 out = {{}}
 def record(label, compile_):
     counts.clear()
@@ -315,6 +433,7 @@ def record(label, compile_):
                       reduce_adds=ptx.count("cp.reduce.async.bulk.tensor"), ptx_options=k.metadata.ptx_options)
     if label.startswith("forward ws2x64x64/4s/preg/pp/persist/ua/la"):   # for the ptxas tests (level 2 changes it)
         open({ptx_path!r}, "w").write(ptx)
+        open({ptx_path!r} + ".raw", "w").write(raw["ptx"])   # Triton's own, before the passes
 for D, N in ((64, 1024), (128, 2048)):
     for cfg in G.candidates_for(D):
         record(f"forward {{cfg.label}} D={{D}}", lambda: compile_plan(G.offline_plan(cfg, N=N, D=D)))
@@ -328,27 +447,31 @@ for name in ("bwd_fused_d64_causal", "bwd_dq_d64_causal"):
 print(json.dumps(out))
 """
 
-# PASS_NAMES' counts per kernel, offline sm_90; also in docs/port-triton39.md. Triton 3.9 differs in four ways,
+# PASS_NAMES' counts per kernel, offline sm_90; also in docs/port-triton39.md. Triton 3.9 differs in these ways,
 # explained there: partition_syncs finds nothing to rewrite (3.9 passes the shared consumer function its partition's
 # barrier id, so its barriers are already `bar.sync %r, 128`), the slot wait's bar.sync moved (the inlined partitions' waits have none before them:
 # one drop fewer per consumer and wait site; the shared function's has one before and one after, both dropped: two
-# more), only 3.9's kernels plant DESCRIPTOR_MARK (splits_wgmma_descriptors; the ws backward at D = 64 only), and
-# only 3.9's Triton backward kernels plant FENCE_MARK (adds_loop_proxy_fences: the fences an earlier one covers).
+# more), only 3.9's kernels plant DESCRIPTOR_MARK (splits_wgmma_descriptors; the ws backward at D = 64 only),
+# only 3.9's Triton backward kernels plant FENCE_MARK (adds_loop_proxy_fences: the fences an earlier one covers), and
+# only 3.9's Gluon forward plants SUM_MARK (reduces_in_trees: its row sums' trees, two per tile and consumer code path).
 PASSES = {
-    "forward ws2x64x128/3s/preg/persist/ua/et1/sc2 D=64": {"3.6": (4, 3, 2, 2, 0, 0), "3.9": (6, 0, 2, 2, 23, 0)},
-    "forward ws2x64x128/3s/preg/pp/ua/sc2 D=64": {"3.6": (5, 3, 0, 2, 0, 0), "3.9": (7, 0, 0, 2, 23, 0)},
-    "forward ws3x64x128/4s/preg/pp/split/persist/ua D=64": {"3.6": (18, 0, 0, 0, 0, 0), "3.9": (15, 0, 0, 0, 69, 0)},
-    "forward ws2x64x64/4s/preg/pp/persist/ua/la D=128": {"3.6": (44, 0, 0, 0, 0, 0), "3.9": (36, 0, 0, 0, 84, 0)},
-    "forward ws3x64x64/3s/preg/pp/split/ua D=128": {"3.6": (18, 0, 0, 0, 0, 0), "3.9": (15, 0, 0, 0, 63, 0)},
-    "forward ws2x64x128/3s/preg/pp/persist/ds/ua/q1 D=128": {"3.6": (12, 0, 0, 0, 0, 0), "3.9": (10, 0, 0, 0, 42, 0)},
-    "backward gluon_backward_hopper D=64": {"3.6": (0, 0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 36, 0)},
-    "backward gluon_backward_ws D=64 unsynced": {"3.6": (8, 0, 0, 0, 0, 0), "3.9": (8, 0, 0, 0, 128, 0)},
-    "backward _bwd_fused_kernel D=64 causal N=1024": {"3.6": (0, 0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 84, 10)},
-    "backward _bwd_dq_kernel D=64 causal N=2048": {"3.6": (0, 0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 30, 4)},
+    "forward ws2x64x128/3s/preg/persist/ua/et1/sc2 D=64": {"3.6": (4, 3, 2, 2, 0, 0, 0), "3.9": (6, 0, 2, 2, 23, 0, 4)},
+    "forward ws2x64x128/3s/preg/pp/ua/sc2 D=64": {"3.6": (5, 3, 0, 2, 0, 0, 0), "3.9": (7, 0, 0, 2, 23, 0, 4)},
+    "forward ws3x64x128/4s/preg/pp/split/persist/ua D=64": {"3.6": (18, 0, 0, 0, 0, 0, 0),
+        "3.9": (15, 0, 0, 0, 69, 0, 12)},
+    "forward ws2x64x64/4s/preg/pp/persist/ua/la D=128": {"3.6": (44, 0, 0, 0, 0, 0, 0),
+        "3.9": (36, 0, 0, 0, 84, 0, 28)},
+    "forward ws3x64x64/3s/preg/pp/split/ua D=128": {"3.6": (18, 0, 0, 0, 0, 0, 0), "3.9": (15, 0, 0, 0, 63, 0, 12)},
+    "forward ws2x64x128/3s/preg/pp/persist/ds/ua/q1 D=128": {"3.6": (12, 0, 0, 0, 0, 0, 0),
+        "3.9": (10, 0, 0, 0, 42, 0, 8)},
+    "backward gluon_backward_hopper D=64": {"3.6": (0, 0, 0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 36, 0, 0)},
+    "backward gluon_backward_ws D=64 unsynced": {"3.6": (8, 0, 0, 0, 0, 0, 0), "3.9": (8, 0, 0, 0, 128, 0, 0)},
+    "backward _bwd_fused_kernel D=64 causal N=1024": {"3.6": (0, 0, 0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 84, 10, 0)},
+    "backward _bwd_dq_kernel D=64 causal N=2048": {"3.6": (0, 0, 0, 0, 0, 0, 0), "3.9": (0, 0, 0, 0, 30, 4, 0)},
 }
 TL = "backward _bwd_"   # the Triton backward's kernels (tl, not Gluon)
 PASS_NAMES = ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call",
-              "wgmma_descriptor_adds", "drop_repeated_proxy_fences")
+              "wgmma_descriptor_adds", "drop_repeated_proxy_fences", "chain_sum_trees")
 
 
 @pytest.fixture(scope="module")
@@ -380,10 +503,12 @@ def test_ptx_pass_counts_match_the_recorded_table(pass_counts):
 def test_both_triton_versions_differ_only_where_explained():
     """3.9's counts are 3.6's but for partition_syncs (0 where 3.6 rewrote the shared function's 3), the dropped
     syncs (two more in the shared function, one fewer per consumer and wait site in the inlined partitions) and the
-    descriptors rewritten (none on 3.6, every kernel on 3.9)."""
+    descriptors rewritten (none on 3.6, every kernel on 3.9), the fences dropped (3.9's Triton backward) and the row
+    sums chained (3.9's forward)."""
     for label, v in PASSES.items():
-        (d6, p6, t6, i6, w6, f6), (d9, p9, t9, i9, w9, f9) = v["3.6"], v["3.9"]
-        assert (t6, i6) == (t9, i9) and p9 == 0 and w6 == 0 < w9 and f6 == 0
+        (d6, p6, t6, i6, w6, f6, c6), (d9, p9, t9, i9, w9, f9, c9) = v["3.6"], v["3.9"]
+        assert (t6, i6) == (t9, i9) and p9 == 0 and w6 == 0 < w9 and f6 == 0 == c6
+        assert (c9 > 0) == label.startswith("forward")
         assert d9 == d6 + 2 if "/sc2" in label else d9 <= d6
         assert (f9 > 0) == label.startswith(TL)
 

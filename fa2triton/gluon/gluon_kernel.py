@@ -30,7 +30,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 from triton.language.core import _aggregate as aggregate
 
-from fa2triton.triton_compat import splits_wgmma_descriptors, tma_load
+from fa2triton.triton_compat import reduces_in_trees, splits_wgmma_descriptors, tma_load
 from fa2triton.gluon import gluon_ptx as _ptx
 from fa2triton.gluon import hopper as _hw
 from fa2triton.gluon.schedule import Schedule
@@ -47,6 +47,8 @@ _TIE_ONE_ASM = gl.constexpr(_ptx.TIE_ONE_ASM)
 _INLINE_ASM = gl.constexpr(_ptx.INLINE_ASM)
 _DESCRIPTOR_ASM = gl.constexpr(_ptx.DESCRIPTOR_ASM)
 _DESCRIPTOR_ADDS = gl.constexpr(splits_wgmma_descriptors())
+_SUM_ASM = gl.constexpr(_ptx.SUM_ASM)
+_CHAIN_SUMS = gl.constexpr(reduces_in_trees())
 _LOADER_REGS = gl.constexpr(LOADER_REGS)
 _LN2 = _hw.LN2_C
 wgmma_layout, slot_of, ready_phase, empty_phase = _hw.wgmma_layout, _hw.slot_of, _hw.ready_phase, _hw.empty_phase
@@ -601,6 +603,8 @@ def flash_fwd_gluon_ws(
     dtype: gl.constexpr = q_desc.dtype
     if _DESCRIPTOR_ADDS:   # the PTX stage's wgmma_descriptor_adds
         _mark(_DESCRIPTOR_ASM)
+    if _CHAIN_SUMS:        # the PTX stage's chain_sum_trees
+        _mark(_SUM_ASM)
 
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFFERS * CONSUMERS, ROWS, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)
