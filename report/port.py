@@ -14,13 +14,15 @@ from report import no_regression as ct
 from report.tables import NOT_YET, fmt, md_table, rel
 
 CSV = "port_triton39.csv"
-BEFORE, PORT, T39, T39P, T39Q = "bp36", "t36", "t39", "t39p", "t39q"
+BEFORE, PORT, T39, T39P, T39Q, T39T = "bp36", "t36", "t39", "t39p", "t39q", "t39t"
 COMPARISONS = (   # (A, B, the page's title of B ÷ A, REPORT.md's column)
     (BEFORE, PORT, "the port on Triton 3.6: pointer arithmetic ÷ block pointers", "port ÷ block pointers"),
     (PORT, T39, "Triton 3.9 ÷ Triton 3.6, the same checkout", "3.9 ÷ 3.6"),
     (T39P, T39, "Triton 3.9: the Triton backward's PTX passes ÷ the commit before them", "3.9: passes ÷ before"),
     (T39, T39Q, "Triton 3.9 with its legacy ptxas (CUDA 12.9) ÷ with ptxas-blackwell (13.4), the same checkout",
-     "3.9: ptxas 12.9 ÷ 13.4"))
+     "3.9: ptxas 12.9 ÷ 13.4"),
+    (T39T, T39, "Triton 3.9: the forward's row sums chained (chain_sum_trees) ÷ the commit before them",
+     "3.9: chained sums ÷ trees"))
 TASK = ("python scripts/compare_trees.py --csv port_triton39.csv --kernel all --tree bp36=<block-pointer checkout> "
         "--tree t36=. --tree t39=. --env t39:PYTHONPATH=<Triton 3.9>")
 PAGE = "[its page](docs/report/compare_trees.md#the-triton-39-port)"
@@ -36,10 +38,12 @@ def _load(gpu, root):
 
 
 def _us(df, tree: str, r: dict) -> float:
-    """`tree`'s median time in µs at r's version, mode and shape over its rounds, in the time a comparison is judged
-    by (no_regression.JUDGED_BY)."""
-    g = df[(df.tree == tree) & (df.version == r["version"]) & (df["mode"] == r["mode"]) & (df.N == r["N"])
-           & (df.D == r["D"]) & (df.causal == r["causal"])]
+    """`tree`'s median time in µs at r's version, mode and shape over the rounds of its latest commit, in the time a
+    comparison is judged by (no_regression.JUDGED_BY)."""
+    g = df[(df.version == r["version"]) & (df["mode"] == r["mode"]) & (df.N == r["N"]) & (df.D == r["D"])
+           & (df.causal == r["causal"])]
+    g = ct.pooled(g, tree)   # its latest commit's rounds
+    g = g[g.tree == tree]
     col = next(c for c, _ in ct.JUDGED_BY if g[c].notna().any() or c == "ms")
     return 1e3 * statistics.median(g[col].dropna()) if len(g) else float("nan")
 
@@ -67,8 +71,9 @@ def section_port(gpu, root) -> str:
              f"its own versions and cuDNN on the same inputs (B = 4, H = 8, bf16) by do_bench (L2 flushed) and by "
              f"CUDA-graph replay: `{BEFORE}` the block-pointer kernels on Triton {_tritons(df, BEFORE)}, `{PORT}` the "
              f"pointer port on Triton {_tritons(df, PORT)}, `{T39}` the same checkout on Triton {_tritons(df, T39)} "
-             f"(and, in the rounds that time it, `{T39P}`: the commit before the Triton backward's fence and "
-             f"descriptor passes, on Triton 3.9). µs: each tree's median over its rounds, by graph replay (the "
+             f"(and, in the rounds that time them, on Triton 3.9: `{T39P}`, the commit before the Triton backward's "
+             f"fence and descriptor passes; `{T39Q}`, this checkout with Triton 3.9's legacy ptxas; `{T39T}`, the "
+             f"commit before chain_sum_trees). µs: each tree's median over its rounds, by graph replay (the "
              f"backward: its kernels' own GPU time where the rows have it, else do_bench); ratios: the median "
              f"(min–max) of the per-round ratios over the complete rounds. Verdict: within {100 * ct.LEVEL:.0f}% by "
              f"graph replay (the backward: kernel time) and by % of cuDNN, else what each says (a spread that holds 1 "
