@@ -296,7 +296,8 @@ def reduces_in_trees() -> bool:
     return triton_version() >= (3, 9)
 
 
-_ADD_F32 = re.compile(r"^\s*add\.f32\s+(%\w+),\s*(%\w+),\s*(%\w+);\s*$")
+_REDUCE_F32 = re.compile(r"^\s*(add|max)\.f32\s+(%\w+),\s*(%\w+),\s*(%\w+);\s*$")   # a row sum's or maximum's step
+_ORDERED = re.compile(r"wgmma|mbarrier|\bbar\.|barrier\.|\bcall\b|inline asm")   # what a live-in leaf may not cross
 _REGISTER = re.compile(r"%\w+")
 _FUNCTION = re.compile(r"^(?:\.visible\s+|\.weak\s+)?\.(?:entry|func)\b")
 MIN_TREE_LEAVES = 8   # a row sum of 32 values per thread; smaller sums are left as Triton wrote them
@@ -328,9 +329,9 @@ def _chain_function(lines: list[str]) -> tuple[list[str], int]:
     for i, line in enumerate(lines):
         block += bool(_BLOCK_END.match(line))
         blocks.append(block)
-        m = _ADD_F32.match(line)
+        m = _REDUCE_F32.match(line)
         if m:
-            adds[m.group(1)] = (i, m.group(2), m.group(3))
+            adds[m.group(2)] = (i, m.group(3), m.group(4), m.group(1))
         ins = _INSTR.match(line)   # its first operand is what it writes; any other form counts as reads only
         regs = _REGISTER.findall(line.split("//", 1)[0])
         if ins:
@@ -339,41 +340,42 @@ def _chain_function(lines: list[str]) -> tuple[list[str], int]:
         for r in regs:
             reads.setdefault(r, []).append(i)
 
-    def inner(reg: str, parent: int) -> bool:   # an add written once and read once in the function, by `parent`
-        return (reg in adds and writes.get(reg) == [adds[reg][0]] and reads.get(reg) == [parent]
-                and blocks[adds[reg][0]] == blocks[parent])
+    def inner(reg: str, parent: int, op: str) -> bool:   # a step of `op` written and read once, by `parent`
+        return (reg in adds and adds[reg][3] == op and writes.get(reg) == [adds[reg][0]]
+                and reads.get(reg) == [parent] and blocks[adds[reg][0]] == blocks[parent])
 
-    inners = {c for i, x, y in adds.values() for c in (x, y) if inner(c, i)}
+    inners = {c for i, x, y, op in adds.values() for c in (x, y) if inner(c, i, op)}
     after: dict[int, list[str]] = {}   # line -> the chain adds that follow it
     drop, n = set(), 0
-    for root, (i, _, _) in adds.items():
+    for root, (i, _, _, op) in adds.items():
         if root in inners:
             continue
         tree, leaves, stack, chain = [], [], [root], True
         while stack:
             reg = stack.pop()
-            j, x, y = adds[reg]
+            j, x, y, _ = adds[reg]
             tree.append(reg)
-            sums = [c for c in (x, y) if inner(c, j)]
+            sums = [c for c in (x, y) if inner(c, j, op)]
             chain &= len(sums) <= 1
             stack += sums
             leaves += [(c, j) for c in (x, y) if c not in sums]
         if chain or len(leaves) < MIN_TREE_LEAVES:
             continue   # a chain already (3.6's form), or a small sum
-        placed = []   # (the leaf's last write before its read, in that block; the leaf)
+        tree_lines = {adds[r][0] for r in tree}
+        start = min(tree_lines) - 1   # a leaf from an earlier block is taken where the tree began
+        if any(_ORDERED.search(lines[k]) for k in range(start + 1, i)):
+            continue
+        placed = []   # (the leaf's last write before its read in that block, else start; the leaf)
         for c, j in leaves:
             w = [k for k in writes.get(c, []) if k < j and blocks[k] == blocks[j]]
-            placed.append((w[-1], c) if w else None)
-        if None in placed:
-            continue   # a leaf from an earlier block
+            placed.append((w[-1] if w else start, c))
         placed.sort()
-        tree_lines = {adds[r][0] for r in tree}
         last = placed[-1][0]   # where the root is now written: nothing else may touch it up to its old line
         if any(last < k < i for k in reads.get(root, []) + writes.get(root, [])):
             continue
         acc = placed[0][1]
         for (at, leaf), dst in zip(placed[1:], sorted(set(tree) - {root}, key=lambda r: adds[r][0]) + [root]):
-            after.setdefault(at, []).append(f"\tadd.f32 \t{dst}, {acc}, {leaf};")
+            after.setdefault(at, []).append(f"\t{op}.f32 \t{dst}, {acc}, {leaf};")
             acc = dst
         drop |= tree_lines
         n += 1
