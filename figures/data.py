@@ -367,10 +367,16 @@ GLUON_V7_TL_WAS_DEFAULT = ("aafdf46",)
 def gluon(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM) -> tuple[pd.DataFrame, Path]:
     """results/<gpu>/experiments/gluon.csv (experiments/run.py gluon), the rows at head dimension D (rows
     without the column came before its --D: the harness's), the latest row per (run, variant, shape), with
-    `run_start` (the run's first date) to order the runs by; an empty frame where no run timed D."""
+    `run_start` (the run's first date) to order the runs by; an empty frame where no run timed D. A run is a commit,
+    or a commit and its Triton where that commit ran under several."""
     path = root(results_root) / gpu_slug / "experiments" / "gluon.csv"
     df = at_head_dim(load(path, GLUON_COLUMNS), D)
     df = df[~((df["variant"] == "v7_tl") & df["git_commit"].astype(str).isin(GLUON_V7_TL_WAS_DEFAULT))]
+    if "triton" in df and len(df):   # one commit run under several Tritons: a run each, named with its Triton
+        tri = df["triton"].astype(str)
+        several = tri.groupby(df["git_commit"]).transform("nunique") > 1
+        df = df.assign(git_commit=df["git_commit"].astype(str).where(~several, df["git_commit"].astype(str)
+                                                                     + " (Triton " + tri + ")"))
     df = df.sort_values("date", kind="stable").drop_duplicates(["git_commit", "variant", "N", "causal"], keep="last")
     return df.assign(run_start=df.groupby("git_commit")["date"].transform("min")), path
 

@@ -802,3 +802,17 @@ def test_a_later_run_shorter_than_a_protocol_does_not_replace_it(tmp_path):
     _write(path, one)
     bench, _ = data.bench(GPU, tmp_path)
     assert set(bench.run_id) == {"peer-D64"}
+
+
+def test_gluon_splits_a_commit_run_under_two_tritons_into_two_runs(tmp_path):
+    rows = [{"git_commit": "ddd", "date": f"2026-12-03T07:0{i}:00+00:00", "variant": v, "N": 4096, "causal": 0,
+             "ms": ms, "ms_min": ms, "ms_max": ms, "graph_ms": ms, "graph_pct_of_sdpa": 100.0 / ms,
+             "pct_of_sdpa": 100.0 / ms, "rel_err_vs_sdpa": 0.0, **{k: x for k, x in PROV.items() if k != "date"},
+             "triton": triton}
+            for i, (triton, scale) in enumerate((("3.9.0", 1.05), ("3.6.0", 1.0)))
+            for v, ms in (("v7_tl", 1.1 * scale), ("sdpa", 1.0), ("cfgA", 0.9 * scale))]
+    _write(tmp_path / GPU / "experiments" / "gluon.csv", rows)
+    df, _ = data.gluon(GPU, tmp_path)
+    runs = {r.git_commit: r.graph_ms for r in df[df.variant == "cfgA"].itertuples()}
+    assert runs == {"ddd (Triton 3.9.0)": pytest.approx(0.945), "ddd (Triton 3.6.0)": pytest.approx(0.9)}
+    assert len(data.gluon_best(df)) == 2

@@ -282,6 +282,8 @@ def run_ptx(ptx: str) -> list:
             env[ops[0]] = 2 ** env[ops[1]]
         elif "add.f32" in line:
             env[ops[0]] = env[ops[1]] + env[ops[2]]
+        elif "max.f32" in line:
+            env[ops[0]] = max(env[ops[1]], env[ops[2]])
         elif "st.global" in line:
             stored.append(env[ops[1]])
     return stored
@@ -318,9 +320,26 @@ def test_chain_sum_trees_serves_each_function_and_keeps_what_else_reads_a_sum():
     assert count == 3 and run_ptx(out) == run_ptx(ptx)
 
 
-def _block_before_the_sum(lines, root):   # the leaves come from an earlier basic block
+def test_chain_sum_trees_chains_a_maximum_and_takes_leaves_from_an_earlier_block_where_the_tree_began():
+    """3.9's row maximum: a max.f32 tree over the scores, which come from an earlier block (the wgmma's wait): chained
+    in the leaves' order, each taken where the tree began, and the result the same."""
+    lines, root = row_sum(16)
     at = lines.index("$L__tmp3:")
-    return lines[:at] + ["$L__BB0_1:"] + lines[at:]
+    lines = lines[:at] + ["$L__BB0_1:"] + [line.replace("add.f32", "max.f32") for line in lines[at:]]
+    ptx = "\n".join(lines)
+    out, count = tc.chain_sum_trees(ptx)
+    chain = [line for line in out.split("\n") if "max.f32" in line]
+    assert count == 1 and run_ptx(out) == run_ptx(ptx) == [2 ** 15] and len(chain) == 15
+    out_lines = out.split("\n")
+    first = out_lines.index("$L__tmp3:") + 2   # where the tree's first max was, after its line info
+    assert out_lines[first:first + 15] == chain
+    assert tc.chain_sum_trees(out) == (out, 0)
+
+
+def _ordered_inside_the_sum(lines, root):   # a barrier among the tree's adds: a leaf from before it may not move
+    first = next(i for i, line in enumerate(lines) if "add.f32" in line)
+    return lines[:first] + ["$L__BB0_1:", "\tbar.sync \t1, 128;"] + lines[first:first + 3] + ["\tbar.sync \t1, 128;"] \
+        + lines[first + 3:]
 
 
 def _root_read_early(lines, root):   # the root read between the last exponential and the sum (a loop's last value)
@@ -328,7 +347,7 @@ def _root_read_early(lines, root):   # the root read between the last exponentia
     return lines[:at] + [f"\tst.global.f32 \t[%rd2], {root};"] + lines[at:]
 
 
-@pytest.mark.parametrize("change", [_block_before_the_sum, _root_read_early, lambda lines, root: row_sum(7)[0]])
+@pytest.mark.parametrize("change", [_ordered_inside_the_sum, _root_read_early, lambda lines, root: row_sum(7)[0]])
 def test_chain_sum_trees_leaves_what_it_cannot_prove(change):
     ptx = "\n".join(change(*row_sum(16)))
     assert tc.chain_sum_trees(ptx) == (ptx, 0)
