@@ -14,15 +14,16 @@ from report import no_regression as ct
 from report.tables import NOT_YET, fmt, md_table, rel
 
 CSV = "port_triton39.csv"
-BEFORE, PORT, T39, T39P, T39Q, T39T = "bp36", "t36", "t39", "t39p", "t39q", "t39t"
+BEFORE, PORT, T39, T39P, T39Q, T39T, T39S = "bp36", "t36", "t39", "t39p", "t39q", "t39t", "t39s"
 COMPARISONS = (   # (A, B, the page's title of B ÷ A, REPORT.md's column)
     (BEFORE, PORT, "the port on Triton 3.6: pointer arithmetic ÷ block pointers", "port ÷ block pointers"),
     (PORT, T39, "Triton 3.9 ÷ Triton 3.6, the same checkout", "3.9 ÷ 3.6"),
     (T39P, T39, "Triton 3.9: the Triton backward's PTX passes ÷ the commit before them", "3.9: passes ÷ before"),
     (T39, T39Q, "Triton 3.9 with its legacy ptxas (CUDA 12.9) ÷ with ptxas-blackwell (13.4), the same checkout",
      "3.9: ptxas 12.9 ÷ 13.4"),
-    (T39T, T39, "Triton 3.9: the forward's row sums chained (chain_sum_trees) ÷ the commit before them",
-     "3.9: chained sums ÷ trees"))
+    (T39T, T39, "Triton 3.9: the forward's row sums chained ÷ the commit before them",
+     "3.9: chained sums ÷ trees"),
+    (T39S, T39, "Triton 3.9: the forward's row maxima chained too ÷ its row sums alone", "3.9: + maxima ÷ sums"))
 TASK = ("python scripts/compare_trees.py --csv port_triton39.csv --kernel all --tree bp36=<block-pointer checkout> "
         "--tree t36=. --tree t39=. --env t39:PYTHONPATH=<Triton 3.9>")
 PAGE = "[its page](docs/report/compare_trees.md#the-triton-39-port)"
@@ -37,12 +38,13 @@ def _load(gpu, root):
     return ct.load(path) if path.exists() else None
 
 
-def _us(df, tree: str, r: dict) -> float:
-    """`tree`'s median time in µs at r's version, mode and shape over the rounds of its latest commit, in the time a
-    comparison is judged by (no_regression.JUDGED_BY)."""
+def _us(df, tree: str, r: dict, pooled_by: str | None = None) -> float:
+    """`tree`'s median time in µs at r's version, mode and shape over the rounds that no_regression.pooled keeps for
+    `pooled_by` (default: the tree itself, its latest commit's), in the time a comparison is judged by
+    (no_regression.JUDGED_BY)."""
     g = df[(df.version == r["version"]) & (df["mode"] == r["mode"]) & (df.N == r["N"]) & (df.D == r["D"])
            & (df.causal == r["causal"])]
-    g = ct.pooled(g, tree)   # its latest commit's rounds
+    g = ct.pooled(g, pooled_by or tree)
     g = g[g.tree == tree]
     col = next(c for c, _ in ct.JUDGED_BY if g[c].notna().any() or c == "ms")
     return 1e3 * statistics.median(g[col].dropna()) if len(g) else float("nan")
@@ -53,13 +55,26 @@ def _tritons(df, tree: str) -> str:
     return ", ".join(sorted(set(t.triton.astype(str)))) if "triton" in t else "?"
 
 
+def with_a(df, a: str):
+    """The rows of the rounds (of each run: git_commit) in which tree `a` ran, so that `ratios` pools B's latest commit
+    among the rounds that can pair with A (a later run of B alone does not retire a comparison)."""
+    ran = df[df.tree == a][["git_commit", "round"]].drop_duplicates()
+    return df.merge(ran, on=["git_commit", "round"])
+
+
+def ratios(df, a: str, b: str) -> list[dict]:
+    """no_regression.ratios of B ÷ A over the rounds in which A ran (with_a)."""
+    return ct.ratios(with_a(df, a), a, b)
+
+
 def comparison_table(df, a: str, b: str) -> str:
     """Every version, mode and shape that both trees measured (a round of either alone is left out)."""
-    rows = [r for r in ct.ratios(df, a, b) if r["rounds"]]
+    rows = [r for r in ratios(df, a, b) if r["rounds"]]
+    paired = with_a(df, a)   # the µs from the rounds the ratios pool
     return md_table(["version", "mode", "N", "D", "causal", "rounds", f"µs, {a}", f"µs, {b}",
                      f"graph-replay ms {b} ÷ {a}", f"do_bench ms {b} ÷ {a}", f"% of cuDNN {b} ÷ {a}", "verdict"],
                     [[f"`{r['version']}`", r["mode"], r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"],
-                      _us(df, a, r), _us(df, b, r), ct.gpu_cell(r), ct.cell(r["ms"]),
+                      _us(paired, a, r, b), _us(paired, b, r, b), ct.gpu_cell(r), ct.cell(r["ms"]),
                       ct.cell(r["pct_of_sdpa"]), ct.verdict(r, b)] for r in rows])
 
 
@@ -73,7 +88,7 @@ def section_port(gpu, root) -> str:
              f"pointer port on Triton {_tritons(df, PORT)}, `{T39}` the same checkout on Triton {_tritons(df, T39)} "
              f"(and, in the rounds that time them, on Triton 3.9: `{T39P}`, the commit before the Triton backward's "
              f"fence and descriptor passes; `{T39Q}`, this checkout with Triton 3.9's legacy ptxas; `{T39T}`, the "
-             f"commit before chain_sum_trees). µs: each tree's median over its rounds, by graph replay (the "
+             f"commit before the chained row sums; `{T39S}`, the commit with the chained row sums alone). µs: each tree's median over its rounds, by graph replay (the "
              f"backward: its kernels' own GPU time where the rows have it, else do_bench); ratios: the median "
              f"(min–max) of the per-round ratios over the complete rounds. Verdict: within {100 * ct.LEVEL:.0f}% by "
              f"graph replay (the backward: kernel time) and by % of cuDNN, else what each says (a spread that holds 1 "
@@ -110,7 +125,7 @@ def section_port_brief(gpu, root) -> str:
     if df is None or not {PORT, T39} <= set(df.tree):
         return f"Triton 3.6 against 3.9, per round: {NOT_YET} (`{TASK}`)."
     N = int(df.N.max())
-    found = {(a, b): {(r["version"], r["mode"], r["causal"]): r for r in ct.ratios(df, a, b)
+    found = {(a, b): {(r["version"], r["mode"], r["causal"]): r for r in ratios(df, a, b)
                       if r["N"] == N and r["D"] == 64} for a, b, *_ in COMPARISONS if {a, b} <= set(df.tree)}
     table, unjudged = [], []
     for version, mode in sorted({k[:2] for rows in found.values() for k in rows}):
