@@ -58,8 +58,9 @@ def _tritons(df, tree: str) -> str:
 def with_a(df, a: str):
     """The rows of the rounds (of each run: git_commit) in which tree `a` ran, so that `ratios` pools B's latest commit
     among the rounds that can pair with A (a later run of B alone does not retire a comparison)."""
-    ran = df[df.tree == a][["git_commit", "round"]].drop_duplicates()
-    return df.merge(ran, on=["git_commit", "round"])
+    key = [c for c in ("git_commit", "round") if c in df]
+    ran = df[df.tree == a][key].drop_duplicates()
+    return df.merge(ran, on=key)
 
 
 def ratios(df, a: str, b: str) -> list[dict]:

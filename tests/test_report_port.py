@@ -100,3 +100,17 @@ def test_a_later_run_of_some_shapes_keeps_the_other_shapes_rounds(root):
     _write(root / GPU / "experiments" / port.CSV, rows + later)
     table = port.comparison_table(port._load(GPU, root), port.PORT, port.T39)
     assert "| `v7_hopper` | bwd | 4096 | 64 | no | 3 |" in table and "| `v7_hopper` | bwd | 2048 | 64 | no | 3 |" in table
+
+
+def test_a_later_run_of_b_without_a_keeps_the_comparison(root):
+    """B (t39) measured again in later rounds that A (bp36) did not run: bp36 ÷ t39 stays judged by the rounds both ran,
+    with the µs of those rounds, not B's later ones."""
+    rows = [dict(r, git_commit="abc1234") for r in port_rows(t39_slow=1.05)]
+    later = [dict(r, round=r["round"] + 20, tree_commit="def5678", git_commit="def5678", ms=r["ms"] * 3,
+                  graph_ms=r["graph_ms"] * 3) for r in rows if r["tree"] == port.T39]
+    _write(root / GPU / "experiments" / port.CSV, rows + later)
+    df = port._load(GPU, root)
+    table = port.comparison_table(df, port.BEFORE, port.T39)
+    line = next(ln for ln in table.splitlines() if ln.startswith("| `v5_final` | fwd | 4096 | 64 | no | 3 |"))
+    us_before, us_t39 = (float(c) for c in line.split(" | ")[6:8])
+    assert 1.04 < us_t39 / us_before < 1.06   # the paired rounds' times, not the later 3x ones
