@@ -14,8 +14,8 @@ closure's variables, a signature) that is what is checked; the version itself on
   launch option that puts ptxas's default register allocation back.
 - splits_wgmma_descriptors(), wgmma_descriptor_adds(ptx): whether this Triton builds each k-step's wgmma descriptor
   from 32-bit words (3.9), and that PTX rewritten in 3.6's form.
-- reduces_in_trees(), chain_sum_trees(ptx): whether this Triton sums a thread's share of a row as a tree of pairs
-  (3.9), and that PTX with each tree written as 3.6's chain.
+- reduces_in_trees(), chain_reduction_trees(ptx): whether this Triton reduces a thread's share of a row (sum, maximum)
+  as a tree of pairs (3.9), and that PTX with each tree written as 3.6's chain.
 - direct_launch(run), encode_descriptor(desc, meta): a CompiledKernel's C launch function and its descriptor encoding
   (3.6: a launcher per kernel; 3.9: one generic launch with the arguments as one sequence).
 """
@@ -289,10 +289,10 @@ def drop_repeated_proxy_fences(ptx: str) -> tuple[str, int]:
 # ------------------------------------------------------------------------------------------------ row sums
 
 def reduces_in_trees() -> bool:
-    """Whether Triton lowers a thread's share of a reduction (gl.sum over the values one thread holds) as a tree of
-    pairs (3.9's treeReduce) rather than one chain (3.6): where it does, v7's Gluon forward plants
-    gluon_ptx.SUM_MARK for chain_sum_trees (elsewhere nothing, so its PTX is as before). A lowering detail no attribute
-    shows: the version decides (3.7 and 3.8 were not examined: False)."""
+    """Whether Triton lowers a thread's share of a reduction (gl.sum, gl.max over the values one thread holds) as a
+    tree of pairs (3.9's treeReduce) rather than one chain (3.6): where it does, v7's Gluon forward plants
+    gluon_ptx.REDUCE_MARK for chain_reduction_trees (elsewhere nothing, so its PTX is as before). A lowering detail
+    no attribute shows: the version decides (3.7 and 3.8 were not examined: False)."""
     return triton_version() >= (3, 9)
 
 
@@ -300,17 +300,19 @@ _REDUCE_F32 = re.compile(r"^\s*(add|max)\.f32\s+(%\w+),\s*(%\w+),\s*(%\w+);\s*$"
 _ORDERED = re.compile(r"wgmma|mbarrier|\bbar\.|barrier\.|\bcall\b|inline asm")   # what a live-in leaf may not cross
 _REGISTER = re.compile(r"%\w+")
 _FUNCTION = re.compile(r"^(?:\.visible\s+|\.weak\s+)?\.(?:entry|func)\b")
-MIN_TREE_LEAVES = 8   # a row sum of 32 values per thread; smaller sums are left as Triton wrote them
+MIN_TREE_LEAVES = 8   # a row's 32 values per thread; smaller reductions are left as Triton wrote them
 
 
-def chain_sum_trees(ptx: str) -> tuple[str, int]:
-    """The PTX with each tree of `add.f32` (MIN_TREE_LEAVES or more leaves) written as one chain, leaves in the order
-    they are written, and how many trees. A tree: adds in one basic block whose inner results are written once and
-    read once in their function, by the tree. Each chain add goes right after the write of the leaf it takes, so the
-    sum follows the values' production as 3.6's does; the inner registers are reused and the root keeps its own.
-    Left alone: a chain already (3.6's PTX: n = 0), a leaf written again before the root, a tree register read or
-    written between the first chain add and the root outside the tree. Why: under 3.9's tree ptxas issues the
-    exponentials back to back and the MIO queue stalls on them ("The forward at D = 64", docs/port-triton39.md)."""
+def chain_reduction_trees(ptx: str) -> tuple[str, int]:
+    """The PTX with each tree of `add.f32` or of `max.f32` (MIN_TREE_LEAVES or more leaves, one op) written as one
+    chain, leaves in the order they are written, and how many trees. A tree: steps in one basic block whose inner
+    results are written once and read once in their function, by the tree. Each chain step goes right after the write
+    of the leaf it takes (a leaf from an earlier block: where the tree began), so the reduction follows the values'
+    production as 3.6's does; the inner registers are reused and the root keeps its own. Left alone: a chain already
+    (3.6's PTX: n = 0), a tree with a wgmma, barrier, call or inline asm among its steps, a root read or written
+    between its new and old place. Exact for max; a sum rounds as 3.6's order does. Why: under 3.9's trees v7's
+    forward at D = 64 is slower than under 3.6, most at the split form, whose maxima cost it most (the rounds:
+    "The forward at D = 64", docs/port-triton39.md)."""
     lines = ptx.split("\n")
     starts = [i for i, line in enumerate(lines) if _FUNCTION.match(line)] + [len(lines)]
     out, n = lines[:starts[0]], 0
@@ -322,7 +324,7 @@ def chain_sum_trees(ptx: str) -> tuple[str, int]:
 
 
 def _chain_function(lines: list[str]) -> tuple[list[str], int]:
-    """chain_sum_trees over one function's lines."""
+    """chain_reduction_trees over one function's lines."""
     writes: dict[str, list[int]] = {}
     reads: dict[str, list[int]] = {}
     block, blocks, adds = 0, [], {}

@@ -153,12 +153,12 @@ def test_the_default_regalloc_option_undoes_level_2(offline, tmp_path):
     assert cubin("--regAllocOptLevel=2", *tc.ptx_options().split()) == default != cubin("--regAllocOptLevel=2")
 
 
-@pytest.mark.skipif(not NEW, reason="Triton 3.6 sums in chains: its forward plants no SUM_MARK")
-def test_chained_sums_keep_the_exponentials_apart_in_the_sass(offline, tmp_path, monkeypatch):
-    """ptxas 13 (with Triton's flags and ptx_options) on the D = 128 lookahead forward: with its row sums chained, far
-    fewer MUFU issue right after a MUFU than from the same PTX before chain_sum_trees (offline: 35 against 146; 3.6's
-    own PTX gives 38-40, docs/port-triton39.md), with the same instruction count and no spills. The PTX without the
-    chains: Triton's own through every other pass."""
+@pytest.mark.skipif(not NEW, reason="Triton 3.6 sums in chains: its forward plants no REDUCE_MARK")
+def test_chained_reductions_keep_the_exponentials_apart_in_the_sass(offline, tmp_path, monkeypatch):
+    """ptxas 13 (with Triton's flags and ptx_options) on the D = 128 lookahead forward: with its row maxima and sums
+    chained, far fewer MUFU issue right after a MUFU than from the same PTX before chain_reduction_trees (offline: 39
+    against 146; 3.6's own PTX gives 38-40, docs/port-triton39.md), with the same instruction count and no spills.
+    The PTX without the chains: Triton's own through every other pass."""
     from profiling.version_sass import assemble, sass_stats
 
     ptxas = tc.get_ptxas(90).path
@@ -169,7 +169,7 @@ def test_chained_sums_keep_the_exponentials_apart_in_the_sass(offline, tmp_path,
 
     raw = Path(f"{offline.ptx}.raw").read_text()
     assert P.passes(raw) == offline.ptx.read_text()
-    monkeypatch.setattr(P, "chain_sum_trees", lambda text: (text, 0))
+    monkeypatch.setattr(P, "chain_reduction_trees", lambda text: (text, 0))
     flags = [*tc.triton_ptxas_flags(), *tc.ptx_options().split()]
     stats = {}
     for name, ptx in (("chained", offline.ptx.read_text()), ("trees", P.passes(raw))):
@@ -296,10 +296,10 @@ def adds(ptx: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("n", [8, 16, 32])
-def test_chain_sum_trees_writes_a_tree_as_one_chain_in_the_leaves_order(n):
+def test_chain_reduction_trees_writes_a_tree_as_one_chain_in_the_leaves_order(n):
     lines, root = row_sum(n)
     ptx = "\n".join(lines)
-    out, count = tc.chain_sum_trees(ptx)
+    out, count = tc.chain_reduction_trees(ptx)
     chain = adds(out)
     assert count == 1 and run_ptx(out) == run_ptx(ptx) == [2 ** n - 1]
     assert chain[0][1] == "%r100" and [a[2] for a in chain] == [f"%r{100 + i}" for i in range(1, n)]
@@ -307,33 +307,33 @@ def test_chain_sum_trees_writes_a_tree_as_one_chain_in_the_leaves_order(n):
     out_lines = out.split("\n")
     for i in range(1, n):   # each add right after the exponential it takes
         assert out_lines[out_lines.index(f"\tex2.approx.ftz.f32 \t%r{100 + i}, %r{i};") + 1].endswith(f"%r{100 + i};")
-    assert tc.chain_sum_trees(out) == (out, 0)   # a chain (3.6's form) is left as it is
+    assert tc.chain_reduction_trees(out) == (out, 0)   # a chain (3.6's form) is left as it is
 
 
-def test_chain_sum_trees_serves_each_function_and_keeps_what_else_reads_a_sum():
+def test_chain_reduction_trees_serves_each_function_and_keeps_what_else_reads_a_sum():
     lines, _ = row_sum(16)
     inner = next(line for line in lines if "add.f32" in line).split()[1].rstrip(",")   # the first pair's sum
     stored = lines[:-2] + [f"\tst.global.f32 \t[%rd2], {inner};"] + lines[-2:]   # a pair kept: a leaf of the chain
     later = lines[:-2] + ["\tex2.approx.ftz.f32 \t%r100, %r5;"] + lines[-2:]   # a leaf written again after the sum
     ptx = "\n".join(stored + lines + later)
-    out, count = tc.chain_sum_trees(ptx)
+    out, count = tc.chain_reduction_trees(ptx)
     assert count == 3 and run_ptx(out) == run_ptx(ptx)
 
 
-def test_chain_sum_trees_chains_a_maximum_and_takes_leaves_from_an_earlier_block_where_the_tree_began():
+def test_chain_reduction_trees_chains_a_maximum_and_takes_leaves_from_an_earlier_block_where_the_tree_began():
     """3.9's row maximum: a max.f32 tree over the scores, which come from an earlier block (the wgmma's wait): chained
     in the leaves' order, each taken where the tree began, and the result the same."""
     lines, root = row_sum(16)
     at = lines.index("$L__tmp3:")
     lines = lines[:at] + ["$L__BB0_1:"] + [line.replace("add.f32", "max.f32") for line in lines[at:]]
     ptx = "\n".join(lines)
-    out, count = tc.chain_sum_trees(ptx)
+    out, count = tc.chain_reduction_trees(ptx)
     chain = [line for line in out.split("\n") if "max.f32" in line]
     assert count == 1 and run_ptx(out) == run_ptx(ptx) == [2 ** 15] and len(chain) == 15
     out_lines = out.split("\n")
     first = out_lines.index("$L__tmp3:") + 2   # where the tree's first max was, after its line info
     assert out_lines[first:first + 15] == chain
-    assert tc.chain_sum_trees(out) == (out, 0)
+    assert tc.chain_reduction_trees(out) == (out, 0)
 
 
 def _ordered_inside_the_sum(lines, root):   # a barrier among the tree's adds: a leaf from before it may not move
@@ -348,9 +348,9 @@ def _root_read_early(lines, root):   # the root read between the last exponentia
 
 
 @pytest.mark.parametrize("change", [_ordered_inside_the_sum, _root_read_early, lambda lines, root: row_sum(7)[0]])
-def test_chain_sum_trees_leaves_what_it_cannot_prove(change):
+def test_chain_reduction_trees_leaves_what_it_cannot_prove(change):
     ptx = "\n".join(change(*row_sum(16)))
-    assert tc.chain_sum_trees(ptx) == (ptx, 0)
+    assert tc.chain_reduction_trees(ptx) == (ptx, 0)
 
 
 def test_only_3_9_reduces_in_trees():
@@ -436,7 +436,7 @@ def counting(name):
         return out, n
     return run
 for name in ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call",
-             "wgmma_descriptor_adds", "drop_repeated_proxy_fences", "chain_sum_trees"):
+             "wgmma_descriptor_adds", "drop_repeated_proxy_fences", "chain_reduction_trees"):
     setattr(P, name, counting(name))
 passes = P.passes
 def recording(text):
@@ -468,11 +468,11 @@ print(json.dumps(out))
 
 # PASS_NAMES' counts per kernel, offline sm_90; also in docs/port-triton39.md. Triton 3.9 differs in these ways,
 # explained there: partition_syncs finds nothing to rewrite (3.9 passes the shared consumer function its partition's
-# barrier id, so its barriers are already `bar.sync %r, 128`), the slot wait's bar.sync moved (the inlined partitions' waits have none before them:
-# one drop fewer per consumer and wait site; the shared function's has one before and one after, both dropped: two
+# barrier id, so its barriers are already `bar.sync %r, 128`), the slot wait's bar.sync moved (the inlined partitions'
+# waits have none before them: one drop fewer per consumer and wait site; the shared function's has one before and one after, both dropped: two
 # more), only 3.9's kernels plant DESCRIPTOR_MARK (splits_wgmma_descriptors; the ws backward at D = 64 only),
 # only 3.9's Triton backward kernels plant FENCE_MARK (adds_loop_proxy_fences: the fences an earlier one covers), and
-# only 3.9's Gluon forward plants SUM_MARK (reduces_in_trees: its row sums' trees, two per tile and consumer code path).
+# only 3.9's Gluon forward plants REDUCE_MARK (reduces_in_trees: each row's maximum and sum, per consumer code path).
 PASSES = {
     "forward ws2x64x128/3s/preg/persist/ua/et1/sc2 D=64": {"3.6": (4, 3, 2, 2, 0, 0, 0), "3.9": (6, 0, 2, 2, 23, 0, 8)},
     "forward ws2x64x128/3s/preg/pp/ua/sc2 D=64": {"3.6": (5, 3, 0, 2, 0, 0, 0), "3.9": (7, 0, 0, 2, 23, 0, 8)},
@@ -490,7 +490,7 @@ PASSES = {
 }
 TL = "backward _bwd_"   # the Triton backward's kernels (tl, not Gluon)
 PASS_NAMES = ("drop_marked_syncs", "partition_syncs", "tie_marked_arrives", "inline_consumer_call",
-              "wgmma_descriptor_adds", "drop_repeated_proxy_fences", "chain_sum_trees")
+              "wgmma_descriptor_adds", "drop_repeated_proxy_fences", "chain_reduction_trees")
 
 
 @pytest.fixture(scope="module")

@@ -47,8 +47,8 @@ _TIE_ONE_ASM = gl.constexpr(_ptx.TIE_ONE_ASM)
 _INLINE_ASM = gl.constexpr(_ptx.INLINE_ASM)
 _DESCRIPTOR_ASM = gl.constexpr(_ptx.DESCRIPTOR_ASM)
 _DESCRIPTOR_ADDS = gl.constexpr(splits_wgmma_descriptors())
-_SUM_ASM = gl.constexpr(_ptx.SUM_ASM)
-_CHAIN_SUMS = gl.constexpr(reduces_in_trees())
+_REDUCE_ASM = gl.constexpr(_ptx.REDUCE_ASM)
+_CHAIN_REDUCTIONS = gl.constexpr(reduces_in_trees())
 _LOADER_REGS = gl.constexpr(LOADER_REGS)
 _LN2 = _hw.LN2_C
 wgmma_layout, slot_of, ready_phase, empty_phase = _hw.wgmma_layout, _hw.slot_of, _hw.ready_phase, _hw.empty_phase
@@ -603,8 +603,8 @@ def flash_fwd_gluon_ws(
     dtype: gl.constexpr = q_desc.dtype
     if _DESCRIPTOR_ADDS:   # the PTX stage's wgmma_descriptor_adds
         _mark(_DESCRIPTOR_ASM)
-    if _CHAIN_SUMS:        # the PTX stage's chain_sum_trees
-        _mark(_SUM_ASM)
+    if _CHAIN_REDUCTIONS:        # the PTX stage's chain_reduction_trees
+        _mark(_REDUCE_ASM)
 
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFFERS * CONSUMERS, ROWS, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)

@@ -32,7 +32,7 @@ Triton 3.6's cache key sees only the kernel's source, 3.9's STAGES_KEY too: a ch
 import re
 
 from fa2triton.triton_compat import PARTITION_SYNC as _PARTITION_SYNC
-from fa2triton.triton_compat import (chain_sum_trees, drop_repeated_proxy_fences, install_stages_hook,
+from fa2triton.triton_compat import (chain_reduction_trees, drop_repeated_proxy_fences, install_stages_hook,
                                      wgmma_descriptor_adds)
 from fa2triton.gluon.hopper import BarrierId as _BarrierId
 
@@ -47,8 +47,8 @@ DESCRIPTOR_MARK = "fa2-descriptor-adds-v1"
 DESCRIPTOR_ASM = f"mov.b32 $0, $1; // {DESCRIPTOR_MARK}"
 FENCE_MARK = "fa2-proxy-fences-v1"
 FENCE_ASM = f"mov.b32 $0, $1; // {FENCE_MARK}"
-SUM_MARK = "fa2-chained-sums-v2"
-SUM_ASM = f"mov.b32 $0, $1; // {SUM_MARK}"
+REDUCE_MARK = "fa2-chained-reductions-v2"
+REDUCE_ASM = f"mov.b32 $0, $1; // {REDUCE_MARK}"
 CONSUMER_CALL = "_ws_consumer_call"   # the kernel's consumer function (gluon_kernel._ws_consumer_call)
 PARTITION_BARRIER_BASE = _BarrierId.PARTITION_BASE   # partition_syncs' ids: this + tid.x / 128
 
@@ -217,7 +217,7 @@ def inline_consumer_call(ptx: str) -> tuple[str, int]:
 
 
 STAGES_KEY = (f"fa2-ptx-passes:{UNSYNCED_MARK},{TIE_MARK},{INLINE_MARK},{CONSUMER_CALL},{PARTITION_BARRIER_BASE},"
-              f"{DESCRIPTOR_MARK},{FENCE_MARK},{SUM_MARK}")
+              f"{DESCRIPTOR_MARK},{FENCE_MARK},{REDUCE_MARK}")
 
 
 def passes(text: str) -> str:
@@ -225,7 +225,7 @@ def passes(text: str) -> str:
     # fences before descriptors: drop_repeated_proxy_fences reads the rewritten descriptors' braced blocks as barriers
     text = drop_repeated_proxy_fences(text)[0] if FENCE_MARK in text else text
     text = wgmma_descriptor_adds(text)[0] if DESCRIPTOR_MARK in text else text
-    text = chain_sum_trees(text)[0] if SUM_MARK in text else text
+    text = chain_reduction_trees(text)[0] if REDUCE_MARK in text else text
     text = drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
     text = partition_syncs(text)[0] if CONSUMER_CALL in text else text
     # tied before inlining, whose renamed predicates (%fa2ip<n>) _ELECTED_ARRIVE would not match (untied, the
