@@ -286,7 +286,7 @@ def drop_repeated_proxy_fences(ptx: str) -> tuple[str, int]:
     return "\n".join(line for i, line in enumerate(lines) if i not in drop), len(drop)
 
 
-# ------------------------------------------------------------------------------------------------ row sums
+# ------------------------------------------------------------------------------------------------ row reductions
 
 def reduces_in_trees() -> bool:
     """Whether Triton lowers a thread's share of a reduction (gl.sum, gl.max over the values one thread holds) as a
@@ -327,13 +327,13 @@ def _chain_function(lines: list[str]) -> tuple[list[str], int]:
     """chain_reduction_trees over one function's lines."""
     writes: dict[str, list[int]] = {}
     reads: dict[str, list[int]] = {}
-    block, blocks, adds = 0, [], {}
+    block, blocks, steps = 0, [], {}
     for i, line in enumerate(lines):
         block += bool(_BLOCK_END.match(line))
         blocks.append(block)
         m = _REDUCE_F32.match(line)
         if m:
-            adds[m.group(2)] = (i, m.group(3), m.group(4), m.group(1))
+            steps[m.group(2)] = (i, m.group(3), m.group(4), m.group(1))
         ins = _INSTR.match(line)   # its first operand is what it writes; any other form counts as reads only
         regs = _REGISTER.findall(line.split("//", 1)[0])
         if ins:
@@ -343,27 +343,27 @@ def _chain_function(lines: list[str]) -> tuple[list[str], int]:
             reads.setdefault(r, []).append(i)
 
     def inner(reg: str, parent: int, op: str) -> bool:   # a step of `op` written and read once, by `parent`
-        return (reg in adds and adds[reg][3] == op and writes.get(reg) == [adds[reg][0]]
-                and reads.get(reg) == [parent] and blocks[adds[reg][0]] == blocks[parent])
+        return (reg in steps and steps[reg][3] == op and writes.get(reg) == [steps[reg][0]]
+                and reads.get(reg) == [parent] and blocks[steps[reg][0]] == blocks[parent])
 
-    inners = {c for i, x, y, op in adds.values() for c in (x, y) if inner(c, i, op)}
-    after: dict[int, list[str]] = {}   # line -> the chain adds that follow it
+    inners = {c for i, x, y, op in steps.values() for c in (x, y) if inner(c, i, op)}
+    after: dict[int, list[str]] = {}   # line -> the chain steps that follow it
     drop, n = set(), 0
-    for root, (i, _, _, op) in adds.items():
+    for root, (i, _, _, op) in steps.items():
         if root in inners:
             continue
         tree, leaves, stack, chain = [], [], [root], True
         while stack:
             reg = stack.pop()
-            j, x, y, _ = adds[reg]
+            j, x, y, _ = steps[reg]
             tree.append(reg)
-            sums = [c for c in (x, y) if inner(c, j, op)]
-            chain &= len(sums) <= 1
-            stack += sums
-            leaves += [(c, j) for c in (x, y) if c not in sums]
+            below = [c for c in (x, y) if inner(c, j, op)]
+            chain &= len(below) <= 1
+            stack += below
+            leaves += [(c, j) for c in (x, y) if c not in below]
         if chain or len(leaves) < MIN_TREE_LEAVES:
-            continue   # a chain already (3.6's form), or a small sum
-        tree_lines = {adds[r][0] for r in tree}
+            continue   # a chain already (3.6's form), or a small reduction
+        tree_lines = {steps[r][0] for r in tree}
         start = min(tree_lines) - 1   # a leaf from an earlier block is taken where the tree began
         if any(_ORDERED.search(lines[k]) for k in range(start + 1, i)):
             continue
@@ -376,7 +376,7 @@ def _chain_function(lines: list[str]) -> tuple[list[str], int]:
         if any(last < k < i for k in reads.get(root, []) + writes.get(root, [])):
             continue
         acc = placed[0][1]
-        for (at, leaf), dst in zip(placed[1:], sorted(set(tree) - {root}, key=lambda r: adds[r][0]) + [root]):
+        for (at, leaf), dst in zip(placed[1:], sorted(set(tree) - {root}, key=lambda r: steps[r][0]) + [root]):
             after.setdefault(at, []).append(f"\t{op}.f32 \t{dst}, {acc}, {leaf};")
             acc = dst
         drop |= tree_lines

@@ -603,7 +603,7 @@ def flash_fwd_gluon_ws(
     dtype: gl.constexpr = q_desc.dtype
     if _DESCRIPTOR_ADDS:   # the PTX stage's wgmma_descriptor_adds
         _mark(_DESCRIPTOR_ASM)
-    if _CHAIN_REDUCTIONS:        # the PTX stage's chain_reduction_trees
+    if _CHAIN_REDUCTIONS:  # the PTX stage's chain_reduction_trees
         _mark(_REDUCE_ASM)
 
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFFERS * CONSUMERS, ROWS, D], q_desc.layout)
