@@ -95,8 +95,9 @@ def section_port(gpu, root) -> str:
              f"median (min–max) of the per-round ratios over the complete rounds. Verdict: within "
              f"{100 * ct.LEVEL:.0f}% by graph replay (the backward: kernel time) and by % of cuDNN, else what each "
              f"says (a spread that holds 1 is level). Backward rows time the backward alone, by do_bench and by "
-             f"torch.profiler's kernel durations. At small N, do_bench times the host path of the versions that launch through Triton's JIT "
-             f"(v0–v4), and what it reads there changes from process to process: graph replay is the kernels' time. "
+             f"torch.profiler's kernel durations. At small N, do_bench times the host path of the versions "
+             f"that launch through Triton's JIT (v0–v4), and what it reads there changes from process to process: "
+             f"graph replay is the kernels' time. "
              f"Source: `{rel(path_of(gpu, root))}`."]
     for a, b, title, _ in COMPARISONS:
         if not {a, b} <= set(df.tree):
