@@ -99,3 +99,22 @@ def test_an_unknown_version_is_one_line_naming_the_known_ones():
                 or not all(v in said for v in versions.NAMES)):
             bad.append(f"{name}: rc {out.returncode}, {said[-300:]!r}")
     assert not bad, "\n".join(bad)
+
+
+def _scripts() -> list[Path]:
+    """The lab's command-line scripts: every module under scripts/, profiling/ and sweeps/ run as __main__."""
+    return sorted(p for folder in ("scripts", "profiling", "sweeps") for p in (REPO / folder).glob("*.py")
+                  if 'if __name__ == "__main__"' in p.read_text() or p.parent.name == "scripts")
+
+
+def test_every_script_answers_help():
+    """python <script> --help prints its usage and exits 0, without a GPU (each script parses its arguments first)."""
+    scripts = _scripts()
+    assert len(scripts) >= 15, scripts
+    bad = []
+    for path in scripts:
+        out = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True, cwd=REPO,
+                             timeout=120, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        if out.returncode != 0 or "usage:" not in out.stdout:
+            bad.append(f"{path.relative_to(REPO)}: rc {out.returncode}, {(out.stdout + out.stderr).strip()[-200:]!r}")
+    assert not bad, "\n".join(bad)
