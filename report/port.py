@@ -70,8 +70,8 @@ def ratios(df, a: str, b: str) -> list[dict]:
 
 def comparison_table(df, a: str, b: str) -> str:
     """Every version, mode and shape that both trees measured (a round of either alone is left out)."""
-    rows = [r for r in ratios(df, a, b) if r["rounds"]]
-    paired = with_a(df, a)   # the µs from the rounds the ratios pool
+    paired = with_a(df, a)   # the ratios and the µs from the same rounds
+    rows = [r for r in ct.ratios(paired, a, b) if r["rounds"]]
     return md_table(["version", "mode", "N", "D", "causal", "rounds", f"µs, {a}", f"µs, {b}",
                      f"graph-replay ms {b} ÷ {a}", f"do_bench ms {b} ÷ {a}", f"% of cuDNN {b} ÷ {a}", "verdict"],
                     [[f"`{r['version']}`", r["mode"], r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"],

@@ -5,6 +5,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -253,11 +254,11 @@ def test_drop_repeated_proxy_fences_keeps_a_fence_after_a_write_a_barrier_or_a_b
     assert tc.drop_repeated_proxy_fences(ptx) == (ptx, 0)
 
 
-# ------------------------------------------------------------------------------------------------ row sums
+# ------------------------------------------------------------------------------------------------ row reductions
 
-def row_sum(n=16, pairs=None):
-    """A function's PTX: n exponentials of %r0.. into %r100.., then their sum as 3.9 writes it (a tree of pairs, or
-    `pairs` given: its own order) stored from its root, %r<root>; and the root's name."""
+def row_sum(n=16):
+    """A function's PTX: n exponentials of %r0.. into %r100.., then their sum as 3.9 writes it (a tree of pairs)
+    stored from its root; and the root's name."""
     lines = [".visible .entry k(", ")", "{"] + [f"\tex2.approx.ftz.f32 \t%r{100 + i}, %r{i};" for i in range(n)]
     level, fresh = [f"%r{100 + i}" for i in range(n)], 200
     lines += ["$L__tmp3:", "\t.loc\t4 287 12"]
@@ -273,8 +274,6 @@ def row_sum(n=16, pairs=None):
 def run_ptx(ptx: str) -> list:
     """The values the straight-line PTX of row_sum stores, with %r<i> = i on entry (ex2 exact on integers); a
     register read before any write raises KeyError."""
-    import re
-
     env, stored = {f"%r{i}": i for i in range(64)}, []
     for line in ptx.split("\n"):
         ops = re.findall(r"%\w+", line)
@@ -290,8 +289,6 @@ def run_ptx(ptx: str) -> list:
 
 
 def adds(ptx: str) -> list[list[str]]:
-    import re
-
     return [re.findall(r"%\w+", line) for line in ptx.split("\n") if "add.f32" in line]
 
 
@@ -469,8 +466,9 @@ print(json.dumps(out))
 # PASS_NAMES' counts per kernel, offline sm_90; also in docs/port-triton39.md. Triton 3.9 differs in these ways,
 # explained there: partition_syncs finds nothing to rewrite (3.9 passes the shared consumer function its partition's
 # barrier id, so its barriers are already `bar.sync %r, 128`), the slot wait's bar.sync moved (the inlined partitions'
-# waits have none before them: one drop fewer per consumer and wait site; the shared function's has one before and one after, both dropped: two
-# more), only 3.9's kernels plant DESCRIPTOR_MARK (splits_wgmma_descriptors; the ws backward at D = 64 only),
+# waits have none before them: one drop fewer per consumer and wait site; the shared function's has one before and
+# one after, both dropped: two more), only 3.9's kernels plant DESCRIPTOR_MARK (splits_wgmma_descriptors; the ws
+# backward at D = 64 only),
 # only 3.9's Triton backward kernels plant FENCE_MARK (adds_loop_proxy_fences: the fences an earlier one covers), and
 # only 3.9's Gluon forward plants REDUCE_MARK (reduces_in_trees: each row's maximum and sum, per consumer code path).
 PASSES = {
