@@ -30,28 +30,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .gpu import interpreting
-from .triton_compat import adds_loop_proxy_fences
-
-# Triton 3.9 fences every wgmma of these kernels' loops and builds each k-step's wgmma descriptor from 32-bit words:
-# there the wgmma kernels carry the marks of two PTX passes (fa2triton.gluon.gluon_ptx, whose import installs them):
-# drop_repeated_proxy_fences and wgmma_descriptor_adds. On 3.6, and under the interpreter, nothing is planted.
-if adds_loop_proxy_fences() and not interpreting():
-    from .gluon import gluon_ptx as _ptx
-
-    _MARKS = tl.constexpr(True)
-    _FENCE_ASM, _DESCRIPTOR_ASM = tl.constexpr(_ptx.FENCE_ASM), tl.constexpr(_ptx.DESCRIPTOR_ASM)
-else:
-    _MARKS, _FENCE_ASM, _DESCRIPTOR_ASM = tl.constexpr(False), tl.constexpr(""), tl.constexpr("")
-
-
-@triton.jit
-def _ptx_marks():
-    """The PTX passes' marks (above), as comments in register moves ptxas drops; nothing where _MARKS is False."""
-    if _MARKS:
-        lane = tl.arange(0, 32)
-        tl.inline_asm_elementwise(_FENCE_ASM, "=r,r", [lane], dtype=tl.int32, is_pure=False, pack=1)
-        tl.inline_asm_elementwise(_DESCRIPTOR_ASM, "=r,r", [lane], dtype=tl.int32, is_pure=False, pack=1)
+from . import ptx_marks   # the wgmma kernels' PTX passes on Triton 3.9: fences and descriptors
 
 
 @triton.jit
@@ -276,7 +255,7 @@ def _bwd_dkdv_kernel(
     is_causal: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,   # also accumulate dQ with atomics (dq_mode="atomic")
 ):
-    _ptx_marks()
+    ptx_marks.plant(FENCES=True, DESCRIPTORS=True, REDUCTIONS=False)
     _dkdv_program(tl.program_id(0), tl.program_id(1),
                   Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr, dK_ptr, dV_ptr, dQacc_ptr, Q_ptr,
                   stride_qb, stride_qq, stride_qd, stride_kb, stride_kk, stride_kd,
@@ -403,7 +382,7 @@ def _bwd_dq_kernel(
     BLOCK_K: tl.constexpr,     # key tile streamed through the loop
     is_causal: tl.constexpr,
 ):
-    _ptx_marks()
+    ptx_marks.plant(FENCES=True, DESCRIPTORS=True, REDUCTIONS=False)
     _dq_program(tl.program_id(0), tl.program_id(1),
                 Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr, dQ_ptr, Q_ptr,
                 stride_qb, stride_qq, stride_qd, stride_kb, stride_kk, stride_kd,
@@ -445,7 +424,7 @@ def _bwd_fused_kernel(
     the rest _bwd_dq_kernel's, side by side on the GPU; neither reads a preprocessed Delta: each
     computes rowsum(dO * O) for the query tiles it loads (the dK/dV programs once per query tile they
     stream, so O is read once more per key tile: cheap at small N, not at large)."""
-    _ptx_marks()
+    ptx_marks.plant(FENCES=True, DESCRIPTORS=True, REDUCTIONS=False)
     n_key_tiles = tl.cdiv(N_KEYS, KV_BLOCK_K)
     tile = tl.program_id(0)
     if tile < n_key_tiles:

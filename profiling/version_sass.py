@@ -89,8 +89,8 @@ def kernels() -> dict:
 
 def _still_slower(F, G, C, B1, BW, compile_for_target, compile_plan) -> dict:
     """The kernels of the shapes still slower on 3.9 (docs/port-triton39.md, "Still slower on 3.9"): the split
-    forward's combine (N = 4096, D = 64: 3 splits of 44 tail tiles), and the backward's at 32 heads of D = 64 causal,
-    N = 1024 (fused), N = 2048 (separate: Delta without the zeroing, the Gluon dK/dV, the Triton dQ), with
+    forward's combine (N = 4096, D = 64: 3 splits of 44 tail tiles), v7's tl forward at D = 128 causal, N = 1024, and
+    the backward's at 32 heads of D = 64 causal, N = 1024 (fused), N = 2048 (separate: Delta without the zeroing, the Gluon dK/dV, the Triton dQ), with
     backward_config's sm_90 pick (64, 64, 64, 64, 4 warps, 3 stages); D = 128 non-causal is bwd_ws_d128."""
     import torch
 
@@ -140,7 +140,18 @@ def _still_slower(F, G, C, B1, BW, compile_for_target, compile_plan) -> dict:
         return compile_for_target(G._combine_tail_kernel(), args, arch=90, num_warps=4, num_stages=3,
                                   MAX=G.MAX_SPLITS, BLOCK_M=gcfg.block_m, CHUNK=32, D=64)
 
+    def tl_forward(N, D):
+        from fa2triton.budget import Config
+        from fa2triton.kernels.v7_hopper import flashattention_autograd_function_triton as V7
+
+        tcfg = Config.parse("64,64,4,3")   # the launch table's tl pick at D = 128 causal, N = 512 and 1024
+        args, extra = V7.offline_compile_args(N, D, "bf16", 32, tcfg, True, pipeline_qk=0)
+        return compile_for_target(V7.flash_fwd_kernel, args, arch=90, num_warps=tcfg.num_warps,
+                                  num_stages=tcfg.num_stages, D=D, Q_TILE_SIZE=tcfg.q_tile, K_TILE_SIZE=tcfg.k_tile,
+                                  is_causal=True, **extra)
+
     return {"fwd_combine_d64": ("forward _combine_tail_kernel D=64", (), combine),
+            "fwd_tl_d128_causal": ("forward tl 64x64/4w/3s D=128 causal N=1024", None, lambda: tl_forward(1024, 128)),
             "bwd_fused_d64_causal": ("backward _bwd_fused_kernel D=64 causal N=1024", None, lambda: fused(1024)),
             "bwd_dq_d64_causal": ("backward _bwd_dq_kernel D=64 causal N=2048", None, lambda: dq(2048)),
             "bwd_pre_d64_nozero": ("backward _bwd_preprocess_kernel D=64 ZERO_DQ=0", (), lambda: preprocess(2048)),
@@ -152,8 +163,8 @@ def _still_slower(F, G, C, B1, BW, compile_for_target, compile_plan) -> dict:
 
 RAN = ("bwd_ws_d64", "bwd_ws_d128", "bwd_pre_d64", "bwd_pre_d128", "fwd_d64")
 # the shapes still slower on 3.9 after the fixes (_still_slower), with the forward they were found in
-SLOWER = ("fwd_d64", "fwd_combine_d64", "bwd_ws_d128", "bwd_ws_d128_n1024", "bwd_fused_d64_causal", "bwd_dq_d64_causal",
-          "bwd_pre_d64_nozero", "bwd_dkdv_d64_causal_n2048")
+SLOWER = ("fwd_d64", "fwd_combine_d64", "fwd_tl_d128_causal", "bwd_ws_d128", "bwd_ws_d128_n1024", "bwd_fused_d64_causal",
+          "bwd_dq_d64_causal", "bwd_pre_d64_nozero", "bwd_dkdv_d64_causal_n2048")
 
 
 def ptx_counts(ptx: str) -> dict:

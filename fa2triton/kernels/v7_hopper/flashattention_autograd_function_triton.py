@@ -39,7 +39,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fa2triton import flash_backward_triton as backward_kernels
-from fa2triton import launch_table
+from fa2triton import launch_table, ptx_marks
 from fa2triton import queued_timing
 from fa2triton.budget import Config, accumulator_registers
 from fa2triton.configs import load_table, select
@@ -303,6 +303,7 @@ def flash_fwd_kernel(
     HAS_WINDOW: tl.constexpr,   # WINDOW is used (causal band)
     PIPELINE_QK: tl.constexpr = 1,  # key loops issue the next Q K^T before this tile's softmax (a config choice)
 ):
+    ptx_marks.plant(FENCES=False, DESCRIPTORS=True, REDUCTIONS=True)   # Triton 3.9: 3.6's descriptors and row order
     qk_scale = scale * 1.4426950408889634
     n_tiles = tl.cdiv(N_QUERIES, Q_TILE_SIZE)
     # v6's longest-first order: the head on axis 0, query tiles reversed on axis 1. (A persistent grid of SM
