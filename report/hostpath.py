@@ -131,11 +131,13 @@ def section_backward_steps(gpu, root) -> str:
     df, path = host_steps(gpu, root, latest=False)
     if df is None or not df.step.isin(REPEAT_STEPS).any():
         return not_yet(title, BACKWARD_TASK, path)
-    df = df[df.step.isin(BACKWARD_STEP_COLUMNS)].assign(git_commit=df.get("git_commit", "?"))
+    df = df[df.step.isin(BACKWARD_STEP_COLUMNS)].assign(git_commit=df.get("git_commit", "?"),
+                                                       triton=df["triton"].astype(str) if "triton" in df else "?")
     order = {v: i for i, v in enumerate(versions.NAMES)}
     rows = []
     pieces = set(map(tuple, df[df.step.isin(REPEAT_STEPS)][["version", "N", "causal"]].values.tolist()))
-    for (v, N, causal, commit), g in df.groupby(["version", "N", "causal", "git_commit"], sort=False):
+    for (v, N, causal, commit, triton), g in df.groupby(["version", "N", "causal", "git_commit", "triton"],
+                                                        sort=False):
         if (v, N, causal) not in pieces or not set(g.step) & {"backward", *REPEAT_STEPS}:
             continue
         by = latest_rows(g, ("step",)).set_index("step")
@@ -143,13 +145,13 @@ def section_backward_steps(gpu, root) -> str:
         own = t["backward"][0] - t["bwd_repeat"][0] if "backward" in t and "bwd_repeat" in t else float("nan")
         vs_sdpa = t["backward"][0] / t["sdpa_backward"][0] if "backward" in t and "sdpa_backward" in t else float("nan")
         rows.append(((order.get(v, len(order)), v, int(causal), int(N), -len(rows)),
-                     [v, int(N), "yes" if causal else "no", str(commit)[:7]]
+                     [v, int(N), "yes" if causal else "no", str(commit)[:7], triton]
                      + [span(*t[s], ".1f") if s in t else "–" for s in BACKWARD_STEP_COLUMNS]
                      + [fmt(vs_sdpa, ".2f"), fmt(own, "+.1f")]))
     rows.sort(key=lambda r: r[0])
     return "\n".join([
         title,
-        "µs per call, timed as the steps above (the median over the repeats, min–max), one row per commit. "
+        "µs per call, timed as the steps above (the median over the repeats, min–max), one row per commit and Triton. "
         "backward: autograd.grad through FlashAttentionTriton (all three gradients wanted), sdpa_backward: through "
         "SDPA; backward_nop: through a Function that launches nothing (autograd's floor); bwd_enter, bwd_body, "
         "bwd_leave: `backward` cut where the Function's backward starts and ends (the engine's hand-off to its device "
@@ -162,7 +164,7 @@ def section_backward_steps(gpu, root) -> str:
         "Function's share while the call is host-bound (once the GPU's time sets `backward`, at the larger N, it is "
         "not). Rows of earlier commits without pieces are the whole backward before the pieces' changes. Source: "
         + f"`{rel(path)}`.", "",
-        md_table(["version", "N", "causal", "commit", *BACKWARD_STEP_COLUMNS, "backward ÷ sdpa_backward",
+        md_table(["version", "N", "causal", "commit", "triton", *BACKWARD_STEP_COLUMNS, "backward ÷ sdpa_backward",
                   "autograd's own (backward − bwd_repeat)"],
                  [r[1] for r in rows])])
 

@@ -14,7 +14,7 @@ from report import no_regression as ct
 from report.tables import NOT_YET, fmt, md_table, rel
 
 CSV = "port_triton39.csv"
-BEFORE, PORT, T39, T39P, T39Q, T39T, T39S = "bp36", "t36", "t39", "t39p", "t39q", "t39t", "t39s"
+BEFORE, PORT, T39, T39P, T39Q, T39T, T39S, T39M = "bp36", "t36", "t39", "t39p", "t39q", "t39t", "t39s", "t39m"
 COMPARISONS = (   # (A, B, the page's title of B ÷ A, REPORT.md's column)
     (BEFORE, PORT, "the port on Triton 3.6: pointer arithmetic ÷ block pointers", "port ÷ block pointers"),
     (PORT, T39, "Triton 3.9 ÷ Triton 3.6, the same checkout", "3.9 ÷ 3.6"),
@@ -23,7 +23,9 @@ COMPARISONS = (   # (A, B, the page's title of B ÷ A, REPORT.md's column)
      "3.9: ptxas 12.9 ÷ 13.4"),
     (T39T, T39, "Triton 3.9: the forward's row sums chained ÷ the commit before them",
      "3.9: chained sums ÷ trees"),
-    (T39S, T39, "Triton 3.9: the forward's row maxima chained too ÷ its row sums alone", "3.9: + maxima ÷ sums"))
+    (T39S, T39, "Triton 3.9: the forward's row maxima chained too ÷ its row sums alone", "3.9: + maxima ÷ sums"),
+    (T39M, T39, "Triton 3.9: the forward's turn waits unsynced and its tl kernel's passes ÷ the commit before them",
+     "3.9: turn waits, tl passes ÷ before"))
 TASK = ("python scripts/compare_trees.py --csv port_triton39.csv --kernel all --tree bp36=<block-pointer checkout> "
         "--tree t36=. --tree t39=. --env t39:PYTHONPATH=<Triton 3.9>")
 PAGE = "[its page](docs/report/compare_trees.md#the-triton-39-port)"

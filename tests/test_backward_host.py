@@ -67,24 +67,31 @@ def test_the_steps_are_known_to_the_cli_and_the_page_names_its_command():
 
 
 def test_the_page_shows_the_backward_pieces_per_commit_apart_from_the_forward_table(tmp_path):
-    """Rows of two commits: the page has one row per commit (latest first) with autograd's own share, and the
-    forward's step table leaves the bwd_* steps out; with no bwd_* row the section says what to run."""
+    """Rows of two commits, the later one under two Tritons: the page has one row per commit and Triton (latest
+    first) with autograd's own share, and the forward's step table leaves the bwd_* steps out; with no bwd_* row the
+    section says what to run."""
     path = tmp_path / GPU / "hostpath" / "steps.csv"
     assert "invoke host-steps --kernel v7_hopper" in hostpath.section_backward_steps(GPU, tmp_path)
 
-    def rows(commit, date, times):
+    def rows(commit, date, times, triton="3.6.0"):
         return [{"version": "v7_hopper", "N": 1024, "causal": 0, "step": s, "us_median": m, "us_min": m - 1,
                  "us_max": m + 1, "repeats": 3, "calls_each": 200, "date": date,
-                 **{k: v for k, v in PROV.items() if k not in ("date", "git_commit")}, "git_commit": commit}
+                 **{k: v for k, v in PROV.items() if k not in ("date", "git_commit", "triton")}, "git_commit": commit,
+                 "triton": triton}
                 for s, m in times.items()]
 
     append_rows(path, rows("aaaaaaa1", "2026-12-01T00:00:00", {"sdpa_backward": 30.0, "backward": 90.0}))
     append_rows(path, rows("bbbbbbb2", "2026-12-02T00:00:00", {"sdpa_backward": 31.0, "backward": 60.0,
                                                                "bwd_buffers": 5.0, "bwd_repeat": 40.0}))
+    append_rows(path, rows("bbbbbbb2", "2026-12-02T01:00:00", {"sdpa_backward": 32.0, "backward": 64.0,
+                                                               "bwd_repeat": 44.0}, triton="3.9.0"))
     text = hostpath.section_backward_steps(GPU, tmp_path)
-    assert "| v7_hopper | 1024 | no | bbbbbbb | 31.0 (30.0–32.0) | 60.0 (59.0–61.0) | – | – | – | – | – | 5.0 (4.0–6.0) |" in text
+    assert ("| v7_hopper | 1024 | no | bbbbbbb | 3.6.0 | 31.0 (30.0–32.0) | 60.0 (59.0–61.0) | – | – | – | – | – | "
+            "5.0 (4.0–6.0) |") in text
     assert "| 40.0 (39.0–41.0) | 1.94 | +20.0 |" in text   # backward ÷ sdpa_backward: 60 / 31
-    before = "| v7_hopper | 1024 | no | aaaaaaa | 30.0 (29.0–31.0) | 90.0 (89.0–91.0) | – |"   # the whole backward
+    assert "| v7_hopper | 1024 | no | bbbbbbb | 3.9.0 | 32.0 (31.0–33.0) | 64.0 (63.0–65.0) |" in text
+    assert "| 44.0 (43.0–45.0) | 2.00 | +20.0 |" in text
+    before = "| v7_hopper | 1024 | no | aaaaaaa | 3.6.0 | 30.0 (29.0–31.0) | 90.0 (89.0–91.0) | – |"   # whole backward
     assert before in text and text.index("| bbbbbbb |") < text.index(before)
     assert "bwd_buffers" not in hostpath.section_host_steps(GPU, tmp_path)
 
