@@ -16,8 +16,6 @@ closure's variables, a signature) that is what is checked; the version itself on
   from 32-bit words (3.9), and that PTX rewritten in 3.6's form.
 - reduces_in_trees(), chain_reduction_trees(ptx): whether this Triton reduces a thread's share of a row (sum, maximum)
   as a tree of pairs (3.9), and that PTX with each tree written as 3.6's chain.
-- syncs_after_turn_waits(): whether this Triton puts a partition bar.sync after an mbarrier wait in code that both
-  consumers share (3.9), which v7's ping-pong and exponential turn waits then mark for drop_marked_syncs.
 - direct_launch(run), encode_descriptor(desc, meta): a CompiledKernel's C launch function and its descriptor encoding
   (3.6: a launcher per kernel; 3.9: one generic launch with the arguments as one sequence).
 """
@@ -295,14 +293,6 @@ def reduces_in_trees() -> bool:
     tree of pairs (3.9's treeReduce) rather than one chain (3.6): where it does, v7's Gluon forward plants
     gluon_ptx.REDUCE_MARK for chain_reduction_trees (elsewhere nothing, so its PTX is as before). A lowering detail
     no attribute shows: the version decides (3.7 and 3.8 were not examined: False)."""
-    return triton_version() >= (3, 9)
-
-
-def syncs_after_turn_waits() -> bool:
-    """Whether Triton puts a partition bar.sync between an mbarrier wait and the next wgmma or wait in a function that
-    both consumers share (3.9 does, 3.6 does not): where it does, v7's Gluon forward marks its turn waits (ping-pong
-    and exponentials) so that drop_marked_syncs removes it; on 3.6 the same mark would drop other bar.syncs of the
-    split form, so it stays off there. Like reduces_in_trees, a lowering detail: the version decides."""
     return triton_version() >= (3, 9)
 
 

@@ -30,7 +30,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 from triton.language.core import _aggregate as aggregate
 
-from fa2triton.triton_compat import reduces_in_trees, splits_wgmma_descriptors, syncs_after_turn_waits, tma_load
+from fa2triton.triton_compat import reduces_in_trees, splits_wgmma_descriptors, tma_load
 from fa2triton.gluon import gluon_ptx as _ptx
 from fa2triton.gluon import hopper as _hw
 from fa2triton.gluon.schedule import Schedule
@@ -49,7 +49,6 @@ _DESCRIPTOR_ASM = gl.constexpr(_ptx.DESCRIPTOR_ASM)
 _DESCRIPTOR_ADDS = gl.constexpr(splits_wgmma_descriptors())
 _REDUCE_ASM = gl.constexpr(_ptx.REDUCE_ASM)
 _CHAIN_REDUCTIONS = gl.constexpr(reduces_in_trees())
-_UNSYNC_TURN_WAITS = gl.constexpr(syncs_after_turn_waits())
 _LOADER_REGS = gl.constexpr(LOADER_REGS)
 _LN2 = _hw.LN2_C
 wgmma_layout, slot_of, ready_phase, empty_phase = _hw.wgmma_layout, _hw.slot_of, _hw.ready_phase, _hw.empty_phase
@@ -165,7 +164,7 @@ def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, causal_off, qk_scal
         s = gl.where(k_pos <= gl.expand_dims(last, 1), s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     if turn is not None:
-        _wait_turn(turn[0], turn[1])
+        mbarrier.wait(turn[0], turn[1] & 1)
     p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
     return p, alpha, m_new
@@ -291,17 +290,7 @@ def _take_turn(turn, t, PINGPONG: gl.constexpr):
     """Ping-pong: wait until this consumer may issue its t-th group of products, i.e. until the consumer before it
     in the ring has issued its own. turn = (this consumer's barrier, the next one's), separate allocations."""
     if PINGPONG:
-        _wait_turn(turn.mine.index(0), t)
-
-@gluon.jit
-def _wait_turn(bar, t):
-    """Wait for turn t on `bar` (phase t & 1). Where Triton puts a bar.sync of the consumer's warps after the wait
-    (syncs_after_turn_waits: 3.9 in the shared consumer code), it is marked for drop_marked_syncs: a turn orders the
-    consumers' issue and guards no data, so each warp may go on once its own wait returns (3.9's sc2 key loops lose
-    that BAR.SYNC, docs/port-triton39.md)."""
-    mbarrier.wait(bar, t & 1)
-    if _UNSYNC_TURN_WAITS:
-        _mark_unsynced()
+        mbarrier.wait(turn.mine.index(0), t & 1)
 
 @gluon.jit
 def _pass_turn(turn, PINGPONG: gl.constexpr):
