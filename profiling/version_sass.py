@@ -90,8 +90,9 @@ def kernels() -> dict:
 def _still_slower(F, G, C, B1, BW, compile_for_target, compile_plan) -> dict:
     """The kernels of the shapes still slower on 3.9 (docs/port-triton39.md, "Still slower on 3.9"): the split
     forward's combine (N = 4096, D = 64: 3 splits of 44 tail tiles), v7's tl forward at D = 128 causal, N = 1024, and
-    the backward's at 32 heads of D = 64 causal, N = 1024 (fused), N = 2048 (separate: Delta without the zeroing, the Gluon dK/dV, the Triton dQ), with
-    backward_config's sm_90 pick (64, 64, 64, 64, 4 warps, 3 stages); D = 128 non-causal is bwd_ws_d128."""
+    the backward's at 32 heads of D = 64 causal, N = 1024 (fused), N = 2048 (separate: Delta without the zeroing, the
+    Gluon dK/dV, the Triton dQ), with backward_config's sm_90 pick (64, 64, 64, 64, 4 warps, 3 stages); D = 128
+    non-causal is bwd_ws_d128."""
     import torch
 
     from fa2triton.backward_config import default_config
@@ -163,8 +164,8 @@ def _still_slower(F, G, C, B1, BW, compile_for_target, compile_plan) -> dict:
 
 RAN = ("bwd_ws_d64", "bwd_ws_d128", "bwd_pre_d64", "bwd_pre_d128", "fwd_d64")
 # the shapes still slower on 3.9 after the fixes (_still_slower), with the forward they were found in
-SLOWER = ("fwd_d64", "fwd_combine_d64", "fwd_tl_d128_causal", "bwd_ws_d128", "bwd_ws_d128_n1024", "bwd_fused_d64_causal",
-          "bwd_dq_d64_causal", "bwd_pre_d64_nozero", "bwd_dkdv_d64_causal_n2048")
+SLOWER = ("fwd_d64", "fwd_combine_d64", "fwd_tl_d128_causal", "bwd_ws_d128", "bwd_ws_d128_n1024",
+          "bwd_fused_d64_causal", "bwd_dq_d64_causal", "bwd_pre_d64_nozero", "bwd_dkdv_d64_causal_n2048")
 
 
 def ptx_counts(ptx: str) -> dict:
