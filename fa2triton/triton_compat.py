@@ -211,9 +211,10 @@ _BLOCK_END = re.compile(r"^\s*(?:(?!\$L__tmp)[$\w]+:|(?:@!?%\w+\s+)?(?:bra|ret|e
 
 def splits_wgmma_descriptors() -> bool:
     """Whether Triton lowers each k-step's wgmma shared-memory descriptor as `zext(base + k) | C` (3.9) rather than
-    `zext(base) + (C + k)` (3.6): where it does, v7's Gluon kernels plant gluon_ptx.DESCRIPTOR_MARK for
-    wgmma_descriptor_adds (elsewhere they plant nothing, so their PTX is as before). A lowering detail no attribute
-    shows: the version decides (3.7 and 3.8 were not examined: False)."""
+    `zext(base) + (C + k)` (3.6): where it does, v7's Gluon kernels, and its tl forward and the Triton backward's
+    wgmma kernels through fa2triton.ptx_marks, plant gluon_ptx.DESCRIPTOR_MARK for wgmma_descriptor_adds (elsewhere
+    they plant nothing, so their PTX is as before). A lowering detail no attribute shows: the version decides (3.7 and
+    3.8 were not examined: False)."""
     return triton_version() >= (3, 9)
 
 
@@ -290,9 +291,10 @@ def drop_repeated_proxy_fences(ptx: str) -> tuple[str, int]:
 
 def reduces_in_trees() -> bool:
     """Whether Triton lowers a thread's share of a reduction (gl.sum, gl.max over the values one thread holds) as a
-    tree of pairs (3.9's treeReduce) rather than one chain (3.6): where it does, v7's Gluon forward plants
-    gluon_ptx.REDUCE_MARK for chain_reduction_trees (elsewhere nothing, so its PTX is as before). A lowering detail
-    no attribute shows: the version decides (3.7 and 3.8 were not examined: False)."""
+    tree of pairs (3.9's treeReduce) rather than one chain (3.6): where it does, v7's Gluon forward, and its tl
+    forward through fa2triton.ptx_marks, plant gluon_ptx.REDUCE_MARK for chain_reduction_trees (elsewhere nothing,
+    so their PTX is as before). A lowering detail no attribute shows: the version decides (3.7 and 3.8 were not
+    examined: False)."""
     return triton_version() >= (3, 9)
 
 
