@@ -3,10 +3,12 @@
 Racing the candidates at the first call of every new signature cost seconds per bucket of lengths; cuDNN and
 FlashAttention choose by rules instead. `invoke pick-launch --kernel v7_hopper` (sweeps/pick_launch.py) runs v7's
 race once per grid point on a GPU and writes the winners to fa2triton/kernels/v7_hopper/launch_table.json; v7 calls
-`lookup`, a pure function of (signature, GPU, the paths its rules allow, the candidates it has now) -> Choice (a
-Launch, or None and why: the caller races). What the table replaced, and what it costs: docs/configs.md.
+`lookup`, a pure function of (signature, GPU and Triton, the paths its rules allow, the candidates it has now) ->
+Choice (a Launch, or None and why: the caller races). What the table replaced, and what it costs: docs/configs.md.
 
-The file (FORMAT), one section per GPU key (fa2triton.gpu.slug of the device name: "nvidia-h200"):
+The file (FORMAT), one section per GPU and Triton (`section_key`: fa2triton.gpu.slug of the device name and Triton's
+major.minor, "nvidia-h200/triton-3.9"; the same source compiles to other kernels under another Triton, and the race's
+winner can change with them, docs/port-triton39.md):
     {"format", "kernel", "written_by",
      "gpus": {key: {"provenance": {gpu, arch, sm_count, max_sm_clock_mhz, driver, torch, triton, git_commit, date,
                                    ...},
@@ -18,20 +20,22 @@ race timed with its median ms (null where the race had one launch), `launch` its
 
 Invariants: `load` refuses a malformed or foreign-kernel file with one LaunchTableError naming the file and the
 field; `lookup` returns only a launch whose path is allowed and whose label is a candidate now, from this GPU's own
-section measured on its architecture and SM count; anything else is None with a one-line reason.
+section measured on its architecture and SM count (under this Triton, else the nearest Triton's, said in the reason);
+anything else is None with a one-line reason.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .buckets import bucket, write_atomically
 
-FORMAT = "fa2lab-launch-table/1"
+FORMAT = "fa2lab-launch-table/2"   # /1 keyed sections by GPU alone
 PATHS = ("gluon", "tma")                       # the paths v7's race chooses between
 SIXTEEN_BIT = ("bfloat16", "float16")          # the dtypes the table's launches take (one entry serves both)
 INTERPRETER = "interpreter"                    # the GPU key under Triton's interpreter (it times nothing)
@@ -68,21 +72,39 @@ def signature(Q, K, causal: bool) -> Signature:
 
 @dataclass(frozen=True)
 class Gpu:
-    """The GPU a call runs on, as the table keys and checks it."""
+    """The GPU a call runs on, and the Triton it compiles with ("3.9": major.minor), as the table keys and checks them."""
 
     key: str
     arch: str
     sm_count: int
+    triton: str
 
 
 def gpu_identity(device_index: int | None = None) -> Gpu:
-    """This process's GPU (fa2triton.gpu.facts), or the interpreter's stand-in, which no table measures."""
+    """This process's GPU (fa2triton.gpu.facts), or the interpreter's stand-in, which no table measures; with the
+    installed Triton."""
     from .gpu import facts, interpreting
+    from .triton_compat import triton_version
 
+    triton = "{}.{}".format(*triton_version())
     if interpreting():
-        return Gpu(INTERPRETER, "none", 0)
+        return Gpu(INTERPRETER, "none", 0, triton)
     f = facts(0 if device_index is None else device_index)
-    return Gpu(f.slug, f.arch, f.sm_count)
+    return Gpu(f.slug, f.arch, f.sm_count, triton)
+
+
+_SECTION_KEY = re.compile(r"^(?P<gpu>[^/]+)/triton-(?P<triton>\d+\.\d+)$")
+
+
+def section_key(gpu_key: str, triton: str) -> str:
+    """The key of the section raced on GPU `gpu_key` under Triton `triton` (major.minor)."""
+    return f"{gpu_key}/triton-{triton}"
+
+
+def _minor_of(version) -> str | None:
+    """ "3.9" of a version string such as "3.9.0" (None where there is none)."""
+    m = re.match(r"(\d+)\.(\d+)", str(version))
+    return f"{m.group(1)}.{m.group(2)}" if m else None
 
 
 @dataclass(frozen=True)
@@ -166,11 +188,16 @@ def validate(data, kernel: str, where: str = "(in memory)") -> None:
         _fail(where, "'gpus' must be an object of GPU key -> section")
     for key, section in data["gpus"].items():
         at = f"gpus[{key!r}]"
+        named = _SECTION_KEY.match(key)
+        if not named:
+            _fail(where, f"{at}: a section's key is GPU/triton-MAJOR.MINOR (\"nvidia-h200/triton-3.9\")")
         if not isinstance(section, dict) or not isinstance(section.get("provenance"), dict):
             _fail(where, f"{at} has no 'provenance' object")
         missing = [f for f in PROVENANCE_FIELDS if f not in section["provenance"]]
         if missing:
             _fail(where, f"{at}.provenance lacks {', '.join(missing)}")
+        if _minor_of(section["provenance"]["triton"]) != named["triton"]:
+            _fail(where, f"{at} was raced under Triton {section['provenance']['triton']}, not {named['triton']}")
         if not isinstance(section.get("entries"), list):
             _fail(where, f"{at}.entries must be a list")
         seen = set()
@@ -209,9 +236,32 @@ def _log2_distance(a: int, b: int) -> float:
     return abs(math.log2(a) - math.log2(b))
 
 
+def _ordinal(triton: str) -> int:
+    """3.9 -> 309: Tritons in release order, their distance in minor releases (within a major one)."""
+    major, minor = triton.split(".")
+    return int(major) * 100 + int(minor)
+
+
+def section_of(table: Table, gpu: Gpu) -> tuple[str, dict] | None:
+    """(key, section) raced on this GPU under its Triton, else under the nearest other Triton (the newer of two
+    equally near), else None."""
+    mine = section_key(gpu.key, gpu.triton)
+    if mine in table.gpus:
+        return mine, table.gpus[mine]
+    here = _ordinal(gpu.triton)
+    others = [(abs(_ordinal(m["triton"]) - here), -_ordinal(m["triton"]), k) for k in table.gpus
+              if (m := _SECTION_KEY.match(k)) and m["gpu"] == gpu.key]
+    if not others:
+        return None
+    key = min(others)[2]
+    return key, table.gpus[key]
+
+
 def lookup(table: Table, sig: Signature, gpu: Gpu, allowed: tuple, known: dict) -> Choice:
     """The launch for `sig` on `gpu` among the paths `allowed` (v7's route) and the labels `known` (path -> the
     candidates' labels now). Rules, in order, each a one-line reason:
+    - this GPU's section under its Triton, else under the nearest Triton (said in the reason: a launch raced under
+      another Triton beats a race at run time);
     - no section for this GPU key, or one measured on another architecture or SM count: None (race);
     - a dtype other than bf16/fp16: None (the table's launches are 16-bit ones; one entry serves both);
     - entries with the same mask and a usable launch (allowed path, known label): the nearest by head dimension
@@ -220,13 +270,14 @@ def lookup(table: Table, sig: Signature, gpu: Gpu, allowed: tuple, known: dict) 
     - in that entry, the race's winner if usable, else the fastest usable launch it raced (another path's winner)."""
     where = table.path.name if table.path is not None else "the launch table"
     task = TASK.format(kernel=table.kernel)
-    section = table.gpus.get(gpu.key)
-    if section is None:
+    found = section_of(table, gpu)
+    if found is None:
         return Choice(None, f"{table.kernel}: no launch table for {gpu.key} ({gpu.arch}) in {where}, so each new input "
                             f"signature is raced; `{task}` on this GPU writes one")
+    key, section = found
     prov = section["provenance"]
     if (prov["arch"], prov["sm_count"]) != (gpu.arch, gpu.sm_count):
-        return Choice(None, f"{table.kernel}: {where}'s {gpu.key} section was measured on {prov['arch']} with "
+        return Choice(None, f"{table.kernel}: {where}'s {key} section was measured on {prov['arch']} with "
                             f"{prov['sm_count']} SMs, this GPU is {gpu.arch} with {gpu.sm_count}: racing instead; "
                             f"`{task}` on this GPU rewrites it")
     if sig.dtype not in SIXTEEN_BIT:
@@ -265,4 +316,6 @@ def lookup(table: Table, sig: Signature, gpu: Gpu, allowed: tuple, known: dict) 
                   f"B·H<={bbh}")
     if sig.dtype != section.get("grid", {}).get("dtype", "bfloat16"):
         reason += f" (its {section.get('grid', {}).get('dtype', 'bfloat16')} race serves {sig.dtype})"
+    if key != section_key(gpu.key, gpu.triton):
+        reason += f", under Triton {prov['triton']} (this process runs {gpu.triton}; `{task}` races under it)"
     return Choice(Launch(pick["path"], pick["label"]), reason + note)

@@ -9,8 +9,9 @@ Per grid point (D, mask, N, B·H: bf16 inputs of shape (B·H, N, D)), in grid or
 candidates timed once, those within SHORTLIST_MARGIN raced with the tl autotuner's shortlist in alternating rounds).
 Every race timing is recorded (experiments/tl_pick.py's RaceRecorder, with the SM clock); the entry, the winner v7
 reports (last_path, last_config) with every raced launch's median, is written at once to v7's launch_table.json
-(fa2triton.launch_table), under this GPU's key with the run's provenance. A rerun at the same commit on the same
-GPU, torch and Triton resumes; otherwise this GPU's section starts afresh (other GPUs' stay). No grid point starts
+(fa2triton.launch_table), in the section of this GPU and Triton ("nvidia-h200/triton-3.9") with the run's provenance.
+A rerun at the same commit on the same GPU, torch and Triton resumes; otherwise that section starts afresh (other
+GPUs' and Tritons' stay). No grid point starts
 after --max-seconds (rerun to go on); Ctrl-C loses nothing written.
 
 The default grid, 20 points: D 64 and 128, both masks, N 512 to 8192 (the buckets of the variable-length plan's
@@ -93,22 +94,22 @@ def _run_of(prov: dict) -> tuple:
     return tuple(str(prov.get(k)).removesuffix("-dirty") if k == "git_commit" else prov.get(k) for k in SAME_RUN)
 
 
-def section_for(data: dict, gpu_key: str, prov: dict, points: list[Point], fresh: bool = False) -> tuple[dict, str]:
+def section_for(data: dict, key: str, prov: dict, points: list[Point], fresh: bool = False) -> tuple[dict, str]:
     """This GPU's section of `data` to write into, and a line saying which: the one there when it is the same run
     (SAME_RUN) and not `fresh`, else a new one in its place."""
-    old = data["gpus"].get(gpu_key)
+    old = data["gpus"].get(key)
     if old is not None and not fresh and _run_of(old["provenance"]) == _run_of(prov):
         old["grid"] = grid_of(points)
-        return old, f"resuming {gpu_key}'s section: {len(old['entries'])} entries at {prov['git_commit']}"
+        return old, f"resuming {key}'s section: {len(old['entries'])} entries at {prov['git_commit']}"
     if old is None:
-        why = f"a new section for {gpu_key}"
+        why = f"a new section for {key}"
     elif fresh:
-        why = f"--fresh: {gpu_key}'s section starts again"
+        why = f"--fresh: {key}'s section starts again"
     else:
         theirs = dict(zip(SAME_RUN, _run_of(old["provenance"])))
-        why = (f"{gpu_key}'s section starts again: it was measured with " + ", ".join(
+        why = (f"{key}'s section starts again: it was measured with " + ", ".join(
             f"{k} {theirs[k]}" for k, v in zip(SAME_RUN, _run_of(prov)) if theirs[k] != v))
-    data["gpus"][gpu_key] = section = {"provenance": prov, "grid": grid_of(points), "complete": False, "entries": []}
+    data["gpus"][key] = section = {"provenance": prov, "grid": grid_of(points), "complete": False, "entries": []}
     return section, why
 
 
@@ -208,7 +209,7 @@ def dry_run(points: list[Point], data: dict, path: Path, log=print) -> int:
         prov = s["provenance"]
         n = len(points) - len(todo(s, points))
         log(f"{key}: {n} of these {len(points)} points, measured at {prov['git_commit']} with torch {prov['torch']}, "
-            f"Triton {prov['triton']}; a run with another commit, GPU, torch or Triton starts that section again")
+            f"Triton {prov['triton']}; a run with another commit or torch starts that section again")
     if not sections:
         log(f"{shown} holds no GPU yet")
     return 0
@@ -258,7 +259,8 @@ def main(argv=None) -> int:
         print(f"pick_launch.py: {gpu.key} is {gpu.arch}; v7 races its Gluon and tl paths on sm_90 only (elsewhere it "
               "runs v6's path, which needs no table)", file=sys.stderr)
         return 2
-    section, note = section_for(data, gpu.key, provenance(environment(), gpu, now()), points, args.fresh)
+    key = launch_table.section_key(gpu.key, gpu.triton)
+    section, note = section_for(data, key, provenance(environment(), gpu, now()), points, args.fresh)
     print(note, flush=True)
     try:
         counts = run_grid(args.out, data, section, points, make_race(load(KERNEL)), args.max_seconds)

@@ -23,7 +23,8 @@ from fake_gluon import install, label_of
 v7 = versions.load("v7_hopper")
 FA = v7.FlashAttentionTriton
 TUNER = autotuner_of(v7)
-H200 = Gpu("nvidia-h200", "sm_90", 132)
+H200 = Gpu("nvidia-h200", "sm_90", 132, "3.6")
+KEY = "nvidia-h200/triton-3.6"
 HERE = launch_table.gpu_identity() if interpreting() else None   # the interpreter's stand-in GPU
 KNOWN = {"gluon": {"ws2", "ws3"}, "tma": {"128,64,4,3/p1", "64,64,4,3/p0"}}
 BOTH = ("gluon", "tma")
@@ -38,16 +39,18 @@ def entry(D=64, causal=0, N=1024, BH=32, won=("gluon", "ws2"),
             "raced": [{"path": p, "label": lab, "ms": ms} for p, lab, ms in raced]}
 
 
-def file_with(*entries, gpu=H200, kernel="v7_hopper") -> dict:
+def file_with(*entries, gpu=H200, kernel="v7_hopper", triton=None) -> dict:
+    """A file of one section, on `gpu` under its Triton (or `triton`, "3.9")."""
     data = launch_table.new_file(kernel)
-    prov = {**{f: "x" for f in PROVENANCE_FIELDS}, "arch": gpu.arch, "sm_count": gpu.sm_count}
-    data["gpus"][gpu.key] = {"provenance": prov, "grid": {"dtype": "bfloat16"}, "complete": True,
-                             "entries": list(entries)}
+    triton = triton or gpu.triton
+    prov = {**{f: "x" for f in PROVENANCE_FIELDS}, "arch": gpu.arch, "sm_count": gpu.sm_count, "triton": f"{triton}.0"}
+    data["gpus"][launch_table.section_key(gpu.key, triton)] = {
+        "provenance": prov, "grid": {"dtype": "bfloat16"}, "complete": True, "entries": list(entries)}
     return data
 
 
-def table(*entries, gpu=H200) -> Table:
-    data = file_with(*entries, gpu=gpu)
+def table(*entries, gpu=H200, triton=None) -> Table:
+    data = file_with(*entries, gpu=gpu, triton=triton)
     launch_table.validate(data, "v7_hopper")
     return Table("v7_hopper", data["gpus"], Path("launch_table.json"))
 
@@ -123,14 +126,29 @@ def test_a_mask_the_table_never_raced_gives_no_launch():
 
 
 @pytest.mark.parametrize("gpu, why", [
-    (Gpu("nvidia-h100-80gb-hbm3", "sm_90", 132), "no launch table for nvidia-h100-80gb-hbm3 (sm_90)"),
-    (Gpu("nvidia-h200", "sm_100", 132), "measured on sm_90 with 132 SMs, this GPU is sm_100 with 132"),
-    (Gpu("nvidia-h200", "sm_90", 114), "this GPU is sm_90 with 114"),
+    (Gpu("nvidia-h100-80gb-hbm3", "sm_90", 132, "3.6"), "no launch table for nvidia-h100-80gb-hbm3 (sm_90)"),
+    (Gpu("nvidia-h200", "sm_100", 132, "3.6"), "measured on sm_90 with 132 SMs, this GPU is sm_100 with 132"),
+    (Gpu("nvidia-h200", "sm_90", 114, "3.9"), "this GPU is sm_90 with 114"),
 ])
 def test_a_gpu_without_its_own_section_gets_no_launch_and_the_task_that_writes_one(gpu, why):
     choice = lookup(table(entry()), sig(), gpu, BOTH, KNOWN)
     assert choice.launch is None and why in choice.reason and "`invoke pick-launch --kernel v7_hopper`" in choice.reason
     assert "\n" not in choice.reason
+
+
+def test_each_triton_reads_its_own_section_and_one_without_its_own_the_nearest_tritons():
+    """The same source compiles to other kernels under each Triton, so each has its race; a Triton never raced takes
+    the nearest one's (the newer of two as near), and says so."""
+    data = file_with(entry(won=("gluon", "ws3")), triton="3.9")
+    data["gpus"].update(file_with(entry())["gpus"])                         # 3.6's race chose ws2
+    t = Table("v7_hopper", data["gpus"], Path("launch_table.json"))
+    launch_table.validate({**launch_table.new_file("v7_hopper"), "gpus": data["gpus"]}, "v7_hopper")
+    for triton, won in (("3.6", "ws2"), ("3.9", "ws3"), ("3.7", "ws2"), ("3.8", "ws3"), ("3.10", "ws3")):
+        choice = lookup(t, sig(), Gpu("nvidia-h200", "sm_90", 132, triton), BOTH, KNOWN)
+        assert choice.launch == Launch("gluon", won), triton
+        raced_under = "3.6" if won == "ws2" else "3.9"
+        assert (f"under Triton {raced_under}.0 (this process runs {triton};" in choice.reason) == (raced_under != triton)
+    assert lookup(table(entry()), sig(), Gpu("nvidia-h200", "sm_90", 132, "4.0"), BOTH, KNOWN).launch is not None
 
 
 # ------------------------------------------------------------------------------------------------ the file
@@ -152,20 +170,22 @@ def _broken(change):
 
 
 MALFORMED = [
-    (lambda d: d.update(format="fa2lab-picks/1"), "not a fa2lab-launch-table/1 file"),
+    (lambda d: d.update(format="fa2lab-launch-table/1"), "not a fa2lab-launch-table/2 file"),
     (lambda d: d.update(kernel="v5_final"), "a table for 'v5_final', not 'v7_hopper'"),
     (lambda d: d.update(gpus=[]), "'gpus' must be an object"),
-    (lambda d: d["gpus"]["nvidia-h200"].pop("provenance"), "has no 'provenance'"),
-    (lambda d: d["gpus"]["nvidia-h200"]["provenance"].pop("git_commit"), "provenance lacks git_commit"),
-    (lambda d: d["gpus"]["nvidia-h200"]["provenance"].pop("triton"), "provenance lacks triton"),
-    (lambda d: d["gpus"]["nvidia-h200"]["entries"][0].pop("raced"), "entries[0] must have"),
-    (lambda d: d["gpus"]["nvidia-h200"]["entries"][1].update(N=1000), "entries[1].N must be a positive integer power"),
-    (lambda d: d["gpus"]["nvidia-h200"]["entries"][0].update(BH=0), "entries[0].BH"),
-    (lambda d: d["gpus"]["nvidia-h200"]["entries"][0].update(causal=True), "causal must be 0 or 1"),
-    (lambda d: d["gpus"]["nvidia-h200"]["entries"][0]["raced"][0].update(path="v6"), "raced[0] must be"),
-    (lambda d: d["gpus"]["nvidia-h200"]["entries"][0]["raced"][1].update(ms=-1.0), "raced[1] must be"),
-    (lambda d: d["gpus"]["nvidia-h200"]["entries"][0]["launch"].update(label="ws9"), "launch must be one of its raced"),
-    (lambda d: d["gpus"]["nvidia-h200"]["entries"][1].update(N=1024), "entries[1] repeats D, causal, N, BH"),
+    (lambda d: d["gpus"][KEY].pop("provenance"), "has no 'provenance'"),
+    (lambda d: d["gpus"][KEY]["provenance"].pop("git_commit"), "provenance lacks git_commit"),
+    (lambda d: d["gpus"][KEY]["provenance"].pop("triton"), "provenance lacks triton"),
+    (lambda d: d["gpus"][KEY]["entries"][0].pop("raced"), "entries[0] must have"),
+    (lambda d: d["gpus"][KEY]["entries"][1].update(N=1000), "entries[1].N must be a positive integer power"),
+    (lambda d: d["gpus"][KEY]["entries"][0].update(BH=0), "entries[0].BH"),
+    (lambda d: d["gpus"][KEY]["entries"][0].update(causal=True), "causal must be 0 or 1"),
+    (lambda d: d["gpus"][KEY]["entries"][0]["raced"][0].update(path="v6"), "raced[0] must be"),
+    (lambda d: d["gpus"][KEY]["entries"][0]["raced"][1].update(ms=-1.0), "raced[1] must be"),
+    (lambda d: d["gpus"][KEY]["entries"][0]["launch"].update(label="ws9"), "launch must be one of its raced"),
+    (lambda d: d["gpus"][KEY]["entries"][1].update(N=1024), "entries[1] repeats D, causal, N, BH"),
+    (lambda d: d["gpus"].update({"nvidia-h200": d["gpus"].pop(KEY)}), "a section's key is GPU/triton-MAJOR.MINOR"),
+    (lambda d: d["gpus"][KEY]["provenance"].update(triton="3.9.0"), "was raced under Triton 3.9.0, not 3.6"),
 ]
 
 
@@ -195,7 +215,7 @@ def test_v7s_own_table_file_if_committed_is_valid_and_measured_on_a_gpu():
     path = Path(v7.__file__).with_name("launch_table.json")
     t = launch_table.load(path, "v7_hopper")
     assert FA.LAUNCH_TABLE.gpus == t.gpus
-    assert all(key != launch_table.INTERPRETER and s["provenance"]["arch"].startswith("sm_")
+    assert all(not key.startswith(launch_table.INTERPRETER) and s["provenance"]["arch"].startswith("sm_")
                for key, s in t.gpus.items())
 
 
@@ -280,7 +300,7 @@ def test_a_pinned_tl_configuration_runs_as_it_is_not_the_tables(fresh_v7, monkey
 @interpreted
 def test_a_gpu_without_a_table_races_and_says_so_once(fresh_v7, monkeypatch):
     fake = install(monkeypatch, v7)
-    monkeypatch.setattr(launch_table, "gpu_identity", lambda device=None: Gpu("nvidia-h100", "sm_90", 132))
+    monkeypatch.setattr(launch_table, "gpu_identity", lambda device=None: Gpu("nvidia-h100", "sm_90", 132, "3.6"))
     monkeypatch.setattr(FA, "LAUNCH_TABLE", table(entry()))   # the H200's only
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -19,7 +19,8 @@ pl = versions.load_file("fa2_pick_launch", REPO / "sweeps" / "pick_launch.py")
 bench = versions.load_file("fa2_bench_varlen_pl", REPO / "harness" / "bench_varlen.py")
 v7 = versions.load("v7_hopper")
 FA = v7.FlashAttentionTriton
-H200 = Gpu("nvidia-h200", "sm_90", 132)
+H200 = Gpu("nvidia-h200", "sm_90", 132, "3.6")
+KEY = launch_table.section_key("nvidia-h200", "3.6")   # the section prov()'s Triton writes
 interpreted = pytest.mark.skipif(not interpreting(), reason="v7's race under the interpreter with a stand-in Gluon")
 
 
@@ -35,7 +36,7 @@ def fake_race(calls, path=None, seen_on_disk=None):
     def race(p):
         calls.append(p.key)
         if path is not None:
-            held = json.loads(path.read_text())["gpus"]["nvidia-h200"]["entries"] if path.exists() else []
+            held = json.loads(path.read_text())["gpus"][KEY]["entries"] if path.exists() else []
             seen_on_disk.append(len(held))
         label = f"{p.N // 64},64,4,3/p0"
         return {"D": p.D, "causal": p.causal, "N": p.N, "BH": p.BH, "dtype": "bfloat16",
@@ -72,9 +73,10 @@ def test_the_command_line_refuses_bad_values_with_status_2(capsys, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ write and resume
 
-def run(path, points, race, commit="abc123", fresh=False, **kw):
+def run(path, points, race, commit="abc123", fresh=False, triton="3.6.0", **kw):
     data = launch_table.read(path, "v7_hopper")
-    section, note = pl.section_for(data, "nvidia-h200", prov(commit), points, fresh)
+    key = launch_table.section_key("nvidia-h200", triton[:3])
+    section, note = pl.section_for(data, key, prov(commit, triton=triton), points, fresh)
     return pl.run_grid(path, data, section, points, race, log=lambda line: None, **kw), note
 
 
@@ -82,10 +84,10 @@ def test_each_entry_is_written_as_it_is_measured_and_the_finished_table_loads(tm
     path, calls, on_disk = tmp_path / "launch_table.json", [], []
     points = pl.grid(Ns=[512, 1024], BHs=[32], Ds=[64], masks=[0, 1])
     counts, note = run(path, points, fake_race(calls, path, on_disk))
-    assert "a new section for nvidia-h200" in note and on_disk == [0, 1, 2, 3]
+    assert f"a new section for {KEY}" in note and on_disk == [0, 1, 2, 3]
     assert counts == {"points": 4, "done_before": 0, "measured": 4, "stopped": False}
     data = json.loads(path.read_text())
-    section = data["gpus"]["nvidia-h200"]
+    section = data["gpus"][KEY]
     assert section["complete"] and section["grid"]["N"] == [512, 1024] and "updated" in section["provenance"]
     assert section["provenance"]["git_commit"] == "abc123" and section["provenance"]["sm_count"] == 132
     t = launch_table.load(path, "v7_hopper")
@@ -98,34 +100,46 @@ def test_a_cut_run_resumes_at_the_same_commit_and_gpu_and_keeps_other_gpus(tmp_p
     path, calls = tmp_path / "launch_table.json", []
     data = launch_table.new_file("v7_hopper")
     other = {"provenance": {**prov("zzz"), "gpu": "NVIDIA H100"}, "grid": {}, "complete": False, "entries": []}
-    data["gpus"]["nvidia-h100"] = other
+    data["gpus"]["nvidia-h100/triton-3.6"] = other
     launch_table.write(path, data, "v7_hopper")
     points = pl.grid(Ns=[512, 1024, 2048], Ds=[64], masks=[0])
     ticks = iter(range(100))
     counts, _ = run(path, points, fake_race(calls), max_seconds=1.5, clock=lambda: next(ticks))
     assert counts["stopped"] and counts["measured"] == 1 and calls == [(64, 0, 512, 32)]
-    assert not json.loads(path.read_text())["gpus"]["nvidia-h200"]["complete"]
+    assert not json.loads(path.read_text())["gpus"][KEY]["complete"]
     counts, note = run(path, points, fake_race(calls), commit="abc123-dirty")   # the table itself dirties the tree
-    assert note.startswith("resuming nvidia-h200's section: 1 entries") and counts["done_before"] == 1
+    assert note.startswith(f"resuming {KEY}'s section: 1 entries") and counts["done_before"] == 1
     assert calls == [(64, 0, 512, 32), (64, 0, 1024, 32), (64, 0, 2048, 32)]
     saved = json.loads(path.read_text())["gpus"]
-    assert saved["nvidia-h100"] == other and saved["nvidia-h200"]["complete"]
+    assert saved["nvidia-h100/triton-3.6"] == other and saved[KEY]["complete"]
     counts, _ = run(path, points, fake_race(calls))
     assert counts["measured"] == 0 and len(calls) == 3                             # nothing left
 
 
 @pytest.mark.parametrize("change, why", [({"commit": "def456"}, "it was measured with git_commit abc123"),
-                                         ({"triton": "3.9.0"}, "it was measured with triton 3.6.0"),
+                                         ({"torch": "2.12"}, "it was measured with torch 2.11"),
                                          ({"fresh": True}, "--fresh")])
-def test_another_commit_or_triton_or_fresh_starts_this_gpus_section_again(tmp_path, change, why):
+def test_another_commit_or_torch_or_fresh_starts_this_gpus_section_again(tmp_path, change, why):
     path, calls = tmp_path / "launch_table.json", []
     points = pl.grid(Ns=[512], Ds=[64], masks=[0])
     run(path, points, fake_race(calls))
     data = launch_table.read(path, "v7_hopper")
-    p = prov(change.get("commit", "abc123"), **({"triton": change["triton"]} if "triton" in change else {}))
-    section, note = pl.section_for(data, "nvidia-h200", p, points, fresh=change.get("fresh", False))
+    p = prov(change.get("commit", "abc123"), **({"torch": change["torch"]} if "torch" in change else {}))
+    section, note = pl.section_for(data, KEY, p, points, fresh=change.get("fresh", False))
     assert section["entries"] == [] and "starts again" in note and why in note
-    assert data["gpus"]["nvidia-h200"] is section and section["provenance"] == p
+    assert data["gpus"][KEY] is section and section["provenance"] == p
+
+
+def test_a_race_under_another_triton_writes_its_own_section_beside_the_first(tmp_path):
+    """The same source compiles to other kernels under another Triton: its race keeps the first Triton's section,
+    and each Triton's lookup then reads its own."""
+    path, points = tmp_path / "launch_table.json", pl.grid(Ns=[512], Ds=[64], masks=[0])
+    run(path, points, fake_race([]))
+    counts, note = run(path, points, fake_race([]), triton="3.9.0")
+    assert counts["measured"] == 1 and "a new section for nvidia-h200/triton-3.9" in note
+    saved = launch_table.load(path, "v7_hopper")
+    assert sorted(saved.gpus) == [KEY, "nvidia-h200/triton-3.9"]
+    assert saved.gpus["nvidia-h200/triton-3.9"]["provenance"]["triton"] == "3.9.0"
 
 
 def test_dry_run_lists_the_grid_and_what_each_gpu_holds(tmp_path, capsys):
@@ -133,8 +147,8 @@ def test_dry_run_lists_the_grid_and_what_each_gpu_holds(tmp_path, capsys):
     run(path, pl.grid(Ns=[512], Ds=[64], masks=[0]), fake_race(calls))
     assert pl.main(["--dry-run", "--D", "64", "--causal", "0", "--N", "512", "1024", "--out", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "2 points" in out and "D=64 non-causal N=512 B·H=32   [held for nvidia-h200]" in out
-    assert "D=64 non-causal N=1024 B·H=32\n" in out and "nvidia-h200: 1 of these 2 points, measured at abc123" in out
+    assert "2 points" in out and f"D=64 non-causal N=512 B·H=32   [held for {KEY}]" in out
+    assert "D=64 non-causal N=1024 B·H=32\n" in out and f"{KEY}: 1 of these 2 points, measured at abc123" in out
     assert len(calls) == 1
 
 
@@ -172,12 +186,12 @@ def test_v7s_race_fills_the_table_and_v7_then_launches_from_it_untimed(tmp_path,
     monkeypatch.setattr(launch_table, "gpu_identity", lambda device=None: H200)
     path, points = tmp_path / "launch_table.json", pl.grid(Ns=[256, 512], BHs=[2], Ds=[64], masks=[0])
     data = launch_table.read(path, "v7_hopper")
-    section, _ = pl.section_for(data, "nvidia-h200", prov(), points)
+    section, _ = pl.section_for(data, KEY, prov(), points)
     race = pl.make_race(v7, device="cpu", clock=lambda: 1980.0)
     monkeypatch.setattr(FA, "LAUNCH_FROM", "race")   # make_race set it on the class; the fixture puts it back
     counts = pl.run_grid(path, data, section, points, race, log=lambda line: None)
     assert counts["measured"] == 2 and fake.raced == [256, 512]
-    saved = json.loads(path.read_text())["gpus"]["nvidia-h200"]["entries"]
+    saved = json.loads(path.read_text())["gpus"][KEY]["entries"]
     assert [e["launch"] for e in saved] == [{"path": "gluon", "label": "b"}] * 2
     assert saved[0]["raced"] == [{"path": "gluon", "label": "b", "ms": 0.5}, {"path": "gluon", "label": "a", "ms": 1.0}]
     assert saved[0]["sm_clock_mhz"] == 1980.0
@@ -201,7 +215,7 @@ def test_bench_varlen_records_v7s_choice_and_compares_its_table_against_its_race
     entry = {"D": 64, "causal": 0, "N": 512, "BH": 2, "dtype": "bfloat16", "launch": {"path": "gluon", "label": "a"},
              "raced": [{"path": "gluon", "label": "a", "ms": 0.4}]}
     data = launch_table.new_file("v7_hopper")
-    data["gpus"]["nvidia-h200"] = {"provenance": prov(), "grid": {}, "complete": True, "entries": [entry]}
+    data["gpus"][KEY] = {"provenance": prov(), "grid": {}, "complete": True, "entries": [entry]}
     launch_table.write(tmp_path / "t.json", data, "v7_hopper")
     monkeypatch.setattr(FA, "LAUNCH_TABLE", launch_table.load(tmp_path / "t.json", "v7_hopper"))
 
