@@ -172,8 +172,9 @@ def build_calls(modules: dict, N: int, causal: bool, sdpa: bool, gluon: str = ""
 def build_backward_calls(modules: dict, N: int, causal: bool, sdpa: bool, D: int = shapes.HEAD_DIM,
                          peer: str = "") -> list[Call]:
     """The backward's calls (--mode bwd): for each version with the Triton backward, its recorded
-    launches (one per dQ mode, each kernel in its own NVTX range, so the ncu export names them), then
-    autograd.grad through SDPA's default and FLASH_ATTENTION backends on a kept graph."""
+    launches (one per dQ mode, each kernel in its own NVTX range, so the ncu export names them), and the
+    backward the version runs by default where that is another one (v7's Gluon kernels: its BACKWARD_DKDV and
+    BACKWARD_DQ_MODE); then autograd.grad through SDPA's default and FLASH_ATTENTION backends on a kept graph."""
     import torch
     import torch.nn.functional as F
 
@@ -190,9 +191,12 @@ def build_backward_calls(modules: dict, N: int, causal: bool, sdpa: bool, D: int
         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
         O = cls.apply(qg, kg, vg, causal)
         O_, L = O.detach(), saved_lse(O)
-        for dq_mode in fb.DQ_MODES:
-            args = (q, k, v, O_, L, dO, causal, cls.BACKWARD_CONFIG, dq_mode, False)
-            fb.flash_attention_backward(*args[:7], config=args[7], dq_mode=dq_mode)   # records the launch
+        modes = [(dq_mode, "triton") for dq_mode in fb.DQ_MODES]
+        own = (cls.BACKWARD_DQ_MODE, getattr(cls, "BACKWARD_DKDV", "triton"))
+        modes += [own] if own[1] != "triton" else []
+        for dq_mode, dkdv in modes:
+            args = (q, k, v, O_, L, dO, causal, cls.BACKWARD_CONFIG, dq_mode, False, dkdv)
+            fb.flash_attention_backward(*args[:7], config=args[7], dq_mode=dq_mode, dkdv=dkdv)   # records the launch
             launch = fb.LAUNCHES.entries[fb.backward_signature(*args)]
             calls.append(Call("", lambda launch=launch, label=name: launch(q, k, v, O_, L, dO,
                                                                             ranges=(label, range_name("", N, causal)))))

@@ -138,11 +138,13 @@ def _num(text: str) -> float | None:
 
 # The backward's kernels (profiling --mode bwd names each '<version>:bwd_<kernel>'): matrix products of
 # size N x N x D each does, over the forward's two (so the forward's count times this / 2). dK/dV
-# recomputes S^T and does dV, dP^T and dK (4); with atomics also dQ (5); the dQ pass recomputes S and dP
-# and does dQ (3); the preprocessing does none; the fused kernel does both passes (7). SDPA's backward
+# recomputes S^T and does dV, dP^T and dK (4); with atomics also dQ (5), as do the Gluon dK/dV kernels (v7's
+# default on Hopper); the dQ pass recomputes S and dP and does dQ (3); the preprocessing does none; the fused
+# kernel does both passes (7). SDPA's backward
 # ranges ('sdpa-bwd') hold several kernels: each row carries the whole backward's 5
 # (fa2lab.shapes.BWD_FLOP_FACTOR = 2.5), to be summed per range.
-BACKWARD_PRODUCTS = {"bwd_preprocess": 0, "bwd_dkdv": 4, "bwd_atomic_dkdv": 5, "bwd_dq": 3, "bwd_fused": 7}
+BACKWARD_PRODUCTS = {"bwd_preprocess": 0, "bwd_dkdv": 4, "bwd_atomic_dkdv": 5, "bwd_dq": 3, "bwd_fused": 7,
+                     "bwd_gluon_dkdv": 4, "bwd_gluon_atomic_dkdv": 5}
 
 
 def backward_share(version: str) -> float:

@@ -68,18 +68,20 @@ def test_matmul_rows_are_named_by_variant_and_count_two_s_cubed(tmp_path):
 
 
 def test_backward_rows_are_named_by_kernel_and_predict_their_own_products(tmp_path):
-    """--mode bwd: each Triton backward kernel in its own range, SDPA's backward as one range."""
+    """--mode bwd: each Triton backward kernel in its own range (the Gluon dK/dV kernels of v7's default too), SDPA's
+    backward as one range."""
     lines = RAW.splitlines()
     row = lines[2]
     names = ["v7_hopper:bwd_preprocess N=4096 causal=1", "v7_hopper:bwd_dkdv N=4096 causal=1",
              "v7_hopper:bwd_dq N=4096 causal=1", "v7_hopper:bwd_atomic_dkdv N=4096 causal=1",
+             "v7_hopper:bwd_gluon_dkdv N=4096 causal=1", "v7_hopper:bwd_gluon_atomic_dkdv N=4096 causal=1",
              "sdpa-bwd N=4096 causal=1"]
     path = tmp_path / "b.raw.csv"
     path.write_text("\n".join(lines[:2] + [row.replace("v5_final N=4096 causal=0", n) for n in names]) + "\n")
     rows = summarise_raw(path, N=4096, causal=True)
     fwd = 4 * 32 * 4096**2 * 64 / 2   # the causal forward's two products
     assert [r["version"] for r in rows] == [n.split(" ")[0] for n in names]
-    assert [r["predicted_flops"] / fwd for r in rows] == [0.0, 2.0, 1.5, 2.5, 2.5]
+    assert [r["predicted_flops"] / fwd for r in rows] == [0.0, 2.0, 1.5, 2.5, 2.0, 2.5, 2.5]
 
 def test_resummarise_rederives_metrics_from_the_raw_export_and_keeps_each_rows_provenance(tmp_path):
     import pandas as pd
