@@ -163,8 +163,8 @@ class BackwardLaunch:
         if Delta is None:
             self._run("fused", self.dkdv, g[0], self.fused_args(Q, K, V, O, L, dO, dQ, dK, dV), i, ranges)
         elif self.gluon_dkdv:
-            self._run("gluon_atomic_dkdv" if self.atomic else "gluon_dkdv", self.dkdv, None, (Q, K, V, dO, L, Delta, dK, dV, *((acc,) if self.atomic else ())),
-                      i, ranges)
+            self._run("gluon_atomic_dkdv" if self.atomic else "gluon_dkdv", self.dkdv, None,
+                      (Q, K, V, dO, L, Delta, dK, dV, *((acc,) if self.atomic else ())), i, ranges)
         else:
             self._run("atomic_dkdv" if self.atomic else "dkdv", self.dkdv, g[1],
                       (Q, K, V, dO, L, Delta, dK, dV, acc, *t[1]), i, ranges)

@@ -72,7 +72,7 @@ def signature(Q, K, causal: bool) -> Signature:
 
 @dataclass(frozen=True)
 class Gpu:
-    """The GPU a call runs on, and the Triton it compiles with ("3.9": major.minor), as the table keys and checks them."""
+    """The GPU a call runs on and the Triton it compiles with ("3.9"), as the table keys and checks them."""
 
     key: str
     arch: str

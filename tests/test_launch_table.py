@@ -146,8 +146,8 @@ def test_each_triton_reads_its_own_section_and_one_without_its_own_the_nearest_t
     for triton, won in (("3.6", "ws2"), ("3.9", "ws3"), ("3.7", "ws2"), ("3.8", "ws3"), ("3.10", "ws3")):
         choice = lookup(t, sig(), Gpu("nvidia-h200", "sm_90", 132, triton), BOTH, KNOWN)
         assert choice.launch == Launch("gluon", won), triton
-        raced_under = "3.6" if won == "ws2" else "3.9"
-        assert (f"under Triton {raced_under}.0 (this process runs {triton};" in choice.reason) == (raced_under != triton)
+        under = "3.6" if won == "ws2" else "3.9"
+        assert (f"under Triton {under}.0 (this process runs {triton};" in choice.reason) == (under != triton)
     assert lookup(table(entry()), sig(), Gpu("nvidia-h200", "sm_90", 132, "4.0"), BOTH, KNOWN).launch is not None
 
 
