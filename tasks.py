@@ -237,15 +237,15 @@ def pick_configs(c, kernel="v4_exp2", gpu="", dry_run=False):
             "bh": "comma-separated batch x heads, powers of two (default 32)",
             "max_seconds": "start no grid point after this many seconds (rerun to resume)",
             "dry_run": "list the grid and what the table holds for each GPU; no GPU needed",
-            "fresh": "start this GPU's section of the table again instead of resuming"})
+            "fresh": "start this GPU and Triton's section of the table again instead of resuming"})
 def pick_launch(c, kernel="v7_hopper", D="", causal="both", N="", bh="", max_seconds=240.0, dry_run=False,
                 fresh=False):
     """Write v7's launch table by racing its launches on this GPU.
 
     Races once per grid point (D, mask, N, batch x heads), as v7 raced at every new input signature, and writes each
-    winner to fa2triton/kernels/v7_hopper/launch_table.json with provenance, entry by entry; a rerun at the same
-    commit on the same GPU resumes. v7 then looks its launch up there instead of racing (fa2triton/launch_table.py;
-    docs/configs.md). Needs a Hopper GPU, except --dry-run."""
+    winner to fa2triton/kernels/v7_hopper/launch_table.json, in the section of this GPU and Triton, with provenance,
+    entry by entry; a rerun at the same commit on the same GPU and Triton resumes. v7 then looks its launch up there
+    instead of racing (fa2triton/launch_table.py; docs/configs.md). Needs a Hopper GPU, except --dry-run."""
     _versions(kernel, one=True)
     if not dry_run:
         _need_gpu("invoke pick-launch", "--dry-run lists the grid; v7 races at run time where its table has no entry")

@@ -95,8 +95,8 @@ def _run_of(prov: dict) -> tuple:
 
 
 def section_for(data: dict, key: str, prov: dict, points: list[Point], fresh: bool = False) -> tuple[dict, str]:
-    """This GPU's section of `data` to write into, and a line saying which: the one there when it is the same run
-    (SAME_RUN) and not `fresh`, else a new one in its place."""
+    """The section `key` (this GPU and Triton's) of `data` to write into, and a line saying which: the one there when
+    it is the same run (SAME_RUN) and not `fresh`, else a new one in its place."""
     old = data["gpus"].get(key)
     if old is not None and not fresh and _run_of(old["provenance"]) == _run_of(prov):
         old["grid"] = grid_of(points)
@@ -225,7 +225,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-seconds", type=float, default=MAX_SECONDS,
                     help="start no grid point after this many seconds (rerun to resume)")
     ap.add_argument("--dry-run", action="store_true", help="list the grid and what the table holds; no GPU")
-    ap.add_argument("--fresh", action="store_true", help="start this GPU's section again instead of resuming")
+    ap.add_argument("--fresh", action="store_true",
+                    help="start this GPU and Triton's section again instead of resuming")
     ap.add_argument("--out", type=Path, default=TABLE, help="the table file (default: beside v7's kernel)")
     return ap
 
