@@ -6,8 +6,7 @@ without ever holding a whole (N_q, N_k) matrix:
     dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Delta),  Delta = rowsum(dO * O)  (= rowsum(P * dP))
     dQ = scale * dS K,  dK = scale * dS^T Q
 
-- `_bwd_preprocess_kernel`: Delta in fp32, one value per query row (and dq_mode "atomic"'s accumulator zeroed, with
-  the warp-specialized Gluon kernel's arrival counters).
+- `_bwd_preprocess_kernel`: Delta in fp32, one value per query row (and dq_mode "atomic"'s accumulator zeroed).
 - `_bwd_dkdv_kernel`: one program per (key tile, batch*head) keeps K, V and the fp32 dK, dV on chip and streams the
   query tiles past (`_dkdv_query_tiles`); causal, it starts at the first query tile that sees the key tile (query i
   sees key j iff j <= i). ATOMIC_DQ (dq_mode "atomic"): the same loop also adds dS K into an fp32 dQ with
@@ -36,27 +35,22 @@ from . import ptx_marks   # the wgmma kernels' PTX passes on Triton 3.9: fences 
 
 @triton.jit
 def _bwd_preprocess_kernel(
-    # pointers (dQ_ptr: the fp32 dQ accumulator this launch zeroes where ZERO_DQ, else unused; Count_ptr: the int32
-    # arrival counters (batch, query tiles of COUNT_TILE rows) it zeroes where COUNT_TILE, else unused)
-    O_ptr, dO_ptr, Delta_ptr, dQ_ptr, Count_ptr,
+    # pointers (dQ_ptr: the fp32 dQ accumulator this launch zeroes where ZERO_DQ, else unused)
+    O_ptr, dO_ptr, Delta_ptr, dQ_ptr,
     # strides (batch, sequence, head dim)
     stride_ob, stride_oq, stride_od,
     stride_dob, stride_doq, stride_dod,
     stride_deltab, stride_deltaq,
     stride_dqb, stride_dqq, stride_dqd,
-    stride_countb,
     # sizes
     N_QUERIES,
     # compile-time meta-parameters
     D: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     ZERO_DQ: tl.constexpr,
-    COUNT_TILE: tl.constexpr,
 ):
     """Delta[b, i] = sum_d dO[b, i, d] * O[b, i, d], in fp32; with ZERO_DQ also dQ[b, i, :] = 0 (dq_mode "atomic":
-    the accumulator the main kernel adds into, zeroed here instead of by a fill launch of its own); with COUNT_TILE
-    also the counter of each query tile (COUNT_TILE rows) that starts in this program's rows
-    (fa2triton.gluon.gluon_backward_ws's last-writer cast)."""
+    the accumulator the main kernel adds into, zeroed here instead of by a fill launch of its own)."""
     q_start = tl.program_id(0) * BLOCK_Q
     batch_index = tl.program_id(1)
     offs_q = q_start + tl.arange(0, BLOCK_Q)
@@ -72,10 +66,6 @@ def _bwd_preprocess_kernel(
     if ZERO_DQ:
         tl.store(dQ_ptr + batch_index * stride_dqb + offs_q[:, None] * stride_dqq + offs_d[None, :] * stride_dqd,
                  tl.zeros([BLOCK_Q, D], dtype=tl.float32), mask=q_mask[:, None])
-    if COUNT_TILE:   # at most BLOCK_Q // COUNT_TILE + 1 tiles start in [q_start, q_start + BLOCK_Q)
-        tile = tl.cdiv(q_start, COUNT_TILE) + tl.arange(0, BLOCK_Q)
-        tl.store(Count_ptr + batch_index * stride_countb + tile, tl.zeros([BLOCK_Q], tl.int32),
-                 mask=(tile * COUNT_TILE < q_start + BLOCK_Q) & (tile * COUNT_TILE < N_QUERIES))
 
 
 @triton.jit

@@ -5,7 +5,7 @@ flash_attention_backward (a direct call) and backward_after_forward (v6's and v7
 dQ by dq_mode (DQ_CHOICES): "separate" (deterministic) its own kernel after the preprocess and dK/dV launches;
 "atomic" added by the dK/dV kernel into an fp32 accumulator; "fused" one launch for everything; "auto" (v6's and
 v7's default) fused up to AUTO_FUSED_MAX_WORK_PER_SM, separate above, and with a Gluon dK/dV on Hopper (dkdv "auto")
-"atomic" wherever gluon_backward_ws.preferred says, its kernel computing all five products and casting dQ.
+"atomic" wherever gluon_backward_ws.preferred says, its kernel computing all five products.
 
 Configuration: fa2triton.backward_config.default_config unless one is given; a configuration that does not fit
 drops stages, then falls back to FALLBACK's tiles (strict: raise). A checked call records a BackwardLaunch that its
@@ -38,7 +38,7 @@ DQ_CHOICES = ("auto", *DQ_MODES)
 # kernel wherever it takes the inputs. With dq_mode "separate" the Gluon kernel is gluon_backward_hopper's dK/dV kernel
 # (0.68-0.92x this one's time, experiment bwd-gluon-dkdv; tests/test_gluon_backward.py checks it against the rows);
 # with "atomic" it is gluon_backward_ws's warp-specialized kernel, which also reduce-adds dQ's partials (TMA) into the
-# fp32 accumulator and casts each query tile into dQ once its last partial is in (no cast launch).
+# fp32 accumulator.
 DKDV_CHOICES = ("triton", "gluon", "auto")
 
 
@@ -104,11 +104,10 @@ def _recorded(kernel, compiled, grid: tuple) -> tuple:
 @dataclass
 class BackwardLaunch:
     """What one checked call launched (fa2triton.lean_path's lean repeat; issues 7, 8 and 48): the compiled
-    kernels with their grids and the arguments after their tensors. A repeat is one allocation (the gradients; Delta,
-    the fp32 dQ accumulator and the Gluon kernel's counters are kept scratch: buffers), the Delta launch (which zeroes
-    the accumulator and the counters), the main launch(es) and, for atomic dQ in a 16-bit dtype by the Triton kernel,
-    the cast into dQ (the Gluon kernel casts dQ itself); no checks, configuration choice, descriptor building or
-    Triton argument binding. Its pieces are methods, so profiling/host_steps.py times each alone."""
+    kernels with their grids and the arguments after their tensors. A repeat is one allocation (the gradients; Delta
+    and the fp32 dQ accumulator are kept scratch: buffers), the Delta launch (which zeroes the accumulator), the main
+    launch(es) and, for atomic dQ in a 16-bit dtype, the cast into dQ; no checks, configuration choice, descriptor
+    building or Triton argument binding. Its pieces are methods, so profiling/host_steps.py times each alone."""
 
     preprocess: object | None  # None in dq_mode="fused" (dkdv is then the fused kernel)
     dkdv: object
@@ -120,55 +119,52 @@ class BackwardLaunch:
 
     def __post_init__(self):
         self.atomic = self.dq is None and self.preprocess is not None
-        self.counted = self.atomic and self.gluon_dkdv   # dQ cast by the Gluon kernel's last writers
-        self.scratch = {}   # (stream, thread) -> (acc, Delta, counts): scratch_buffers kept for the repeats (buffers)
+        self.scratch = {}   # (stream, thread) -> (acc, Delta): scratch_buffers kept for the repeats (buffers)
 
     def __call__(self, Q, K, V, O, L, dO, ranges: tuple[str, str] | None = None):
         """The hot path: no checks (the cache key vouches). `ranges` = (prefix, suffix) puts each
         kernel in its own NVTX range, f"{prefix}:bwd_<kernel>{suffix}", for the profile drivers."""
-        dQ, dK, dV, acc, Delta, counts = self.buffers(Q, K)
+        dQ, dK, dV, acc, Delta = self.buffers(Q, K)
         if Delta is not None:   # dq_mode="fused" has no Delta buffer (and acc is dQ): its one launch is run_main's
-            self.run_delta(O, dO, Delta, acc, counts, ranges)
-        self.run_main(Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, counts, ranges)
-        if acc is not dQ and counts is None:
+            self.run_delta(O, dO, Delta, acc, ranges)
+        self.run_main(Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges)
+        if acc is not dQ:
             dQ.copy_(acc)   # the cast (bitwise Tensor.to's)
         return dQ, dK, dV
 
     def buffers(self, Q, K) -> tuple:
         """dQ, dK, dV (gradient_buffers, new on every call), the fp32 dQ accumulator (dQ itself when not atomic or
-        fp32), Delta (None in dq_mode "fused") and the Gluon kernel's counters (None elsewhere), as
-        backward_buffers gives them. All but the gradients are scratch that no caller sees, so a repeat reuses them:
-        kept per CUDA stream and thread (the next call's launches then queue behind this one's, which read them;
-        another thread's could interleave with them), up to SCRATCH_KEPT_BYTES and not while a CUDA graph is being
-        captured. Their allocation cost a repeat more than its launches on the H200 (docs/worklogs/backward_hopper.md,
-        "The backward's host path")."""
+        fp32) and Delta (None in dq_mode "fused"), as backward_buffers gives them. The accumulator and Delta are
+        scratch that no caller sees, so a repeat reuses them: kept per CUDA stream and thread (the next call's
+        launches then queue behind this one's, which read them; another thread's could interleave with them), up
+        to SCRATCH_KEPT_BYTES and not while a CUDA graph is being captured. Their allocation cost a repeat more
+        than its launches on the H200 (docs/worklogs/backward_hopper.md, "The backward's host path")."""
         dQ, dK, dV = gradient_buffers(Q, K, self.stack)
         if self.preprocess is None:
-            return dQ, dK, dV, dQ, None, None
+            return dQ, dK, dV, dQ, None
         atomic = self.atomic and Q.dtype != torch.float32
         key = (torch._C._cuda_getCurrentRawStream(Q.device.index) if Q.is_cuda else None, threading.get_ident())
         kept = self.scratch.get(key)
         if kept is None:
-            kept = scratch_buffers(Q, atomic, self.counted)
+            kept = scratch_buffers(Q, atomic)
             if kept[1].untyped_storage().nbytes() <= SCRATCH_KEPT_BYTES \
-                    and not (Q.is_cuda and torch.cuda.is_current_stream_capturing()):   # Delta's block holds all
+                    and not (Q.is_cuda and torch.cuda.is_current_stream_capturing()):   # Delta's block holds both
                 self.scratch[key] = kept
-        return dQ, dK, dV, kept[0] if atomic else dQ, kept[1], kept[2]
+        return dQ, dK, dV, kept[0] if atomic else dQ, kept[1]
 
-    def run_delta(self, O, dO, Delta, acc, counts, ranges=None) -> None:
-        """The preprocess: Delta, and in dq_mode "atomic" the accumulator (and the Gluon kernel's counters) zeroed."""
-        self._run("preprocess", self.preprocess, self.grids[0],
-                  (O, dO, Delta, acc, acc if counts is None else counts, *self.tails[0]), O.device.index, ranges)
+    def run_delta(self, O, dO, Delta, acc, ranges=None) -> None:
+        """The preprocess: Delta, and in dq_mode "atomic" the accumulator zeroed."""
+        self._run("preprocess", self.preprocess, self.grids[0], (O, dO, Delta, acc, *self.tails[0]), O.device.index,
+                  ranges)
 
-    def run_main(self, Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, counts, ranges=None) -> None:
-        """The main launch(es): the fused kernel; or dK/dV (atomic: dQ's partials added into acc; the Gluon kernel
-        then casts them into dQ), then dQ."""
+    def run_main(self, Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges=None) -> None:
+        """The main launch(es): the fused kernel; or dK/dV (atomic: dQ's partials added into acc), then dQ."""
         g, t, i = self.grids, self.tails, Q.device.index
         if Delta is None:
             self._run("fused", self.dkdv, g[0], self.fused_args(Q, K, V, O, L, dO, dQ, dK, dV), i, ranges)
         elif self.gluon_dkdv:
             self._run("gluon_atomic_dkdv" if self.atomic else "gluon_dkdv", self.dkdv, None,
-                      (Q, K, V, dO, L, Delta, dK, dV, *((dQ, acc, counts) if self.atomic else ())), i, ranges)
+                      (Q, K, V, dO, L, Delta, dK, dV, *((acc,) if self.atomic else ())), i, ranges)
         else:
             self._run("atomic_dkdv" if self.atomic else "dkdv", self.dkdv, g[1],
                       (Q, K, V, dO, L, Delta, dK, dV, acc, *t[1]), i, ranges)
@@ -218,31 +214,27 @@ def gradient_buffers(Q, K, stack: int):
     return dQ, dK, dV
 
 
-def scratch_buffers(Q, atomic: bool, counted: bool = False) -> tuple:
-    """(the fp32 dQ accumulator or None, Delta (B, N_q) fp32, the Gluon kernel's int32 counters or None). With
-    `atomic` (a 16-bit dtype: the accumulator is not dQ itself) all are views of one fp32 allocation, the accumulator
-    first (offset 0, contiguous), Delta after it and with `counted` the counters (gluon_backward_ws.count_shape,
-    contiguous) last, each offset a whole number of 16 bytes, as Triton's pointer specialisation assumes. Nothing is
-    zeroed: the preprocess zeroes the accumulator (ZERO_DQ) and the counters (COUNT_TILE) before the main kernel."""
+def scratch_buffers(Q, atomic: bool) -> tuple:
+    """(the fp32 dQ accumulator or None, Delta (B, N_q) fp32). With `atomic` (a 16-bit dtype: the accumulator is not
+    dQ itself) both are views of one fp32 allocation, the accumulator first (offset 0, contiguous) and Delta after it
+    (its offset a whole number of 16 bytes, as Triton's pointer specialisation assumes). Nothing is zeroed: the
+    preprocess zeroes the accumulator (ZERO_DQ) before the main kernel adds into it."""
     B, N, D = Q.shape
     if not atomic:
-        return None, torch.empty((B, N), device=Q.device, dtype=torch.float32), None
-    n, d = -(-B * N * D // 4) * 4, -(-B * N // 4) * 4
-    shape = _gluon_dkdv(True).count_shape(Q) if counted else (0, 0, 0)
-    flat = torch.empty(n + d + math.prod(shape), device=Q.device, dtype=torch.float32)
-    counts = flat[n + d:].view(torch.int32).view(shape) if counted else None
-    return flat.as_strided(Q.shape, (N * D, D, 1)), flat.as_strided((B, N), (N, 1), n), counts
+        return None, torch.empty((B, N), device=Q.device, dtype=torch.float32)
+    n = -(-B * N * D // 4) * 4
+    flat = torch.empty(n + B * N, device=Q.device, dtype=torch.float32)
+    return flat.as_strided(Q.shape, (N * D, D, 1)), flat.as_strided((B, N), (N, 1), n)
 
 
-def backward_buffers(Q, K, stack: int, atomic: bool, delta: bool = True, counted: bool = False) -> tuple:
-    """dQ, dK, dV (gradient_buffers), the fp32 dQ accumulator, Delta (None without `delta`: dq_mode "fused") and
-    with `counted` the Gluon kernel's counters (else None), all new. The accumulator is dQ itself unless `atomic` in a
-    16-bit dtype (scratch_buffers)."""
+def backward_buffers(Q, K, stack: int, atomic: bool, delta: bool = True) -> tuple:
+    """dQ, dK, dV (gradient_buffers), the fp32 dQ accumulator and Delta (None without `delta`: dq_mode "fused"),
+    all new. The accumulator is dQ itself unless `atomic` in a 16-bit dtype (scratch_buffers)."""
     dQ, dK, dV = gradient_buffers(Q, K, stack)
     if not delta:
-        return dQ, dK, dV, dQ, None, None
-    acc, Delta, counts = scratch_buffers(Q, atomic and Q.dtype != torch.float32, counted)
-    return dQ, dK, dV, dQ if acc is None else acc, Delta, counts
+        return dQ, dK, dV, dQ, None
+    acc, Delta = scratch_buffers(Q, atomic and Q.dtype != torch.float32)
+    return dQ, dK, dV, dQ if acc is None else acc, Delta
 
 
 # Input signature -> BackwardLaunch: the forward's LaunchCache with the backward's own key. Clearing it also frees the
@@ -397,25 +389,23 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     scale = 1.0 / math.sqrt(D)
     atomic = dq_mode == "atomic"
 
-    # the Gluon kernels' own checks, L standing in for Delta (the accumulator and the counters are this call's)
+    stack = gradient_stack(Q, K, stack_grads)
+    dQ, dK, dV, acc, Delta = backward_buffers(Q, K, stack, atomic)
+
+    pre = config.preprocess_q_tile
+    pre_tail = (*_strides(O, dO, Delta), *(_strides(acc) if atomic else (0, 0, 0)), N_q, D, pre, atomic)
+    pre_kernel, pre_grid = _recorded(_bwd_preprocess_kernel, _bwd_preprocess_kernel[(triton.cdiv(N_q, pre), B)](
+        O, dO, Delta, acc, *pre_tail, num_warps=4), (triton.cdiv(N_q, pre), B, 1))
+
+    common = (*_strides(Q, K, V, dO, L, Delta),)
     gluon = None if dkdv == "triton" else _gluon_dkdv(atomic)
-    why_not = None if gluon is None else _gluon_dkdv(False).unsupported(Q, K, V, dO, L, L, scale)
+    dq_accum = (acc,) if atomic else ()
+    why_not = None if gluon is None else gluon.unsupported(Q, K, V, dO, L, Delta, scale, *dq_accum)
     if dkdv == "gluon" and why_not is not None:
         raise ValueError(f"dkdv='gluon': {why_not}")
     use_gluon = gluon is not None and why_not is None
-    stack = gradient_stack(Q, K, stack_grads)
-    dQ, dK, dV, acc, Delta, counts = backward_buffers(Q, K, stack, atomic, counted=use_gluon and atomic)
-
-    pre = config.preprocess_q_tile
-    pre_tail = (*_strides(O, dO, Delta), *(_strides(acc) if atomic else (0, 0, 0)),
-                0 if counts is None else counts.stride(0), N_q, D, pre, atomic, 0 if counts is None else gluon.BLOCK_M)
-    pre_kernel, pre_grid = _recorded(_bwd_preprocess_kernel, _bwd_preprocess_kernel[(triton.cdiv(N_q, pre), B)](
-        O, dO, Delta, acc, acc if counts is None else counts, *pre_tail, num_warps=4), (triton.cdiv(N_q, pre), B, 1))
-
-    common = (*_strides(Q, K, V, dO, L, Delta),)
     if use_gluon:
-        dkdv_kernel = gluon.launch(Q, K, V, dO, L, Delta, dK, dV, *((dQ, acc, counts) if atomic else ()), causal,
-                                   scale)
+        dkdv_kernel = gluon.launch(Q, K, V, dO, L, Delta, dK, dV, *dq_accum, causal, scale)
         dkdv_grid, dkdv_tail, dkdv_meta = None, (), ()
     else:
         dkdv_tail = (*common, *_strides(dK, dV, acc), N_q, N_k, scale)
@@ -426,7 +416,7 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
             config, strict)
     dq_kernel, dq_grid, dq_tail = None, None, ()
     if atomic:
-        if acc is not dQ and counts is None:
+        if acc is not dQ:
             dQ.copy_(acc)   # the cast, into the gradients' own allocation
     else:
         dq_tail = (*common, *_strides(dQ), N_q, N_k, scale)

@@ -8,8 +8,6 @@ closure's variables, a signature) that is what is checked; the version itself on
   language, capability) and by 3.9 also with no argument, for a (key, hash) that goes into the compile cache key.
 - tma_load, tma_reduce_add (inside @gluon.jit code): Gluon's TMA copy into shared memory (3.6
   async_copy_global_to_shared, 3.9 async_load) and TMA reduce-add (3.9 async_atomic_add; 3.6 only the builder's op).
-- thread_barrier (inside @gluon.jit code): a barrier of the calling partition's threads (3.6 gl.thread_barrier, 3.9
-  gl.barrier).
 - get_ptxas(arch): the ptxas Triton itself runs for sm_<arch> (3.9: ptxas-blackwell, CUDA 13, from sm_90 on).
 - PARTITION_SYNC: a partition's bar.sync in PTX (3.9 names the barrier by a register).
 - triton_ptxas_flags(), ptx_options(): the options Triton's own ptxas call adds (3.9: --regAllocOptLevel=2), and the
@@ -85,7 +83,7 @@ def install_stages_hook(rewrite, key: str):
     return hook
 
 
-# ------------------------------------------------------------------------------------------------ Gluon builtins
+# ------------------------------------------------------------------------------------------------ Gluon TMA
 
 def _tma_ops() -> dict:
     """tma_load and tma_reduce_add for this Triton's Gluon (builtins, callable inside @gluon.jit code)."""
@@ -109,16 +107,9 @@ def _tma_ops() -> dict:
     return ops
 
 
-def _gluon_ops() -> dict:
-    """_tma_ops, and thread_barrier: Gluon's barrier of the calling partition's threads."""
-    from triton.experimental.gluon import language as gl
-
-    return {**_tma_ops(), "thread_barrier": getattr(gl, "barrier", None) or gl.thread_barrier}
-
-
-def __getattr__(name):   # tma_load, tma_reduce_add, thread_barrier: Gluon is imported on first use only
-    if name in ("tma_load", "tma_reduce_add", "thread_barrier"):
-        ops = _gluon_ops()
+def __getattr__(name):   # tma_load, tma_reduce_add: Gluon is imported on first use only
+    if name in ("tma_load", "tma_reduce_add"):
+        ops = _tma_ops()
         globals().update(ops)
         return ops[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

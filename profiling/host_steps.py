@@ -25,7 +25,7 @@ and, for versions with the Triton backward (v6, v7), each autograd.grad on a kep
   bwd_split         `backward` cut at the Function's backward's entry and exit, as three steps: bwd_enter (the engine's
                     hand-off to its device thread), bwd_body (the backward), bwd_leave (the hand-back)
   bwd_*             the default mode's repeat (BackwardLaunch, issue 48) by piece: key, buffers, zero_fill (the fp32
-                    dQ fill the Delta launch took over), delta, main, cast (dQ's own cast launch), repeat (all of it)
+                    dQ fill the Delta launch took over), delta, main, cast (dQ from fp32), repeat (all of it)
 
 apply - cache_hit is what the autograd.Function and the lookup add; cache_hit - allocate is the launch."""
 
@@ -93,19 +93,18 @@ def split_us_per_call(grad, stamps: list, calls: int = 200) -> dict:
 def backward_repeat_steps(launch, lookup, q, k, v, O, L, dO, buffers=None) -> dict:
     """{bwd_* step: zero-argument callable} for one recorded BackwardLaunch (fa2triton.flash_backward_triton) on
     its inputs: each piece of its repeat alone, on buffers allocated once (so that a piece's time holds no other
-    piece), and `lookup` (the key and dictionary lookup that finds it). bwd_zero_fill only where the launch
-    accumulates dQ in fp32 apart from dQ, bwd_cast where it then casts dQ by a launch of its own (not the Gluon
-    kernel, which casts it itself), bwd_delta only where it has a Delta launch. Run in the order of REPEAT_STEPS, the
-    pieces compute what launch(q, k, v, O, L, dO) computes, into `buffers` (launch.buffers's six; by default
-    allocated here)."""
-    dQ, dK, dV, acc, Delta, counts = launch.buffers(q, k) if buffers is None else buffers
+    piece), and `lookup` (the key and dictionary lookup that finds it). bwd_zero_fill and bwd_cast only where the
+    launch accumulates dQ in fp32 apart from dQ, bwd_delta only where it has a Delta launch. Run in the order of
+    REPEAT_STEPS, the pieces compute what launch(q, k, v, O, L, dO) computes, into `buffers` (launch.buffers's
+    five; by default allocated here)."""
+    dQ, dK, dV, acc, Delta = launch.buffers(q, k) if buffers is None else buffers
     fns = {"bwd_key": lookup, "bwd_buffers": lambda: launch.buffers(q, k)}
     if acc is not dQ:
         fns["bwd_zero_fill"] = acc.zero_
     if Delta is not None:
-        fns["bwd_delta"] = lambda: launch.run_delta(O, dO, Delta, acc, counts)
-    fns["bwd_main"] = lambda: launch.run_main(q, k, v, O, L, dO, dQ, dK, dV, acc, Delta, counts)
-    if acc is not dQ and counts is None:
+        fns["bwd_delta"] = lambda: launch.run_delta(O, dO, Delta, acc)
+    fns["bwd_main"] = lambda: launch.run_main(q, k, v, O, L, dO, dQ, dK, dV, acc, Delta)
+    if acc is not dQ:
         fns["bwd_cast"] = lambda: dQ.copy_(acc)
     fns["bwd_repeat"] = lambda: launch(q, k, v, O, L, dO)
     return fns

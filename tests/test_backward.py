@@ -478,8 +478,7 @@ def test_backward_buffers_one_scratch_block_for_the_accumulator_and_delta(dtype,
     its own allocation. Shapes whose B * N_q * D is not a multiple of 4 floats still align Delta."""
     for B, N, D in ((2, 40, 16), (1, 3, 5)):
         Q = torch.empty(B, N, D, dtype=dtype)
-        dQ, dK, dV, acc, Delta, counts = fb.backward_buffers(Q, Q, fb.gradient_stack(Q, Q), atomic)
-        assert counts is None
+        dQ, dK, dV, acc, Delta = fb.backward_buffers(Q, Q, fb.gradient_stack(Q, Q), atomic)
         assert Delta.shape == (B, N) and Delta.dtype == torch.float32 and Delta.is_contiguous()
         assert Delta.data_ptr() % 16 == 0 and dQ.dtype == dtype
         if atomic and dtype != torch.float32:
@@ -488,43 +487,7 @@ def test_backward_buffers_one_scratch_block_for_the_accumulator_and_delta(dtype,
             assert Delta.data_ptr() >= acc.data_ptr() + acc.numel() * 4, "Delta overlaps the accumulator"
         else:
             assert acc is dQ and Delta.untyped_storage().data_ptr() != dQ.untyped_storage().data_ptr()
-    assert fb.backward_buffers(Q, Q, 0, atomic, delta=False)[4:] == (None, None)
-
-
-@pytest.mark.parametrize("N, block_q", [(200, 16), (200, 64), (200, 128), (64, 32), (1, 16), (257, 256)])
-def test_the_preprocess_zeroes_exactly_the_counters_of_its_query_tiles(N, block_q):
-    """COUNT_TILE: the preprocess launch zeroes each head's counter per query tile of COUNT_TILE rows, whatever its own
-    tile of rows (smaller, equal or larger), and nothing past them; Delta comes out as without counters."""
-    import triton
-
-    from fa2triton.flash_backward_kernels import _bwd_preprocess_kernel
-
-    B, D, tile = 3, 16, 64
-    O, dO = (torch.randn(B, N, D, generator=torch.Generator().manual_seed(s)) for s in (1, 2))
-    tiles = -(-N // tile)
-    block = torch.full((B, tiles + 1), 7, dtype=torch.int32)   # a guard column past each head's counters
-    counts = block[:, :tiles]
-    Delta, acc = torch.empty(B, N), torch.full((B, N, D), 5.0)
-    _bwd_preprocess_kernel[(triton.cdiv(N, block_q), B)](
-        O, dO, Delta, acc, counts, *O.stride(), *dO.stride(), *Delta.stride(), *acc.stride(), block.stride(0), N,
-        D=D, BLOCK_Q=block_q, ZERO_DQ=True, COUNT_TILE=tile)
-    assert not counts.any() and (block[:, tiles] == 7).all()
-    assert not acc.any() and torch.allclose(Delta, (O * dO).sum(-1), atol=1e-5)
-
-
-@pytest.mark.parametrize("B, N, D", [(2, 40, 16), (1, 3, 5), (3, 129, 64)])
-def test_the_gluon_kernels_counters_follow_delta_in_the_scratch_block(B, N, D):
-    """With `counted` (the warp-specialized Gluon kernel's last-writer cast) the int32 arrival counters, one per query
-    tile of that kernel, are the scratch block's last view: contiguous, 16-byte aligned, past Delta's end."""
-    from fa2triton.gluon import gluon_backward_ws as WS
-
-    Q = torch.empty(B, N, D, dtype=BF16)
-    dQ, dK, dV, acc, Delta, counts = fb.backward_buffers(Q, Q, 3, True, counted=True)
-    assert counts.dtype == torch.int32 and counts.is_contiguous()
-    assert counts.shape == (B, -(-N // WS.BLOCK_M)) == WS.count_shape(Q)
-    assert counts.untyped_storage().data_ptr() == acc.data_ptr() and counts.data_ptr() % 16 == 0
-    assert counts.data_ptr() >= Delta.data_ptr() + Delta.numel() * 4, "the counters overlap Delta"
-    assert counts.data_ptr() + counts.numel() * 4 <= acc.data_ptr() + acc.untyped_storage().nbytes()
+    assert fb.backward_buffers(Q, Q, 0, atomic, delta=False)[4] is None
 
 
 @pytest.mark.parametrize("dq_mode", fb.DQ_MODES)
@@ -557,11 +520,10 @@ def test_a_repeat_keeps_its_scratch_per_thread_and_below_the_cap(monkeypatch, dq
     first, second = make_inputs(2, 64, 80, 32, BF16, True), make_inputs(2, 64, 80, 32, BF16, True, seed=7)
     *_, launch = fb._checked_backward(*first, True, None, dq_mode, False, True)
     scratch = lambda: launch.buffers(first[0], first[1])[3:]   # noqa: E731
-    kept = lambda: [t.data_ptr() for t in scratch()[dq_mode == "separate":2]]   # noqa: E731 (separate: acc is dQ)
+    kept = lambda: [t.data_ptr() for t in scratch()[dq_mode == "separate":]]   # noqa: E731 (separate: acc is dQ)
     before = kept()
     assert kept() == before
-    dQ, dK, dV, acc, delta, counts = launch.buffers(first[0], first[1])
-    assert counts is None   # the Triton kernels cast dQ by a launch: no counters
+    dQ, dK, dV, acc, delta = launch.buffers(first[0], first[1])
     assert all(g.untyped_storage().data_ptr() != delta.untyped_storage().data_ptr() for g in (dQ, dK, dV))
     assert (acc is dQ) == (dq_mode == "separate")
     other = []

@@ -110,16 +110,6 @@ def test_tma_names_are_this_gluons_builtins():
             "tensor_desc", "coord", "src"]
 
 
-def test_thread_barrier_is_this_gluons_partition_barrier():
-    from triton.experimental.gluon import language as gl
-
-    assert tc.thread_barrier.__triton_builtin__
-    if NEW:   # 3.9 renamed it (with a cluster= option the kernels leave at its default)
-        assert tc.thread_barrier is gl.barrier and not hasattr(gl, "thread_barrier")
-    else:
-        assert tc.thread_barrier is gl.thread_barrier and not hasattr(gl, "barrier")
-
-
 # ------------------------------------------------------------------------------------------------ ptxas
 
 def test_get_ptxas_is_the_one_tritons_compile_runs_for_the_arch():

@@ -8,7 +8,7 @@ and the top-left causal mask are gluon_backward_hopper's (round 1), whose helper
     P^T  = exp2(S^T * qk_scale - L * log2(e)),  S^T = K Q^T
     dP^T = V dO^T - Delta,  dS^T = P^T * dP^T
     dV  += P^T dO,  dK += dS^T Q   (RS wgmma: P^T and dS^T from registers)
-    dQ  += scale * dS K            (SS wgmma: dS from shared memory; fp32, then cast by its last writer)
+    dQ  += scale * dS K            (SS wgmma: dS from shared memory; fp32, cast by the caller)
 
 Roles. The loader (one warp) copies K and V once, then per query tile (64 rows) Q and dO by TMA into a ring of SLOTS
 slots, with the tile's L (times log2 e) and Delta stored into the slot's row buffers before its expect; a slot is
@@ -21,8 +21,7 @@ at its head's end. A dS buffer is written again two tiles later, after both cons
 mbarrier, so after both read it. The reduce-adds land in any order: dQ is not bitwise reproducible (dq_mode
 "separate" is).
 
-The cast into dQ needs no launch of its own (issue 48): the CTA that adds a query tile's last partial casts it
-(_cast_last_tiles). The backward's dq_mode "auto" takes this kernel where `preferred` says (v7's default).
+The backward's dq_mode "auto" takes this kernel where `preferred` says (v7's default); measurements in the log.
 
 Rows past a head's N in the K and V tiles are the next head's (or TMA's zeros): their dK, dV rows are not stored, and
 their dS^T rows are zeroed before dS leaves the registers (they would add to dQ). Query columns past N_q get
@@ -50,7 +49,7 @@ if HAVE_GLUON:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from fa2triton.gluon import gluon_ptx as _gluon_ptx, hopper as _hw
-    from fa2triton.triton_compat import ptx_options, thread_barrier, tma_load, tma_reduce_add
+    from fa2triton.triton_compat import ptx_options, tma_load, tma_reduce_add
 
     LOG2E = _hw.LOG2E
     wgmma_layout, slot_of, ready_phase, empty_phase = _hw.wgmma_layout, _hw.slot_of, _hw.ready_phase, _hw.empty_phase
@@ -61,8 +60,6 @@ CONSUMERS = 2
 DS_BUFFERS = 2
 # The Q / dO / L / Delta ring. Three slots were measured and retired: docs/experiments.md, row bwd-gluon-ws-slots.
 SLOTS = 2
-# Query tiles whose arrivals one consumer counts per pass at its end: one per thread of its warpgroup, a multiple of 32.
-COUNT_CHUNK = 128
 # The kernel as the harness's bwd_config column and experiment bwd-gluon-ws's rows name it (committed rows key on it).
 LABEL = f"ws {BLOCK_N}x{BLOCK_M}/2wg/s{SLOTS}"
 CONSUMER_REGS = 240
@@ -78,12 +75,11 @@ UNSYNCED_HEAD_DIMS = (128,)
 if HAVE_GLUON:
     _LOG2E = _hw.LOG2E_C
     _DS_BUFFERS, _CONSUMERS, _SLOTS = gl.constexpr(DS_BUFFERS), gl.constexpr(CONSUMERS), gl.constexpr(SLOTS)
-    _COUNT_CHUNK = gl.constexpr(COUNT_CHUNK)
     _CONSUMER_REGS, _LOADER_REGS = gl.constexpr(CONSUMER_REGS), gl.constexpr(LOADER_REGS)
     _DESCRIPTOR_ASM, _DESCRIPTOR_ADDS = _r1._DESCRIPTOR_ASM, _r1._DESCRIPTOR_ADDS
     _MARK_ASM = gl.constexpr(_gluon_ptx.MARK_ASM)
     NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
-    _own_registers, _store_tile, _store_layout = _r1._own_registers, _r1._store_tile, _r1._store_layout
+    _own_registers, _store_tile = _r1._own_registers, _r1._store_tile
     _scores_and_dv, _query_ranges = _r1._scores_and_dv, _r1._query_ranges
 
     # ------------------------------------------------------------------------------------------ the loader
@@ -156,7 +152,7 @@ if HAVE_GLUON:
         """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its columns of the
         tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile."""
         k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem = smem
-        kv_bar, ready, empty, ds_bar = bars[:4]
+        kv_bar, ready, empty, ds_bar = bars
         SLOTS: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
@@ -216,61 +212,13 @@ if HAVE_GLUON:
         return dk, dv
 
     @gluon.jit
-    def _cast_tile(acc_ptr, dq_ptr, row0, rows_left, D: gl.constexpr, BLOCK_M: gl.constexpr):
-        """Rows [row0, row0 + BLOCK_M) of one head's dQ = its fp32 accumulator, in dQ's dtype (both contiguous,
-        pointers at the head); rows from rows_left on are not read or stored."""
-        layout: gl.constexpr = _store_layout(D)
-        rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
-        cols = gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, layout)), 0)
-        keep = gl.expand_dims(rows < rows_left, 1)
-        offs = gl.expand_dims(row0 + rows, 1) * D + cols
-        acc = gl.load(acc_ptr + offs, mask=keep, cache_modifier=".cg")
-        gl.store(dq_ptr + offs, acc.to(dq_ptr.dtype.element_ty), mask=keep)
-
-    @gluon.jit
-    def _cast_last_tiles(lo, head, done, dq_out, N_QUERIES, N_KEYS, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
-                         BLOCK_M: gl.constexpr, D: gl.constexpr):
-        """Consumer 0's end, once its own reduce-adds have landed: after consumer 1's have too (`done`), it arrives on
-        the counter of each query tile the CTA visited (acq_rel at GPU scope) and casts into dQ the tiles whose last
-        arrival was its own. A tile's count is the number of CTAs that visit it: every one without the causal mask,
-        else those whose first tile (_query_ranges' lo, their k_start) is at or before it. COUNT_CHUNK tiles per pass,
-        one per thread; the pass's hits reach every thread as 32-bit words (sums of distinct bits)."""
-        acc_ptr, dq_ptr, count_ptr = dq_out
-        t_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-        n_tiles = gl.cdiv(N_QUERIES, BLOCK_M)
-        n_ctas = gl.cdiv(N_KEYS, BLOCK_N)
-        count_ptr = count_ptr + head * n_tiles
-        acc_ptr = acc_ptr + head * N_QUERIES * D
-        dq_ptr = dq_ptr + head * N_QUERIES * D
-        mbarrier.wait(done.index(0), 0)
-        thread_barrier()   # the issuing thread's reduce-adds landed before any thread of the consumer arrives
-        lane = gl.arange(0, _COUNT_CHUNK, layout=t_layout)
-        ones = gl.full([_COUNT_CHUNK], 1, gl.int32, t_layout)
-        for base in range(lo // BLOCK_M, n_tiles, _COUNT_CHUNK):
-            tiles = base + lane
-            live = tiles < n_tiles
-            if CAUSAL:
-                count = gl.minimum(tiles * BLOCK_M // BLOCK_N + 1, n_ctas)
-            else:
-                count = ones * n_ctas
-            arrived = gl.atomic_add(count_ptr + tiles, ones, mask=live, sem="acq_rel", scope="gpu")
-            bits = gl.where(live & (arrived == count - 1), ones << (lane % 32), 0)
-            for w in gl.static_range(_COUNT_CHUNK // 32):
-                word = gl.sum(gl.where(lane // 32 == w, bits, 0), axis=0)
-                for b in range(32):
-                    if (word >> b) & 1:
-                        row0 = (base + w * 32 + b) * BLOCK_M
-                        _cast_tile(acc_ptr, dq_ptr, row0, N_QUERIES - row0, D, BLOCK_M)
-
-    @gluon.jit
     def _consumer(wg, smem, bars, dq_desc, out, sizes, scales):
         """Consumer wg: its 64 keys' dK and dV over the CTA's query tiles (the three ranges of round 1), then their
-        stores; then consumer 0 casts into dQ the query tiles the CTA added into last, once consumer 1's reduce-adds
-        have landed too."""
+        stores."""
         k_smem = smem[0]
         q_smem = smem[2]
         kv_bar = bars[0]
-        dK_ptr, dV_ptr, stride_dk_row, stride_dv_row, dq_out = out
+        dK_ptr, dV_ptr, stride_dk_row, stride_dv_row = out
         N_QUERIES, N_KEYS, CAUSAL, UNSYNCED = sizes
         qk_scale, scale = scales
         BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -292,14 +240,10 @@ if HAVE_GLUON:
                               N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED)
         dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
                               N_KEYS, qk_scale, scale, TAIL, UNSYNCED)
+        tma.store_wait(0)
         key0 = k_start + wg * ROWS
         _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
         _store_tile(dv, dV_ptr + head * N_KEYS * stride_dv_row, key0, N_KEYS, stride_dv_row)
-        _hw.bulk_stores_done()
-        if wg == 0:
-            _cast_last_tiles(lo, head, bars[4], dq_out, N_QUERIES, N_KEYS, CAUSAL, BLOCK_N, BLOCK_M, D)
-        else:
-            mbarrier.arrive(bars[4].index(0), count=1)   # after the bar.sync of its 4 warps that Triton puts first
 
     # ------------------------------------------------------------------------------------------ the kernel
 
@@ -308,9 +252,8 @@ if HAVE_GLUON:
         # TMA descriptors: Q, dO blocks of BLOCK_M rows, K and V of BLOCK_N, over the flattened (heads * N, D)
         # rows; dQ's fp32 accumulator (heads, N_QUERIES, D), blocks (1, BLOCK_M, D / 2)
         q_desc, k_desc, v_desc, do_desc, dq_desc,
-        # L (natural log) and Delta, fp32 (heads, N_QUERIES), unit last stride; dK, dV (heads * N_KEYS, D) rows; dQ
-        # and the accumulator again, contiguous (heads, N_QUERIES, D); the int32 counters (heads, query tiles), zeroed
-        L_ptr, Delta_ptr, dK_ptr, dV_ptr, dQ_ptr, Acc_ptr, Count_ptr,
+        # L (natural log) and Delta, fp32 (heads, N_QUERIES), unit last stride; dK, dV (heads * N_KEYS, D) rows
+        L_ptr, Delta_ptr, dK_ptr, dV_ptr,
         stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
         N_QUERIES, N_KEYS, qk_scale, scale,
         # compile-time choices: the mask; the consumers' slot release and dS wait without their 4 warps' bar.sync
@@ -337,8 +280,6 @@ if HAVE_GLUON:
         ready = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
         ds_bar = gl.allocate_shared_memory(gl.int64, [_DS_BUFFERS, 1], mbarrier.MBarrierLayout())
-        done = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())   # consumer 1's adds landed
-        mbarrier.init(done.index(0), count=1)
         mbarrier.init(kv_bar.index(0), count=1)
         for s in gl.static_range(_SLOTS):
             mbarrier.init(ready.index(s), count=1)
@@ -352,8 +293,8 @@ if HAVE_GLUON:
         loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
                        (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
-        bars = (kv_bar, ready, empty, ds_bar, done)
-        out = (dK_ptr, dV_ptr, stride_dk_row, stride_dv_row, (Acc_ptr, dQ_ptr, Count_ptr))
+        bars = (kv_bar, ready, empty, ds_bar)
+        out = (dK_ptr, dV_ptr, stride_dk_row, stride_dv_row)
         scales = (qk_scale, scale)
         gl.warp_specialize([(_consumer, (0, smem, bars, dq_desc, out, sizes, scales)),
                             (_consumer, (1, smem, bars, dq_desc, out, sizes, scales)),
@@ -399,14 +340,14 @@ def unsupported(q, k, v, do, lse, delta, scale, dq_accum) -> str | None:
     return None
 
 
-def launch_args(q, k, v, do, lse, delta, dk, dv, dq, dq_accum, counts, scale: float):
+def launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale: float):
     """(grid, positional arguments) of _bwd_ws_kernel for validated inputs and outputs."""
     BH, N_q, D = q.shape
     N_k = k.shape[1]
     row = _r1.row_descriptor
     descs = (row(q, BLOCK_M), row(k, BLOCK_N), row(v, BLOCK_N), row(do, BLOCK_M), _dq_descriptor(dq_accum))
-    args = (*descs, lse, delta, dk, dv, dq, dq_accum, counts, lse.stride(0), delta.stride(0), dk.stride(1),
-            dv.stride(1), N_q, N_k, float(scale) * LOG2E, float(scale))
+    args = (*descs, lse, delta, dk, dv, lse.stride(0), delta.stride(0), dk.stride(1), dv.stride(1), N_q, N_k,
+            float(scale) * LOG2E, float(scale))
     return (math.ceil(N_k / BLOCK_N), BH), args
 
 
@@ -417,25 +358,18 @@ class WsLaunch:
     def __init__(self, compiled, grid, args, causal: bool, unsynced: bool):
         self.kernel, self.grid = compiled, (*grid, 1)
         self.descs = list(args[:5])
-        self.scalars = (*args[12:], bool(causal), bool(unsynced))   # the compile-time arguments last, in order
+        self.scalars = (*args[9:], bool(causal), bool(unsynced))   # the compile-time arguments last, in order
 
-    def __call__(self, q, k, v, do, lse, delta, dk, dv, dq, dq_accum, counts) -> None:
+    def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum) -> None:
         d = self.descs
         d[0].base, d[1].base, d[2].base, d[3].base, d[4].base = q, k, v, do, dq_accum
-        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, dq, dq_accum, counts, *self.scalars),
-                     q.device.index)
+        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars), q.device.index)
 
 
-def count_shape(q) -> tuple[int, int, int]:
-    """The shape of the kernel's int32 arrival counters for q (heads, N_q): (heads, query tiles)."""
-    return (q.shape[0], -(-q.shape[1] // BLOCK_M))
-
-
-def launch(q, k, v, do, lse, delta, dk, dv, dq, dq_accum, counts, causal: bool, scale: float) -> WsLaunch:
-    """Launch into dk, dv (k's shape, contiguous heads) and dq (q's shape, contiguous), dQ's partials added
-    into dq_accum (fp32, q's shape) and counted in counts (int32, count_shape), both zeros, for inputs `validate`
-    accepted; return the recorded launch."""
-    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq, dq_accum, counts, scale)
+def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float) -> WsLaunch:
+    """Launch into dk, dv (k's shape, contiguous heads) and add dQ's partials into dq_accum (zeros, fp32, q's
+    shape) for inputs `validate` accepted; return the recorded launch."""
+    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale)
     unsynced = q.shape[2] in UNSYNCED_HEAD_DIMS
     compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), UNSYNCED=unsynced, num_warps=NUM_WARPS,
                                     ptx_options=ptx_options())
@@ -446,10 +380,10 @@ def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
     """dQ, dK, dV (the inputs' dtype) for gluon_backward_hopper.dkdv's inputs; ValueError for anything else."""
     dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     validate(q, k, v, do, lse, delta, scale, dq_accum)
-    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, k))
-    counts = torch.zeros(count_shape(q), dtype=torch.int32, device=q.device)
-    launch(q, k, v, do, lse, delta, dk, dv, dq, dq_accum, counts, causal, scale)
-    return dq, dk, dv
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal, scale)
+    return dq_accum.to(q.dtype), dk, dv
 
 
 def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, unsynced: bool | None = None):
@@ -458,8 +392,7 @@ def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int =
 
     t, rows = _r1.offline_tensors(D, N, dtype, heads)
     acc = torch.empty(heads, N, D, dtype=torch.float32, device="meta")
-    counts = torch.empty(count_shape(t), dtype=torch.int32, device="meta")
-    _, args = launch_args(t, t, t, t, rows, rows, t, t, t, acc, counts, 1.0 / math.sqrt(D))
+    _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D))
     return OfflinePlan(_bwd_ws_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal),
                                                   UNSYNCED=D in UNSYNCED_HEAD_DIMS if unsynced is None
                                                   else bool(unsynced),

@@ -1,7 +1,7 @@
 """Hopper (sm_90) helpers shared by the Gluon forward (gluon_kernel) and both Gluon backwards (gluon_backward_hopper,
 gluon_backward_ws): the constants of the exp2 softmax, the hardware barrier ids the PTX passes use, the wgmma
-accumulator layout, the slot and phase arithmetic of a ring of mbarrier-guarded shared-memory slots, the wait for a
-thread's TMA stores to land, and the marks the PTX passes (gluon_ptx) look for.
+accumulator layout, the slot and phase arithmetic of a ring of mbarrier-guarded shared-memory slots, and the marks
+the PTX passes (gluon_ptx) look for.
 
 Ring invariants (every ring here): use i of a ring of SLOTS slots is in slot i % SLOTS; its "ready" mbarrier completes
 phase (i // SLOTS) & 1 when use i's data is in; the producer of use i waits on the slot's "empty" mbarrier for phase
@@ -56,15 +56,6 @@ def empty_phase(i, SLOTS: gl.constexpr):
     """The phase the producer of use i waits for on the slot's "empty" mbarrier: the release of use i - SLOTS (the
     first round's wait, pred i >= SLOTS false, is skipped)."""
     return ((i // SLOTS) & 1) ^ 1
-
-
-@gluon.jit
-def bulk_stores_done():
-    """Every TMA store and reduce-add this thread issued complete in global memory (not only their shared-memory reads,
-    as tma.store_wait's), and ordered before this thread's later generic accesses; 4 warps, one per thread."""
-    lane = gl.arange(0, 128, layout=gl.BlockedLayout([1], [32], [4], [0]))
-    gl.inline_asm_elementwise("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.b32 $0, $1;", "=r,r",
-                              [lane], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
