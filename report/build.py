@@ -30,7 +30,7 @@ from report.hostpath import section_api_host, section_backward_steps, section_ho
 from report.ledger import ledger, section_ledger
 from report.profile import section_inspect, section_matmul_ncu, section_ncu, section_ncu_source
 from report.rounds import section_rounds, section_versions
-from report.summary import section_backward_goals, section_summary
+from report.summary import section_backward_goals, section_peer_goals, section_summary
 from report.sweep_tables import SWEEPS, SMALL_N_NOTE, section_budget, section_one_sweep
 from report.tables import NOT_YET, REPO, ada, bench_summary
 from report.tuning import section_autotune_bias, section_compile_cost
@@ -150,7 +150,8 @@ PAGES: list[Page] = [
     Page("varlen", "Variable-length workloads", "what a new sequence length costs, cold and warm, against the goals",
          (gpu_part(section_varlen),)),
     Page("peer-profile", "v7 beside flash-attn-4 under Nsight Compute", "the two forwards' kernels side by side where "
-         "the peer is ahead, and what differs", (gpu_part(section_peer_profile),)),
+         "the peer is ahead, and what differs; the forward against it under each Triton",
+         (gpu_part(section_peer_goals), gpu_part(section_peer_profile))),
     Page("compare_trees", "No-regression checks", "v7 after a refactor against before; the port off block pointers "
          "and Triton 3.9 against 3.6, every version; v7's launch table against its race; round by round",
          (gpu_part(section_compare_trees), heading("## The Triton 3.9 port"), gpu_part(section_port),

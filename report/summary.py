@@ -238,36 +238,49 @@ def last_process(g: pd.DataFrame) -> pd.DataFrame:
     return g.iloc[starts[-1]:]
 
 
-def peer_goal_rounds(gpu, root) -> tuple[list[list], str] | None:
-    """v7 against the peer from experiments/peer_goal.py's rows (one per round and shape, one process): per shape
-    the rounds, the median (min–max) of the per-round % of the peer by do_bench and by graph replay with a verdict
-    each (rounds_verdict), of the % of cuDNN by both, and the commit. Rows at the latest commit with fa4_status ok,
-    the last process's rounds per shape; None while the file has no such row."""
+def by_triton(df: pd.DataFrame, newest_only: bool = False):
+    """(Triton major.minor, its rows) for each Triton the rows were measured under, oldest first (all as one '–'
+    where the file has no triton column); with newest_only the newest Triton's alone."""
+    if "triton" not in df.columns:
+        return [("–", df)]
+    minor = df["triton"].astype(str).str.extract(r"^(\d+\.\d+)")[0].fillna("–")
+    groups = sorted(df.groupby(minor), key=lambda kv: tuple(int(x) for x in kv[0].split(".")) if kv[0] != "–" else ())
+    return groups[-1:] if newest_only else groups
+
+
+def peer_goal_rounds(gpu, root, newest_only: bool = False) -> tuple[list[list], str] | None:
+    """v7 against the peer from experiments/peer_goal.py's rows (one per round and shape, one process): per Triton
+    and shape the rounds, the median (min–max) of the per-round % of the peer by do_bench and by graph replay with a
+    verdict each (rounds_verdict), of the % of cuDNN by both, and the commit. Per Triton the rows at its latest
+    commit with fa4_status ok, the last process's rounds per shape (newest_only: the newest Triton's); None while the
+    file has no such row."""
     path = data.root(root) / gpu / "experiments" / "peer_goal.csv"
     if not path.exists():
         return None
     df = numeric(peer_rows(data.load(path, PEER_GOAL_COLUMNS)), path, [c for c in PEER_GOAL_COLUMNS if c != "fa4_status"])
     if not len(df):
         return None
-    df = data.latest_commit(df)
-    commit = df.git_commit.astype(str).iloc[0][:7] if "git_commit" in df.columns else "–"
     rows, counts = [], set()
-    for (d, causal, N), g in df.groupby(["D", "causal", "N"]):
-        g = last_process(g)
-        cells = {c: spread(g.assign(run_id=range(len(g))), c) for c in PEER_GOAL_COLUMNS[5:]}
-        counts.add(len(g))
-        rows.append([int(N), int(d), "yes" if causal else "no", len(g), cells["pct_of_fa4"].text(".1f"),
-                     rounds_verdict(cells["pct_of_fa4"]), cells["graph_pct_of_fa4"].text(".1f"),
-                     rounds_verdict(cells["graph_pct_of_fa4"]), cells["pct_of_sdpa"].text(".1f"),
-                     cells["graph_pct_of_sdpa"].text(".1f"), f"`{commit}`"])
+    for triton, by in by_triton(df, newest_only):
+        by = data.latest_commit(by)
+        commit = by.git_commit.astype(str).iloc[0][:7] if "git_commit" in by.columns else "–"
+        for (d, causal, N), g in by.groupby(["D", "causal", "N"]):
+            g = last_process(g)
+            cells = {c: spread(g.assign(run_id=range(len(g))), c) for c in PEER_GOAL_COLUMNS[5:]}
+            counts.add(len(g))
+            rows.append([int(N), int(d), "yes" if causal else "no", len(g), cells["pct_of_fa4"].text(".1f"),
+                         rounds_verdict(cells["pct_of_fa4"]), cells["graph_pct_of_fa4"].text(".1f"),
+                         rounds_verdict(cells["graph_pct_of_fa4"]), cells["pct_of_sdpa"].text(".1f"),
+                         cells["graph_pct_of_sdpa"].text(".1f"), triton, f"`{commit}`"])
     n = "–".join(str(c) for c in sorted(counts)) if len(counts) > 1 else str(counts.pop())
     pooling = (f"the {n} interleaved rounds in one process (v7, the peer and cuDNN on the same inputs, the order "
-               f"rotating each round) at the commit in the last column, `{rel(path)}`")
+               f"rotating each round) at each Triton's latest commit (last column), `{rel(path)}`")
     return rows, pooling
 
 
-def section_peer_goal(gpu, root) -> str:
-    rounds = peer_goal_rounds(gpu, root)
+def section_peer_goal(gpu, root, newest_only: bool = True) -> str:
+    """REPORT.md's table (the newest Triton's rows); the peer page's has every Triton's (section_peer_goals)."""
+    rounds = peer_goal_rounds(gpu, root, newest_only)
     if rounds is not None:
         rows, pooling = rounds
         return "\n".join([
@@ -275,11 +288,11 @@ def section_peer_goal(gpu, root) -> str:
             f"Each round's own ratio {PEER} ms ÷ v7 ms (and cuDNN ms ÷ v7 ms), pooled over {pooling}: the median "
             "(min–max) over the rounds; verdict: ahead when every round is above 100%, behind when every round is "
             "below, level otherwise (within the spread). Where the peer's do_bench time is far above its graph "
-            "replay's (N = 2048), do_bench times its host path, and graph replay compares the kernels. The two "
-            "kernels under Nsight Compute: "
-            "[the peer profile](docs/report/peer-profile.md).", "",
+            "replay's (N = 2048), do_bench times its host path, and graph replay compares the kernels. "
+            + ("Newest Triton; all, and both kernels under Nsight Compute: [the peer profile]"
+               "(docs/report/peer-profile.md)." if newest_only else ""), "",
             md_table(["N", "D", "causal", "rounds", f"% of {PEER}", "verdict", "graph replay", "verdict",
-                      "% of cuDNN", "graph replay", "commit"], rows)])
+                      "% of cuDNN", "graph replay", "Triton", "commit"], rows)])
     found = peer_goal(gpu, root)
     if found is None:
         return ""
@@ -298,13 +311,15 @@ BWD_GOAL_MIN_N = 512          # issue 48's backward goals: N = 512-2048 (with th
 BWD_HOST_GOAL_MAX_N = 2048    # above it the GPU's queue sets host_us_per_call, not the host
 
 
-def backward_goal(gpu, root, version: str = "v7_hopper", min_n: int = PEER_GOAL_MIN_N) -> tuple[list[list], str] | None:
+def backward_goal(gpu, root, version: str = "v7_hopper", min_n: int = PEER_GOAL_MIN_N,
+                  newest_only: bool = False) -> tuple[list[list], str] | None:
     """v7's backward against cuDNN and the peer at N >= min_n, D = 64 and 128, both masks, from the
-    backward harness's rows of its default dQ mode: per head dimension its latest protocol of at least
+    backward harness's rows of its default dQ mode: per Triton and head dimension its latest protocol of at least
     MIN_PROTOCOL_RUNS runs (each run a process that times v7, cuDNN and the peer on the same inputs); per shape the
     median (min–max) of each run's backward-only % of cuDNN, of its host speed as a % of cuDNN's (cuDNN's host µs per
     call ÷ v7's, up to BWD_HOST_GOAL_MAX_N) and of the % of the peer (over the runs where it ran), each with
-    rounds_verdict, then the forward + backward step's two. None while the file has no such rows."""
+    rounds_verdict, then the forward + backward step's two (newest_only: the newest Triton's rows). None while the
+    file has no such rows."""
     path = data.root(root) / gpu / "bench_bwd" / f"{version}.csv"
     if not path.exists():
         return None
@@ -319,28 +334,30 @@ def backward_goal(gpu, root, version: str = "v7_hopper", min_n: int = PEER_GOAL_
         host = (100.0 * df.sdpa_bwd_host_us / df.bwd_host_us).where(df.N <= BWD_HOST_GOAL_MAX_N)
         df = df.assign(host_pct_of_sdpa=host)
     rows = []
-    for d, by_d in df.groupby("D"):
-        latest = data.latest_protocol(by_d, data.MIN_PROTOCOL_RUNS)
-        commit = f"`{latest.git_commit.astype(str).iloc[0][:7]}`" if "git_commit" in latest else "–"
-        for (causal, N), g in latest.groupby(["causal", "N"]):
-            peer = peer_rows(g)
-            bwd, host = spread(g, "bwd_pct_of_sdpa"), spread(g, "host_pct_of_sdpa")
-            bwd_peer = spread(peer, "bwd_pct_of_fa4")
-            step, step_peer = spread(g, "fwd_bwd_pct_of_sdpa"), spread(peer, "fwd_bwd_pct_of_fa4")
-            rows.append([int(N), int(d), "yes" if causal else "no", g.run_id.nunique(), bwd.text(".1f"),
-                         rounds_verdict(bwd), host.text(".1f"), rounds_verdict(host), bwd_peer.text(".1f"),
-                         rounds_verdict(bwd_peer), step.text(".1f"), step_peer.text(".1f"), commit])
+    for rank, (triton, by_t) in enumerate(by_triton(df, newest_only)):
+        for d, by_d in by_t.groupby("D"):
+            latest = data.latest_protocol(by_d, data.MIN_PROTOCOL_RUNS)
+            commit = f"`{latest.git_commit.astype(str).iloc[0][:7]}`" if "git_commit" in latest else "–"
+            for (causal, N), g in latest.groupby(["causal", "N"]):
+                peer = peer_rows(g)
+                bwd, host = spread(g, "bwd_pct_of_sdpa"), spread(g, "host_pct_of_sdpa")
+                bwd_peer = spread(peer, "bwd_pct_of_fa4")
+                step, step_peer = spread(g, "fwd_bwd_pct_of_sdpa"), spread(peer, "fwd_bwd_pct_of_fa4")
+                rows.append([int(N), int(d), "yes" if causal else "no", g.run_id.nunique(), bwd.text(".1f"),
+                             rounds_verdict(bwd), host.text(".1f"), rounds_verdict(host), bwd_peer.text(".1f"),
+                             rounds_verdict(bwd_peer), step.text(".1f"), step_peer.text(".1f"), triton, commit, rank])
     if not rows:
         return None
-    rows.sort(key=lambda r: (r[1], r[2], r[0]))
-    pooling = (f"each head dimension's latest protocol of at least {data.MIN_PROTOCOL_RUNS} runs in `{rel(path)}`, "
-               "at the commit in the last column")
+    rows = [r[:-1] for r in sorted(rows, key=lambda r: (r[-1], r[1], r[2], r[0]))]
+    pooling = (f"each (Triton, D)'s latest protocol of at least {data.MIN_PROTOCOL_RUNS} runs in `{rel(path)}`, at "
+               "the last column's commit")
     return rows, pooling
 
 
-def section_backward_goal(gpu, root, min_n: int = PEER_GOAL_MIN_N) -> str:
-    """REPORT.md's table from N = 2048 (min_n); the backward page's from BWD_GOAL_MIN_N (section_backward_goals)."""
-    found = backward_goal(gpu, root, min_n=min_n)
+def section_backward_goal(gpu, root, min_n: int = PEER_GOAL_MIN_N, newest_only: bool = True) -> str:
+    """REPORT.md's table from N = 2048 (min_n), the newest Triton's; the backward page's from BWD_GOAL_MIN_N, every
+    Triton's (section_backward_goals)."""
+    found = backward_goal(gpu, root, min_n=min_n, newest_only=newest_only)
     if found is None:
         return ""
     rows, pooling = found
@@ -350,15 +367,23 @@ def section_backward_goal(gpu, root, min_n: int = PEER_GOAL_MIN_N) -> str:
         f"the forward + backward step, and up to N = {BWD_HOST_GOAL_MAX_N} the host's speed (cuDNN's host µs per "
         f"backward ÷ v7's, the GPU's queue never drained), pooled over {pooling}: the median (min–max) over the "
         "runs; verdict: ahead when every run is above 100%, behind when every run is below, level otherwise "
-        f"(within the spread). Issue 48 asks for at least cuDNN's speed and host speed at N = {BWD_GOAL_MIN_N}–"
-        f"{BWD_HOST_GOAL_MAX_N}, at least cuDNN's speed from N = {PEER_GOAL_MIN_N} (moonshot: the peer's).", "",
+        f"(within the spread). Issue 48 asks: cuDNN's speed and host speed at N = {BWD_GOAL_MIN_N}–"
+        f"{BWD_HOST_GOAL_MAX_N}, cuDNN's speed from N = {PEER_GOAL_MIN_N} (moonshot: the peer's)."
+        + (" Newest Triton ([all](docs/report/backward.md))." if newest_only else ""),
+        "",
         md_table(["N", "D", "causal", "runs", "bwd % of cuDNN", "verdict", "host % of cuDNN's", "verdict",
-                  f"bwd % of {PEER}", "verdict", "fwd+bwd % of cuDNN", f"fwd+bwd % of {PEER}", "commit"], rows)])
+                  f"bwd % of {PEER}", "verdict", "fwd+bwd % of cuDNN", f"fwd+bwd % of {PEER}", "Triton", "commit"],
+                 rows)])
 
 
 def section_backward_goals(gpu, root) -> str:
-    """The backward page's table: issue 48's backward goals at every N from BWD_GOAL_MIN_N."""
-    return section_backward_goal(gpu, root, BWD_GOAL_MIN_N)
+    """The backward page's table: issue 48's backward goals at every N from BWD_GOAL_MIN_N, under every Triton."""
+    return section_backward_goal(gpu, root, BWD_GOAL_MIN_N, newest_only=False)
+
+
+def section_peer_goals(gpu, root) -> str:
+    """The peer profile page's first table: the forward against the peer under every Triton measured."""
+    return section_peer_goal(gpu, root, newest_only=False)
 
 
 def section_summary(gpu, root, claims) -> str:

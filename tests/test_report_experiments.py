@@ -89,14 +89,42 @@ def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
     assert by[(1024, 64, "no")][6:8] == ["200.0% (200.0–200.0%)", "ahead"]      # the host: cuDNN's µs ÷ ours
     assert by[(4096, 64, "no")][4:8] == ["92.0% (91.0–93.0%)", "behind", "–", "–"]   # not the older 50%; no host
     assert by[(4096, 64, "yes")][4:6] == ["100.5% (99.5–101.5%)", "level"]
-    assert by[(4096, 64, "yes")][10:] == ["105.5% (104.5–106.5%)", "85.5% (84.5–86.5%)", "`abcdef1`"]
+    assert by[(4096, 64, "yes")][10:] == ["105.5% (104.5–106.5%)", "85.5% (84.5–86.5%)", "3.6", "`abcdef1`"]
     assert by[(4096, 128, "yes")][8:10] == ["–", "–"] and by[(4096, 128, "yes")][-1] == "`fedcba9`"   # no peer there
     assert "latest protocol of at least 3 runs" in pooling
     s = summary_part(root)
     assert "### v7's backward against cuDNN and flash-attn-4, N ≥ 2048" in s and "| 1024 | 64 |" not in s
-    assert "| 4096 | 64 | yes | 3 | 100.5% (99.5–101.5%) | level | – | – |" in s
+    assert "| 4096 | 64 | yes | 3 | 100.5% (99.5–101.5%) | level | – | – |" in s and "| 3.6 | `abcdef1` |" in s
     assert "| 1024 | 64 | no | 3 |" in summary.section_backward_goals(GPU, root)
     assert "abcdef1" not in "\n".join(line for line in s.split("\n") if not line.startswith("|"))
+
+
+def test_the_peer_tables_pool_each_triton_apart_and_the_summary_shows_the_newest(root):
+    """Rows under Triton 3.6 and 3.9 at one commit: each Triton's rows are pooled alone (its latest commit or
+    protocol), named in the Triton column; REPORT.md's summary shows the newest Triton's, the pages every Triton's."""
+    def under(rows, triton):
+        return [{**r, "triton": triton} for r in rows]
+
+    fwd = {(4096, 64, 0): lambda r: 90.0 + r}
+    _write(root / GPU / "experiments" / "peer_goal.csv",
+           under(peer_rounds(fwd, commit="3636363"), "3.6.0")
+           + under(peer_rounds({(4096, 64, 0): lambda r: 100.5 + r}, commit="3939393"), "3.9.0"))
+    rows, pooling = summary.peer_goal_rounds(GPU, root)
+    assert [(r[4], r[5], r[10], r[11]) for r in rows] == [("93.0% (91.0–95.0%)", "behind", "3.6", "`3636363`"),
+                                                         ("103.5% (101.5–105.5%)", "ahead", "3.9", "`3939393`")]
+    assert [r[10] for r in summary.peer_goal_rounds(GPU, root, newest_only=True)[0]] == ["3.9"]
+    assert "at each Triton's latest commit" in pooling
+    bwd = under(bwd_runs({(4096, 0): lambda r: 90.0 + r}, protocol="20261202T000000-aaaaaa"), "3.6.0") + under(
+        bwd_runs({(4096, 0): lambda r: 100.5 + r}, commit="3939393", protocol="20261201T000000-bbbbbb", day="01"),
+        "3.9.0")
+    _write(root / GPU / "bench_bwd" / "v7_hopper.csv", bwd)
+    rows, _ = summary.backward_goal(GPU, root)   # the 3.9 protocol is older, yet it is 3.9's latest
+    assert [(r[4], r[12], r[13]) for r in rows] == [("92.0% (91.0–93.0%)", "3.6", "`abcdef1`"),
+                                                   ("102.5% (101.5–103.5%)", "3.9", "`3939393`")]
+    s = summary_part(root)
+    assert "| 3.9 | `3939393` |" in s and "| 3.6 |" not in s
+    assert "| 3.6 | `abcdef1` |" in summary.section_backward_goals(GPU, root)
+    assert "| 3.6 | `3636363` |" in summary.section_peer_goals(GPU, root)
 
 
 def test_backward_goal_and_headline_pool_the_default_dq_mode(root):
