@@ -22,8 +22,8 @@ and, for versions with the Triton backward (v6, v7), each autograd.grad on a kep
   backward_nop      through a Python autograd.Function saving the same five tensors, launching nothing (the floor)
   backward_direct[_fused]   flash_attention_backward called directly (its key, allocations and launches)
   backward_key, backward_alloc, backward_launch   the fused mode's key and lookup, allocation and launch alone
-  bwd_split         `backward` cut at the Function's backward's entry and exit, as three steps: bwd_enter (the engine's
-                    hand-off to its device thread), bwd_body (the backward), bwd_leave (the hand-back)
+  bwd_split         `backward` cut at the Function's backward's entry and exit: bwd_enter (the engine's hand-off to its
+                    device thread), bwd_body (the backward), bwd_leave (the hand-back); bwd_inside cuts bwd_body
   bwd_*             the default mode's repeat (BackwardLaunch, issue 48) by piece: key, buffers, zero_fill (the fp32
                     dQ fill the Delta launch took over), delta, main, cast (dQ from fp32), repeat (all of it)
 
@@ -44,10 +44,13 @@ STEPS = ("sdpa", "apply", "attention", "flash_attn_func", "apply_grad", "functio
          "allocate", "descriptors", "launch",
          "sdpa_backward", "sdpa_flash_backward", "backward", "backward_separate", "backward_fused", "backward_nop",
          "backward_direct", "backward_direct_fused", "backward_key", "backward_alloc", "backward_launch", "bwd_split",
-         "bwd_key", "bwd_buffers", "bwd_zero_fill", "bwd_delta", "bwd_main", "bwd_cast", "bwd_repeat")
+         "bwd_inside", "bwd_key", "bwd_buffers", "bwd_zero_fill", "bwd_delta", "bwd_main", "bwd_cast", "bwd_repeat")
 BACKWARD_STEPS = STEPS[STEPS.index("sdpa_backward"):]   # built only when one of them is asked for
 REPEAT_STEPS = STEPS[STEPS.index("bwd_key"):]          # the backward's repeat path, piece by piece (issue 48)
 SPLIT_PARTS = ("bwd_enter", "bwd_body", "bwd_leave")   # the rows step bwd_split writes
+# the rows step bwd_inside writes: bwd_body cut at the recorded launch's pieces (inside_us_per_call)
+INSIDE_PARTS = ("bwd_in_lookup", "bwd_in_buffers", "bwd_in_delta", "bwd_in_main", "bwd_in_rest")
+PARTS = {"bwd_split": SPLIT_PARTS, "bwd_inside": INSIDE_PARTS}   # the steps that write several rows
 
 
 def stamped(cls, stamps: list):
@@ -58,9 +61,9 @@ def stamped(cls, stamps: list):
     class Stamped(cls):
         @staticmethod
         def backward(ctx, *grads):
-            stamps.append(time.perf_counter_ns())
+            stamps.append(("enter", time.perf_counter_ns()))
             out = cls.backward(ctx, *grads)
-            stamps.append(time.perf_counter_ns())
+            stamps.append(("exit", time.perf_counter_ns()))
             return out
 
     return Stamped
@@ -83,11 +86,57 @@ def split_us_per_call(grad, stamps: list, calls: int = 200) -> dict:
         grad()
         edges.append((t0, time.perf_counter_ns()))
     sync()
-    if len(stamps) != 2 * calls:
-        raise RuntimeError(f"{len(stamps)} stamps for {calls} calls: the backward did not run once per call")
-    inner = list(zip(stamps[0::2], stamps[1::2]))
+    ends = [t for tag, t in stamps if tag in ("enter", "exit")]
+    if len(ends) != 2 * calls:
+        raise RuntimeError(f"{len(ends)} stamps for {calls} calls: the backward did not run once per call")
+    inner = list(zip(ends[0::2], ends[1::2]))
     parts = [(b - a, c - b, d - c) for (a, d), (b, c) in zip(edges, inner)]
     return {name: sum(p[i] for p in parts) / calls / 1e3 for i, name in enumerate(SPLIT_PARTS)}
+
+
+def inside_us_per_call(grad, stamps: list, calls: int = 200) -> dict:
+    """{bwd_in_*: µs per call}: `calls` calls of `grad` (an autograd.grad through a stamped() Function whose backward
+    runs a recorded BackwardLaunch) back to back, each body cut where the launch's pieces begin and end, as they run
+    on autograd's device thread (the bwd_* steps time them alone, on the main thread): from the backward's entry to
+    the buffers (the saved tensors, the key and the lookup), the buffers, the Delta launch (0 where there is none),
+    the main launch(es), and the rest (the cast and the return). A RuntimeError where a call ran no recorded launch."""
+    import time
+
+    from fa2triton.flash_backward_triton import BackwardLaunch
+
+    def stamping(name, fn):
+        def run(self, *args, **kwargs):
+            if name == "buffers":
+                stamps.append(("lookup", time.perf_counter_ns()))
+            out = fn(self, *args, **kwargs)
+            stamps.append((name, time.perf_counter_ns()))
+            return out
+        return run
+
+    names = ("buffers", "run_delta", "run_main")
+    kept = {n: BackwardLaunch.__dict__[n] for n in names}
+    try:
+        for n in names:
+            setattr(BackwardLaunch, n, stamping(n, kept[n]))
+        split_us_per_call(grad, stamps, calls)
+    finally:
+        for n in names:
+            setattr(BackwardLaunch, n, kept[n])
+    parts, call = {p: 0.0 for p in INSIDE_PARTS}, {}
+    for tag, t in stamps:
+        call[tag] = t
+        if tag != "exit":
+            continue
+        if not {"enter", "lookup", "buffers", "run_main"} <= set(call):
+            raise RuntimeError("a call's backward ran no recorded BackwardLaunch: nothing to cut")
+        pieces = {"bwd_in_lookup": call["lookup"] - call["enter"], "bwd_in_buffers": call["buffers"] - call["lookup"],
+                  "bwd_in_delta": call.get("run_delta", call["buffers"]) - call["buffers"],
+                  "bwd_in_main": call["run_main"] - call.get("run_delta", call["buffers"]),
+                  "bwd_in_rest": t - call["run_main"]}
+        for p, ns in pieces.items():
+            parts[p] += ns / calls / 1e3
+        call = {}
+    return parts
 
 
 def backward_repeat_steps(launch, lookup, q, k, v, O, L, dO, buffers=None) -> dict:
@@ -212,6 +261,8 @@ def step_functions(module, version: str, N: int, causal: bool, wanted=STEPS) -> 
         O_t = stamped(cls, stamps).apply(qg, kg, vg, causal)
         fns["bwd_split"] = lambda: split_us_per_call(
             lambda: torch.autograd.grad(O_t, (qg, kg, vg), dO, retain_graph=True), stamps)
+        fns["bwd_inside"] = lambda: inside_us_per_call(
+            lambda: torch.autograd.grad(O_t, (qg, kg, vg), dO, retain_graph=True), stamps)
 
         def backward_in(mode):
             def call():
@@ -311,10 +362,10 @@ def main(argv=None) -> int:
             for N in args.N:
                 fns = step_functions(module, version.name, N, causal, wanted)
                 steps = [s for s in STEPS if s in fns and s in wanted]
-                samples = {p: [] for s in steps for p in (SPLIT_PARTS if s == "bwd_split" else (s,))}
+                samples = {p: [] for s in steps for p in PARTS.get(s, (s,))}
                 for _ in range(args.repeats):   # interleaved, so a slow moment hits every step alike
                     for s in steps:
-                        if s == "bwd_split":
+                        if s in PARTS:
                             for p, us in fns[s]().items():
                                 samples[p].append(us)
                         else:

@@ -8,7 +8,7 @@ import pandas as pd
 
 from fa2triton import versions
 from figures import data
-from profiling.host_steps import REPEAT_STEPS, SPLIT_PARTS, STEPS as HOST_STEPS
+from profiling.host_steps import PARTS, REPEAT_STEPS, STEPS as HOST_STEPS
 from report.tables import NOT_YET, fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
 
 
@@ -91,7 +91,7 @@ def section_host_steps(gpu, root) -> str:
     df, path = host_steps(gpu, root)
     if df is None:
         return not_yet(title, "invoke host-steps", path)
-    steps, table = host_step_table(df[~df.step.isin((*REPEAT_STEPS, *SPLIT_PARTS))])
+    steps, table = host_step_table(df[~df.step.isin((*REPEAT_STEPS, *(p for ps in PARTS.values() for p in ps)))])
     rows = []
     for r in table:
         t = r["times"]
@@ -116,8 +116,8 @@ def section_host_steps(gpu, root) -> str:
 
 # ---------------------------------------------------------------- the backward's repeat path by piece (issue 48)
 
-BACKWARD_STEPS_TIMED = ("sdpa_backward", "backward", "backward_nop", "bwd_split", *REPEAT_STEPS)
-BACKWARD_STEP_COLUMNS = tuple(p for s in BACKWARD_STEPS_TIMED for p in (SPLIT_PARTS if s == "bwd_split" else (s,)))
+BACKWARD_STEPS_TIMED = ("sdpa_backward", "backward", "backward_nop", "bwd_split", "bwd_inside", *REPEAT_STEPS)
+BACKWARD_STEP_COLUMNS = tuple(p for s in BACKWARD_STEPS_TIMED for p in PARTS.get(s, (s,)))
 BACKWARD_TASK = ("invoke host-steps --kernel v7_hopper --N 512,1024,2048 --steps "
                  + ",".join(BACKWARD_STEPS_TIMED))
 
@@ -155,7 +155,10 @@ def section_backward_steps(gpu, root) -> str:
         "backward: autograd.grad through FlashAttentionTriton (all three gradients wanted), sdpa_backward: through "
         "SDPA; backward_nop: through a Function that launches nothing (autograd's floor); bwd_enter, bwd_body, "
         "bwd_leave: `backward` cut where the Function's backward starts and ends (the engine's hand-off to its device "
-        "thread, our backward, the hand-back); the other bwd_ steps are the pieces of its repeat "
+        "thread, our backward, the hand-back); bwd_in_lookup, bwd_in_buffers, bwd_in_delta, bwd_in_main, bwd_in_rest: "
+        "bwd_body cut where the repeat's pieces start and end, as they run inside autograd (the saved tensors, key "
+        "and lookup; the buffers; the launches; the cast and the return); the other bwd_ steps are the pieces of its "
+        "repeat "
         "(fa2triton.flash_backward_triton.BackwardLaunch) in the default dq mode, each alone: bwd_key the key and "
         "lookup, bwd_buffers the allocations, bwd_zero_fill the fp32 dQ accumulator's fill (no longer in the path "
         "from issue 48 on: the Delta launch zeroes it), bwd_delta and bwd_main the launches, bwd_cast dQ's cast from "

@@ -62,7 +62,8 @@ def test_the_repeat_pieces_run_alone_and_add_up_to_the_repeat(dq_mode, dtype):
 def test_the_steps_are_known_to_the_cli_and_the_page_names_its_command():
     for s in hostpath.BACKWARD_STEPS_TIMED:
         assert s in host_steps.STEPS
-    assert set(hostpath.BACKWARD_STEP_COLUMNS) - set(hostpath.BACKWARD_STEPS_TIMED) == set(host_steps.SPLIT_PARTS)
+    assert set(hostpath.BACKWARD_STEP_COLUMNS) - set(hostpath.BACKWARD_STEPS_TIMED) == {
+        *host_steps.SPLIT_PARTS, *host_steps.INSIDE_PARTS}
     assert hostpath.BACKWARD_TASK.split("--steps ")[1].split(",") == list(hostpath.BACKWARD_STEPS_TIMED)
 
 
@@ -86,8 +87,9 @@ def test_the_page_shows_the_backward_pieces_per_commit_apart_from_the_forward_ta
     append_rows(path, rows("bbbbbbb2", "2026-12-02T01:00:00", {"sdpa_backward": 32.0, "backward": 64.0,
                                                                "bwd_repeat": 44.0}, triton="3.9.0"))
     text = hostpath.section_backward_steps(GPU, tmp_path)
-    assert ("| v7_hopper | 1024 | no | bbbbbbb | 3.6.0 | 31.0 (30.0–32.0) | 60.0 (59.0–61.0) | – | – | – | – | – | "
-            "5.0 (4.0–6.0) |") in text
+    skipped = "– | " * (4 + len(host_steps.INSIDE_PARTS) + 1)   # backward_nop, the split's and bwd_inside's, bwd_key
+    assert ("| v7_hopper | 1024 | no | bbbbbbb | 3.6.0 | 31.0 (30.0–32.0) | 60.0 (59.0–61.0) | " + skipped
+            + "5.0 (4.0–6.0) |") in text
     assert "| 40.0 (39.0–41.0) | 1.94 | +20.0 |" in text   # backward ÷ sdpa_backward: 60 / 31
     assert "| v7_hopper | 1024 | no | bbbbbbb | 3.9.0 | 32.0 (31.0–33.0) | 64.0 (63.0–65.0) |" in text
     assert "| 44.0 (43.0–45.0) | 2.00 | +20.0 |" in text
@@ -121,3 +123,45 @@ def test_the_split_cuts_each_backward_at_its_stamps_and_adds_up_to_the_call():
     assert all(v >= 0 for v in parts.values()) and parts["bwd_body"] >= 1000
     with pytest.raises(RuntimeError, match="stamps for 5 calls"):
         host_steps.split_us_per_call(lambda: x * 2, stamps, calls=5)
+
+
+@pytest.mark.parametrize("dq_mode", ["atomic", "fused"])
+def test_bwd_inside_cuts_the_body_at_the_recorded_launchs_pieces(dq_mode):
+    """bwd_inside on a Function whose backward runs a recorded BackwardLaunch (the interpreter's repeat, on the CPU):
+    five non-negative parts per call adding up to the same calls' bodies, no Delta part without a Delta launch, the
+    launch's methods as they were afterwards; a backward without a recorded launch is an error."""
+    Q, K, V, O, L, dO = _inputs(torch.float32, True)
+    launch = fb._checked_backward(Q, K, V, O, L, dO, True, None, dq_mode, False, True)[-1]
+
+    class Repeat(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q):
+            return q * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return launch(Q, K, V, O, L, dO)[0]
+
+    methods = {n: fb.BackwardLaunch.__dict__[n] for n in ("buffers", "run_delta", "run_main")}
+    stamps = []
+    q = Q.clone().requires_grad_()
+    y = host_steps.stamped(Repeat, stamps).apply(q)
+    grad = lambda: torch.autograd.grad(y, q, dO, retain_graph=True)   # noqa: E731
+    parts = host_steps.inside_us_per_call(grad, stamps, calls=3)
+    assert list(parts) == list(host_steps.INSIDE_PARTS) and all(v >= 0 for v in parts.values())
+    assert (parts["bwd_in_delta"] > 0) == (dq_mode != "fused") and parts["bwd_in_main"] > 0
+    ends = [t for tag, t in stamps if tag in ("enter", "exit")]   # the same calls' bodies: the parts cut them
+    assert sum(parts.values()) == pytest.approx(sum(b - a for a, b in zip(ends[0::2], ends[1::2])) / 3 / 1e3)
+    assert {n: fb.BackwardLaunch.__dict__[n] for n in methods} == methods
+    class Plain(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q):
+            return q * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    z = host_steps.stamped(Plain, stamps).apply(q)
+    with pytest.raises(RuntimeError, match="ran no recorded BackwardLaunch"):
+        host_steps.inside_us_per_call(lambda: torch.autograd.grad(z, q, dO, retain_graph=True), stamps, calls=2)
