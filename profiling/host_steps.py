@@ -99,7 +99,8 @@ def inside_us_per_call(grad, stamps: list, calls: int = 200) -> dict:
     runs a recorded BackwardLaunch) back to back, each body cut where the launch's pieces begin and end, as they run
     on autograd's device thread (the bwd_* steps time them alone, on the main thread): from the backward's entry to
     the buffers (the saved tensors, the key and the lookup), the buffers, the Delta launch (0 where there is none),
-    the main launch(es), and the rest (the cast and the return). A RuntimeError where a call ran no recorded launch."""
+    the main launch(es), and the rest (the cast and the return); each piece holds its stamping wrapper's own call. A
+    RuntimeError where a call ran no recorded launch."""
     import time
 
     from fa2triton.flash_backward_triton import BackwardLaunch
