@@ -133,19 +133,21 @@ def test_bwd_inside_cuts_the_body_at_the_recorded_launchs_pieces(dq_mode):
     Q, K, V, O, L, dO = _inputs(torch.float32, True)
     launch = fb._checked_backward(Q, K, V, O, L, dO, True, None, dq_mode, False, True)[-1]
 
-    class Repeat(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q):
-            return q * 1
+    def through(body):   # an autograd.Function whose backward is body(g)
+        class Toy(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q):
+                return q * 1
 
-        @staticmethod
-        def backward(ctx, g):
-            return launch(Q, K, V, O, L, dO)[0]
+            @staticmethod
+            def backward(ctx, g):
+                return body(g)
+        return Toy
 
     methods = {n: fb.BackwardLaunch.__dict__[n] for n in ("buffers", "run_delta", "run_main")}
     stamps = []
     q = Q.clone().requires_grad_()
-    y = host_steps.stamped(Repeat, stamps).apply(q)
+    y = host_steps.stamped(through(lambda g: launch(Q, K, V, O, L, dO)[0]), stamps).apply(q)
     grad = lambda: torch.autograd.grad(y, q, dO, retain_graph=True)   # noqa: E731
     parts = host_steps.inside_us_per_call(grad, stamps, calls=3)
     assert list(parts) == list(host_steps.INSIDE_PARTS) and all(v >= 0 for v in parts.values())
@@ -153,15 +155,7 @@ def test_bwd_inside_cuts_the_body_at_the_recorded_launchs_pieces(dq_mode):
     ends = [t for tag, t in stamps if tag in ("enter", "exit")]   # the same calls' bodies: the parts cut them
     assert sum(parts.values()) == pytest.approx(sum(b - a for a, b in zip(ends[0::2], ends[1::2])) / 3 / 1e3)
     assert {n: fb.BackwardLaunch.__dict__[n] for n in methods} == methods
-    class Plain(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q):
-            return q * 1
 
-        @staticmethod
-        def backward(ctx, g):
-            return g
-
-    z = host_steps.stamped(Plain, stamps).apply(q)
+    z = host_steps.stamped(through(lambda g: g), stamps).apply(q)
     with pytest.raises(RuntimeError, match="ran no recorded BackwardLaunch"):
         host_steps.inside_us_per_call(lambda: torch.autograd.grad(z, q, dO, retain_graph=True), stamps, calls=2)
