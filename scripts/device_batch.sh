@@ -128,7 +128,7 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     nsys) echo "python3 profiling/run_profile.py --tool nsys --kernel all" ;;
     torch-trace) echo "python3 profiling/run_profile.py --tool torch --kernel all" ;;
     host-steps) echo "python3 profiling/host_steps.py ${HOST_STEPS_ARGS:---N 512 4096}" ;;
-    bwd-host) echo "python3 profiling/host_steps.py --kernel v7_hopper --N ${BWD_HOST_NS:-512 1024 2048} --steps sdpa_backward,backward,backward_nop,bwd_split,bwd_key,bwd_buffers,bwd_zero_fill,bwd_delta,bwd_main,bwd_cast,bwd_repeat --repeats ${BWD_HOST_REPEATS:-7}" ;;
+    bwd-host) echo "python3 profiling/host_steps.py --kernel v7_hopper --N ${BWD_HOST_NS:-512 1024 2048} --steps sdpa_backward,backward,backward_nop,bwd_split,bwd_inside,bwd_key,bwd_buffers,bwd_zero_fill,bwd_delta,bwd_main,bwd_cast,bwd_repeat --repeats ${BWD_HOST_REPEATS:-7}" ;;
     api-host) echo "python3 profiling/host_steps.py --kernel v7_hopper --N ${API_HOST_NS:-512 1024 2048 4096} --steps sdpa,apply,attention,flash_attn_func --repeats ${API_HOST_REPEATS:-7}" ;;
     table-vs-race) echo "python3 scripts/compare_trees.py --csv launch_table.csv --tree table=. --tree race=. --env race:FA2_V7_LAUNCH_FROM=race --rounds ${TABLE_RACE_ROUNDS:-3} --first-round ${TABLE_RACE_FIRST:-1}" ;;
     compile-cost) echo "python3 sweeps/measure_compile_cost.py" ;;
