@@ -27,7 +27,7 @@ from .backward_config import FALLBACK, BackwardConfig, default_config
 from .flash_backward_kernels import _bwd_dkdv_kernel, _bwd_dq_kernel, _bwd_fused_kernel, _bwd_preprocess_kernel
 from .gpu import facts, has_gpu, interpreting
 from .inputs import SUPPORTED_DTYPES, validate_qkv
-from .lean_path import LaunchCache, aligned_cuda, compiled_or_none, run_compiled
+from .lean_path import LaunchCache, aligned_cuda, compiled_or_none, current_stream, run_compiled
 
 # How dQ is computed (flash_attention_backward's dq_mode; the harness, the sweep and the tasks offer the same): its
 # own kernel, atomics in the dK/dV kernel, or everything in one launch; and what a caller may ask for: a mode, or
@@ -92,6 +92,11 @@ class Interpreted:
         self.fn[self.grid](*args)
 
 
+def _device(kernel, Q) -> int | None:
+    """BackwardLaunch.device for a recorded kernel: Q's CUDA device index, None for the interpreter's repeat."""
+    return None if isinstance(kernel, Interpreted) else Q.device.index
+
+
 def _recorded(kernel, compiled, grid: tuple) -> tuple:
     """(kernel, grid) for BackwardLaunch._run: the binary and its 3-D grid, or under the interpreter an
     Interpreted repeat and None; (None, grid) for anything else (no repeat recorded)."""
@@ -101,13 +106,18 @@ def _recorded(kernel, compiled, grid: tuple) -> tuple:
     return binary, grid
 
 
+def _same(t):
+    return t
+
+
 @dataclass
 class BackwardLaunch:
     """What one checked call launched (fa2triton.lean_path's lean repeat; issues 7, 8 and 48): the compiled
     kernels with their grids and the arguments after their tensors. A repeat is one allocation (the gradients; Delta
     and the fp32 dQ accumulator are kept scratch: buffers), the Delta launch (which zeroes the accumulator), the main
-    launch(es) and, for atomic dQ in a 16-bit dtype, the cast into dQ; no checks, configuration choice, descriptor
-    building or Triton argument binding. Its pieces are methods, so profiling/host_steps.py times each alone."""
+    launch(es) and, for atomic dQ in a 16-bit dtype, the cast into dQ (or, for autograd, none: `cast`); no checks,
+    configuration choice, descriptor building or Triton argument binding; the stream is read once and compiled
+    kernels get int addresses. Its pieces are methods, so profiling/host_steps.py times each alone."""
 
     preprocess: object | None  # None in dq_mode="fused" (dkdv is then the fused kernel)
     dkdv: object
@@ -116,74 +126,86 @@ class BackwardLaunch:
     tails: tuple               # per kernel, every argument after its tensors (constexprs included)
     stack: int = 0             # how the gradients are allocated (gradient_stack)
     gluon_dkdv: bool = False   # dkdv is a gluon_backward_hopper.DkdvLaunch or gluon_backward_ws.WsLaunch
+    acc_apart: bool = False    # dQ accumulates in fp32 scratch apart from dQ (atomic dQ in a 16-bit dtype)
+    device: int | None = None  # the CUDA device's index (None: the interpreter's CPU tensors)
 
     def __post_init__(self):
         self.atomic = self.dq is None and self.preprocess is not None
         self.scratch = {}   # (stream, thread) -> (acc, Delta): scratch_buffers kept for the repeats (buffers)
+        # a compiled kernel takes a tensor's address as an int; the interpreter's repeat (Interpreted) the tensor
+        self.arg = _same if self.device is None else torch.Tensor.data_ptr
 
-    def __call__(self, Q, K, V, O, L, dO, ranges: tuple[str, str] | None = None):
-        """The hot path: no checks (the cache key vouches). `ranges` = (prefix, suffix) puts each
-        kernel in its own NVTX range, f"{prefix}:bwd_<kernel>{suffix}", for the profile drivers."""
-        dQ, dK, dV, acc, Delta = self.buffers(Q, K)
+    def __call__(self, Q, K, V, O, L, dO, ranges: tuple[str, str] | None = None, cast: bool = True):
+        """The hot path: no checks (the cache key vouches). `ranges` = (prefix, suffix) puts each kernel in its own
+        NVTX range, f"{prefix}:bwd_<kernel>{suffix}", for the profile drivers. Without `cast`, dQ may come back as
+        the fp32 accumulator (kept scratch, valid until the next repeat on this stream and thread) for a caller that
+        casts it at once: autograd's engine casts each gradient to its input's dtype (backward_after_forward)."""
+        stream = None if self.device is None else current_stream(self.device)
+        dQ, dK, dV, acc, Delta = self.buffers(Q, K, stream, cast)
         if Delta is not None:   # dq_mode="fused" has no Delta buffer (and acc is dQ): its one launch is run_main's
-            self.run_delta(O, dO, Delta, acc, ranges)
-        self.run_main(Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges)
+            self.run_delta(O, dO, Delta, acc, ranges, stream)
+        self.run_main(Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges, stream)
         if acc is not dQ:
+            if dQ is None:
+                return acc, dK, dV
             dQ.copy_(acc)   # the cast (bitwise Tensor.to's)
         return dQ, dK, dV
 
-    def buffers(self, Q, K) -> tuple:
-        """dQ, dK, dV (gradient_buffers, new on every call), the fp32 dQ accumulator (dQ itself when not atomic or
-        fp32) and Delta (None in dq_mode "fused"), as backward_buffers gives them. The accumulator and Delta are
-        scratch that no caller sees, so a repeat reuses them: kept per CUDA stream and thread (the next call's
-        launches then queue behind this one's, which read them; another thread's could interleave with them), up
-        to SCRATCH_KEPT_BYTES and not while a CUDA graph is being captured. Their allocation cost a repeat more
-        than its launches on the H200 (docs/worklogs/backward_hopper.md, "The backward's host path")."""
-        dQ, dK, dV = gradient_buffers(Q, K, self.stack)
+    def buffers(self, Q, K, stream=None, cast: bool = True) -> tuple:
+        """dQ, dK, dV (gradient_buffers, new on every call; dQ None where it is not cast into: no `cast` with
+        acc_apart), the fp32 dQ accumulator (dQ itself unless acc_apart) and Delta (None in dq_mode "fused"), as
+        backward_buffers gives them. The accumulator and Delta are scratch that no caller keeps, so a repeat reuses
+        them: kept per CUDA stream and thread (the next call's launches then queue behind this one's, which read
+        them; another thread's could interleave with them), up to SCRATCH_KEPT_BYTES and not while a CUDA graph is
+        being captured. Their allocation cost a repeat more than its launches on the H200
+        (docs/worklogs/backward_hopper.md, "The backward's host path")."""
+        dQ, dK, dV = gradient_buffers(Q, K, self.stack, cast or not self.acc_apart)
         if self.preprocess is None:
             return dQ, dK, dV, dQ, None
-        atomic = self.atomic and Q.dtype != torch.float32
-        key = (torch._C._cuda_getCurrentRawStream(Q.device.index) if Q.is_cuda else None, threading.get_ident())
+        key = (stream, threading.get_ident())
         kept = self.scratch.get(key)
         if kept is None:
-            kept = scratch_buffers(Q, atomic)
+            kept = scratch_buffers(Q, self.acc_apart)
             if kept[1].untyped_storage().nbytes() <= SCRATCH_KEPT_BYTES \
                     and not (Q.is_cuda and torch.cuda.is_current_stream_capturing()):   # Delta's block holds both
                 self.scratch[key] = kept
-        return dQ, dK, dV, kept[0] if atomic else dQ, kept[1]
+        return dQ, dK, dV, kept[0] if self.acc_apart else dQ, kept[1]
 
-    def run_delta(self, O, dO, Delta, acc, ranges=None) -> None:
+    def run_delta(self, O, dO, Delta, acc, ranges=None, stream=None) -> None:
         """The preprocess: Delta, and in dq_mode "atomic" the accumulator zeroed."""
-        self._run("preprocess", self.preprocess, self.grids[0], (O, dO, Delta, acc, *self.tails[0]), O.device.index,
-                  ranges)
+        a = self.arg
+        self._run("preprocess", self.preprocess, self.grids[0], (a(O), a(dO), a(Delta), a(acc), *self.tails[0]),
+                  self.device, ranges, stream)
 
-    def run_main(self, Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges=None) -> None:
+    def run_main(self, Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges=None, stream=None) -> None:
         """The main launch(es): the fused kernel; or dK/dV (atomic: dQ's partials added into acc), then dQ."""
-        g, t, i = self.grids, self.tails, Q.device.index
+        g, t, i, a = self.grids, self.tails, self.device, self.arg
         if Delta is None:
-            self._run("fused", self.dkdv, g[0], self.fused_args(Q, K, V, O, L, dO, dQ, dK, dV), i, ranges)
-        elif self.gluon_dkdv:
+            self._run("fused", self.dkdv, g[0], self.fused_args(Q, K, V, O, L, dO, dQ, dK, dV), i, ranges, stream)
+        elif self.gluon_dkdv:   # its descriptors take the tensors (Q, K, V, dO and acc); the rest goes as addresses
             self._run("gluon_atomic_dkdv" if self.atomic else "gluon_dkdv", self.dkdv, None,
-                      (Q, K, V, dO, L, Delta, dK, dV, *((acc,) if self.atomic else ())), i, ranges)
+                      (Q, K, V, dO, a(L), a(Delta), a(dK), a(dV), *((acc,) if self.atomic else ()), stream),
+                      i, ranges, stream)
         else:
             self._run("atomic_dkdv" if self.atomic else "dkdv", self.dkdv, g[1],
-                      (Q, K, V, dO, L, Delta, dK, dV, acc, *t[1]), i, ranges)
+                      (a(Q), a(K), a(V), a(dO), a(L), a(Delta), a(dK), a(dV), a(acc), *t[1]), i, ranges, stream)
         if self.dq is not None:
-            self._run("dq", self.dq, g[2], (Q, K, V, dO, L, Delta, dQ, *t[2]), i, ranges)
+            self._run("dq", self.dq, g[2], (a(Q), a(K), a(V), a(dO), a(L), a(Delta), a(dQ), *t[2]), i, ranges, stream)
 
     def fused_args(self, Q, K, V, O, L, dO, dQ, dK, dV) -> tuple:
         """The fused kernel's arguments in its signature order."""
-        return (Q, K, V, dO, O, L, dK, dV, dQ, *self.tails[0])
+        a = self.arg
+        return (a(Q), a(K), a(V), a(dO), a(O), a(L), a(dK), a(dV), a(dQ), *self.tails[0])
 
     @staticmethod
-    def _run(name, kernel, grid, args, device_index, ranges):
+    def _run(name, kernel, grid, args, device_index, ranges, stream):
         """Launch one recorded kernel (grid None: a recorded callable, called with the arguments)."""
         if ranges is not None:
             torch.cuda.nvtx.range_push(f"{ranges[0]}:bwd_{name}{ranges[1]}")
         if grid is None:
             kernel(*args)
         else:
-            run_compiled(kernel, grid, args, device_index)
+            run_compiled(kernel, grid, args, device_index, stream)
         if ranges is not None:
             torch.cuda.nvtx.range_pop()
 
@@ -200,17 +222,17 @@ def gradient_stack(Q, K, allowed: bool = True) -> int:
     return 3 if Q.shape == K.shape else 2
 
 
-def gradient_buffers(Q, K, stack: int):
-    """dQ, dK, dV: contiguous, Q's and K's shapes and dtype, uninitialised, allocated as gradient_stack said.
-    One allocation unbound into views saves one or two trips through the caching allocator per backward; the
-    views share one block, freed when all three gradients are."""
-    if stack == 3:
-        return torch.empty((3, *Q.shape), device=Q.device, dtype=Q.dtype).unbind(0)
-    dQ = torch.empty(Q.shape, device=Q.device, dtype=Q.dtype)
-    if stack == 2:
-        dK, dV = torch.empty((2, *K.shape), device=K.device, dtype=K.dtype).unbind(0)
+def gradient_buffers(Q, K, stack: int, dq: bool = True):
+    """dQ, dK, dV: contiguous, Q's and K's shapes and dtype, uninitialised, allocated as gradient_stack said (dQ
+    None without `dq`). One allocation unbound into views saves one or two trips through the caching allocator per
+    backward; the views share one block, freed when all of them are."""
+    if stack == 3 and dq:
+        return Q.new_empty((3, *Q.shape)).unbind(0)
+    dQ = Q.new_empty(Q.shape) if dq else None
+    if stack:
+        dK, dV = K.new_empty((2, *K.shape)).unbind(0)
     else:
-        dK, dV = (torch.empty(K.shape, device=K.device, dtype=K.dtype) for _ in range(2))
+        dK, dV = K.new_empty(K.shape), K.new_empty(K.shape)
     return dQ, dK, dV
 
 
@@ -259,15 +281,19 @@ def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, st
             causal, config, dq_mode, strict, dkdv)
 
 
-def forward_keyed_signature(fwd_key, dO, causal: bool, config, dq_mode: str, all_grads: bool = False,
+def forward_keyed_signature(forward_launch, dO, causal: bool, config, dq_mode: str, all_grads: bool = False,
                             dkdv: str = "triton"):
-    """The cache key for autograd's call (FlashAttentionTriton.backward), or None: the forward's own cache
-    key (fa2triton.lean_path.LaunchCache, kept on ctx as `launch_key`) stands for Q, K and V, and so for O and
-    L, which that forward allocated with the layout its launch records; only dO is new. About 30 fewer
-    attribute reads per call than backward_signature, which a direct call still takes."""
-    if fwd_key is None or not aligned_cuda(dO):
+    """The cache key for autograd's call (FlashAttentionTriton.backward), or None: the forward's recorded launch
+    (fa2triton.lean_path.LaunchCache, kept on ctx as `forward_launch`; its identity hashes in one step) stands for Q,
+    K and V, and so for O and L, which that forward allocated with the layout its launch records. Of dO only the
+    strides and alignment are read: autograd's engine hands the backward a gradient of O's shape, dtype and device
+    (it casts or rejects any other). A direct call takes backward_signature instead."""
+    if forward_launch is None:
         return None
-    return ("fwd", fwd_key, dO.shape, dO.stride(), dO.dtype, dO.device, causal, config, dq_mode, all_grads, dkdv)
+    stride = dO.stride()
+    if stride[-1] != 1 or dO.data_ptr() % 16:
+        return None
+    return (forward_launch, stride, causal, config, dq_mode, all_grads, dkdv)
 
 
 def validate_backward_inputs(Q, K, V, O, L, dO) -> None:
@@ -316,19 +342,23 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
                            lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv=dkdv))
 
 
-def backward_after_forward(fwd_key, Q, K, V, O, L, dO, causal: bool, config: BackwardConfig | None = None,
+_ENGINE_CASTS = {"cast": False}   # autograd's repeat: dQ may come back in fp32 (BackwardLaunch.__call__)
+
+
+def backward_after_forward(forward_launch, Q, K, V, O, L, dO, causal: bool, config: BackwardConfig | None = None,
                            dq_mode: str = "auto", all_grads: bool = False,
                            dkdv: str = "triton") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """flash_attention_backward for a version's autograd backward: Q, K, V, O, L as its forward saved
-    them and `fwd_key`, the forward's cache key (None when the forward took the normal path
-    uncached), which makes the repeat's key cheaper to build (forward_keyed_signature). `all_grads`
-    (ctx.needs_input_grad says Q, K and V all want one) lets the gradients share one allocation."""
+    """flash_attention_backward for a version's autograd backward, and only for it: Q, K, V, O, L as its forward saved
+    them, dO from autograd's engine and `forward_launch`, the launch the forward ran (None when it recorded none),
+    which makes the repeat's key cheaper to build (forward_keyed_signature). `all_grads` (ctx.needs_input_grad says
+    Q, K and V all want one) lets the gradients share one allocation. A repeat may return dQ as the fp32 accumulator:
+    the engine casts each gradient to its input's dtype, in C++ and bitwise as Tensor.to (one Python-level cast and
+    one allocation fewer on autograd's device thread, docs/worklogs/backward_hopper.md)."""
     # Without a key (the forward was not cached: its inputs are not aligned CUDA tensors; or dO is not),
     # backward_signature would give none either: the checked path every time, as a direct call would.
-    key = forward_keyed_signature(fwd_key, dO, causal, config, dq_mode, all_grads, dkdv)
-    return LAUNCHES.lookup(key, (Q, K, V, O, L, dO),
-                           lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, False, all_grads,
-                                                     dkdv=dkdv))
+    key = forward_keyed_signature(forward_launch, dO, causal, config, dq_mode, all_grads, dkdv)
+    return LAUNCHES.lookup(key, (Q, K, V, O, L, dO), _checked_backward, _ENGINE_CASTS,
+                           (Q, K, V, O, L, dO, causal, config, dq_mode, False, all_grads, dkdv))
 
 
 # dq_mode="auto": up to this much work per SM the backward runs fused (one launch, no Delta pass), beyond
@@ -429,7 +459,8 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     launch = None
     if pre_kernel is not None and dkdv_kernel is not None and (atomic or dq_kernel is not None):
         launch = BackwardLaunch(pre_kernel, dkdv_kernel, dq_kernel, (pre_grid, dkdv_grid, dq_grid),
-                                (pre_tail, (*dkdv_tail, *dkdv_meta), dq_tail), stack, use_gluon)
+                                (pre_tail, (*dkdv_tail, *dkdv_meta), dq_tail), stack, use_gluon, acc is not dQ,
+                                _device(pre_kernel, Q))
     return dQ, dK, dV, launch
 
 
@@ -448,5 +479,6 @@ def _checked_fused(Q, K, V, O, L, dO, causal: bool, config: BackwardConfig, stri
         lambda c: dict(D=D, KV_BLOCK_Q=c.dkdv_q_tile, KV_BLOCK_K=c.dkdv_k_tile, DQ_BLOCK_Q=c.dq_q_tile,
                        DQ_BLOCK_K=c.dq_k_tile, is_causal=causal),
         config, strict)
-    launch = None if kernel is None else BackwardLaunch(None, kernel, None, (grid,), ((*tail, *meta),), stack)
+    launch = None if kernel is None else BackwardLaunch(None, kernel, None, (grid,), ((*tail, *meta),), stack,
+                                                        device=_device(kernel, Q))
     return dQ, dK, dV, launch

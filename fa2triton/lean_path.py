@@ -77,10 +77,17 @@ class Launch(KeptL):
         return O, L
 
 
-def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: int) -> None:
-    """Launch a CompiledKernel (what `jit_fn[grid](...)` returned) on the current stream, skipping
-    Triton's argument binding and specialisation: `args` is every parameter in signature order,
-    constexprs included, exactly as the first launch bound them.
+def current_stream(device_index: int) -> int:
+    """The current CUDA stream of a device, as Triton's launcher takes it (run_compiled's `stream`)."""
+    return driver.active.get_current_stream(device_index)
+
+
+def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: int,
+                 stream: int | None = None) -> None:
+    """Launch a CompiledKernel (what `jit_fn[grid](...)` returned) on `stream` (default: the current one),
+    skipping Triton's argument binding and specialisation: `args` is every parameter in signature order,
+    constexprs included, exactly as the first launch bound them; a pointer may be given as its int address (Triton's
+    launcher then skips its data_ptr() call and the driver's pointer check).
 
     Launch hooks (Proton's, any registered with knobs.runtime) still fire. When none is registered
     the launcher gets None for both hooks and no launch metadata: in Triton 3.6 and 3.9 the hooks are
@@ -88,7 +95,8 @@ def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: 
     launcher call two empty chains back into Python on every launch. Without hooks the C launcher
     is called directly (DirectLauncher), each tensor descriptor's CUtensorMap encoded once per base
     address rather than on every launch."""
-    stream = driver.active.get_current_stream(device_index)
+    if stream is None:
+        stream = driver.active.get_current_stream(device_index)
     enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
     if not _hooked(enter) and not _hooked(leave):
         direct = DirectLauncher.of(kernel)
@@ -261,16 +269,16 @@ class LaunchCache:
         """The forward's entry: `mode` is whatever else selects the kernel (the mask, a window:
         hashable); `slow(Q, K, V, mode)` runs the normal path and returns (O, L, Launch or None).
         With a NoGradContext as `ctx` (nobody will read L) a repeat writes L to the launch's scratch;
-        any other ctx (autograd's) gets the key as `ctx.launch_key`, for the backward's own cache."""
+        any other ctx (autograd's) gets the recorded launch as `ctx.forward_launch` (None where none is), which the
+        backward's own cache keys on (its identity stands for this signature: one launch per key)."""
         key, kind = self.signature(Q, K, V, mode), type(ctx)
         if kind is HeadsContext:   # LeanApply.apply_heads: a repeat launches on the 4-D tensors themselves
             key = None if key is None else (key, HeadsContext)   # never a 3-D call's: a 3-D input meets the check
             return self.lookup(key, (Q, K, V), self.merged_heads, _NO_L, (ctx.check, slow, Q, K, V, mode))
         no_grad = kind is NoGradContext
-        if ctx is not None and not no_grad:
-            ctx.launch_key = key
         # slow's own arguments rather than a closure over them: no closure built on every call, hit or not
-        return self.lookup(key, (Q, K, V), slow, _NO_L if no_grad else _KEEP_L, (Q, K, V, mode))
+        return self.lookup(key, (Q, K, V), slow, _NO_L if no_grad else _KEEP_L, (Q, K, V, mode),
+                           None if no_grad else ctx)
 
     def merged_heads(self, check, slow, Q, K, V, mode):
         """A (B, H, N, D) signature's first call: check(Q, K, V) (raises on a bad 4-D layout), then the normal path
@@ -288,15 +296,22 @@ class LaunchCache:
         return O.view(Q.shape), L, launch
 
     def lookup(self, key, fast_args: tuple, slow: Callable, fast_kwargs: dict = _KEEP_L,
-               slow_args: tuple = ()) -> tuple:
+               slow_args: tuple = (), ctx=None) -> tuple:
         """`launch(*fast_args, **fast_kwargs)` if `key` has a recorded launch; otherwise `slow(*slow_args)`,
-        which returns (*outputs, launch or None), and the launch is recorded under `key` (unless key is None)."""
+        which returns (*outputs, launch or None), and the launch is recorded under `key` (unless key is None).
+        A `ctx` gets the launch that ran or was recorded as `ctx.forward_launch` (None: nothing recorded)."""
         launch = self.entries.get(key) if key is not None else None
         if launch is not None:
             self.stats["fast"] += 1
+            if ctx is not None:
+                ctx.forward_launch = launch
             return launch(*fast_args, **fast_kwargs)
         self.stats["slow"] += 1
         *outputs, launch = slow(*slow_args)
-        if key is not None and launch is not None:
+        if key is None:
+            launch = None
+        elif launch is not None:
             self.entries[key] = launch
+        if ctx is not None:
+            ctx.forward_launch = launch
         return tuple(outputs)

@@ -282,7 +282,7 @@ def step_functions(module, version: str, N: int, causal: bool, wanted=STEPS) -> 
                                                                             dq_mode="fused")
         fns["backward_fused"]()   # records autograd's fused launch (all three gradients wanted), timed apart below
         def keyed(mode):   # autograd's key for the backward in `mode` (all three gradients wanted)
-            return bwd.forward_keyed_signature(key, dO, causal, cls.BACKWARD_CONFIG, mode, True,
+            return bwd.forward_keyed_signature(launch, dO, causal, cls.BACKWARD_CONFIG, mode, True,
                                                getattr(cls, "BACKWARD_DKDV", "triton"))
 
         fused = bwd.LAUNCHES.entries[keyed("fused")]

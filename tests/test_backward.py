@@ -376,36 +376,39 @@ def test_auto_mode_launches_what_auto_dq_mode_says(monkeypatch, limit, expect):
     check(grads, Q, K, V, O, L, dO, True, REL_TOL[BF16], label=f"auto -> {expect}")
 
 
-def test_forward_keyed_signature_covers_do_and_the_options(monkeypatch):
-    """The forward's key stands for Q, K, V, O, L; what else selects the launch must be in the key."""
+def test_forward_keyed_signature_covers_do_and_the_options():
+    """The forward's recorded launch stands for Q, K, V, O, L, and autograd's engine for dO's shape, dtype and
+    device; dO's layout and every option that selects the launch must be in the key."""
     Q, K, V, O, L, dO = _ok_inputs()
-    assert fb.forward_keyed_signature(("fwd-key",), dO.cpu(), False, None, "auto") is None   # CPU dO
-    monkeypatch.setattr(fb, "aligned_cuda", lambda *t: True)
-    assert fb.forward_keyed_signature(None, dO, False, None, "auto") is None        # uncached forward
-    base = fb.forward_keyed_signature(("fwd-key",), dO, False, None, "auto")
+    fwd, other = object(), object()   # two forwards' recorded launches (any object: the key holds its identity)
+    assert fb.forward_keyed_signature(None, dO, False, None, "auto") is None        # the forward recorded none
+    assert fb.forward_keyed_signature(fwd, dO.transpose(1, 2), False, None, "auto") is None   # a strided last dim
+    shifted = torch.empty(dO.numel() + 1, dtype=dO.dtype, device=dO.device)[1:].view(dO.shape)
+    assert fb.forward_keyed_signature(fwd, shifted, False, None, "auto") is None   # not 16-byte aligned
+    base = fb.forward_keyed_signature(fwd, dO, False, None, "auto")
     others = [
-        fb.forward_keyed_signature(("fwd-key",), dO, False, None, "auto", all_grads=True),
-        fb.forward_keyed_signature(("other-fwd-key",), dO, False, None, "auto"),
-        fb.forward_keyed_signature(("fwd-key",), dO.double(), False, None, "auto"),
-        fb.forward_keyed_signature(("fwd-key",), dO.transpose(1, 2).contiguous().transpose(1, 2), False, None,
-                                   "auto"),
-        fb.forward_keyed_signature(("fwd-key",), dO, True, None, "auto"),
-        fb.forward_keyed_signature(("fwd-key",), dO, False, KEY_WIDER, "auto"),
-        fb.forward_keyed_signature(("fwd-key",), dO, False, None, "separate"),
+        fb.forward_keyed_signature(fwd, dO, False, None, "auto", all_grads=True),
+        fb.forward_keyed_signature(other, dO, False, None, "auto"),
+        fb.forward_keyed_signature(fwd, torch.empty(*dO.shape[:-1], 2 * dO.shape[-1], dtype=dO.dtype,
+                                                    device=dO.device)[..., :dO.shape[-1]], False, None, "auto"),
+        fb.forward_keyed_signature(fwd, dO, True, None, "auto"),
+        fb.forward_keyed_signature(fwd, dO, False, KEY_WIDER, "auto"),
+        fb.forward_keyed_signature(fwd, dO, False, None, "separate"),
+        fb.forward_keyed_signature(fwd, dO, False, None, "auto", dkdv="gluon"),
     ]
     assert base is not None and all(k is not None and k != base for k in others)
     assert len(set(others)) == len(others)
-    assert base not in {fb.backward_signature(Q, K, V, O, L, dO, False, None, "auto", False)}
+    assert fb.forward_keyed_signature(fwd, dO.clone(), False, None, "auto") == base   # the layout, not the tensor
 
 
 def test_backward_after_forward_replays_by_the_forward_key(monkeypatch):
-    """With a forward key the second call replays; without one (here: CPU tensors) the checked path
-    runs every time, as a direct call's own signature would give none either."""
+    """With the forward's recorded launch the second call replays, without the cast (autograd's engine casts); without
+    one (the forward recorded none) the checked path runs every time, as a direct call's own signature would."""
     calls = []
 
     def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict, stack_grads=False, dkdv="triton"):
         calls.append(dq_mode)
-        return Q * 0, K * 0, V * 0, lambda *a: (calls.append("replay"), (Q * 1, K * 1, V * 1))[1]
+        return Q * 0, K * 0, V * 0, lambda *a, cast: (calls.append("replay"), (Q * 1, K * 1, V * 1))[1]
 
     monkeypatch.setattr(fb, "_checked_backward", fake_checked)
     monkeypatch.setattr(fb, "LAUNCHES", fb.LaunchCache())
@@ -413,9 +416,9 @@ def test_backward_after_forward_replays_by_the_forward_key(monkeypatch):
     fb.backward_after_forward(None, Q, K, V, O, L, dO, False)
     fb.backward_after_forward(None, Q, K, V, O, L, dO, False)
     assert calls == ["auto", "auto"]
-    monkeypatch.setattr(fb, "aligned_cuda", lambda *t: True)
-    fb.backward_after_forward(("k",), Q, K, V, O, L, dO, False)
-    second = fb.backward_after_forward(("k",), Q, K, V, O, L, dO, False)
+    fwd = object()   # a forward's recorded launch
+    fb.backward_after_forward(fwd, Q, K, V, O, L, dO, False)
+    second = fb.backward_after_forward(fwd, Q, K, V, O, L, dO, False)
     assert calls == ["auto", "auto", "auto", "replay"] and torch.equal(second[0], Q)
 
 
@@ -507,6 +510,33 @@ def test_the_recorded_repeat_gives_the_checked_paths_gradients_bitwise(dq_mode, 
             for a, b in zip(checked, again):
                 assert a.dtype == b.dtype == dtype and torch.equal(a, b), (dq_mode, stack)
         assert relative_error(again[0], backward_from_lse(Q, K, V, O, L, dO, True)[0]) < REL_TOL[dtype]
+
+
+def test_autograds_repeat_leaves_the_cast_of_dq_to_the_engine_bitwise():
+    """A repeat without `cast` (autograd's) returns the fp32 accumulator as dQ, the kept scratch, and allocates only
+    dK and dV; returned from an autograd.Function's backward, the engine casts it to Q's dtype, bitwise the checked
+    path's dQ (the interpreter runs programs in order, so atomic dQ is reproducible there)."""
+    if ON_GPU:
+        pytest.skip("the interpreter's repeat (Interpreted)")
+    Q, K, V, O, L, dO = make_inputs(2, 24, 40, 16, BF16, True)
+    *checked, launch = fb._checked_backward(Q, K, V, O, L, dO, True, None, "atomic", False, True)
+    raw = launch(Q, K, V, O, L, dO, cast=False)
+    assert raw[0].dtype == torch.float32 and raw[0] is launch.buffers(Q, K)[3]   # the kept accumulator itself
+    assert raw[1].dtype == BF16 and raw[1].untyped_storage().nbytes() == 2 * K.numel() * 2   # dK, dV: one block
+
+    class Repeat(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            return O.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return launch(Q, K, V, O, L, grad, cast=False)
+
+    q, k, v = (t.detach().requires_grad_() for t in (Q, K, V))
+    got = torch.autograd.grad(Repeat.apply(q, k, v), (q, k, v), dO)
+    for name, a, b in zip("QKV", got, checked):
+        assert a.dtype == BF16 and torch.equal(a, b), name
 
 
 @pytest.mark.parametrize("dq_mode", ["atomic", "separate"])

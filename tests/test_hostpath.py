@@ -296,7 +296,7 @@ def test_repeats_without_gradient_write_l_to_a_kept_scratch(monkeypatch):
     cache(q, q, q, 1, slow=None, ctx=ctx)
     cache(q, q, q, 1, slow=None)
     assert rec.need == [False, True, True] and cache.stats["fast"] == 3
-    assert ctx.launch_key == ("k", 1)   # the backward's cache builds on the forward's key
+    assert ctx.forward_launch is rec   # the backward's cache builds on the forward's launch
 
     launched = []
     monkeypatch.setattr(hostpath, "run_compiled", lambda kernel, grid, args, i: launched.append(args))

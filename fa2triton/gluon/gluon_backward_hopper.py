@@ -360,10 +360,12 @@ class DkdvLaunch:
         self.descs = list(args[:4])
         self.scalars = (*args[8:], bool(causal))    # strides, sizes, the two scales, then CAUSAL
 
-    def __call__(self, q, k, v, do, lse, delta, dk, dv) -> None:   # the hot path: no checks here
+    def __call__(self, q, k, v, do, lse, delta, dk, dv, stream=None) -> None:   # the hot path: no checks here
+        """Launch on `stream` (default: q's device's current one); lse, delta, dk, dv as tensors or addresses."""
         d = self.descs
         d[0].base, d[1].base, d[2].base, d[3].base = q, k, v, do
-        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars), q.device.index)
+        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars),
+                     q.device.index if stream is None else None, stream)
 
 
 def launch(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float) -> DkdvLaunch:

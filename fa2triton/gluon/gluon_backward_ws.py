@@ -360,10 +360,12 @@ class WsLaunch:
         self.descs = list(args[:5])
         self.scalars = (*args[9:], bool(causal), bool(unsynced))   # the compile-time arguments last, in order
 
-    def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum) -> None:
+    def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum, stream=None) -> None:
+        """Launch on `stream` (default: q's device's current one); lse, delta, dk, dv as tensors or addresses."""
         d = self.descs
         d[0].base, d[1].base, d[2].base, d[3].base, d[4].base = q, k, v, do, dq_accum
-        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars), q.device.index)
+        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars),
+                     q.device.index if stream is None else None, stream)
 
 
 def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float) -> WsLaunch:

@@ -269,7 +269,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
             return autograd_backward(ctx, dO)
         Q, K, V, O, L = ctx.saved_tensors
         dQ, dK, dV = backward_kernels.backward_after_forward(
-            ctx.launch_key, Q, K, V, O, L, dO, ctx.is_causal, FlashAttentionTriton.BACKWARD_CONFIG,
+            ctx.forward_launch, Q, K, V, O, L, dO, ctx.is_causal, FlashAttentionTriton.BACKWARD_CONFIG,
             FlashAttentionTriton.BACKWARD_DQ_MODE, all(ctx.needs_input_grad[:3]))
         return dQ, dK, dV, None, None
 
