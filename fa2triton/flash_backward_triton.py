@@ -284,16 +284,18 @@ def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, st
 def forward_keyed_signature(forward_launch, dO, causal: bool, config, dq_mode: str, all_grads: bool = False,
                             dkdv: str = "triton"):
     """The cache key for autograd's call (FlashAttentionTriton.backward), or None: the forward's recorded launch
-    (fa2triton.lean_path.LaunchCache, kept on ctx as `forward_launch`; its identity hashes in one step) stands for Q,
-    K and V, and so for O and L, which that forward allocated with the layout its launch records. Of dO only the
-    strides and alignment are read: autograd's engine hands the backward a gradient of O's shape, dtype and device
-    (it casts or rejects any other). A direct call takes backward_signature instead."""
+    (fa2triton.lean_path.LaunchCache, kept on ctx as `forward_launch`) stands for Q, K and V, and so for O and L,
+    which that forward allocated with the layout its launch records. It enters by its id (one step to hash, where
+    the forward's own key is a nested tuple); the backward launch recorded under the key keeps it alive
+    (_checked_after_forward), so the id is not reused while the entry lives. Of dO only the strides and alignment
+    are read: autograd's engine hands the backward a gradient of O's shape, dtype and device (it casts or rejects
+    any other). A direct call takes backward_signature instead."""
     if forward_launch is None:
         return None
     stride = dO.stride()
     if stride[-1] != 1 or dO.data_ptr() % 16:
         return None
-    return (forward_launch, stride, causal, config, dq_mode, all_grads, dkdv)
+    return (id(forward_launch), stride, causal, config, dq_mode, all_grads, dkdv)
 
 
 def validate_backward_inputs(Q, K, V, O, L, dO) -> None:
@@ -357,8 +359,17 @@ def backward_after_forward(forward_launch, Q, K, V, O, L, dO, causal: bool, conf
     # Without a key (the forward was not cached: its inputs are not aligned CUDA tensors; or dO is not),
     # backward_signature would give none either: the checked path every time, as a direct call would.
     key = forward_keyed_signature(forward_launch, dO, causal, config, dq_mode, all_grads, dkdv)
-    return LAUNCHES.lookup(key, (Q, K, V, O, L, dO), _checked_backward, _ENGINE_CASTS,
-                           (Q, K, V, O, L, dO, causal, config, dq_mode, False, all_grads, dkdv))
+    return LAUNCHES.lookup(key, (Q, K, V, O, L, dO), _checked_after_forward, _ENGINE_CASTS,
+                           (forward_launch, Q, K, V, O, L, dO, causal, config, dq_mode, all_grads, dkdv))
+
+
+def _checked_after_forward(forward_launch, Q, K, V, O, L, dO, causal, config, dq_mode, all_grads, dkdv):
+    """backward_after_forward's checked path: _checked_backward, its launch holding the forward's (`forward`), whose
+    id is in the key it is recorded under."""
+    *grads, launch = _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, False, all_grads, dkdv)
+    if launch is not None:
+        launch.forward = forward_launch
+    return (*grads, launch)
 
 
 # dq_mode="auto": up to this much work per SM the backward runs fused (one launch, no Delta pass), beyond

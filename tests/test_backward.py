@@ -399,6 +399,8 @@ def test_forward_keyed_signature_covers_do_and_the_options():
     assert base is not None and all(k is not None and k != base for k in others)
     assert len(set(others)) == len(others)
     assert fb.forward_keyed_signature(fwd, dO.clone(), False, None, "auto") == base   # the layout, not the tensor
+    unhashable = [1]   # a forward launch need not hash (dataclasses with eq do not): its id enters the key
+    assert hash(fb.forward_keyed_signature(unhashable, dO, False, None, "auto"))
 
 
 def test_backward_after_forward_replays_by_the_forward_key(monkeypatch):
@@ -420,6 +422,7 @@ def test_backward_after_forward_replays_by_the_forward_key(monkeypatch):
     fb.backward_after_forward(fwd, Q, K, V, O, L, dO, False)
     second = fb.backward_after_forward(fwd, Q, K, V, O, L, dO, False)
     assert calls == ["auto", "auto", "auto", "replay"] and torch.equal(second[0], Q)
+    assert all(launch.forward is fwd for launch in fb.LAUNCHES.entries.values())   # keeps the keyed id alive
 
 
 @pytest.mark.parametrize("version", ["v6_longest_first", "v7_hopper"])
