@@ -344,7 +344,7 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
                            lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv=dkdv))
 
 
-_ENGINE_CASTS = {"cast": True}   # autograd's repeat: dQ may come back in fp32 (BackwardLaunch.__call__)
+_ENGINE_CASTS = {"cast": False}   # autograd's repeat: dQ may come back in fp32 (BackwardLaunch.__call__)
 
 
 def backward_after_forward(forward_launch, Q, K, V, O, L, dO, causal: bool, config: BackwardConfig | None = None,
