@@ -115,9 +115,10 @@ class BackwardLaunch:
     """What one checked call launched (fa2triton.lean_path's lean repeat; issues 7, 8 and 48): the compiled
     kernels with their grids and the arguments after their tensors. A repeat is one allocation (the gradients; Delta
     and the fp32 dQ accumulator are kept scratch: buffers), the Delta launch (which zeroes the accumulator), the main
-    launch(es) and, for atomic dQ in a 16-bit dtype, the cast into dQ (or, for autograd, none: `cast`); no checks,
-    configuration choice, descriptor building or Triton argument binding; the stream is read once and compiled
-    kernels get int addresses. Its pieces are methods, so profiling/host_steps.py times each alone."""
+    launch(es) and, for atomic dQ in a 16-bit dtype, the cast into dQ; no checks, configuration choice, descriptor
+    building or Triton argument binding; the stream is read once and compiled kernels get int addresses (Triton's
+    launcher then skips a data_ptr() call and the driver's pointer check per tensor). Its pieces are methods, so
+    profiling/host_steps.py times each alone."""
 
     preprocess: object | None  # None in dq_mode="fused" (dkdv is then the fused kernel)
     dkdv: object
@@ -135,31 +136,26 @@ class BackwardLaunch:
         # a compiled kernel takes a tensor's address as an int; the interpreter's repeat (Interpreted) the tensor
         self.arg = _same if self.device is None else torch.Tensor.data_ptr
 
-    def __call__(self, Q, K, V, O, L, dO, ranges: tuple[str, str] | None = None, cast: bool = True):
+    def __call__(self, Q, K, V, O, L, dO, ranges: tuple[str, str] | None = None):
         """The hot path: no checks (the cache key vouches). `ranges` = (prefix, suffix) puts each kernel in its own
-        NVTX range, f"{prefix}:bwd_<kernel>{suffix}", for the profile drivers. Without `cast`, dQ may come back as
-        the fp32 accumulator (kept scratch, valid until the next repeat on this stream and thread) for a caller that
-        casts it at once: autograd's engine casts each gradient to its input's dtype (backward_after_forward)."""
+        NVTX range, f"{prefix}:bwd_<kernel>{suffix}", for the profile drivers."""
         stream = None if self.device is None else current_stream(self.device)
-        dQ, dK, dV, acc, Delta = self.buffers(Q, K, stream, cast)
+        dQ, dK, dV, acc, Delta = self.buffers(Q, K, stream)
         if Delta is not None:   # dq_mode="fused" has no Delta buffer (and acc is dQ): its one launch is run_main's
             self.run_delta(O, dO, Delta, acc, ranges, stream)
         self.run_main(Q, K, V, O, L, dO, dQ, dK, dV, acc, Delta, ranges, stream)
         if acc is not dQ:
-            if dQ is None:
-                return acc, dK, dV
             dQ.copy_(acc)   # the cast (bitwise Tensor.to's)
         return dQ, dK, dV
 
-    def buffers(self, Q, K, stream=None, cast: bool = True) -> tuple:
-        """dQ, dK, dV (gradient_buffers, new on every call; dQ None where it is not cast into: no `cast` with
-        acc_apart), the fp32 dQ accumulator (dQ itself unless acc_apart) and Delta (None in dq_mode "fused"), as
-        backward_buffers gives them. The accumulator and Delta are scratch that no caller keeps, so a repeat reuses
+    def buffers(self, Q, K, stream=None) -> tuple:
+        """dQ, dK, dV (gradient_buffers, new on every call), the fp32 dQ accumulator (dQ itself unless acc_apart) and
+        Delta (None in dq_mode "fused"), as backward_buffers gives them; `stream` is the current one (None: CPU). The accumulator and Delta are scratch that no caller keeps, so a repeat reuses
         them: kept per CUDA stream and thread (the next call's launches then queue behind this one's, which read
         them; another thread's could interleave with them), up to SCRATCH_KEPT_BYTES and not while a CUDA graph is
         being captured. Their allocation cost a repeat more than its launches on the H200
         (docs/worklogs/backward_hopper.md, "The backward's host path")."""
-        dQ, dK, dV = gradient_buffers(Q, K, self.stack, cast or not self.acc_apart)
+        dQ, dK, dV = gradient_buffers(Q, K, self.stack)
         if self.preprocess is None:
             return dQ, dK, dV, dQ, None
         key = (stream, threading.get_ident())
@@ -222,14 +218,14 @@ def gradient_stack(Q, K, allowed: bool = True) -> int:
     return 3 if Q.shape == K.shape else 2
 
 
-def gradient_buffers(Q, K, stack: int, dq: bool = True):
-    """dQ, dK, dV: contiguous, Q's and K's shapes and dtype, uninitialised, allocated as gradient_stack said (dQ
-    None without `dq`). One allocation unbound into views saves one or two trips through the caching allocator per
-    backward; the views share one block, freed when all of them are."""
-    if stack == 3 and dq:
+def gradient_buffers(Q, K, stack: int):
+    """dQ, dK, dV: contiguous, Q's and K's shapes and dtype, uninitialised, allocated as gradient_stack said.
+    One allocation unbound into views saves one or two trips through the caching allocator per backward; the
+    views share one block, freed when all of them are."""
+    if stack == 3:
         return Q.new_empty((3, *Q.shape)).unbind(0)
-    dQ = Q.new_empty(Q.shape) if dq else None
-    if stack:
+    dQ = Q.new_empty(Q.shape)
+    if stack == 2:
         dK, dV = K.new_empty((2, *K.shape)).unbind(0)
     else:
         dK, dV = K.new_empty(K.shape), K.new_empty(K.shape)
@@ -344,23 +340,18 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
                            lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv=dkdv))
 
 
-_ENGINE_CASTS = {"cast": False}   # autograd's repeat: dQ may come back in fp32 (BackwardLaunch.__call__)
-
-
 def backward_after_forward(forward_launch, Q, K, V, O, L, dO, causal: bool, config: BackwardConfig | None = None,
                            dq_mode: str = "auto", all_grads: bool = False,
                            dkdv: str = "triton") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """flash_attention_backward for a version's autograd backward, and only for it: Q, K, V, O, L as its forward saved
     them, dO from autograd's engine and `forward_launch`, the launch the forward ran (None when it recorded none),
     which makes the repeat's key cheaper to build (forward_keyed_signature). `all_grads` (ctx.needs_input_grad says
-    Q, K and V all want one) lets the gradients share one allocation. A repeat may return dQ as the fp32 accumulator:
-    the engine casts each gradient to its input's dtype, in C++ and bitwise as Tensor.to (one Python-level cast and
-    one allocation fewer on autograd's device thread, docs/worklogs/backward_hopper.md)."""
+    Q, K and V all want one) lets the gradients share one allocation."""
     # Without a key (the forward was not cached: its inputs are not aligned CUDA tensors; or dO is not),
     # backward_signature would give none either: the checked path every time, as a direct call would.
     key = forward_keyed_signature(forward_launch, dO, causal, config, dq_mode, all_grads, dkdv)
-    return LAUNCHES.lookup(key, (Q, K, V, O, L, dO), _checked_after_forward, _ENGINE_CASTS,
-                           (forward_launch, Q, K, V, O, L, dO, causal, config, dq_mode, all_grads, dkdv))
+    return LAUNCHES.lookup(key, (Q, K, V, O, L, dO), _checked_after_forward,
+                           slow_args=(forward_launch, Q, K, V, O, L, dO, causal, config, dq_mode, all_grads, dkdv))
 
 
 def _checked_after_forward(forward_launch, Q, K, V, O, L, dO, causal, config, dq_mode, all_grads, dkdv):

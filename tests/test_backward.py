@@ -404,13 +404,13 @@ def test_forward_keyed_signature_covers_do_and_the_options():
 
 
 def test_backward_after_forward_replays_by_the_forward_key(monkeypatch):
-    """With the forward's recorded launch the second call replays, without the cast (autograd's engine casts); without
-    one (the forward recorded none) the checked path runs every time, as a direct call's own signature would."""
+    """With the forward's recorded launch the second call replays; without one (the forward recorded none) the checked
+    path runs every time, as a direct call's own signature would give none either."""
     calls = []
 
     def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict, stack_grads=False, dkdv="triton"):
         calls.append(dq_mode)
-        return Q * 0, K * 0, V * 0, lambda *a, cast: (calls.append("replay"), (Q * 1, K * 1, V * 1))[1]
+        return Q * 0, K * 0, V * 0, lambda *a: (calls.append("replay"), (Q * 1, K * 1, V * 1))[1]
 
     monkeypatch.setattr(fb, "_checked_backward", fake_checked)
     monkeypatch.setattr(fb, "LAUNCHES", fb.LaunchCache())
@@ -513,33 +513,6 @@ def test_the_recorded_repeat_gives_the_checked_paths_gradients_bitwise(dq_mode, 
             for a, b in zip(checked, again):
                 assert a.dtype == b.dtype == dtype and torch.equal(a, b), (dq_mode, stack)
         assert relative_error(again[0], backward_from_lse(Q, K, V, O, L, dO, True)[0]) < REL_TOL[dtype]
-
-
-def test_autograds_repeat_leaves_the_cast_of_dq_to_the_engine_bitwise():
-    """A repeat without `cast` (autograd's) returns the fp32 accumulator as dQ, the kept scratch, and allocates only
-    dK and dV; returned from an autograd.Function's backward, the engine casts it to Q's dtype, bitwise the checked
-    path's dQ (the interpreter runs programs in order, so atomic dQ is reproducible there)."""
-    if ON_GPU:
-        pytest.skip("the interpreter's repeat (Interpreted)")
-    Q, K, V, O, L, dO = make_inputs(2, 24, 40, 16, BF16, True)
-    *checked, launch = fb._checked_backward(Q, K, V, O, L, dO, True, None, "atomic", False, True)
-    raw = launch(Q, K, V, O, L, dO, cast=False)
-    assert raw[0].dtype == torch.float32 and raw[0] is launch.buffers(Q, K)[3]   # the kept accumulator itself
-    assert raw[1].dtype == BF16 and raw[1].untyped_storage().nbytes() == 2 * K.numel() * 2   # dK, dV: one block
-
-    class Repeat(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v):
-            return O.clone()
-
-        @staticmethod
-        def backward(ctx, grad):
-            return launch(Q, K, V, O, L, grad, cast=False)
-
-    q, k, v = (t.detach().requires_grad_() for t in (Q, K, V))
-    got = torch.autograd.grad(Repeat.apply(q, k, v), (q, k, v), dO)
-    for name, a, b in zip("QKV", got, checked):
-        assert a.dtype == BF16 and torch.equal(a, b), name
 
 
 @pytest.mark.parametrize("dq_mode", ["atomic", "separate"])
