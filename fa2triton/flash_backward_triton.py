@@ -150,11 +150,12 @@ class BackwardLaunch:
 
     def buffers(self, Q, K, stream=None) -> tuple:
         """dQ, dK, dV (gradient_buffers, new on every call), the fp32 dQ accumulator (dQ itself unless acc_apart) and
-        Delta (None in dq_mode "fused"), as backward_buffers gives them; `stream` is the current one (None: CPU). The accumulator and Delta are scratch that no caller keeps, so a repeat reuses
-        them: kept per CUDA stream and thread (the next call's launches then queue behind this one's, which read
-        them; another thread's could interleave with them), up to SCRATCH_KEPT_BYTES and not while a CUDA graph is
-        being captured. Their allocation cost a repeat more than its launches on the H200
-        (docs/worklogs/backward_hopper.md, "The backward's host path")."""
+        Delta (None in dq_mode "fused"), as backward_buffers gives them; `stream` is the current one (None: CPU).
+        The accumulator and Delta are scratch that no caller keeps, so a repeat reuses them: kept per CUDA stream and
+        thread (the next call's launches then queue behind this one's, which read them; another thread's could
+        interleave with them), up to SCRATCH_KEPT_BYTES and not while a CUDA graph is being captured. Their
+        allocation cost a repeat more than its launches on the H200 (docs/worklogs/backward_hopper.md, "The
+        backward's host path")."""
         dQ, dK, dV = gradient_buffers(Q, K, self.stack)
         if self.preprocess is None:
             return dQ, dK, dV, dQ, None
