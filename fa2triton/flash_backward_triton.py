@@ -150,7 +150,7 @@ class BackwardLaunch:
 
     def buffers(self, Q, K, stream=None) -> tuple:
         """dQ, dK, dV (gradient_buffers, new on every call), the fp32 dQ accumulator (dQ itself unless acc_apart) and
-        Delta (None in dq_mode "fused"), as backward_buffers gives them; `stream` is the current one (None: CPU).
+        Delta (None in dq_mode "fused"), as backward_buffers gives them; `stream` is the current one (None: read it).
         The accumulator and Delta are scratch that no caller keeps, so a repeat reuses them: kept per CUDA stream and
         thread (the next call's launches then queue behind this one's, which read them; another thread's could
         interleave with them), up to SCRATCH_KEPT_BYTES and not while a CUDA graph is being captured. Their
@@ -159,6 +159,8 @@ class BackwardLaunch:
         dQ, dK, dV = gradient_buffers(Q, K, self.stack)
         if self.preprocess is None:
             return dQ, dK, dV, dQ, None
+        if stream is None and self.device is not None:
+            stream = current_stream(self.device)
         key = (stream, threading.get_ident())
         kept = self.scratch.get(key)
         if kept is None:
