@@ -328,6 +328,23 @@ def step_functions(module, version: str, N: int, causal: bool, wanted=STEPS) -> 
     }
 
 
+def time_steps(fns: dict, wanted, repeats: int) -> dict:
+    """{row's step: [µs per call, one per repeat]} for the `wanted` steps that `fns` (step_functions) has, in STEPS'
+    order and interleaved, so a slow moment hits every step alike; a step of PARTS gives one row per part."""
+    from fa2lab.timers import host_us_per_call
+
+    steps = [s for s in STEPS if s in fns and s in wanted]
+    samples = {p: [] for s in steps for p in PARTS.get(s, (s,))}
+    for _ in range(repeats):
+        for s in steps:
+            if s in PARTS:
+                for p, us in fns[s]().items():
+                    samples[p].append(us)
+            else:
+                samples[s].append(host_us_per_call(fns[s]))
+    return samples
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", default="v5_final,v6_longest_first,v7_hopper",
@@ -352,7 +369,6 @@ def main(argv=None) -> int:
         return 2
     from fa2lab.provenance import environment, now
     from fa2lab.results import append_rows, gpu_dir
-    from fa2lab.timers import host_us_per_call
     from fa2lab.switches import load
     from fa2triton.versions import resolve
 
@@ -361,16 +377,7 @@ def main(argv=None) -> int:
         module = load(version.name)
         for causal in shapes.masks_from(args.causal):
             for N in args.N:
-                fns = step_functions(module, version.name, N, causal, wanted)
-                steps = [s for s in STEPS if s in fns and s in wanted]
-                samples = {p: [] for s in steps for p in PARTS.get(s, (s,))}
-                for _ in range(args.repeats):   # interleaved, so a slow moment hits every step alike
-                    for s in steps:
-                        if s in PARTS:
-                            for p, us in fns[s]().items():
-                                samples[p].append(us)
-                        else:
-                            samples[s].append(host_us_per_call(fns[s]))
+                samples = time_steps(step_functions(module, version.name, N, causal, wanted), wanted, args.repeats)
                 date = now()   # one per block: the report pairs attention's row with apply's timed beside it
                 rows = [{"version": version.name, "N": N, "causal": int(causal), "step": s,
                          "us_median": statistics.median(xs), "us_min": min(xs), "us_max": max(xs),

@@ -12,12 +12,17 @@ shape goes to results/<gpu>/experiments/<--csv>, with provenance, the child's ow
 launch its first call chose (path, config, and v7's choice: table, tuned or pinned), the tree's label and commit.
 `--summary` prints, per version and shape, the median over rounds of each round's ratio B / A (of ms, and of % of
 cuDNN), with the min-max: within 1% is level (2% for launch_table.csv, report.no_regression.level_of).
+`--mode host` times host steps instead (profiling/host_steps.py's time_steps in each tree, `--steps`, at the
+harness's head dimension; default the backward's steps beside SDPA's): one row per process, version, shape and step
+(µs per call) into host_trees.csv unless --csv says otherwise; its --summary gives, per tree, the median (min-max)
+over processes of each step and of backward ÷ sdpa_backward, both timed in the same process.
 
     python scripts/compare_trees.py --tree before=/tmp/old --tree after=. --rounds 5
     python scripts/compare_trees.py --tree t36=. --tree t39=. --env t39:PYTHONPATH=/tmp/triton39 --kernel all
     python scripts/compare_trees.py --csv launch_table.csv --tree table=. --tree race=. \
         --env race:FA2_V7_LAUNCH_FROM=race --rounds 3          # v7's launch table against its race (issue 49)
     python scripts/compare_trees.py --summary
+    python scripts/compare_trees.py --mode host --tree before=/tmp/old --tree after=. --N 1024,2048 --rounds 3
 """
 
 from __future__ import annotations
@@ -25,12 +30,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CSV_NAME = "compare_trees.csv"
+HOST_CSV = "host_trees.csv"   # --mode host's rows
+HOST_STEPS = "sdpa_backward,backward,backward_nop,bwd_split,bwd_inside"   # --mode host's default --steps
+HOST_ECHO = ("sdpa_backward", "backward", "bwd_body")   # the steps a --mode host run prints as it goes
 
 
 def _timed(fn, graphs: bool) -> tuple[float, float]:
@@ -88,6 +97,29 @@ def child_ptxas() -> str:
     return get_ptxas(10 * major + minor).version
 
 
+def host_child(kernels: list[str], shapes: list[tuple[int, int, bool]], steps: str, repeats: int) -> None:
+    """--mode host in a tree on sys.path: its host_steps' time_steps for each version and (N, causal) (the harness's
+    D), one JSON line per version, shape and step. SystemExit naming the tree's lack where its host_steps has no
+    time_steps (a tree from before it)."""
+    import torch
+    import triton
+
+    from profiling import host_steps
+
+    if not hasattr(host_steps, "time_steps"):
+        sys.exit("this tree's profiling/host_steps.py has no time_steps: --mode host needs a tree that has it")
+    load, wanted = loader(), steps.split(",")
+    for name in kernels:
+        module = load(name)
+        for N, D, causal in shapes:
+            fns = host_steps.step_functions(module, name, N, causal, wanted)
+            for step, xs in host_steps.time_steps(fns, wanted, repeats).items():
+                row = dict(version=name, mode="host", N=N, D=D, causal=int(causal), step=step,
+                           us_median=statistics.median(xs), us_min=min(xs), us_max=max(xs), repeats=repeats,
+                           switches=child_switches(), child_torch=torch.__version__, child_triton=triton.__version__)
+                print("ROW " + json.dumps(row), flush=True)
+
+
 def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], mode: str, sdpa_graphs: bool) -> None:
     """Time each version of `tree` and SDPA at each (N, D, causal); print one JSON line per version and shape."""
     sys.path.insert(0, str(tree))
@@ -137,9 +169,11 @@ def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], m
 
 
 def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[int, int, bool]], kernels: list[str],
-          mode: str, csv_name: str, first: int = 1, sdpa_graphs: bool = False) -> int:
+          mode: str, csv_name: str, first: int = 1, sdpa_graphs: bool = False, host: tuple[str, int] | None = None
+          ) -> int:
     """Run the rounds (tree order rotating each round), appending each process's rows as soon as it ends, so an
-    interrupted run keeps every finished process (go on with --first-round)."""
+    interrupted run keeps every finished process (go on with --first-round). `host`: --mode host's (steps,
+    repeats)."""
     sys.path.insert(0, str(REPO))
     from fa2triton.buckets import ENV_VAR, OFF
     from fa2lab.provenance import environment, now
@@ -157,13 +191,19 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
             print(f"[round {r + 1}] {label} ({tree})", flush=True)
             proc = subprocess.run([sys.executable, __file__, "--child", str(tree), "--shapes", spec,
                                    "--kernel", ",".join(kernels), "--mode", mode]
-                                  + (["--sdpa-graphs"] if sdpa_graphs else []),
+                                  + (["--sdpa-graphs"] if sdpa_graphs else [])
+                                  + (["--steps", host[0], "--repeats", str(host[1])] if host else []),
                                   capture_output=True, text=True, cwd=tree, env=dict(base, **extra))
             rows = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("ROW ")]
-            if proc.returncode != 0 or len(rows) != len(shapes) * len(kernels):
+            if proc.returncode != 0 or (not rows if host else len(rows) != len(shapes) * len(kernels)):
                 print(proc.stdout[-2000:], proc.stderr[-4000:], sep="\n", file=sys.stderr)
                 return 1
-            for row in rows:
+            if host:
+                for row in rows:
+                    row.update(round=r + 1, tree=label, tree_commit=commit, date=now())
+                print("\n".join(f"  {row['version']:<16} N={row['N']:>5} causal={row['causal']} {row['step']:<16} "
+                                f"{row['us_median']:8.1f} us" for row in rows if row["step"] in HOST_ECHO), flush=True)
+            for row in rows if not host else ():
                 row.update(round=r + 1, tree=label, tree_commit=commit, date=now(),
                            pct_of_sdpa=100.0 * row["sdpa_ms"] / row["ms"],
                            graph_pct_of_sdpa=100.0 * row["sdpa_graph_ms"] / row["graph_ms"])
@@ -172,6 +212,46 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
                       f"graph {row['graph_ms'] * 1e3:8.2f} us  {row['path']}", flush=True)
             # the child's own torch and Triton are the row's (a tree may run another Triton than this process)
             append_rows(out, [dict(env, **row, torch=row["child_torch"], triton=row["child_triton"]) for row in rows])
+    return 0
+
+
+def host_summary(path: Path) -> int:
+    """--mode host's rows: per version, shape and step, each tree's median (min-max) over its processes, and the
+    median (min-max) of each process's backward ÷ sdpa_backward (the two timed in one process)."""
+    import csv
+
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        print(f"{path} holds no rows")
+        return 1
+    trees = list(dict.fromkeys(r["tree"] for r in rows))
+    commits = {t: sorted({r["tree_commit"] for r in rows if r["tree"] == t}) for t in trees}
+    per = {}   # (version, N, causal, step, tree) -> {process: us}
+    for r in rows:
+        per.setdefault((r["version"], int(r["N"]), r["causal"], r["step"], r["tree"]), {})[r["round"]] = \
+            float(r["us_median"])
+    shapes = sorted({k[:3] for k in per}, key=lambda k: (k[0], k[1], k[2]))
+    steps = list(dict.fromkeys(r["step"] for r in rows))
+
+    def cell(xs):
+        return f"{statistics.median(xs):.3g} ({min(xs):.3g}–{max(xs):.3g}), n = {len(xs)}" if xs else "–"
+
+    print(f"{path.name}: each tree's median (min–max) over its processes, µs per call; trees: "
+          + "; ".join(f"{t} = {', '.join(commits[t])}" for t in trees))
+    print("| version | N | causal | step | " + " | ".join(trees) + " |")
+    print("|---" * (4 + len(trees)) + "|")
+    for version, N, causal in shapes:
+        for step in steps + ["backward ÷ sdpa_backward"]:
+            cells = []
+            for t in trees:
+                if step in steps:
+                    xs = list(per.get((version, N, causal, step, t), {}).values())
+                else:
+                    ours, sdpa = (per.get((version, N, causal, s, t), {}) for s in ("backward", "sdpa_backward"))
+                    xs = [ours[p] / sdpa[p] for p in ours if p in sdpa]
+                cells.append(cell(xs))
+            print(f"| `{version}` | {N} | {'yes' if causal == '1' else 'no'} | {step} | " + " | ".join(cells) + " |")
     return 0
 
 
@@ -193,8 +273,12 @@ def main(argv=None) -> int:
     ap.add_argument("--env", action="append", default=[], metavar="LABEL:KEY=VALUE",
                     help="an environment variable for one tree's processes (repeatable)")
     ap.add_argument("--kernel", default="v7_hopper", help="versions each process times: a list or 'all'")
-    ap.add_argument("--mode", choices=("fwd", "bwd"), default="fwd", help="the forward, or the backward alone")
-    ap.add_argument("--csv", default=CSV_NAME, help="the file under results/<gpu>/experiments/")
+    ap.add_argument("--mode", choices=("fwd", "bwd", "host"), default="fwd",
+                    help="the forward, the backward alone, or host steps (profiling/host_steps.py)")
+    ap.add_argument("--csv", help=f"the file under results/<gpu>/experiments/ (default {CSV_NAME}; {HOST_CSV} for "
+                                  "--mode host)")
+    ap.add_argument("--steps", default=HOST_STEPS, help="--mode host: host_steps' steps (comma-separated)")
+    ap.add_argument("--repeats", type=int, default=5, help="--mode host: timings of 200 calls per step")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--first-round", type=int, default=1, help="number of the first round (to go on in a later call)")
     ap.add_argument("--N", default="512,1024,2048,4096")
@@ -208,16 +292,25 @@ def main(argv=None) -> int:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--shapes", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    host = args.mode == "host"
+    csv_name = args.csv or (HOST_CSV if host else CSV_NAME)
     if args.child:
         shapes = [(int(n), int(d), c == "1") for n, d, c in (s.split(",") for s in args.shapes.split(";"))]
-        child(Path(args.child), args.kernel.split(","), shapes, args.mode, args.sdpa_graphs)
+        if host:
+            sys.path.insert(0, args.child)
+            host_child(args.kernel.split(","), shapes, args.steps, args.repeats)
+        else:
+            child(Path(args.child), args.kernel.split(","), shapes, args.mode, args.sdpa_graphs)
         return 0
     sys.path.insert(0, str(REPO))
     if args.summary:
         from fa2lab.results import RESULTS
 
+        path = RESULTS / "nvidia-h200" / "experiments" / csv_name
+        if host:
+            return host_summary(path)
         a, b = args.labels.split(",")
-        return summary(RESULTS / "nvidia-h200" / "experiments" / args.csv, a, b)
+        return summary(path, a, b)
     from fa2triton import versions
 
     trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve(), {}) for t in args.tree]
@@ -235,8 +328,22 @@ def main(argv=None) -> int:
     except ValueError as e:
         ap.error(str(e))
     masks = {"both": (False, True), "0": (False,), "1": (True,)}[args.causal]
-    shapes = [(int(n), int(d), c) for d in args.D.split(",") for c in masks for n in args.N.split(",")]
-    return drive(trees, args.rounds, shapes, kernels, args.mode, args.csv, args.first_round, args.sdpa_graphs)
+    if host:
+        from fa2lab.shapes import HEAD_DIM
+        from profiling.host_steps import STEPS
+
+        unknown = [s for s in args.steps.split(",") if s not in STEPS]
+        if unknown:
+            ap.error(f"--steps: unknown {', '.join(unknown)}; host_steps' steps are {', '.join(STEPS)}")
+
+        if args.D.split(",") not in ([str(HEAD_DIM)], ap.get_default("D").split(",")):
+            ap.error(f"--mode host times the harness's head dimension only (D = {HEAD_DIM}), not --D {args.D}")
+        dims = [HEAD_DIM]
+    else:
+        dims = [int(d) for d in args.D.split(",")]
+    shapes = [(int(n), d, c) for d in dims for c in masks for n in args.N.split(",")]
+    return drive(trees, args.rounds, shapes, kernels, args.mode, csv_name, args.first_round, args.sdpa_graphs,
+                 (args.steps, args.repeats) if host else None)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ shows their rows (synthetic here: a CPU timing would mean nothing)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from report import hostpath  # noqa: E402
 from test_figures import GPU, PROV  # noqa: E402
 
 DEVICE = "cuda" if ON_GPU else "cpu"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _inputs(dtype, causal, B=2, N=40, D=16):
@@ -159,3 +161,50 @@ def test_bwd_inside_cuts_the_body_at_the_recorded_launchs_pieces(dq_mode):
     z = host_steps.stamped(through(lambda g: g), stamps).apply(q)
     with pytest.raises(RuntimeError, match="ran no recorded BackwardLaunch"):
         host_steps.inside_us_per_call(lambda: torch.autograd.grad(z, q, dO, retain_graph=True), stamps, calls=2)
+
+
+def test_compare_trees_host_mode_alternates_trees_and_summarises_per_process(monkeypatch, tmp_path, capsys):
+    """compare_trees --mode host: each tree's processes get the steps and repeats, their rows land in host_trees.csv
+    with the tree's label, and --summary gives each tree's median (min-max) per step and of each process's
+    backward ÷ sdpa_backward. --D other than the harness's and unknown steps are refused."""
+    import importlib.util
+    import json
+    import subprocess
+
+    import fa2lab.provenance
+    import fa2lab.results
+
+    spec = importlib.util.spec_from_file_location("ct_host", REPO / "scripts" / "compare_trees.py")
+    ct = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ct)
+    seen, us = [], {"before": (200.0, 100.0), "after": (150.0, 100.0)}   # (backward, sdpa_backward) per tree
+
+    def fake_run(cmd, capture_output, text, cwd, env):
+        label = "before" if len(seen) in (0, 3) else "after"   # rounds alternate: before, after | after, before
+        seen.append((cmd[cmd.index("--steps") + 1], cmd[cmd.index("--repeats") + 1]))
+        N = int(cmd[cmd.index("--shapes") + 1].split(",")[0])
+        scale = 1.0 + 0.1 * (len(seen) > 2)   # the second round's host is 10% slower for both steps
+        lines = [json.dumps(dict(version="v7_hopper", mode="host", N=N, D=64, causal=0, step=step,
+                                 us_median=v * scale, us_min=v, us_max=v, repeats=3, switches="",
+                                 child_torch="2.11.0", child_triton="3.9.0"))
+                 for step, v in zip(("backward", "sdpa_backward"), us[label])]
+        return subprocess.CompletedProcess(cmd, 0, "\n".join("ROW " + line for line in lines), "")
+
+    monkeypatch.setattr(ct.subprocess, "run", fake_run)
+    monkeypatch.setattr(fa2lab.provenance, "environment", lambda: {"git_commit": "c0ffee", "gpu": "Test GPU"})
+    monkeypatch.setattr(fa2lab.results, "gpu_dir", lambda: tmp_path / "nvidia-h200")
+    monkeypatch.setattr(fa2lab.results, "RESULTS", tmp_path)
+    trees = ["--tree", f"before={REPO}", "--tree", f"after={REPO}"]
+    assert ct.main(["--mode", "host", *trees, "--rounds", "2", "--N", "1024", "--causal", "0", "--repeats", "3",
+                    "--steps", "sdpa_backward,backward"]) == 0
+    assert seen == [("sdpa_backward,backward", "3")] * 4
+    rows = (tmp_path / "nvidia-h200" / "experiments" / "host_trees.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4 * 2 and "c0ffee" in rows[1]
+    capsys.readouterr()
+    assert ct.main(["--mode", "host", "--summary"]) == 0
+    out = capsys.readouterr().out
+    assert "| `v7_hopper` | 1024 | no | backward ÷ sdpa_backward | 2 (2–2), n = 2 | 1.5 (1.5–1.5), n = 2 |" in out
+    assert "| `v7_hopper` | 1024 | no | backward | 210 (200–220), n = 2 | 158 (150–165), n = 2 |" in out
+    for bad in (["--D", "128"], ["--steps", "backward,no_such_step"]):
+        with pytest.raises(SystemExit):
+            ct.main(["--mode", "host", *trees, *bad])
