@@ -334,7 +334,8 @@ def backward_goal(gpu, root, version: str = "v7_hopper", min_n: int = PEER_GOAL_
         host = (100.0 * df.sdpa_bwd_host_us / df.bwd_host_us).where(df.N <= BWD_HOST_GOAL_MAX_N)
         df = df.assign(host_pct_of_sdpa=host)
     rows = []
-    for rank, (triton, by_t) in enumerate(by_triton(df, newest_only)):
+    for triton, by_t in by_triton(df, newest_only):   # each Triton's rows together, sorted by D, mask, N
+        block = []
         for d, by_d in by_t.groupby("D"):
             latest = data.latest_protocol(by_d, data.MIN_PROTOCOL_RUNS)
             commit = f"`{latest.git_commit.astype(str).iloc[0][:7]}`" if "git_commit" in latest else "–"
@@ -343,12 +344,12 @@ def backward_goal(gpu, root, version: str = "v7_hopper", min_n: int = PEER_GOAL_
                 bwd, host = spread(g, "bwd_pct_of_sdpa"), spread(g, "host_pct_of_sdpa")
                 bwd_peer = spread(peer, "bwd_pct_of_fa4")
                 step, step_peer = spread(g, "fwd_bwd_pct_of_sdpa"), spread(peer, "fwd_bwd_pct_of_fa4")
-                rows.append([int(N), int(d), "yes" if causal else "no", g.run_id.nunique(), bwd.text(".1f"),
-                             rounds_verdict(bwd), host.text(".1f"), rounds_verdict(host), bwd_peer.text(".1f"),
-                             rounds_verdict(bwd_peer), step.text(".1f"), step_peer.text(".1f"), triton, commit, rank])
+                block.append([int(N), int(d), "yes" if causal else "no", g.run_id.nunique(), bwd.text(".1f"),
+                              rounds_verdict(bwd), host.text(".1f"), rounds_verdict(host), bwd_peer.text(".1f"),
+                              rounds_verdict(bwd_peer), step.text(".1f"), step_peer.text(".1f"), triton, commit])
+        rows += sorted(block, key=lambda r: (r[1], r[2], r[0]))
     if not rows:
         return None
-    rows = [r[:-1] for r in sorted(rows, key=lambda r: (r[-1], r[1], r[2], r[0]))]
     pooling = (f"each (Triton, D)'s latest protocol of at least {data.MIN_PROTOCOL_RUNS} runs in `{rel(path)}`, at "
                "the last column's commit")
     return rows, pooling
