@@ -48,6 +48,9 @@
 #                     (host_steps.py --steps sdpa,apply,attention,flash_attn_func; API_HOST_NS, API_HOST_REPEATS)
 #   bwd-host          issue 48: v7's autograd backward beside SDPA's and its repeat path piece by piece (host_steps.py
 #                     bwd_* steps; BWD_HOST_NS, default 512 1024 2048; BWD_HOST_REPEATS, default 7)
+#   host-trees        issue 48: the backward's host steps of this checkout against HOST_TREES_BEFORE (an older
+#                     checkout's folder, carried) in alternating fresh processes (compare_trees.py --mode host;
+#                     HOST_TREES_NS, default 512,1024,2048; HOST_TREES_ROUNDS, default 3; HOST_TREES_COMMIT: its commit)
 #   table-vs-race     issue 49: v7's launch table against its race, one checkout in alternating fresh processes
 #                     (compare_trees.py --csv launch_table.csv; TABLE_RACE_ROUNDS, default 3; TABLE_RACE_FIRST: the
 #                     first round's number, to go on after a cut, as each finished process's rows are kept)
@@ -129,6 +132,8 @@ cmd_of() {   # the command line of one step, given the seconds it may use
     torch-trace) echo "python3 profiling/run_profile.py --tool torch --kernel all" ;;
     host-steps) echo "python3 profiling/host_steps.py ${HOST_STEPS_ARGS:---N 512 4096}" ;;
     bwd-host) echo "python3 profiling/host_steps.py --kernel v7_hopper --N ${BWD_HOST_NS:-512 1024 2048} --steps sdpa_backward,backward,backward_nop,bwd_split,bwd_inside,bwd_key,bwd_buffers,bwd_zero_fill,bwd_delta,bwd_main,bwd_cast,bwd_repeat --repeats ${BWD_HOST_REPEATS:-7}" ;;
+    host-trees) [ -d "${HOST_TREES_BEFORE:-}" ] || { echo "host-trees: HOST_TREES_BEFORE must name the older checkout's folder" >&2; return 1; }
+      echo "FA2_TREE_COMMIT_BEFORE=${HOST_TREES_COMMIT:-} python3 scripts/compare_trees.py --mode host --tree before=$HOST_TREES_BEFORE --tree after=. --N ${HOST_TREES_NS:-512,1024,2048} --rounds ${HOST_TREES_ROUNDS:-3}" ;;
     api-host) echo "python3 profiling/host_steps.py --kernel v7_hopper --N ${API_HOST_NS:-512 1024 2048 4096} --steps sdpa,apply,attention,flash_attn_func --repeats ${API_HOST_REPEATS:-7}" ;;
     table-vs-race) echo "python3 scripts/compare_trees.py --csv launch_table.csv --tree table=. --tree race=. --env race:FA2_V7_LAUNCH_FROM=race --rounds ${TABLE_RACE_ROUNDS:-3} --first-round ${TABLE_RACE_FIRST:-1}" ;;
     compile-cost) echo "python3 sweeps/measure_compile_cost.py" ;;
@@ -157,7 +162,9 @@ run_lane() {   # lane index, steps (comma-separated), lanes in the phase
   local gpu=$((lane % NGPU)) llog="$OUT/lane$1.log"
   for s in ${steps//,/ }; do
     secs=$(left)
-    if ! cmd=$(cmd_of "$s" "$secs"); then echo "[gpu $gpu] unknown step $s" | tee -a "$LOG"; continue; fi
+    if ! cmd=$(cmd_of "$s" "$secs"); then
+      echo "[gpu $gpu] step $s not run: unknown, or a setting it needs is missing" | tee -a "$LOG"; continue
+    fi
     if [ "$secs" -lt "$MIN_STEP_S" ]; then
       echo "[gpu $gpu] $s skipped: ${secs}s left before the deadline" | tee -a "$LOG"; continue
     fi

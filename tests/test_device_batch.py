@@ -25,7 +25,7 @@ def recorded(tmp_path, *phases, **env) -> list[list[str]]:
                        timeout=300, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
                                          "OUT": str(tmp_path / "out"), **env})
     assert p.returncode == 0, p.stderr[-2000:]
-    assert "unknown step" not in p.stdout
+    assert "not run:" not in p.stdout
     calls = [shlex.split(line) for line in log.read_text().splitlines()]
     return [c for c in calls if c[:2] != ["-m", "pip"]]   # a checkout with .whl/ installs its wheels first
 
@@ -57,3 +57,18 @@ def test_bwd_host_runs_the_backward_page_s_command(tmp_path):
     assert bwd[bwd.index("--N") + 1:bwd.index("--steps")] == task[task.index("--N") + 1].split(",")
     assert bwd[:3] == ["profiling/host_steps.py", "--kernel", "v7_hopper"] and bwd[-2:] == ["--repeats", "7"]
     assert short[short.index("--N") + 1:short.index("--steps")] == ["1024"] and short[-1] == "3"
+
+
+def test_host_trees_compares_an_older_checkout_by_host_steps(tmp_path):
+    """Issue 48's before/after step: compare_trees --mode host against the folder HOST_TREES_BEFORE names, with its
+    commit for the rows; without a folder it is refused by name, not run."""
+    before = tmp_path / "old"
+    before.mkdir()
+    (cmd,) = recorded(tmp_path, "host-trees", HOST_TREES_BEFORE=str(before), HOST_TREES_NS="1024",
+                      HOST_TREES_ROUNDS="2")
+    assert cmd == ["scripts/compare_trees.py", "--mode", "host", "--tree", f"before={before}", "--tree", "after=.",
+                   "--N", "1024", "--rounds", "2"]
+    (tmp_path / "b").mkdir()
+    p = subprocess.run(["bash", "scripts/device_batch.sh", "host-trees"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "OUT": str(tmp_path / "b"), "HOST_TREES_BEFORE": ""})
+    assert "step host-trees not run" in p.stdout and "HOST_TREES_BEFORE must name" in p.stderr
