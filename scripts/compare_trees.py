@@ -198,14 +198,14 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
             if proc.returncode != 0 or (not rows if host else len(rows) != len(shapes) * len(kernels)):
                 print(proc.stdout[-2000:], proc.stderr[-4000:], sep="\n", file=sys.stderr)
                 return 1
-            if host:
-                for row in rows:
-                    row.update(round=r + 1, tree=label, tree_commit=commit, date=now())
-                print("\n".join(f"  {row['version']:<16} N={row['N']:>5} causal={row['causal']} {row['step']:<16} "
-                                f"{row['us_median']:8.1f} us" for row in rows if row["step"] in HOST_ECHO), flush=True)
-            for row in rows if not host else ():
-                row.update(round=r + 1, tree=label, tree_commit=commit, date=now(),
-                           pct_of_sdpa=100.0 * row["sdpa_ms"] / row["ms"],
+            for row in rows:
+                row.update(round=r + 1, tree=label, tree_commit=commit, date=now())
+                if host:
+                    if row["step"] in HOST_ECHO:
+                        print(f"  {row['version']:<16} N={row['N']:>5} causal={row['causal']} {row['step']:<16} "
+                              f"{row['us_median']:8.1f} us", flush=True)
+                    continue
+                row.update(pct_of_sdpa=100.0 * row["sdpa_ms"] / row["ms"],
                            graph_pct_of_sdpa=100.0 * row["sdpa_graph_ms"] / row["graph_ms"])
                 print(f"  {row['version']:<16} {mode} N={row['N']:>5} D={row['D']:>3} causal={row['causal']} "
                       f"{row['ms'] * 1e3:8.2f} us {row['pct_of_sdpa']:6.1f}% of cuDNN  "
@@ -231,7 +231,7 @@ def host_summary(path: Path) -> int:
     for r in rows:
         per.setdefault((r["version"], int(r["N"]), r["causal"], r["step"], r["tree"]), {})[r["round"]] = \
             float(r["us_median"])
-    shapes = sorted({k[:3] for k in per}, key=lambda k: (k[0], k[1], k[2]))
+    shapes = sorted({k[:3] for k in per})
     steps = list(dict.fromkeys(r["step"] for r in rows))
 
     def cell(xs):
