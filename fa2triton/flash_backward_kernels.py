@@ -13,6 +13,7 @@ without ever holding a whole (N_q, N_k) matrix:
   tl.atomic_add (dQ's last bits vary from run to run).
 - `_bwd_dq_kernel` (dq_mode "separate", deterministic): one program per (query tile, batch*head) over the key tiles
   (`_dq_key_tiles`), recomputing P and dP.
+- Both: causal, every head's longest tiles start first (tile_order: the heads on grid axis 0).
 - `_bwd_fused_kernel` (dq_mode "fused"): the dK/dV and the dQ programs in one launch, each computing Delta from O: no
   preprocess launch and no Delta buffer, for small N where the host's time dominates.
 
@@ -31,6 +32,7 @@ import triton
 import triton.language as tl
 
 from . import ptx_marks   # the wgmma kernels' PTX passes on Triton 3.9: fences and descriptors
+from .tile_order import tile_and_head
 
 
 @triton.jit
@@ -256,7 +258,8 @@ def _bwd_dkdv_kernel(
     ATOMIC_DQ: tl.constexpr,   # also accumulate dQ with atomics (dq_mode="atomic")
 ):
     ptx_marks.plant(FENCES=True, DESCRIPTORS=True, REDUCTIONS=False)
-    _dkdv_program(tl.program_id(0), tl.program_id(1),
+    tile, head = tile_and_head(tl.cdiv(N_KEYS, BLOCK_K), is_causal, False)
+    _dkdv_program(tile, head,
                   Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr, dK_ptr, dV_ptr, dQacc_ptr, Q_ptr,
                   stride_qb, stride_qq, stride_qd, stride_kb, stride_kk, stride_kd,
                   stride_vb, stride_vk, stride_vd, stride_dob, stride_doq, stride_dod,
@@ -383,7 +386,8 @@ def _bwd_dq_kernel(
     is_causal: tl.constexpr,
 ):
     ptx_marks.plant(FENCES=True, DESCRIPTORS=True, REDUCTIONS=False)
-    _dq_program(tl.program_id(0), tl.program_id(1),
+    tile, head = tile_and_head(tl.cdiv(N_QUERIES, BLOCK_Q), is_causal, True)
+    _dq_program(tile, head,
                 Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr, dQ_ptr, Q_ptr,
                 stride_qb, stride_qq, stride_qd, stride_kb, stride_kk, stride_kd,
                 stride_vb, stride_vk, stride_vd, stride_dob, stride_doq, stride_dod,

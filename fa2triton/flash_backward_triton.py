@@ -28,6 +28,7 @@ from .flash_backward_kernels import _bwd_dkdv_kernel, _bwd_dq_kernel, _bwd_fused
 from .gpu import facts, has_gpu, interpreting
 from .inputs import SUPPORTED_DTYPES, validate_qkv
 from .lean_path import LaunchCache, aligned_cuda, compiled_or_none, current_stream, run_compiled
+from . import tile_order
 
 # How dQ is computed (flash_attention_backward's dq_mode; the harness, the sweep and the tasks offer the same): its
 # own kernel, atomics in the dK/dV kernel, or everything in one launch; and what a caller may ask for: a mode, or
@@ -445,7 +446,7 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     else:
         dkdv_tail = (*common, *_strides(dK, dV, acc), N_q, N_k, scale)
         dkdv_kernel, dkdv_grid, dkdv_meta = _launch(
-            _bwd_dkdv_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile), B),
+            _bwd_dkdv_kernel, lambda c: tile_order.grid(triton.cdiv(N_k, c.dkdv_k_tile), B, causal),
             (Q, K, V, dO, L, Delta, dK, dV, acc, *dkdv_tail),
             lambda c: dict(D=D, BLOCK_Q=c.dkdv_q_tile, BLOCK_K=c.dkdv_k_tile, is_causal=causal, ATOMIC_DQ=atomic),
             config, strict)
@@ -456,7 +457,7 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     else:
         dq_tail = (*common, *_strides(dQ), N_q, N_k, scale)
         dq_kernel, dq_grid, dq_meta = _launch(
-            _bwd_dq_kernel, lambda c: (triton.cdiv(N_q, c.dq_q_tile), B),
+            _bwd_dq_kernel, lambda c: tile_order.grid(triton.cdiv(N_q, c.dq_q_tile), B, causal),
             (Q, K, V, dO, L, Delta, dQ, *dq_tail),
             lambda c: dict(D=D, BLOCK_Q=c.dq_q_tile, BLOCK_K=c.dq_k_tile, is_causal=causal),
             config, strict)

@@ -98,11 +98,13 @@ def test_launch_args_give_a_3d_dq_descriptor_and_128_key_tiles():
     a = _inputs(BH=3, N=200, D=128, device="meta", N_k=130)
     dk, dv = torch.empty_like(a["k"]), torch.empty_like(a["v"])
     acc = torch.empty(a["q"].shape, dtype=torch.float32, device="meta")
-    grid, args = WS.launch_args(a["q"], a["k"], a["v"], a["do"], a["lse"], a["delta"], dk, dv, acc, 0.125)
+    grid, args = WS.launch_args(a["q"], a["k"], a["v"], a["do"], a["lse"], a["delta"], dk, dv, acc, 0.125, False)
     assert grid == (2, 3)
     assert [d.block_shape for d in args[:5]] == [[64, 128], [128, 128], [128, 128], [64, 128], [1, 64, 64]]
     assert args[4].shape == [3, 200, 128]
     assert args[13:15] == (200, 130) and args[16] == 0.125
+    # causal: one axis, the heads fastest, so every head's first (longest) key tile starts first (tile_order)
+    assert WS.launch_args(a["q"], a["k"], a["v"], a["do"], a["lse"], a["delta"], dk, dv, acc, 0.125, True)[0] == (6, 1)
 
 
 # ------------------------------------------------------------------------------------------------ on a Hopper GPU

@@ -37,6 +37,7 @@ import torch
 
 from fa2triton.gluon import gluon_forward_hopper as _fwd
 from fa2triton.lean_path import run_compiled
+from fa2triton import tile_order
 
 HAVE_GLUON = _fwd.HAVE_GLUON
 flattened, row_descriptor = _fwd.flattened, _fwd.row_descriptor
@@ -231,8 +232,8 @@ if HAVE_GLUON:
         if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills)
             _hw.mark(_DESCRIPTOR_ASM)
 
-        k_start = gl.program_id(0) * BLOCK_N
-        head = gl.program_id(1)
+        tile, head = _hw.key_tile_and_head(gl.cdiv(N_KEYS, BLOCK_N), CAUSAL)
+        k_start = tile * BLOCK_N
         q_row0 = head * N_QUERIES
         L_ptr = L_ptr + head * stride_l_head
         Delta_ptr = Delta_ptr + head * stride_delta_head
@@ -330,15 +331,15 @@ def validate(q, k, v, do, lse, delta, scale) -> None:
         raise ValueError(f"{torch.cuda.get_device_name(q.device)} is not a Hopper GPU (sm_90)")
 
 
-def launch_args(q, k, v, do, lse, delta, dk, dv, scale: float):
+def launch_args(q, k, v, do, lse, delta, dk, dv, scale: float, causal: bool):
     """(grid, positional arguments) of _dkdv_kernel for validated inputs and the outputs dk, dv (k's shape,
-    contiguous)."""
+    contiguous); the grid is fa2triton.tile_order's."""
     BH, N_q, D = q.shape
     N_k = k.shape[1]
     descs = [row_descriptor(t, rows) for t, rows in ((q, BLOCK_M), (k, BLOCK_N), (v, BLOCK_N), (do, BLOCK_M))]
     args = (*descs, lse, delta, dk, dv, lse.stride(0), delta.stride(0), dk.stride(1), dv.stride(1), N_q, N_k,
             float(scale) * LOG2E, float(scale))
-    return (math.ceil(N_k / BLOCK_N), BH), args
+    return tile_order.grid(math.ceil(N_k / BLOCK_N), BH, causal), args
 
 
 def unsupported(q, k, v, do, lse, delta, scale) -> str | None:
@@ -371,7 +372,7 @@ class DkdvLaunch:
 def launch(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float) -> DkdvLaunch:
     """Launch the kernel into dk and dv (k's shape and dtype, contiguous heads) for inputs that `validate` (or
     `unsupported`) accepted, and return the launch recorded for repeats."""
-    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, scale)
+    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, scale, causal)
     compiled = _dkdv_kernel[grid](*args, CAUSAL=bool(causal), num_warps=NUM_WARPS, ptx_options=ptx_options())
     return DkdvLaunch(compiled, grid, args, causal)
 
@@ -408,6 +409,6 @@ def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int =
     from fa2triton.offline import OfflinePlan
 
     t, rows = offline_tensors(D, N, dtype, heads)
-    _, args = launch_args(t, t, t, t, rows, rows, t, t, 1.0 / math.sqrt(D))
+    _, args = launch_args(t, t, t, t, rows, rows, t, t, 1.0 / math.sqrt(D), causal)
     return OfflinePlan(_dkdv_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal),
                                                 ptx_options=ptx_options()))

@@ -36,6 +36,7 @@ import torch
 
 from fa2triton.gluon import gluon_backward_hopper as _r1
 from fa2triton.lean_path import run_compiled
+from fa2triton import tile_order
 
 HAVE_GLUON = _r1.HAVE_GLUON
 validate_inputs = _r1.validate
@@ -96,8 +97,8 @@ if HAVE_GLUON:
         N_QUERIES, N_KEYS, CAUSAL = sizes[0], sizes[1], sizes[2]
         SLOTS: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
-        k_start = gl.program_id(0) * k_smem.shape[0]
-        head = gl.program_id(1)
+        tile, head = _hw.key_tile_and_head(gl.cdiv(N_KEYS, k_smem.shape[0]), CAUSAL)
+        k_start = tile * k_smem.shape[0]
         k_row = head * N_KEYS + k_start
         mbarrier.expect(kv_bar.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
         tma_load(k_desc, [k_row, 0], kv_bar.index(0), k_smem)
@@ -226,8 +227,8 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr = k_smem.shape[0]
         ROWS: gl.constexpr = BLOCK_N // 2
         o_layout: gl.constexpr = wgmma_layout(4, D)
-        k_start = gl.program_id(0) * BLOCK_N
-        head = gl.program_id(1)
+        tile, head = _hw.key_tile_and_head(gl.cdiv(N_KEYS, BLOCK_N), CAUSAL)
+        k_start = tile * BLOCK_N
 
         lo, diag_stop, full_stop, tail_start = _query_ranges(k_start, BLOCK_N, BLOCK_M, N_QUERIES, CAUSAL)
 
@@ -340,15 +341,16 @@ def unsupported(q, k, v, do, lse, delta, scale, dq_accum) -> str | None:
     return None
 
 
-def launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale: float):
-    """(grid, positional arguments) of _bwd_ws_kernel for validated inputs and outputs."""
+def launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale: float, causal: bool):
+    """(grid, positional arguments) of _bwd_ws_kernel for validated inputs and outputs; the grid is
+    fa2triton.tile_order's."""
     BH, N_q, D = q.shape
     N_k = k.shape[1]
     row = _r1.row_descriptor
     descs = (row(q, BLOCK_M), row(k, BLOCK_N), row(v, BLOCK_N), row(do, BLOCK_M), _dq_descriptor(dq_accum))
     args = (*descs, lse, delta, dk, dv, lse.stride(0), delta.stride(0), dk.stride(1), dv.stride(1), N_q, N_k,
             float(scale) * LOG2E, float(scale))
-    return (math.ceil(N_k / BLOCK_N), BH), args
+    return tile_order.grid(math.ceil(N_k / BLOCK_N), BH, causal), args
 
 
 class WsLaunch:
@@ -371,7 +373,7 @@ class WsLaunch:
 def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float) -> WsLaunch:
     """Launch into dk, dv (k's shape, contiguous heads) and add dQ's partials into dq_accum (zeros, fp32, q's
     shape) for inputs `validate` accepted; return the recorded launch."""
-    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale)
+    grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale, causal)
     unsynced = q.shape[2] in UNSYNCED_HEAD_DIMS
     compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), UNSYNCED=unsynced, num_warps=NUM_WARPS,
                                     ptx_options=ptx_options())
@@ -394,7 +396,7 @@ def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int =
 
     t, rows = _r1.offline_tensors(D, N, dtype, heads)
     acc = torch.empty(heads, N, D, dtype=torch.float32, device="meta")
-    _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D))
+    _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D), causal)
     return OfflinePlan(_bwd_ws_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal),
                                                   UNSYNCED=D in UNSYNCED_HEAD_DIMS if unsynced is None
                                                   else bool(unsynced),

@@ -1,6 +1,6 @@
 """Hopper (sm_90) helpers shared by the Gluon forward (gluon_kernel) and both Gluon backwards (gluon_backward_hopper,
 gluon_backward_ws): the constants of the exp2 softmax, the hardware barrier ids the PTX passes use, the wgmma
-accumulator layout, the slot and phase arithmetic of a ring of mbarrier-guarded shared-memory slots, and the marks
+accumulator layout, a backward program's place in its grid, the slot and phase arithmetic of a ring of mbarrier-guarded shared-memory slots, and the marks
 the PTX passes (gluon_ptx) look for.
 
 Ring invariants (every ring here): use i of a ring of SLOTS slots is in slot i % SLOTS; its "ready" mbarrier completes
@@ -56,6 +56,20 @@ def empty_phase(i, SLOTS: gl.constexpr):
     """The phase the producer of use i waits for on the slot's "empty" mbarrier: the release of use i - SLOTS (the
     first round's wait, pred i >= SLOTS false, is skipped)."""
     return ((i // SLOTS) & 1) ^ 1
+
+
+@gluon.jit
+def key_tile_and_head(TILES, CAUSAL: gl.constexpr):
+    """A backward program's (key tile, head) on fa2triton.tile_order's grid of TILES key tiles per head (its
+    tile_and_head for key tiles: causal, the heads fastest and the first, longest, key tiles first)."""
+    if CAUSAL:
+        heads = gl.num_programs(0) // TILES
+        tile = gl.program_id(0) // heads
+        head = gl.program_id(0) - tile * heads
+    else:
+        tile = gl.program_id(0)
+        head = gl.program_id(1)
+    return tile, head
 
 
 @gluon.jit
