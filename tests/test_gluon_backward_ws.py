@@ -159,7 +159,8 @@ def test_auto_takes_the_ws_kernel_where_it_measured_faster():
     assert [FB.auto_dq_mode(32, n, n, 128, c, sms, gluon_ws=True) for n in (1024, 4096) for c in (0, 1)] == \
         ["atomic"] * 4
     assert FB.auto_dq_mode(32, 2048, 2048, 64, False, sms, gluon_ws=True) == "atomic"
-    assert FB.auto_dq_mode(32, 2048, 2048, 64, True, sms, gluon_ws=True) == "separate"   # D = 64 causal
+    assert FB.auto_dq_mode(32, 2048, 2048, 64, True, sms, gluon_ws=True) == "atomic"     # since tile_order
+    assert FB.auto_dq_mode(32, 1024, 1024, 64, True, sms, gluon_ws=True) == "fused"       # the host's time there
     assert FB.auto_dq_mode(32, 512, 512, 64, False, sms, gluon_ws=True) == "fused"       # not measured below 1024
     assert FB.auto_dq_mode(32, 2048, 2048, 128, False, sms) == "separate"                # no Gluon kernel here
     assert not FB.gluon_ws_takes(128, torch.bfloat16, "triton")
@@ -173,21 +174,29 @@ def test_preferreds_docstring_gives_the_committed_ratios():
     from pathlib import Path
 
     doc = " ".join(WS.preferred.__doc__.split())
-    quoted = re.search(r"(\d\.\d\d)-(\d\.\d\d)x as fast everywhere else, (\d\.\d\d)-(\d\.\d\d)x at D = 64 causal", doc)
+    quoted = re.search(r"(\d\.\d\d)-(\d\.\d\d)x as fast without the mask and at D = 128; at D = 64 causal "
+                       r"(\d\.\d\d)-(\d\.\d\d)x since .*rows of (\w+)\), where before it was (\d\.\d\d)-(\d\.\d\d)x", doc)
     path = Path(__file__).resolve().parent.parent / "results" / "nvidia-h200" / "experiments" / "bwd_gluon_ws.csv"
     with open(path) as f:
         rows = list(csv.DictReader(f))
-    # round 3's runs: not those that also timed the synced form (their v7 already took this kernel)
-    synced = {r["git_commit"] for r in rows if r["who"].endswith("/synced")}
+    # round 3's runs: not those that also timed the synced form before the launch order (their v7 already took
+    # this kernel)
+    assert quoted
+    since = quoted.group(5)
+    synced = {r["git_commit"] for r in rows if r["who"].endswith("/synced")} - {since}
     rows = [r for r in rows if r["who"] == f"gluon-ws/s{WS.SLOTS}" and int(r["N"]) >= 1024
             and r["git_commit"] not in synced]
-    taken = [float(r["v7_over_graph"]) for r in rows if WS.preferred(int(r["N"]), int(r["N"]), int(r["D"]),
-                                                                     r["causal"] == "1")]
-    left = [float(r["v7_over_graph"]) for r in rows if r["D"] == "64" and r["causal"] == "1"]
-    assert quoted and taken and left
-    assert tuple(map(float, quoted.groups())) == (round(min(taken), 2), round(max(taken), 2), round(min(left), 2),
-                                                  round(max(left), 2))
-    assert min(taken) > 1.0 > min(left)
+    d64c = [r for r in rows if r["D"] == "64" and r["causal"] == "1"]
+    groups = ([r for r in rows if r not in d64c], [r for r in d64c if r["git_commit"] == since],
+              [r for r in d64c if r["git_commit"] != since])
+    ratios = [[float(r["v7_over_graph"]) for r in g] for g in groups]
+    assert all(ratios)
+    assert tuple(map(float, quoted.groups()[:4] + quoted.groups()[5:])) == tuple(
+        round(f(g), 2) for g in ratios for f in (min, max))
+    assert min(ratios[0]) > 1.0 and min(ratios[1]) > 1.0 > min(ratios[2])
+    assert all(WS.preferred(int(r["N"]), int(r["N"]), int(r["D"]), r["causal"] == "1") for r in groups[0])
+    assert [WS.preferred(int(r["N"]), int(r["N"]), 64, True) for r in groups[1]] == [int(r["N"]) >= 2048
+                                                                                      for r in groups[1]]
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel runs on a Hopper GPU only")
