@@ -13,7 +13,7 @@ without ever holding a whole (N_q, N_k) matrix:
   tl.atomic_add (dQ's last bits vary from run to run).
 - `_bwd_dq_kernel` (dq_mode "separate", deterministic): one program per (query tile, batch*head) over the key tiles
   (`_dq_key_tiles`), recomputing P and dP.
-- Both: causal, every head's longest tiles start first (tile_order: the heads on grid axis 0).
+- Both: causal, every head's longest tiles start first (tile_order: one grid axis, the heads fastest).
 - `_bwd_fused_kernel` (dq_mode "fused"): the dK/dV and the dQ programs in one launch, each computing Delta from O: no
   preprocess launch and no Delta buffer, for small N where the host's time dominates.
 

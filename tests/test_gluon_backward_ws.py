@@ -175,7 +175,8 @@ def test_preferreds_docstring_gives_the_committed_ratios():
 
     doc = " ".join(WS.preferred.__doc__.split())
     quoted = re.search(r"(\d\.\d\d)-(\d\.\d\d)x as fast without the mask and at D = 128; at D = 64 causal "
-                       r"(\d\.\d\d)-(\d\.\d\d)x since .*rows of (\w+)\), where before it was (\d\.\d\d)-(\d\.\d\d)x", doc)
+                       r"(\d\.\d\d)-(\d\.\d\d)x since .*rows of (\w+)\), "
+                       r"where before it was (\d\.\d\d)-(\d\.\d\d)x", doc)
     path = Path(__file__).resolve().parent.parent / "results" / "nvidia-h200" / "experiments" / "bwd_gluon_ws.csv"
     with open(path) as f:
         rows = list(csv.DictReader(f))

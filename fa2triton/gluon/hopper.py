@@ -1,7 +1,7 @@
 """Hopper (sm_90) helpers shared by the Gluon forward (gluon_kernel) and both Gluon backwards (gluon_backward_hopper,
 gluon_backward_ws): the constants of the exp2 softmax, the hardware barrier ids the PTX passes use, the wgmma
-accumulator layout, a backward program's place in its grid, the slot and phase arithmetic of a ring of mbarrier-guarded shared-memory slots, and the marks
-the PTX passes (gluon_ptx) look for.
+accumulator layout, a backward program's place in its grid, the slot and phase arithmetic of a ring of
+mbarrier-guarded shared-memory slots, and the marks the PTX passes (gluon_ptx) look for.
 
 Ring invariants (every ring here): use i of a ring of SLOTS slots is in slot i % SLOTS; its "ready" mbarrier completes
 phase (i // SLOTS) & 1 when use i's data is in; the producer of use i waits on the slot's "empty" mbarrier for phase
