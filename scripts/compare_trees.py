@@ -97,10 +97,12 @@ def child_ptxas() -> str:
     return get_ptxas(10 * major + minor).version
 
 
-def host_child(kernels: list[str], shapes: list[tuple[int, int, bool]], steps: str, repeats: int) -> None:
-    """--mode host in a tree on sys.path: its host_steps' time_steps for each version and (N, causal) (the harness's
-    D), one JSON line per version, shape and step. SystemExit naming the tree's lack where its host_steps has no
-    time_steps (a tree from before it)."""
+def host_child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], steps: str,
+               repeats: int) -> None:
+    """--mode host in `tree`: its host_steps' time_steps for each version and (N, causal) (the harness's D), one JSON
+    line per version, shape and step. SystemExit naming the tree's lack where its host_steps has no time_steps (a
+    tree from before it)."""
+    sys.path.insert(0, str(tree))
     import torch
     import triton
 
@@ -297,8 +299,7 @@ def main(argv=None) -> int:
     if args.child:
         shapes = [(int(n), int(d), c == "1") for n, d, c in (s.split(",") for s in args.shapes.split(";"))]
         if host:
-            sys.path.insert(0, args.child)
-            host_child(args.kernel.split(","), shapes, args.steps, args.repeats)
+            host_child(Path(args.child), args.kernel.split(","), shapes, args.steps, args.repeats)
         else:
             child(Path(args.child), args.kernel.split(","), shapes, args.mode, args.sdpa_graphs)
         return 0
