@@ -305,7 +305,7 @@ _FUNCTION = re.compile(r"^(?:\.visible\s+|\.weak\s+)?\.(?:entry|func)\b")
 MIN_TREE_LEAVES = 8   # a row's 32 values per thread; smaller reductions are left as Triton wrote them
 
 
-def chain_reduction_trees(ptx: str, chains: dict | None = None) -> tuple[str, int]:
+def chain_reduction_trees(ptx: str) -> tuple[str, int]:
     """The PTX with each tree of `add.f32` or of `max.f32` (MIN_TREE_LEAVES or more leaves, one op) written as one
     chain, leaves in the order they are written, and how many trees. A tree: steps in one basic block whose inner
     results are written once and read once in their function, by the tree. Each chain step goes right after the write
@@ -314,23 +314,18 @@ def chain_reduction_trees(ptx: str, chains: dict | None = None) -> tuple[str, in
     (3.6's PTX: n = 0), a tree with a wgmma, barrier, call or inline asm among its steps, a root read or written
     between its new and old place. Exact for max; a sum rounds as 3.6's order does. Why: under 3.9's trees v7's
     forward at D = 64 is slower than under 3.6, most at the split form, whose maxima cost it most (the rounds:
-    "The forward at D = 64", docs/port-triton39.md).
-
-    `chains` ({"add": 1, "max": 1} by default) gives per op how many chains a reduction becomes: with k > 1 the leaves
-    go round k chains in their order, chains (3.6's form) included, and the chains are then folded in pairs, as
-    flash-attn-4's fmax_reduce takes a row maximum in four (GluonConfig.max_chains); an op left out is left alone."""
+    "The forward at D = 64", docs/port-triton39.md)."""
     lines = ptx.split("\n")
     starts = [i for i, line in enumerate(lines) if _FUNCTION.match(line)] + [len(lines)]
     out, n = lines[:starts[0]], 0
-    chains = {"add": 1, "max": 1} if chains is None else chains
     for a, b in zip(starts, starts[1:]):
-        body, k = _chain_function(lines[a:b], chains)
+        body, k = _chain_function(lines[a:b])
         out += body
         n += k
     return "\n".join(out), n
 
 
-def _chain_function(lines: list[str], chains: dict) -> tuple[list[str], int]:
+def _chain_function(lines: list[str]) -> tuple[list[str], int]:
     """chain_reduction_trees over one function's lines."""
     writes: dict[str, list[int]] = {}
     reads: dict[str, list[int]] = {}
@@ -357,7 +352,7 @@ def _chain_function(lines: list[str], chains: dict) -> tuple[list[str], int]:
     after: dict[int, list[str]] = {}   # line -> the chain steps that follow it
     drop, n = set(), 0
     for root, (i, _, _, op) in steps.items():
-        if root in inners or op not in chains:
+        if root in inners:
             continue
         tree, leaves, stack, chain = [], [], [root], True
         while stack:
@@ -368,30 +363,24 @@ def _chain_function(lines: list[str], chains: dict) -> tuple[list[str], int]:
             chain &= len(below) <= 1
             stack += below
             leaves += [(c, j) for c in (x, y) if c not in below]
-        k = chains[op]
-        if (chain and k == 1) or len(leaves) < MIN_TREE_LEAVES:
+        if chain or len(leaves) < MIN_TREE_LEAVES:
             continue   # a chain already (3.6's form), or a small reduction
         tree_lines = {steps[r][0] for r in tree}
         start = min(tree_lines) - 1   # a leaf from an earlier block is taken where the tree began
-        if any(_ORDERED.search(lines[m]) for m in range(start + 1, i)):
+        if any(_ORDERED.search(lines[k]) for k in range(start + 1, i)):
             continue
         placed = []   # (the leaf's last write before its read in that block, else start; the leaf)
         for c, j in leaves:
-            w = [m for m in writes.get(c, []) if m < j and blocks[m] == blocks[j]]
+            w = [k for k in writes.get(c, []) if k < j and blocks[k] == blocks[j]]
             placed.append((w[-1] if w else start, c))
         placed.sort()
         last = placed[-1][0]   # where the root is now written: nothing else may touch it up to its old line
-        if any(last < m < i for m in reads.get(root, []) + writes.get(root, [])):
+        if any(last < k < i for k in reads.get(root, []) + writes.get(root, [])):
             continue
-        dsts = iter(sorted(set(tree) - {root}, key=lambda r: steps[r][0]) + [root])
-        accs = [leaf for _, leaf in placed[:k]]   # each chain's running value; leaf j joins chain j % k
-        for j, (at, leaf) in enumerate(placed[k:], k):
-            dst = next(dsts)
-            after.setdefault(at, []).append(f"\t{op}.f32 \t{dst}, {accs[j % k]}, {leaf};")
-            accs[j % k] = dst
-        while len(accs) > 1:   # the chains folded in pairs, after the last leaf's step
-            accs = [_fold(after, last, op, next(dsts), *accs[m:m + 2]) if m + 1 < len(accs) else accs[m]
-                    for m in range(0, len(accs), 2)]
+        acc = placed[0][1]
+        for (at, leaf), dst in zip(placed[1:], sorted(set(tree) - {root}, key=lambda r: steps[r][0]) + [root]):
+            after.setdefault(at, []).append(f"\t{op}.f32 \t{dst}, {acc}, {leaf};")
+            acc = dst
         drop |= tree_lines
         n += 1
     out = []
@@ -400,9 +389,3 @@ def _chain_function(lines: list[str], chains: dict) -> tuple[list[str], int]:
             out.append(line)
         out += after.get(k, [])
     return out, n
-
-
-def _fold(after: dict, at: int, op: str, dst: str, a: str, b: str) -> str:
-    """One step folding two of a reduction's chains, placed after line `at`; its result's register."""
-    after.setdefault(at, []).append(f"\t{op}.f32 \t{dst}, {a}, {b};")
-    return dst

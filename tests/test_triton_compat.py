@@ -333,32 +333,6 @@ def test_chain_reduction_trees_chains_a_maximum_and_takes_leaves_from_an_earlier
     assert tc.chain_reduction_trees(out) == (out, 0)
 
 
-def _depth(ptx: str, reg: str) -> int:
-    """How many max.f32 steps lie on the longest path to `reg` in straight-line PTX."""
-    depth = {}
-    for line in ptx.split("\n"):
-        if "max.f32" in line:
-            dst, *srcs = re.findall(r"%\w+", line)
-            depth[dst] = 1 + max(depth.get(r, 0) for r in srcs)
-    return depth[reg]
-
-
-@pytest.mark.parametrize("n", [8, 16, 32])
-def test_chain_reduction_trees_takes_a_maximum_in_four_chains_from_a_chain_or_a_tree(n):
-    """GluonConfig.max4: a row maximum as 3.6 writes it (one chain) and as 3.9 does (a tree) becomes four chains,
-    folded in pairs: the same value, n - 1 steps, n / 4 + 1 deep; the sums are left alone."""
-    tree, root = row_sum(n)
-    tree = [line.replace("add.f32", "max.f32") for line in tree]
-    chained = tc.chain_reduction_trees("\n".join(tree))[0]
-    for ptx in ("\n".join(tree), chained):
-        assert _depth(ptx, root) in (n - 1, n.bit_length() - 1)   # one chain, or a tree of pairs
-        out, count = tc.chain_reduction_trees(ptx, {"max": 4})
-        assert count == 1 and run_ptx(out) == run_ptx(ptx) == [2 ** (n - 1)]
-        assert out.count("max.f32") == n - 1 and _depth(out, root) == n // 4 + 1
-    sums = "\n".join(row_sum(n)[0])
-    assert tc.chain_reduction_trees(sums, {"max": 4}) == (sums, 0)
-
-
 def _ordered_inside_the_sum(lines, root):   # a barrier among the tree's adds: a leaf from before it may not move
     first = next(i for i, line in enumerate(lines) if "add.f32" in line)
     return lines[:first] + ["$L__BB0_1:", "\tbar.sync \t1, 128;"] + lines[first:first + 3] + ["\tbar.sync \t1, 128;"] \

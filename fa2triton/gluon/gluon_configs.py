@@ -34,8 +34,6 @@ class GluonConfig:
     exp_turn: bool = False        # instead of ping-pong: the consumers take turns at their exponentials, the turn passed
                                   # after one of a thread's row sums ("/et1"; after both, "/et", was slower)
     shared_code: bool = False     # the consumers run one copy of their code, inlined once by the PTX stage ("/sc2")
-    max4: bool = False            # each row maximum in four chains folded in pairs (flash-attn-4's fmax_reduce), not
-                                  # one chain of 32: the PTX stage's chain_reduction_trees ("/mx4")
 
     def __post_init__(self):
         if self.consumers not in (2, 3) or self.block_m != 64 * self.consumers:
@@ -54,8 +52,7 @@ class GluonConfig:
         return (f"ws{self.consumers}x64x{self.block_n}/{self.slots}s/preg{'/pp' if self.pingpong else ''}"
                 f"{'/split' if self.split_tail else ''}{'/persist' if self.persistent else ''}"
                 f"{'/ds' if self.direct_store else ''}/ua{'/la' if self.lookahead else ''}"
-                f"{'/et1' if self.exp_turn else ''}{'/q1' if self.one_q else ''}{'/sc2' if self.shared_code else ''}"
-                f"{'/mx4' if self.max4 else ''}")
+                f"{'/et1' if self.exp_turn else ''}{'/q1' if self.one_q else ''}{'/sc2' if self.shared_code else ''}")
 
     @property
     def q_buffers(self) -> int:
@@ -126,11 +123,6 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True),
     GluonConfig(128, 128, 3, 2, persistent=True, exp_turn=True),
     GluonConfig(128, 128, 3, 2, pingpong=True),
-    # issue 48's forward trials: the row maxima in four chains, and the D = 128 candidate with one copy of the code
-    GluonConfig(128, 128, 3, 2, persistent=True, exp_turn=True, shared_code=True, max4=True),
-    GluonConfig(192, 128, 4, 3, pingpong=True, split_tail=True, persistent=True, max4=True),
-    GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True, direct_store=True, one_q=True, max4=True),
-    GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True, direct_store=True, one_q=True, shared_code=True),
 )
 
 

@@ -48,7 +48,6 @@ _INLINE_ASM = gl.constexpr(_ptx.INLINE_ASM)
 _DESCRIPTOR_ASM = gl.constexpr(_ptx.DESCRIPTOR_ASM)
 _DESCRIPTOR_ADDS = gl.constexpr(splits_wgmma_descriptors())
 _REDUCE_ASM = gl.constexpr(_ptx.REDUCE_ASM)
-_MAX4_ASM = gl.constexpr(_ptx.MAX4_ASM)
 _CHAIN_REDUCTIONS = gl.constexpr(reduces_in_trees())
 _LOADER_REGS = gl.constexpr(LOADER_REGS)
 _LN2 = _hw.LN2_C
@@ -596,7 +595,7 @@ def flash_fwd_gluon_ws(
     # persistent grid: the next item's queries load while this one's finish), then Options' and SHARED_CODE
     CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr, DIRECT_STORE: gl.constexpr, LOOKAHEAD: gl.constexpr,
-    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr, MAX4: gl.constexpr = False,
+    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr,
 ):
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -606,8 +605,6 @@ def flash_fwd_gluon_ws(
         _mark(_DESCRIPTOR_ASM)
     if _CHAIN_REDUCTIONS:  # the PTX stage's chain_reduction_trees
         _mark(_REDUCE_ASM)
-    if MAX4:               # the same pass, each row maximum in four chains
-        _mark(_MAX4_ASM)
 
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFFERS * CONSUMERS, ROWS, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [SLOTS, BLOCK_N, D], k_desc.layout)

@@ -49,8 +49,6 @@ FENCE_MARK = "fa2-proxy-fences-v1"
 FENCE_ASM = f"mov.b32 $0, $1; // {FENCE_MARK}"
 REDUCE_MARK = "fa2-chained-reductions-v2"
 REDUCE_ASM = f"mov.b32 $0, $1; // {REDUCE_MARK}"
-MAX4_MARK = "fa2-max-in-four-v1"
-MAX4_ASM = f"mov.b32 $0, $1; // {MAX4_MARK}"
 CONSUMER_CALL = "_ws_consumer_call"   # the kernel's consumer function (gluon_kernel._ws_consumer_call)
 PARTITION_BARRIER_BASE = _BarrierId.PARTITION_BASE   # partition_syncs' ids: this + tid.x / 128
 
@@ -219,7 +217,7 @@ def inline_consumer_call(ptx: str) -> tuple[str, int]:
 
 
 STAGES_KEY = (f"fa2-ptx-passes:{UNSYNCED_MARK},{TIE_MARK},{INLINE_MARK},{CONSUMER_CALL},{PARTITION_BARRIER_BASE},"
-              f"{DESCRIPTOR_MARK},{FENCE_MARK},{REDUCE_MARK},{MAX4_MARK}")
+              f"{DESCRIPTOR_MARK},{FENCE_MARK},{REDUCE_MARK}")
 
 
 def passes(text: str) -> str:
@@ -227,8 +225,7 @@ def passes(text: str) -> str:
     # fences before descriptors: drop_repeated_proxy_fences reads the rewritten descriptors' braced blocks as barriers
     text = drop_repeated_proxy_fences(text)[0] if FENCE_MARK in text else text
     text = wgmma_descriptor_adds(text)[0] if DESCRIPTOR_MARK in text else text
-    chains = {**({"add": 1, "max": 1} if REDUCE_MARK in text else {}), **({"max": 4} if MAX4_MARK in text else {})}
-    text = chain_reduction_trees(text, chains)[0] if chains else text
+    text = chain_reduction_trees(text)[0] if REDUCE_MARK in text else text
     text = drop_marked_syncs(text)[0] if UNSYNCED_MARK in text else text
     text = partition_syncs(text)[0] if CONSUMER_CALL in text else text
     # tied before inlining, whose renamed predicates (%fa2ip<n>) _ELECTED_ARRIVE would not match (untied, the
