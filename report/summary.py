@@ -249,15 +249,17 @@ def by_triton(df: pd.DataFrame, newest_only: bool = False):
 
 
 def peer_goal_rounds(gpu, root, newest_only: bool = False) -> tuple[list[list], str] | None:
-    """v7 against the peer from experiments/peer_goal.py's rows (one per round and shape, one process): per Triton
-    and shape the rounds, the median (min–max) of the per-round % of the peer by do_bench and by graph replay with a
-    verdict each (rounds_verdict), of the % of cuDNN by both, and the commit. Per Triton the rows at its latest
-    commit with fa4_status ok, the last process's rounds per shape (newest_only: the newest Triton's); None while the
-    file has no such row."""
+    """v7 against the peer from experiments/peer_goal.py's rows (one per round and shape, one process) at the goal's
+    shapes (N >= PEER_GOAL_MIN_N; the experiment also times N = 512 and 1024 by default): per Triton and shape the
+    rounds, the median (min–max) of the per-round % of the peer by do_bench and by graph replay with a verdict each
+    (rounds_verdict), of the % of cuDNN by both, and the commit. Per Triton the rows at its latest commit with
+    fa4_status ok, the last process's rounds per shape (newest_only: the newest Triton's); None while the file has
+    no such row."""
     path = data.root(root) / gpu / "experiments" / "peer_goal.csv"
     if not path.exists():
         return None
     df = numeric(peer_rows(data.load(path, PEER_GOAL_COLUMNS)), path, [c for c in PEER_GOAL_COLUMNS if c != "fa4_status"])
+    df = df[df.N >= PEER_GOAL_MIN_N]
     if not len(df):
         return None
     rows, counts = [], set()

@@ -40,10 +40,13 @@ def test_peer_goal_prefers_the_interleaved_rounds(root):
     shapes = {(2048, 64, 0): lambda r: 100.5 + r, (4096, 64, 0): lambda r: 90.0 + r,
               (2048, 128, 1): lambda r: 98.5 + r, (4096, 128, 1): lambda r: 101.0 + r}
     path = root / GPU / "experiments" / "peer_goal.csv"
-    # an older process at the same commit first: only the last process's rounds per shape count
-    _write(path, peer_rounds({k: (lambda r: 50.0) for k in shapes}) + peer_rounds(shapes))
+    # an older process at the same commit first: only the last process's rounds per shape count; N = 1024 (timed by
+    # the experiment's default) is below the goal's shapes
+    _write(path, peer_rounds({k: (lambda r: 50.0) for k in shapes}) + peer_rounds(shapes)
+           + peer_rounds({(1024, 64, 0): lambda r: 150.0}))
     rows, pooling = summary.peer_goal_rounds(GPU, root)
     by = {(r[0], r[1], r[2]): r for r in rows}
+    assert sorted(by) == sorted((N, D, "yes" if c else "no") for N, D, c in shapes)
     assert by[(2048, 64, "no")][3:6] == [5, "103.5% (101.5–105.5%)", "ahead"]
     assert by[(4096, 64, "no")][4:6] == ["93.0% (91.0–95.0%)", "behind"]
     assert by[(2048, 128, "yes")][4:6] == ["101.5% (99.5–103.5%)", "level"]   # the median above, one round below
