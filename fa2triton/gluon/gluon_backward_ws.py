@@ -71,10 +71,6 @@ NUM_WARPS = 4         # the default partition: consumer 0
 # bwd-gluon-ws at 17b5ce8: 1.1-3.2% faster at D = 128 non-causal N >= 2048, 3.5-6.4% slower at D = 64 non-causal
 # (docs/worklogs/backward_hopper.md, "Round 5").
 UNSYNCED_HEAD_DIMS = (128,)
-# Head dimensions where one consumer per query tile computes the tile's whole dQ partial (the consumers take turns by
-# the tile's parity), one m64n64 product and one reduce-add, where each consumer otherwise computes half its columns
-# (m64n32, both reading all of dS). Issue 48's trial: empty until measured.
-FULL_DQ_HEAD_DIMS: tuple = ()
 
 
 if HAVE_GLUON:
@@ -136,25 +132,20 @@ if HAVE_GLUON:
             _hw.mark(_MARK_ASM)
 
     @gluon.jit
-    def _release_slot(t, q_smem, empty, UNSYNCED: gl.constexpr):
-        """Query tile t's slot released by this consumer, once the tile's full wgmma wait is done."""
-        mbarrier.arrive(empty.index(slot_of(t, q_smem.shape[0])), count=1)
-        _unsynced(UNSYNCED)   # after the tile's full wgmma wait: every read of the slot is done (one operation)
-
-    @gluon.jit
     def _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED: gl.constexpr):
         """The end of query tile t (at q_start) once its products are done: its slot released, this consumer's
-        columns of its dQ partial (all of them where the buffers are D wide) scaled and reduce-added (TMA) from the
-        consumer's fp32 buffer."""
+        columns of its dQ partial scaled and reduce-added (TMA) from the consumer's fp32 buffer."""
         q_smem, dq_smem = smem[2], smem[5]
+        empty = bars[2]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
-        COLS: gl.constexpr = dq_smem.shape[3]
-        _release_slot(t, q_smem, bars[2], UNSYNCED)
+        HALF: gl.constexpr = q_smem.shape[2] // 2
+        mbarrier.arrive(empty.index(slot_of(t, q_smem.shape[0])), count=1)
+        _unsynced(UNSYNCED)   # after the tile's full wgmma wait: every read of the slot is done (one operation)
         tma.store_wait(0)                       # this consumer's previous reduce-add has read its buffer
         dq_buf = dq_smem.index(wg)
-        dq_buf.reshape([BLOCK_M, COLS]).store(dq * scale)
+        dq_buf.reshape([BLOCK_M, HALF]).store(dq * scale)
         fence_async_shared()
-        tma_reduce_add(dq_desc, [head, q_start, 0 if COLS == q_smem.shape[2] else wg * COLS], dq_buf)
+        tma_reduce_add(dq_desc, [head, q_start, wg * HALF], dq_buf)
 
     @gluon.jit
     def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
@@ -205,21 +196,10 @@ if HAVE_GLUON:
         mbarrier.arrive(ds_bar.index(b), count=1)
         mbarrier.wait(ds_bar.index(b), ready_phase(t, _DS_BUFFERS))
         _unsynced(UNSYNCED)   # each thread waits for both halves itself
-        if dq_smem.shape[3] == D:   # FULL_DQ_HEAD_DIMS: the consumer whose turn it is takes all of dQ = dS K
-            if slot_of(t, 2) == wg:
-                dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem,
-                                       gl.zeros([BLOCK_M, D], gl.float32, wgmma_layout(4, D)), use_acc=False,
-                                       is_async=True)
-                dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
-                _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED)
-            else:
-                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok))
-                _release_slot(t, q_smem, empty, UNSYNCED)
-        else:   # each consumer its half of dQ's columns over all 128 keys
-            dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),
-                                   gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
-            dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
-            _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED)
+        dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),  # dQ = dS K
+                               gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
+        dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
+        _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED)
         return dk, dv
 
     @gluon.jit
@@ -284,7 +264,7 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-        DQ_COLS: gl.constexpr = dq_desc.block_type.shape[2]   # D / 2, or D (FULL_DQ_HEAD_DIMS)
+        HALF: gl.constexpr = D // 2
         dtype: gl.constexpr = q_desc.dtype
         ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
 
@@ -293,7 +273,7 @@ if HAVE_GLUON:
         q_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], q_desc.layout)
         do_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], do_desc.layout)
         ds_smem = gl.allocate_shared_memory(dtype, [_DS_BUFFERS, BLOCK_N, BLOCK_M], ds_layout)
-        dq_smem = gl.allocate_shared_memory(gl.float32, [_CONSUMERS, 1, BLOCK_M, DQ_COLS], dq_desc.layout)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [_CONSUMERS, 1, BLOCK_M, HALF], dq_desc.layout)
         row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
         l_smem = gl.allocate_shared_memory(gl.float32, [_SLOTS, BLOCK_M], row_layout)
         delta_smem = gl.allocate_shared_memory(gl.float32, [_SLOTS, BLOCK_M], row_layout)
@@ -338,10 +318,9 @@ def preferred(N_q: int, N_k: int, D: int, causal: bool) -> bool:
 # ---------------------------------------------------------------------------------------------- host entry points
 
 def _dq_descriptor(dq_accum: torch.Tensor):
-    """The fp32 (heads, N_q, D) accumulator, blocks (1, BLOCK_M, D / 2), or D wide where D is in FULL_DQ_HEAD_DIMS:
-    TMA's bounds end a tile at its head's N_q."""
+    """The fp32 (heads, N_q, D) accumulator, blocks (1, BLOCK_M, D / 2): TMA's bounds end a tile at its head's N_q."""
     D = dq_accum.shape[2]
-    block = [1, BLOCK_M, D if D in FULL_DQ_HEAD_DIMS else D // 2]
+    block = [1, BLOCK_M, D // 2]
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
     return TensorDescriptor(dq_accum, list(dq_accum.shape), list(dq_accum.stride()), block, layout)
 
