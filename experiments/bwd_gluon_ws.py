@@ -40,21 +40,18 @@ def bwd_gluon_ws(args, save):
 
                 launches, err = {}, {}
                 # (the Gluon kernel's rows keep the label they had when its ring's slots were an option)
-                # and with the synced slot release and dS wait at every D (gluon_backward_ws.UNSYNCED_HEAD_DIMS
-                # emptied while it is built), and with dQ one tile late (/lag, LAGGED_DQ_HEAD_DIMS)
-                shipped, lagged = ws.UNSYNCED_HEAD_DIMS, ws.LAGGED_DQ_HEAD_DIMS
-                forms = [("v7", "auto", "auto", shipped, lagged),
-                         (f"gluon-ws/s{ws.SLOTS}", "atomic", "gluon", shipped, lagged),
-                         (f"gluon-ws/s{ws.SLOTS}/synced", "atomic", "gluon", (), lagged)]
-                if D not in lagged:
-                    forms.append((f"gluon-ws/s{ws.SLOTS}/lag", "atomic", "gluon", shipped, (D,)))
-                for who, dq_mode, dkdv, dims, lag_dims in forms:
-                    ws.UNSYNCED_HEAD_DIMS, ws.LAGGED_DQ_HEAD_DIMS = dims, lag_dims
+                # and with the synced slot release and dS wait at every D: gluon_backward_ws.UNSYNCED_HEAD_DIMS
+                # emptied while it is built
+                shipped = ws.UNSYNCED_HEAD_DIMS
+                for who, dq_mode, dkdv, dims in (("v7", "auto", "auto", shipped),
+                                                 (f"gluon-ws/s{ws.SLOTS}", "atomic", "gluon", shipped),
+                                                 (f"gluon-ws/s{ws.SLOTS}/synced", "atomic", "gluon", ())):
+                    ws.UNSYNCED_HEAD_DIMS = dims
                     try:
                         *grads, launch = bk._checked_backward(Qd, Kd, Vd, O, L, dO, causal, None, dq_mode, False,
                                                               dkdv=dkdv)
                     finally:
-                        ws.UNSYNCED_HEAD_DIMS, ws.LAGGED_DQ_HEAD_DIMS = shipped, lagged
+                        ws.UNSYNCED_HEAD_DIMS = shipped
                     err[who] = max(relative_error(g, r) for g, r in zip(grads, ref))
                     launches[who] = (lambda la=launch: la(Qd, Kd, Vd, O, L, dO))
                 launches["cudnn"] = cudnn

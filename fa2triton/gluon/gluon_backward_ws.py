@@ -71,10 +71,6 @@ NUM_WARPS = 4         # the default partition: consumer 0
 # bwd-gluon-ws at 17b5ce8: 1.1-3.2% faster at D = 128 non-causal N >= 2048, 3.5-6.4% slower at D = 64 non-causal
 # (docs/worklogs/backward_hopper.md, "Round 5").
 UNSYNCED_HEAD_DIMS = (128,)
-# Head dimensions whose dQ product runs one query tile late: tile t issues tile t - 1's from a third dS buffer, so a
-# consumer waits for the other's dS one tile after writing its own, not in the same tile. Issue 48's trial: empty
-# until measured.
-LAGGED_DQ_HEAD_DIMS: tuple = ()
 
 
 if HAVE_GLUON:
@@ -136,18 +132,15 @@ if HAVE_GLUON:
             _hw.mark(_MARK_ASM)
 
     @gluon.jit
-    def _release_slot(t, q_smem, empty, UNSYNCED: gl.constexpr):
-        """Query tile t's slot released by this consumer, once the tile's full wgmma wait is done."""
-        mbarrier.arrive(empty.index(slot_of(t, q_smem.shape[0])), count=1)
-        _unsynced(UNSYNCED)   # after the tile's full wgmma wait: every read of the slot is done (one operation)
-
-    @gluon.jit
-    def _send_dq(dq, q_start, wg, smem, dq_desc, head, scale):
-        """This consumer's columns of the dQ partial of the query tile at q_start, scaled and reduce-added (TMA) from
-        the consumer's fp32 buffer."""
+    def _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED: gl.constexpr):
+        """The end of query tile t (at q_start) once its products are done: its slot released, this consumer's
+        columns of its dQ partial scaled and reduce-added (TMA) from the consumer's fp32 buffer."""
         q_smem, dq_smem = smem[2], smem[5]
+        empty = bars[2]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         HALF: gl.constexpr = q_smem.shape[2] // 2
+        mbarrier.arrive(empty.index(slot_of(t, q_smem.shape[0])), count=1)
+        _unsynced(UNSYNCED)   # after the tile's full wgmma wait: every read of the slot is done (one operation)
         tma.store_wait(0)                       # this consumer's previous reduce-add has read its buffer
         dq_buf = dq_smem.index(wg)
         dq_buf.reshape([BLOCK_M, HALF]).store(dq * scale)
@@ -165,8 +158,10 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
         ROWS: gl.constexpr = ds_smem.shape[1] // 2     # one consumer's keys
+        HALF: gl.constexpr = D // 2
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = wgmma_layout(4, BLOCK_M)
+        q_layout: gl.constexpr = wgmma_layout(4, HALF)
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(4, D), k_width=2)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -195,59 +190,17 @@ if HAVE_GLUON:
         dk_tok = warpgroup_mma(gl.convert_layout(dsT, a_layout), q_tile, dk, is_async=True)         # dK += dS^T Q
 
         # dS^T into this consumer's rows of the shared tile
-        BUFFERS: gl.constexpr = ds_smem.shape[0]   # 2, or 3 where dQ runs one tile late (LAGGED_DQ_HEAD_DIMS)
-        if BUFFERS == 2:
-            b = slot_of(t, BUFFERS)
-            ds_smem.index(b).slice(wg * ROWS, ROWS, dim=0).store(dsT)
-            fence_async_shared()
-            mbarrier.arrive(ds_bar.index(b), count=1)
-            dq_tok = _dq_product(t, wg, ds_smem, ds_bar, k_smem, UNSYNCED)
-            dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
-            _release_slot(t, q_smem, empty, UNSYNCED)
-            _send_dq(dq, q_start, wg, smem, dq_desc, head, scale)
-        else:
-            # The dS ring's use t + 1 is tile t's (use 0: zeros, _prime_ds). Tile t waits for use t (tile t - 1's,
-            # whole once both consumers arrived), so both are past their reads of use t - 2, the slot's last
-            # content (read in tile t - 2); writes use t + 1; and issues tile t - 1's dQ from use t.
-            dq_tok = _dq_product(t, wg, ds_smem, ds_bar, k_smem, UNSYNCED)
-            ds_smem.index(slot_of(t + 1, BUFFERS)).slice(wg * ROWS, ROWS, dim=0).store(dsT)
-            fence_async_shared()
-            mbarrier.arrive(ds_bar.index(slot_of(t + 1, BUFFERS)), count=1)
-            dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
-            _release_slot(t, q_smem, empty, UNSYNCED)
-            # (tile -1's zeros go to rows that exist)
-            _send_dq(dq, gl.maximum(q_start - BLOCK_M, 0), wg, smem, dq_desc, head, scale)
-        return dk, dv
-
-    @gluon.jit
-    def _prime_ds(wg, ds_smem, ds_bar):
-        """With dQ one tile late, use 0 of the dS ring: zeros from both consumers, so that the first tile's dQ
-        product (of "tile -1") adds nothing and the loop needs no branch."""
-        ROWS: gl.constexpr = ds_smem.shape[1] // 2
-        BLOCK_M: gl.constexpr = ds_smem.shape[2]
-        ds_smem.index(0).slice(wg * ROWS, ROWS, dim=0).store(
-            gl.zeros([ROWS, BLOCK_M], ds_smem.dtype, wgmma_layout(4, BLOCK_M)))
+        b = slot_of(t, _DS_BUFFERS)
+        ds_smem.index(b).slice(wg * ROWS, ROWS, dim=0).store(dsT)
         fence_async_shared()
-        mbarrier.arrive(ds_bar.index(0), count=1)
-
-    @gluon.jit
-    def _dq_issue(ds_tile, k_smem, wg):
-        """This consumer's columns of a query tile's dQ partial, dQ = dS K over all the CTA's keys, issued (SS wgmma:
-        A the whole dS tile's transposed view, B the columns' slice of K)."""
-        BLOCK_M: gl.constexpr = ds_tile.shape[1]
-        HALF: gl.constexpr = k_smem.shape[1] // 2
-        return warpgroup_mma(ds_tile.permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),
-                             gl.zeros([BLOCK_M, HALF], gl.float32, wgmma_layout(4, HALF)), use_acc=False,
-                             is_async=True)
-
-    @gluon.jit
-    def _dq_product(t, wg, ds_smem, ds_bar, k_smem, UNSYNCED: gl.constexpr):
-        """Query tile t's dQ product (_dq_issue) once both consumers' dS of it are in."""
-        BUFFERS: gl.constexpr = ds_smem.shape[0]
-        b = slot_of(t, BUFFERS)
-        mbarrier.wait(ds_bar.index(b), ready_phase(t, BUFFERS))
+        mbarrier.arrive(ds_bar.index(b), count=1)
+        mbarrier.wait(ds_bar.index(b), ready_phase(t, _DS_BUFFERS))
         _unsynced(UNSYNCED)   # each thread waits for both halves itself
-        return _dq_issue(ds_smem.index(b), k_smem, wg)
+        dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),  # dQ = dS K
+                               gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
+        dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
+        _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED)
+        return dk, dv
 
     @gluon.jit
     def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale,
@@ -281,9 +234,6 @@ if HAVE_GLUON:
 
         dk = gl.zeros([ROWS, D], gl.float32, o_layout)
         dv = gl.zeros([ROWS, D], gl.float32, o_layout)
-        LAGGED: gl.constexpr = smem[4].shape[0] == 3   # dQ one tile late (LAGGED_DQ_HEAD_DIMS)
-        if LAGGED:
-            _prime_ds(wg, smem[4], bars[3])
         mbarrier.wait(kv_bar.index(0), 0)
         dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS,
                               qk_scale, scale, DIAGONAL, UNSYNCED)
@@ -291,12 +241,6 @@ if HAVE_GLUON:
                               N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED)
         dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
                               N_KEYS, qk_scale, scale, TAIL, UNSYNCED)
-        if LAGGED:   # the last tile's dQ (use `tiles` of the dS ring) is still to do
-            tiles = gl.cdiv(N_QUERIES - lo, BLOCK_M)
-            if tiles > 0:
-                dq_tok = _dq_product(tiles, wg, smem[4], bars[3], k_smem, UNSYNCED)
-                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
-                _send_dq(dq, lo + (tiles - 1) * BLOCK_M, wg, smem, dq_desc, head, scale)
         tma.store_wait(0)
         key0 = k_start + wg * ROWS
         _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
@@ -315,13 +259,12 @@ if HAVE_GLUON:
         N_QUERIES, N_KEYS, qk_scale, scale,
         # compile-time choices: the mask; the consumers' slot release and dS wait without their 4 warps' bar.sync
         # (UNSYNCED_HEAD_DIMS)
-        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, LAGGED_DQ: gl.constexpr = False,
+        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         HALF: gl.constexpr = D // 2
-        DS_BUFFERS: gl.constexpr = 3 if LAGGED_DQ else _DS_BUFFERS
         dtype: gl.constexpr = q_desc.dtype
         ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
 
@@ -329,7 +272,7 @@ if HAVE_GLUON:
         v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], v_desc.layout)
         q_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], q_desc.layout)
         do_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], do_desc.layout)
-        ds_smem = gl.allocate_shared_memory(dtype, [DS_BUFFERS, BLOCK_N, BLOCK_M], ds_layout)
+        ds_smem = gl.allocate_shared_memory(dtype, [_DS_BUFFERS, BLOCK_N, BLOCK_M], ds_layout)
         dq_smem = gl.allocate_shared_memory(gl.float32, [_CONSUMERS, 1, BLOCK_M, HALF], dq_desc.layout)
         row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
         l_smem = gl.allocate_shared_memory(gl.float32, [_SLOTS, BLOCK_M], row_layout)
@@ -337,12 +280,12 @@ if HAVE_GLUON:
         kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [_SLOTS, 1], mbarrier.MBarrierLayout())
-        ds_bar = gl.allocate_shared_memory(gl.int64, [DS_BUFFERS, 1], mbarrier.MBarrierLayout())
+        ds_bar = gl.allocate_shared_memory(gl.int64, [_DS_BUFFERS, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar.index(0), count=1)
         for s in gl.static_range(_SLOTS):
             mbarrier.init(ready.index(s), count=1)
             mbarrier.init(empty.index(s), count=_CONSUMERS)
-        for s in gl.static_range(DS_BUFFERS):
+        for s in gl.static_range(_DS_BUFFERS):
             mbarrier.init(ds_bar.index(s), count=_CONSUMERS)
 
         if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
@@ -417,11 +360,10 @@ class WsLaunch:
     """A recorded launch of _bwd_ws_kernel: later calls with the same shapes and strides rebind the descriptors'
     bases only (gluon_backward_hopper.DkdvLaunch's lean repeat)."""
 
-    def __init__(self, compiled, grid, args, causal: bool, unsynced: bool, lagged: bool):
+    def __init__(self, compiled, grid, args, causal: bool, unsynced: bool):
         self.kernel, self.grid = compiled, (*grid, 1)
         self.descs = list(args[:5])
-        # the compile-time arguments last, in order
-        self.scalars = (*args[9:], bool(causal), bool(unsynced), bool(lagged))
+        self.scalars = (*args[9:], bool(causal), bool(unsynced))   # the compile-time arguments last, in order
 
     def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum, stream=None) -> None:
         """Launch on `stream` (default: q's device's current one); lse, delta, dk, dv as tensors or addresses."""
@@ -435,10 +377,10 @@ def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float
     """Launch into dk, dv (k's shape, contiguous heads) and add dQ's partials into dq_accum (zeros, fp32, q's
     shape) for inputs `validate` accepted; return the recorded launch."""
     grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale, causal)
-    unsynced, lagged = q.shape[2] in UNSYNCED_HEAD_DIMS, q.shape[2] in LAGGED_DQ_HEAD_DIMS
-    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), UNSYNCED=unsynced, LAGGED_DQ=lagged,
-                                    num_warps=NUM_WARPS, ptx_options=ptx_options())
-    return WsLaunch(compiled, grid, args, causal, unsynced, lagged)
+    unsynced = q.shape[2] in UNSYNCED_HEAD_DIMS
+    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), UNSYNCED=unsynced, num_warps=NUM_WARPS,
+                                    ptx_options=ptx_options())
+    return WsLaunch(compiled, grid, args, causal, unsynced)
 
 
 def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
@@ -451,8 +393,7 @@ def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
     return dq_accum.to(q.dtype), dk, dv
 
 
-def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, unsynced: bool | None = None,
-                 lagged: bool | None = None):
+def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int = 32, unsynced: bool | None = None):
     """The kernel's offline compile on meta tensors (as gluon_backward_hopper.offline_plan)."""
     from fa2triton.offline import OfflinePlan
 
@@ -462,6 +403,4 @@ def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int =
     return OfflinePlan(_bwd_ws_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal),
                                                   UNSYNCED=D in UNSYNCED_HEAD_DIMS if unsynced is None
                                                   else bool(unsynced),
-                                                  LAGGED_DQ=D in LAGGED_DQ_HEAD_DIMS if lagged is None
-                                                  else bool(lagged),
                                                   ptx_options=ptx_options()))
