@@ -186,11 +186,33 @@ def section_backward(gpu, root) -> str:
 # thread, whose kernels the main thread's ranges do not enclose, so SDPA's backward is told by kernel name.
 UNRANGED_BWD = ((re.compile(r"cudnn"), "sdpa-bwd (cuDNN, by kernel name)"),
                 (re.compile(r"pytorch_flash::flash_bwd"), "sdpa_flash-bwd (by kernel name)"),
+                (re.compile(r"flash_attncuteflash_bwd"), "fa4-bwd (flash-attn-4, by kernel name)"),
                 (re.compile(r"FillFunctor|bfloat16_copy"), "atomic dQ's zero fill and bf16 cast (by kernel name)"))
+# A zero fill or cast launched right after the Gluon kernel's range is that backward's dQ cast.
+GLUON_CAST = "the Gluon backward's dQ cast (by kernel name)"
 TOTALS_BWD = (("Triton backward, separate dQ", ("bwd_preprocess", "bwd_dkdv", "bwd_dq")),
               ("Triton backward, atomic dQ", ("bwd_preprocess", "bwd_atomic_dkdv", "atomic dQ's zero fill")),
               ("Triton backward, fused (one launch)", ("bwd_fused",)),
-              ("SDPA's backward, cuDNN", ("sdpa-bwd",)), ("SDPA's backward, FLASH_ATTENTION", ("sdpa_flash-bwd",)))
+              ("v7's backward, Gluon (atomic dQ)", ("bwd_preprocess", "bwd_gluon_atomic_dkdv", GLUON_CAST)),
+              ("SDPA's backward, cuDNN", ("sdpa-bwd",)), ("SDPA's backward, FLASH_ATTENTION", ("sdpa_flash-bwd",)),
+              ("flash-attn-4's backward", ("fa4-bwd",)))
+
+
+def unranged_names(versions_: list[str], kernels: list[str]) -> list[str]:
+    """Each row's group: its NVTX range where it has one, else its UNRANGED_BWD label by kernel name ("other kernels
+    (by name)" if none matches); a zero fill or cast right after the Gluon kernel's range is GLUON_CAST."""
+    out, last = [], ""
+    for v, k in zip(versions_, kernels):
+        if v:
+            out.append(v)
+            last = v
+            continue
+        label = next((label for pat, label in UNRANGED_BWD if pat.search(k)), "other kernels (by name)")
+        if label.startswith("atomic dQ's zero fill") and last.endswith(":bwd_gluon_atomic_dkdv"):
+            label = GLUON_CAST
+        out.append(label)
+        last = ""
+    return out
 
 
 def backward_profile(gpu, root):
@@ -207,10 +229,8 @@ def backward_profile(gpu, root):
         if "run_id" not in df.columns:
             raise data.ResultsError(f"results file {path} lacks column run_id")
         rows = df[df["run_id"] == df["run_id"].iloc[-1]].copy()
-        ranged = rows["version"].fillna("").astype(str)
-        names = rows["kernel"].astype(str)
-        who = [v if v else next((label for pat, label in UNRANGED_BWD if pat.search(k)), "other kernels (by name)")
-               for v, k in zip(ranged, names)]
+        rows = rows.sort_values("ncu_id", key=lambda c: c.astype(int), kind="stable")
+        who = unranged_names(list(rows["version"].fillna("").astype(str)), list(rows["kernel"].astype(str)))
         seconds = data.metric(rows, path, roofline.TIME)
         ops, _ = tensor_ops(rows, path)
         clock, peak = row_peaks(rows, path, gpu, root)
@@ -223,7 +243,8 @@ def backward_profile(gpu, root):
             sec = g.seconds.mean() if one_launch else g.seconds.sum()
             main = g.loc[g.seconds.idxmax()]
             # a Triton range: its kernel's products (the preprocessing has none); SDPA's: a whole backward
-            share = backward_share(name) if one_launch else (shapes.BWD_FLOP_FACTOR if name.startswith("sdpa") else None)
+            share = backward_share(name) if one_launch else (shapes.BWD_FLOP_FACTOR if name.startswith(("sdpa", "fa4"))
+                                                             else None)
             predicted = fwd * share if share else np.nan
             counted = g.ops_counted.mean() if one_launch else g.ops_counted.sum()
             out.append({"who": name, "N": int(g.N.iloc[0]), "causal": int(g.causal.iloc[0]), "kernels": len(g),
@@ -236,10 +257,11 @@ def backward_profile(gpu, root):
                         "source": path, "total": False})
         parts = out[-len(set(who)):]
         for label, members in TOTALS_BWD:
-            chosen = [r for r in parts if any(r["who"].split(":")[-1].startswith(m) or r["who"].startswith(m)
-                                              for m in members)]
-            if not chosen:
-                continue
+            def has(r, m):
+                return r["who"].split(":")[-1].startswith(m) or r["who"].startswith(m)
+            chosen = [r for r in parts if any(has(r, m) for m in members)]
+            if not all(any(has(r, m) for r in chosen) for m in members):
+                continue   # (a backward this run did not profile)
             us = sum(r["us"] for r in chosen)
             predicted = fwd * shapes.BWD_FLOP_FACTOR
             out.append({"who": f"**{label}**", "N": chosen[0]["N"], "causal": chosen[0]["causal"],
@@ -262,8 +284,9 @@ def section_backward_profile(gpu, root) -> str:
         "The last run of each file. One row per NVTX range of the Triton backward (one launch each; the "
         "preprocessing runs once per dQ mode, averaged), then the kernels outside every range: autograd runs a "
         "backward on its own thread, which the driver's ranges do not enclose, so SDPA's backward kernels are told "
-        "by name (cuDNN's `cudnn…`, the FLASH backend's `pytorch_flash::flash_bwd…`; PyTorch's layout copies stay "
-        "'other') and summed per backend; in bold, each backward's total. µs: ncu's durations (each kernel replayed "
+        "by name (cuDNN's `cudnn…`, the FLASH backend's `pytorch_flash::flash_bwd…`, flash-attn-4's "
+        "`…flash_attncuteflash_bwd…`; the zero fill or cast after the Gluon kernel's range is that backward's; "
+        "PyTorch's layout copies stay 'other') and summed per backend; in bold, each backward's total. µs: ncu's durations (each kernel replayed "
         "alone, so no overlap). TFLOP/s and % of peak: the algorithmic FLOPs (dK/dV 4 products of N×N×D, with "
         "atomics 5, dQ 3, a whole backward 5; halved causal) over that time, against the tensor-core peak at the "
         "clock ncu measured. Tensor ops: counted over predicted. Registers, shared bytes, theoretical occupancy, "

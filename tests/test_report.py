@@ -883,6 +883,41 @@ def test_backward_profile_sums_each_range_and_predicts_per_kernel(full_root):
     assert "ncu_bwd/v7_hopper_bwd_N4096_causal.csv" in text and "### The backward under Nsight Compute" in text
 
 
+def test_backward_profile_tells_the_gluon_cast_and_flash_attn_4_by_position_and_name(full_root):
+    from fa2lab.results import append_rows
+    from profiling.ncu_export import summarise_raw
+    from report.backward import GLUON_CAST, unranged_names
+    from test_figures import _raw_export
+
+    cast = "void at::native::vectorized_elementwise_kernel<(int)8, at::native::bfloat16_copy_kernel_cuda()>"
+    fa4 = "kernel_cutlass_kernel_flash_attncuteflash_bwd_sm90FlashAttentionBackwardSm90_object"
+    ranged = ["v7_hopper:bwd_atomic_dkdv", "", "v7_hopper:bwd_gluon_atomic_dkdv", "", "", ""]
+    kernels = ["k", cast, "k", cast, fa4, cast]
+    assert unranged_names(ranged, kernels) == [
+        "v7_hopper:bwd_atomic_dkdv", "atomic dQ's zero fill and bf16 cast (by kernel name)",
+        "v7_hopper:bwd_gluon_atomic_dkdv", GLUON_CAST, "fa4-bwd (flash-attn-4, by kernel name)",
+        "atomic dQ's zero fill and bf16 cast (by kernel name)"]
+
+    folder = full_root / GPU / "ncu_bwd"
+    folder.mkdir(parents=True)
+    names = [f"v7_hopper:bwd_{k} N=4096 causal=1" for k in ("preprocess", "gluon_atomic_dkdv")] + [cast, fa4, fa4]
+    raw = folder / "v7_hopper_bwd_fa4_N4096_causal.raw.csv"
+    raw.write_text(_raw_export(names, 1, "usecond"))
+    append_rows(folder / "v7_hopper_bwd_fa4_N4096_causal.csv",
+                [{**r, "run_id": "one"} for r in summarise_raw(raw, N=4096, causal=True)])
+    text = report.section_backward_profile(GPU, full_root)
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    fwd = shapes.flops(4, 8, 4096, 64, True)
+    # fixture durations: kernel i takes 2.0 + 0.5 i + 1 ms (causal): 3.0, 3.5, 4.0, then flash-attn-4's 4.5 + 5.0
+    assert "| **v7's backward, Gluon (atomic dQ)** | 4096 | yes | 3 | 10500.0 | " in lines[
+        "**v7's backward, Gluon (atomic dQ)**"]
+    assert ("| fa4-bwd (flash-attn-4, by kernel name) | 4096 | yes | 2 | 9500.0 | "
+            + f"{2.5 * fwd / 9.5e-3 / 1e12:.1f} |") in lines["fa4-bwd (flash-attn-4, by kernel name)"]
+    assert "| **flash-attn-4's backward** | 4096 | yes | 2 | 9500.0 | " in lines["**flash-attn-4's backward**"]
+    # a total whose kernels this run did not profile is left out, not made of the shared preprocessing alone
+    assert "**Triton backward, separate dQ**" not in lines and "**SDPA's backward, cuDNN**" not in lines
+
+
 def test_timing_table_gains_no_flush_columns_from_newer_rows(full_root):
     from fa2lab.results import append_rows
 

@@ -71,6 +71,10 @@ NUM_WARPS = 4         # the default partition: consumer 0
 # bwd-gluon-ws at 17b5ce8: 1.1-3.2% faster at D = 128 non-causal N >= 2048, 3.5-6.4% slower at D = 64 non-causal
 # (docs/worklogs/backward_hopper.md, "Round 5").
 UNSYNCED_HEAD_DIMS = (128,)
+# Head dimensions whose P^T carries the scale (P' = scale * P: L's shift by log2(scale), free in the loader), so that
+# dS^T, dK and the dQ partials come out scaled and only dV is divided by it once per CTA, where dQ's partials are
+# otherwise scaled per tile (16 multiplies per thread at D = 64). Issue 48's trial: empty until measured.
+SCALE_IN_P_HEAD_DIMS: tuple = ()
 
 
 if HAVE_GLUON:
@@ -93,8 +97,8 @@ if HAVE_GLUON:
         q_desc, k_desc, v_desc, do_desc = descs
         k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem = smem
         kv_bar, ready, empty = bars
-        L_ptr, Delta_ptr, stride_l_head, stride_delta_head = rows
-        N_QUERIES, N_KEYS, CAUSAL = sizes[0], sizes[1], sizes[2]
+        L_ptr, Delta_ptr, stride_l_head, stride_delta_head, l2_shift = rows
+        N_QUERIES, N_KEYS, CAUSAL, SCALE_IN_P = sizes[0], sizes[1], sizes[2], sizes[5]
         SLOTS: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         tile, head = _hw.key_tile_and_head(gl.cdiv(N_KEYS, k_smem.shape[0]), CAUSAL)
@@ -112,6 +116,8 @@ if HAVE_GLUON:
             q_start = lo + t * BLOCK_M
             cols = gl.minimum(q_start + offs, N_QUERIES - 1)   # past N_QUERIES: the last query's (masked later)
             l2 = gl.load(L_ptr + cols) * _LOG2E
+            if SCALE_IN_P:   # P' = exp2(S^T qk_scale - l2 + log2(scale)) = scale * P
+                l2 = l2 - l2_shift
             delta = gl.load(Delta_ptr + cols)
             mbarrier.wait(empty.index(slot), empty_phase(t, SLOTS), pred=t >= SLOTS)
             l_smem.index(slot).store(l2)
@@ -149,9 +155,10 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
-                    MASK: gl.constexpr, UNSYNCED: gl.constexpr):
+                    MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr):
         """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its columns of the
-        tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile."""
+        tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile; EVEN_KEYS: N_KEYS is a multiple
+        of the CTA's keys, so no key row needs zeroing."""
         k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem = smem
         kv_bar, ready, empty, ds_bar = bars
         SLOTS: gl.constexpr = q_smem.shape[0]
@@ -184,9 +191,13 @@ if HAVE_GLUON:
         pT, dpT, dv_tok = _scores_and_dv(my_k, my_v, q_tile, do_tile, zero, dp_init, l2, dv, qk_scale, cols,
                                          q_start - key0, MASK)
 
-        # dS^T, its rows of keys past N_KEYS zeroed (they must add nothing to dQ; their dK rows are not stored)
-        rows = gl.arange(0, ROWS, layout=row_s)
-        dsT = gl.where(gl.expand_dims(rows < N_KEYS - key0, 1), pT * dpT, 0.0).to(dtype)
+        # dS^T, its rows of keys past N_KEYS zeroed where a key tile can be ragged (they must add nothing to dQ; their
+        # dK rows are not stored)
+        if EVEN_KEYS:
+            dsT = (pT * dpT).to(dtype)
+        else:
+            rows = gl.arange(0, ROWS, layout=row_s)
+            dsT = gl.where(gl.expand_dims(rows < N_KEYS - key0, 1), pT * dpT, 0.0).to(dtype)
         dk_tok = warpgroup_mma(gl.convert_layout(dsT, a_layout), q_tile, dk, is_async=True)         # dK += dS^T Q
 
         # dS^T into this consumer's rows of the shared tile
@@ -204,12 +215,12 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale,
-                     scale, MASK: gl.constexpr, UNSYNCED: gl.constexpr):
+                     scale, MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr):
         """The query tiles [start, stop) (multiples of BLOCK_M from lo), all with one MASK."""
         BLOCK_M: gl.constexpr = smem[2].shape[1]
         for q_start in range(start, stop, BLOCK_M):
             dk, dv = _query_tile(dk, dv, (q_start - lo) // BLOCK_M, q_start, wg, smem, bars, dq_desc, head, k_start,
-                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, UNSYNCED)
+                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, UNSYNCED, EVEN_KEYS)
         return dk, dv
 
     @gluon.jit
@@ -220,8 +231,10 @@ if HAVE_GLUON:
         q_smem = smem[2]
         kv_bar = bars[0]
         dK_ptr, dV_ptr, stride_dk_row, stride_dv_row = out
-        N_QUERIES, N_KEYS, CAUSAL, UNSYNCED = sizes
+        N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS, SCALE_IN_P = sizes
         qk_scale, scale = scales
+        # the per-tile dQ scale: none where P^T carries it (SCALE_IN_P_HEAD_DIMS)
+        dq_scale = gl.constexpr(1.0) if SCALE_IN_P else scale
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_smem.shape[0]
@@ -236,15 +249,19 @@ if HAVE_GLUON:
         dv = gl.zeros([ROWS, D], gl.float32, o_layout)
         mbarrier.wait(kv_bar.index(0), 0)
         dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS,
-                              qk_scale, scale, DIAGONAL, UNSYNCED)
+                              qk_scale, dq_scale, DIAGONAL, UNSYNCED, EVEN_KEYS)
         dk, dv = _query_range(dk, dv, diag_stop, full_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED)
+                              N_KEYS, qk_scale, dq_scale, NO_MASK, UNSYNCED, EVEN_KEYS)
         dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, TAIL, UNSYNCED)
+                              N_KEYS, qk_scale, dq_scale, TAIL, UNSYNCED, EVEN_KEYS)
         tma.store_wait(0)
         key0 = k_start + wg * ROWS
-        _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
-        _store_tile(dv, dV_ptr + head * N_KEYS * stride_dv_row, key0, N_KEYS, stride_dv_row)
+        if SCALE_IN_P:   # dK came out scaled, dV scale times too large
+            dk_out, dv_out = dk, dv * (1.0 / scale)
+        else:
+            dk_out, dv_out = dk * scale, dv
+        _store_tile(dk_out, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
+        _store_tile(dv_out, dV_ptr + head * N_KEYS * stride_dv_row, key0, N_KEYS, stride_dv_row)
 
     # ------------------------------------------------------------------------------------------ the kernel
 
@@ -258,8 +275,9 @@ if HAVE_GLUON:
         stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
         N_QUERIES, N_KEYS, qk_scale, scale,
         # compile-time choices: the mask; the consumers' slot release and dS wait without their 4 warps' bar.sync
-        # (UNSYNCED_HEAD_DIMS)
-        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr,
+        # (UNSYNCED_HEAD_DIMS); N_KEYS a multiple of BLOCK_N (no key row to zero: even_keys); P^T carrying the
+        # scale (SCALE_IN_P_HEAD_DIMS)
+        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr, SCALE_IN_P: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -290,9 +308,10 @@ if HAVE_GLUON:
 
         if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
             _hw.mark(_DESCRIPTOR_ASM)
-        sizes = (N_QUERIES, N_KEYS, CAUSAL, UNSYNCED)
+        sizes = (N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS, SCALE_IN_P)
         loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
-                       (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes)
+                       (kv_bar, ready, empty),
+                       (L_ptr, Delta_ptr, stride_l_head, stride_delta_head, gl.log2(scale)), sizes)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
         bars = (kv_bar, ready, empty, ds_bar)
         out = (dK_ptr, dV_ptr, stride_dk_row, stride_dv_row)
@@ -360,10 +379,10 @@ class WsLaunch:
     """A recorded launch of _bwd_ws_kernel: later calls with the same shapes and strides rebind the descriptors'
     bases only (gluon_backward_hopper.DkdvLaunch's lean repeat)."""
 
-    def __init__(self, compiled, grid, args, causal: bool, unsynced: bool):
+    def __init__(self, compiled, grid, args, constexprs: dict):
         self.kernel, self.grid = compiled, (*grid, 1)
         self.descs = list(args[:5])
-        self.scalars = (*args[9:], bool(causal), bool(unsynced))   # the compile-time arguments last, in order
+        self.scalars = (*args[9:], *constexprs.values())   # the compile-time arguments last, in order
 
     def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum, stream=None) -> None:
         """Launch on `stream` (default: q's device's current one); lse, delta, dk, dv as tensors or addresses."""
@@ -377,10 +396,23 @@ def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float
     """Launch into dk, dv (k's shape, contiguous heads) and add dQ's partials into dq_accum (zeros, fp32, q's
     shape) for inputs `validate` accepted; return the recorded launch."""
     grid, args = launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale, causal)
-    unsynced = q.shape[2] in UNSYNCED_HEAD_DIMS
-    compiled = _bwd_ws_kernel[grid](*args, CAUSAL=bool(causal), UNSYNCED=unsynced, num_warps=NUM_WARPS,
-                                    ptx_options=ptx_options())
-    return WsLaunch(compiled, grid, args, causal, unsynced)
+    constexprs = compile_time(q.shape[2], k.shape[1], causal)
+    compiled = _bwd_ws_kernel[grid](*args, **constexprs, num_warps=NUM_WARPS, ptx_options=ptx_options())
+    return WsLaunch(compiled, grid, args, constexprs)
+
+
+def even_keys(N_k: int) -> bool:
+    """Whether every CTA's key tile is whole (N_k a multiple of BLOCK_N): no dS^T row needs zeroing. Where one is
+    ragged the zeroing costs a select per score, which LLVM does after the bf16 cast: in the offline sm_90 SASS at
+    D = 64, 64 of a key loop's 400 instructions per warp, between dP^T's wait and dK's issue."""
+    return N_k % BLOCK_N == 0
+
+
+def compile_time(D: int, N_k: int, causal: bool, unsynced: bool | None = None) -> dict:
+    """_bwd_ws_kernel's constexprs, in its order: CAUSAL, UNSYNCED (D in UNSYNCED_HEAD_DIMS unless given),
+    EVEN_KEYS, SCALE_IN_P."""
+    return dict(CAUSAL=bool(causal), UNSYNCED=D in UNSYNCED_HEAD_DIMS if unsynced is None else bool(unsynced),
+                EVEN_KEYS=even_keys(N_k), SCALE_IN_P=D in SCALE_IN_P_HEAD_DIMS)
 
 
 def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
@@ -400,7 +432,5 @@ def offline_plan(D: int, causal: bool, N: int, dtype: str = "bf16", heads: int =
     t, rows = _r1.offline_tensors(D, N, dtype, heads)
     acc = torch.empty(heads, N, D, dtype=torch.float32, device="meta")
     _, args = launch_args(t, t, t, t, rows, rows, t, t, acc, 1.0 / math.sqrt(D), causal)
-    return OfflinePlan(_bwd_ws_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1, CAUSAL=bool(causal),
-                                                  UNSYNCED=D in UNSYNCED_HEAD_DIMS if unsynced is None
-                                                  else bool(unsynced),
-                                                  ptx_options=ptx_options()))
+    return OfflinePlan(_bwd_ws_kernel, args, dict(num_warps=NUM_WARPS, num_stages=1,
+                                                  **compile_time(D, N, causal, unsynced), ptx_options=ptx_options()))
