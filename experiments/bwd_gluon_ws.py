@@ -40,15 +40,10 @@ def bwd_gluon_ws(args, save):
 
                 launches, err = {}, {}
                 # (the Gluon kernel's rows keep the label they had when its ring's slots were an option)
-                # and the trials, each a set of gluon_backward_ws attributes held while it is built: the synced slot
-                # release and dS wait at every D (UNSYNCED_HEAD_DIMS emptied); /zk every key tile's dS^T rows zeroed
-                # as before even_keys; /sp P^T carrying the scale (SCALE_IN_P_HEAD_DIMS)
+                # and the comparisons, each a set of gluon_backward_ws attributes held while it is built: the synced
+                # slot release and dS wait at every D (UNSYNCED_HEAD_DIMS emptied)
                 forms = [("v7", "auto", "auto", {}), (f"gluon-ws/s{ws.SLOTS}", "atomic", "gluon", {}),
-                         (f"gluon-ws/s{ws.SLOTS}/synced", "atomic", "gluon", {"UNSYNCED_HEAD_DIMS": ()}),
-                         (f"gluon-ws/s{ws.SLOTS}/zk", "atomic", "gluon", {"even_keys": lambda N_k: False})]
-                if D not in ws.SCALE_IN_P_HEAD_DIMS:
-                    forms.append((f"gluon-ws/s{ws.SLOTS}/sp", "atomic", "gluon",
-                                  {"SCALE_IN_P_HEAD_DIMS": (*ws.SCALE_IN_P_HEAD_DIMS, D)}))
+                         (f"gluon-ws/s{ws.SLOTS}/synced", "atomic", "gluon", {"UNSYNCED_HEAD_DIMS": ()})]
                 for who, dq_mode, dkdv, held in forms:
                     saved = {name: getattr(ws, name) for name in held}
                     for name, value in held.items():

@@ -34,7 +34,7 @@ out = {{}}
 for D, causal, N, dtype in {compiles!r}:
     c = compile_plan(WS.offline_plan(D, causal, N, dtype=dtype))
     ptx, sass = c.asm["ptx"], disassemble(c.asm["cubin"])[0]
-    KEYS = ("HGMMA", "STL", "LDL", "UTMAREDG")
+    KEYS = ("HGMMA", "STL", "LDL", "UTMAREDG", "SEL")
     loops = [lp for lp in ir.sass_loops(sass, keys=KEYS) if lp["counts"].get("HGMMA", 0)] if sass else []
     out[f"D={{D}} causal={{int(causal)}} N={{N}} {{dtype}}"] = {{
         "shared": int(c.metadata.shared), "res": resource_usage(c.asm["cubin"]),
@@ -60,6 +60,17 @@ def test_every_case_is_warp_specialized_within_a_blocks_shared_memory(compiled):
         # K and V (128 rows), two slots each of Q and dO, two dS tiles (128 x 64), two fp32 dQ halves (64 x D / 2)
         buffers = 2 * 128 * D * 2 + 4 * 64 * D * 2 + 2 * 128 * 64 * 2 + 2 * 64 * (D // 2) * 4
         assert buffers <= r["shared"] <= 232448, (label, r["shared"], buffers)
+
+
+def test_only_a_ragged_key_tile_pays_for_zeroing_dS_rows(compiled):
+    """even_keys: where N_KEYS is a multiple of BLOCK_N no key loop selects dS^T's rows (LLVM's select runs per score
+    after the bf16 cast: 32 SEL per thread and tile at D = 64); where it is not, every key loop does."""
+    assert [WS.even_keys(n) for n in (1000, 1024, 2048, 4096 + 64)] == [False, True, True, False]
+    for label, r in compiled.items():
+        N = int(label.split()[2][2:])
+        sels = [lp["SEL"] for lp in r["loops"]]
+        assert sels, label
+        assert all(s == 0 for s in sels) if WS.even_keys(N) else all(s >= 32 for s in sels), (label, sels)
 
 
 def test_the_five_products_per_tile_and_one_reduce_add_per_consumer(compiled):

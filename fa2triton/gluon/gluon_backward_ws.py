@@ -71,10 +71,6 @@ NUM_WARPS = 4         # the default partition: consumer 0
 # bwd-gluon-ws at 17b5ce8: 1.1-3.2% faster at D = 128 non-causal N >= 2048, 3.5-6.4% slower at D = 64 non-causal
 # (docs/worklogs/backward_hopper.md, "Round 5").
 UNSYNCED_HEAD_DIMS = (128,)
-# Head dimensions whose P^T carries the scale (P' = scale * P: L's shift by log2(scale), free in the loader), so that
-# dS^T, dK and the dQ partials come out scaled and only dV is divided by it once per CTA, where dQ's partials are
-# otherwise scaled per tile (16 multiplies per thread at D = 64). Issue 48's trial: empty until measured.
-SCALE_IN_P_HEAD_DIMS: tuple = ()
 
 
 if HAVE_GLUON:
@@ -97,8 +93,8 @@ if HAVE_GLUON:
         q_desc, k_desc, v_desc, do_desc = descs
         k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem = smem
         kv_bar, ready, empty = bars
-        L_ptr, Delta_ptr, stride_l_head, stride_delta_head, l2_shift = rows
-        N_QUERIES, N_KEYS, CAUSAL, SCALE_IN_P = sizes[0], sizes[1], sizes[2], sizes[5]
+        L_ptr, Delta_ptr, stride_l_head, stride_delta_head = rows
+        N_QUERIES, N_KEYS, CAUSAL = sizes[0], sizes[1], sizes[2]
         SLOTS: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         tile, head = _hw.key_tile_and_head(gl.cdiv(N_KEYS, k_smem.shape[0]), CAUSAL)
@@ -116,8 +112,6 @@ if HAVE_GLUON:
             q_start = lo + t * BLOCK_M
             cols = gl.minimum(q_start + offs, N_QUERIES - 1)   # past N_QUERIES: the last query's (masked later)
             l2 = gl.load(L_ptr + cols) * _LOG2E
-            if SCALE_IN_P:   # P' = exp2(S^T qk_scale - l2 + log2(scale)) = scale * P
-                l2 = l2 - l2_shift
             delta = gl.load(Delta_ptr + cols)
             mbarrier.wait(empty.index(slot), empty_phase(t, SLOTS), pred=t >= SLOTS)
             l_smem.index(slot).store(l2)
@@ -231,10 +225,8 @@ if HAVE_GLUON:
         q_smem = smem[2]
         kv_bar = bars[0]
         dK_ptr, dV_ptr, stride_dk_row, stride_dv_row = out
-        N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS, SCALE_IN_P = sizes
+        N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS = sizes
         qk_scale, scale = scales
-        # the per-tile dQ scale: none where P^T carries it (SCALE_IN_P_HEAD_DIMS)
-        dq_scale = gl.constexpr(1.0) if SCALE_IN_P else scale
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_smem.shape[0]
@@ -249,19 +241,15 @@ if HAVE_GLUON:
         dv = gl.zeros([ROWS, D], gl.float32, o_layout)
         mbarrier.wait(kv_bar.index(0), 0)
         dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS,
-                              qk_scale, dq_scale, DIAGONAL, UNSYNCED, EVEN_KEYS)
+                              qk_scale, scale, DIAGONAL, UNSYNCED, EVEN_KEYS)
         dk, dv = _query_range(dk, dv, diag_stop, full_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, dq_scale, NO_MASK, UNSYNCED, EVEN_KEYS)
+                              N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED, EVEN_KEYS)
         dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, dq_scale, TAIL, UNSYNCED, EVEN_KEYS)
+                              N_KEYS, qk_scale, scale, TAIL, UNSYNCED, EVEN_KEYS)
         tma.store_wait(0)
         key0 = k_start + wg * ROWS
-        if SCALE_IN_P:   # dK came out scaled, dV scale times too large
-            dk_out, dv_out = dk, dv * (1.0 / scale)
-        else:
-            dk_out, dv_out = dk * scale, dv
-        _store_tile(dk_out, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
-        _store_tile(dv_out, dV_ptr + head * N_KEYS * stride_dv_row, key0, N_KEYS, stride_dv_row)
+        _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
+        _store_tile(dv, dV_ptr + head * N_KEYS * stride_dv_row, key0, N_KEYS, stride_dv_row)
 
     # ------------------------------------------------------------------------------------------ the kernel
 
@@ -275,9 +263,8 @@ if HAVE_GLUON:
         stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
         N_QUERIES, N_KEYS, qk_scale, scale,
         # compile-time choices: the mask; the consumers' slot release and dS wait without their 4 warps' bar.sync
-        # (UNSYNCED_HEAD_DIMS); N_KEYS a multiple of BLOCK_N (no key row to zero: even_keys); P^T carrying the
-        # scale (SCALE_IN_P_HEAD_DIMS)
-        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr, SCALE_IN_P: gl.constexpr,
+        # (UNSYNCED_HEAD_DIMS); N_KEYS a multiple of BLOCK_N (no key row to zero: even_keys)
+        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -308,10 +295,9 @@ if HAVE_GLUON:
 
         if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
             _hw.mark(_DESCRIPTOR_ASM)
-        sizes = (N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS, SCALE_IN_P)
+        sizes = (N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS)
         loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
-                       (kv_bar, ready, empty),
-                       (L_ptr, Delta_ptr, stride_l_head, stride_delta_head, gl.log2(scale)), sizes)
+                       (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
         bars = (kv_bar, ready, empty, ds_bar)
         out = (dK_ptr, dV_ptr, stride_dk_row, stride_dv_row)
@@ -404,15 +390,17 @@ def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float
 def even_keys(N_k: int) -> bool:
     """Whether every CTA's key tile is whole (N_k a multiple of BLOCK_N): no dS^T row needs zeroing. Where one is
     ragged the zeroing costs a select per score, which LLVM does after the bf16 cast: in the offline sm_90 SASS at
-    D = 64, 64 of a key loop's 400 instructions per warp, between dP^T's wait and dK's issue."""
+    D = 64, 64 of a key loop's 400 instructions per warp, between dP^T's wait and dK's issue. Skipping it made whole
+    backwards 3.2-6.2% faster at N = 2048 and 4096, D = 64 and 128, both masks (experiment bwd-gluon-ws, the /zk
+    rows at 69218cd; docs/worklogs/backward_hopper.md, "Round 11")."""
     return N_k % BLOCK_N == 0
 
 
 def compile_time(D: int, N_k: int, causal: bool, unsynced: bool | None = None) -> dict:
     """_bwd_ws_kernel's constexprs, in its order: CAUSAL, UNSYNCED (D in UNSYNCED_HEAD_DIMS unless given),
-    EVEN_KEYS, SCALE_IN_P."""
+    EVEN_KEYS."""
     return dict(CAUSAL=bool(causal), UNSYNCED=D in UNSYNCED_HEAD_DIMS if unsynced is None else bool(unsynced),
-                EVEN_KEYS=even_keys(N_k), SCALE_IN_P=D in SCALE_IN_P_HEAD_DIMS)
+                EVEN_KEYS=even_keys(N_k))
 
 
 def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
