@@ -316,7 +316,7 @@ BWD_HOST_GOAL_MAX_N = 2048    # above it the GPU's queue sets host_us_per_call, 
 def backward_goal(gpu, root, version: str = "v7_hopper", min_n: int = PEER_GOAL_MIN_N,
                   newest_only: bool = False) -> tuple[list[list], str] | None:
     """v7's backward against cuDNN and the peer at N >= min_n, D = 64 and 128, both masks, from the
-    backward harness's rows of its default dQ mode: per Triton and head dimension its latest protocol of at least
+    backward harness's rows of its default dQ mode: per Triton and shape its latest protocol of at least
     MIN_PROTOCOL_RUNS runs (each run a process that times v7, cuDNN and the peer on the same inputs); per shape the
     median (min–max) of each run's backward-only % of cuDNN, of its host speed as a % of cuDNN's (cuDNN's host µs per
     call ÷ v7's, up to BWD_HOST_GOAL_MAX_N) and of the % of the peer (over the runs where it ran), each with
@@ -338,22 +338,21 @@ def backward_goal(gpu, root, version: str = "v7_hopper", min_n: int = PEER_GOAL_
     rows = []
     for triton, by_t in by_triton(df, newest_only):   # each Triton's rows together, sorted by D, mask, N
         block = []
-        for d, by_d in by_t.groupby("D"):
-            latest = data.latest_protocol(by_d, data.MIN_PROTOCOL_RUNS)
-            commit = f"`{latest.git_commit.astype(str).iloc[0][:7]}`" if "git_commit" in latest else "–"
-            for (causal, N), g in latest.groupby(["causal", "N"]):
-                peer = peer_rows(g)
-                bwd, host = spread(g, "bwd_pct_of_sdpa"), spread(g, "host_pct_of_sdpa")
-                bwd_peer = spread(peer, "bwd_pct_of_fa4")
-                step, step_peer = spread(g, "fwd_bwd_pct_of_sdpa"), spread(peer, "fwd_bwd_pct_of_fa4")
-                block.append([int(N), int(d), "yes" if causal else "no", g.run_id.nunique(), bwd.text(".1f"),
-                              rounds_verdict(bwd), host.text(".1f"), rounds_verdict(host), bwd_peer.text(".1f"),
-                              rounds_verdict(bwd_peer), step.text(".1f"), step_peer.text(".1f"), triton, commit])
+        for (d, causal, N), shape in by_t.groupby(["D", "causal", "N"]):
+            g = data.latest_protocol(shape, data.MIN_PROTOCOL_RUNS)   # (a later protocol may time fewer shapes)
+            commit = f"`{g.git_commit.astype(str).iloc[0][:7]}`" if "git_commit" in g else "–"
+            peer = peer_rows(g)
+            bwd, host = spread(g, "bwd_pct_of_sdpa"), spread(g, "host_pct_of_sdpa")
+            bwd_peer = spread(peer, "bwd_pct_of_fa4")
+            step, step_peer = spread(g, "fwd_bwd_pct_of_sdpa"), spread(peer, "fwd_bwd_pct_of_fa4")
+            block.append([int(N), int(d), "yes" if causal else "no", g.run_id.nunique(), bwd.text(".1f"),
+                          rounds_verdict(bwd), host.text(".1f"), rounds_verdict(host), bwd_peer.text(".1f"),
+                          rounds_verdict(bwd_peer), step.text(".1f"), step_peer.text(".1f"), triton, commit])
         rows += sorted(block, key=lambda r: (r[1], r[2], r[0]))
     if not rows:
         return None
-    pooling = (f"each (Triton, D)'s latest protocol of at least {data.MIN_PROTOCOL_RUNS} runs in `{rel(path)}`, at "
-               "the last column's commit")
+    pooling = (f"each (Triton, shape)'s latest protocol of at least {data.MIN_PROTOCOL_RUNS} runs in `{rel(path)}`, "
+               "at the last column's commit")
     return rows, pooling
 
 

@@ -76,8 +76,11 @@ def bwd_runs(pct: dict, D=64, commit="abcdef1", protocol="20261202T000000-aaaaaa
     return rows
 
 
-def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
-    old = bwd_runs({(4096, 0): lambda r: 50.0}, commit="0000000", protocol="20261201T000000-bbbbbb", day="01")
+def test_backward_goal_pools_each_shapes_latest_protocol(root):
+    # an older protocol: its N = 4096 rows give way to the newer one's, its N = 512 rows (which no later protocol
+    # timed) stay
+    old = bwd_runs({(4096, 0): lambda r: 50.0, (512, 0): lambda r: 70.0}, commit="0000000",
+                   protocol="20261201T000000-bbbbbb", day="01")
     d64 = bwd_runs({(1024, 0): lambda r: 200.0, (2048, 0): lambda r: 100.5 + r, (4096, 0): lambda r: 90.0 + r,
                     (4096, 1): lambda r: 98.5 + r})
     d128 = bwd_runs({(4096, 1): lambda r: 80.0 + r}, D=128, commit="fedcba9", status="not installed")
@@ -85,8 +88,9 @@ def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
     assert [r[0] for r in summary.backward_goal(GPU, root)[0]] == [2048, 4096, 4096, 4096]   # REPORT.md's: N >= 2048
     rows, pooling = summary.backward_goal(GPU, root, min_n=summary.BWD_GOAL_MIN_N)   # the backward page's
     by = {(r[0], r[1], r[2]): r for r in rows}
-    assert sorted(by) == [(1024, 64, "no"), (2048, 64, "no"), (4096, 64, "no"), (4096, 64, "yes"),
+    assert sorted(by) == [(512, 64, "no"), (1024, 64, "no"), (2048, 64, "no"), (4096, 64, "no"), (4096, 64, "yes"),
                           (4096, 128, "yes")]
+    assert by[(512, 64, "no")][4] == "70.0% (70.0–70.0%)" and by[(512, 64, "no")][-1] == "`0000000`"
     assert by[(2048, 64, "no")][3:10] == [3, "102.5% (101.5–103.5%)", "ahead", "102.5% (101.5–103.5%)", "ahead",
                                           "82.5% (81.5–83.5%)", "behind"]
     assert by[(1024, 64, "no")][6:8] == ["200.0% (200.0–200.0%)", "ahead"]      # the host: cuDNN's µs ÷ ours
@@ -94,7 +98,7 @@ def test_backward_goal_pools_each_head_dimensions_latest_protocol(root):
     assert by[(4096, 64, "yes")][4:6] == ["100.5% (99.5–101.5%)", "level"]
     assert by[(4096, 64, "yes")][10:] == ["105.5% (104.5–106.5%)", "85.5% (84.5–86.5%)", "3.6", "`abcdef1`"]
     assert by[(4096, 128, "yes")][8:10] == ["–", "–"] and by[(4096, 128, "yes")][-1] == "`fedcba9`"   # no peer there
-    assert "latest protocol of at least 3 runs" in pooling
+    assert "(Triton, shape)'s latest protocol of at least 3 runs" in pooling
     s = summary_part(root)
     assert "### v7's backward against cuDNN and flash-attn-4, N ≥ 2048" in s and "| 1024 | 64 |" not in s
     assert "| 4096 | 64 | yes | 3 | 100.5% (99.5–101.5%) | level | – | – |" in s and "| 3.6 | `abcdef1` |" in s

@@ -24,7 +24,8 @@ mbarrier, so after both read it. The reduce-adds land in any order: dQ is not bi
 The backward's dq_mode "auto" takes this kernel where `preferred` says (v7's default); measurements in the log.
 
 Rows past a head's N in the K and V tiles are the next head's (or TMA's zeros): their dK, dV rows are not stored, and
-their dS^T rows are zeroed before dS leaves the registers (they would add to dQ). Query columns past N_q get
+their dS^T rows are zeroed before dS leaves the registers (they would add to dQ); only where N is not a multiple of
+BLOCK_N (even_keys), since no other tile has such rows. Query columns past N_q get
 L = +inf, hence P^T = dS^T = 0 there, and the reduce-add stops at the head's end.
 """
 
