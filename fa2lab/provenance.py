@@ -90,6 +90,12 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def file_stamp(run_id: str) -> str:
+    """A run id (now(): '2026-12-04T07:19:26+00:00') as it goes into a file name: no ':' or '+'
+    ('2026-12-04T071926-0000'), names the device tool brings back. Older files' '+0000' maps to the same stamp."""
+    return str(run_id).replace(":", "").replace("+", "-")
+
+
 def sm_clock_mhz(device: int = 0) -> float:
     """The SM clock now (one NVML read), NaN without NVML or when the read fails."""
     nv = _nvml()

@@ -13,6 +13,7 @@ import pandas as pd
 
 from fa2lab import results, shapes
 from fa2triton import gpu, versions
+from fa2lab.provenance import file_stamp
 from fa2lab.switches import default_kernels
 
 REFERENCE = "reference"            # results/reference/: the article's numbers, transcribed
@@ -420,14 +421,15 @@ def ncu(gpu_slug: str, results_root=None, folder_name: str = "ncu",
 
 
 def switched_runs(summary: Path) -> set[str]:
-    """The run ids (as run_profile.py writes them into file names: no colons) of the runs in one ncu summary that
-    were made with a kernel switch away from its default; empty where the file or its columns are missing."""
+    """The run ids (as run_profile.py writes them into file names: fa2lab.provenance.file_stamp) of the runs in one ncu
+    summary that were made with a kernel switch away from its default; empty where the file or its columns are
+    missing."""
     if not summary.exists():
         return set()
     df = pd.read_csv(summary, usecols=lambda c: c in ("run_id", "switches"))
     if not {"run_id", "switches"} <= set(df.columns):
         return set()
-    return {str(r).replace(":", "") for r, s in zip(df["run_id"], df["switches"]) if not default_kernels(s)}
+    return {file_stamp(r) for r, s in zip(df["run_id"], df["switches"]) if not default_kernels(s)}
 
 
 def device_facts(gpu_slug: str, results_root=None) -> tuple[dict, Path | None]:

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import shapes  # noqa: E402
 from fa2lab.paths import REPO  # noqa: E402
+from fa2lab.provenance import file_stamp  # noqa: E402
 from fa2triton import versions  # noqa: E402
 
 MATMUL_SIZE = 8192   # M = N = K of the Round 2 matmul peak table
@@ -178,7 +179,7 @@ def profile_one(args) -> int:
         from profiling.ncu_export import summarise_raw
 
         run_id = now()
-        raw_path = out / "raw" / f"{tag}_{run_id.replace(':', '')}.csv"
+        raw_path = out / "raw" / f"{tag}_{file_stamp(run_id)}.csv"
         raw_path.parent.mkdir(parents=True, exist_ok=True)
         raw_path.write_text(raw.stdout)
         rows = summarise_raw(raw_path, N=args.N, causal=args.causal, config=args.config, D=args.D,
@@ -194,7 +195,7 @@ def profile_one(args) -> int:
             if src.returncode != 0:
                 print(f"the source page could not be exported: {src.stderr.strip()}", file=sys.stderr)
                 return 1
-            src_path = out / "source" / f"{tag}_{run_id.replace(':', '')}.csv"
+            src_path = out / "source" / f"{tag}_{file_stamp(run_id)}.csv"
             src_path.parent.mkdir(parents=True, exist_ok=True)
             src_path.write_text(src.stdout)
             print(f"source page: {src_path}")

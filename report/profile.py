@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fa2lab.provenance import file_stamp
 from fa2triton import versions
 from figures import data, roofline
 from profiling.ncu_export import read_source, stall_profile
@@ -230,6 +231,7 @@ def section_ncu_source(gpu, root) -> str:
     switched: dict[str, set[str]] = {}   # per tag, its summary's runs made with a switch away from its default
     for path in sorted(folder.glob("*.csv")):   # <tag>_<run id>.csv: the run id sorts by time
         tag, run = path.stem.rsplit("_", 1)
+        run = file_stamp(run)   # (older pages' names keep the run id's '+')
         if tag not in switched:
             switched[tag] = data.switched_runs(folder.parent / f"{tag}.csv")
         if run not in switched[tag]:   # the default kernels' pages only

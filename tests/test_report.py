@@ -1133,7 +1133,9 @@ def test_source_page_parser_and_section_share_the_samples_by_reason_and_opcode(t
     assert "T070000" in text and "T080000" not in text
     (df, path), = data.ncu(GPU, tmp_path)
     assert list(df.run_id) == ["2026-11-30T07:00:00+00:00", "2026-11-30T09:00:00+00:00"]
-    assert data.switched_runs(path) == {"2026-11-30T080000+0000"}
+    assert data.switched_runs(path) == {"2026-11-30T080000-0000"}   # as file_stamp writes it into names
+    from fa2lab.provenance import file_stamp
+    assert file_stamp("2026-12-04T07:19:26+00:00") == "2026-12-04T071926-0000" == file_stamp("2026-12-04T071926+0000")
     bad = folder / "not_a_page.csv"
     bad.write_text('"ID","Kernel"\n"0","x"\n')
     with pytest.raises(ValueError, match="not an ncu source-page CSV"):
