@@ -215,6 +215,11 @@ def unranged_names(versions_: list[str], kernels: list[str]) -> list[str]:
     return out
 
 
+def _member(who: str, part: str) -> bool:
+    """Whether a profile row's group (a range '<version>:bwd_<kernel>' or an UNRANGED_BWD label) is a TOTALS_BWD part."""
+    return who.split(":")[-1].startswith(part) or who.startswith(part)
+
+
 def backward_profile(gpu, root):
     """The backward's Nsight Compute profile (results/<gpu>/ncu_bwd/, `invoke profile --mode bwd`), one row
     per range of each file's last run: the Triton backward's kernels ('<version>:bwd_<kernel>', both dQ
@@ -257,10 +262,8 @@ def backward_profile(gpu, root):
                         "source": path, "total": False})
         parts = out[-len(set(who)):]
         for label, members in TOTALS_BWD:
-            def has(r, m):
-                return r["who"].split(":")[-1].startswith(m) or r["who"].startswith(m)
-            chosen = [r for r in parts if any(has(r, m) for m in members)]
-            if not all(any(has(r, m) for r in chosen) for m in members):
+            chosen = [r for r in parts if any(_member(r["who"], m) for m in members)]
+            if not all(any(_member(r["who"], m) for r in chosen) for m in members):
                 continue   # (a backward this run did not profile)
             us = sum(r["us"] for r in chosen)
             predicted = fwd * shapes.BWD_FLOP_FACTOR
@@ -286,8 +289,8 @@ def section_backward_profile(gpu, root) -> str:
         "backward on its own thread, which the driver's ranges do not enclose, so SDPA's backward kernels are told "
         "by name (cuDNN's `cudnn…`, the FLASH backend's `pytorch_flash::flash_bwd…`, flash-attn-4's "
         "`…flash_attncuteflash_bwd…`; the zero fill or cast after the Gluon kernel's range is that backward's; "
-        "PyTorch's layout copies stay 'other') and summed per backend; in bold, each backward's total. µs: ncu's durations (each kernel replayed "
-        "alone, so no overlap). TFLOP/s and % of peak: the algorithmic FLOPs (dK/dV 4 products of N×N×D, with "
+        "PyTorch's layout copies stay 'other') and summed per backend; in bold, each backward's total. µs: ncu's "
+        "durations (each kernel replayed alone, so no overlap). TFLOP/s and % of peak: the algorithmic FLOPs (dK/dV 4 products of N×N×D, with "
         "atomics 5, dQ 3, a whole backward 5; halved causal) over that time, against the tensor-core peak at the "
         "clock ncu measured. Tensor ops: counted over predicted. Registers, shared bytes, theoretical occupancy, "
         "tensor pipe and stalls: the longest kernel of the row. Sources: "
