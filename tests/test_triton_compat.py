@@ -473,7 +473,7 @@ print(json.dumps(out))
 # only 3.9's forwards plant REDUCE_MARK (reduces_in_trees: each row's maximum and sum, per consumer code path; v7's tl
 # forward through fa2triton.ptx_marks, with the descriptor mark).
 PASSES = {
-    "forward ws2x64x128/3s/preg/persist/ua/et1/sc2 D=64": {"3.6": (4, 3, 2, 2, 0, 0, 0), "3.9": (8, 0, 2, 2, 23, 0, 8)},
+    "forward ws2x64x128/3s/preg/persist/ua/et1/sc2 D=64": {"3.6": (4, 3, 2, 2, 0, 0, 0), "3.9": (6, 0, 2, 2, 23, 0, 8)},
     "forward ws2x64x128/3s/preg/pp/ua/sc2 D=64": {"3.6": (5, 3, 0, 2, 0, 0, 0), "3.9": (7, 0, 0, 2, 23, 0, 8)},
     "forward ws3x64x128/4s/preg/pp/split/persist/ua D=64": {"3.6": (18, 0, 0, 0, 0, 0, 0),
         "3.9": (15, 0, 0, 0, 69, 0, 24)},
@@ -529,8 +529,7 @@ def test_both_triton_versions_differ_only_where_explained():
         (d6, p6, t6, i6, w6, f6, c6), (d9, p9, t9, i9, w9, f9, c9) = v["3.6"], v["3.9"]
         assert (t6, i6) == (t9, i9) and p9 == 0 and w6 == 0 < w9 and f6 == 0 == c6
         assert (c9 > 0) == label.startswith("forward")
-        # (the exponential turn's marked wait, /et1: 3.9's bar.sync before it, in the first tile and the key loop)
-        assert d9 == d6 + 2 + (2 if "/et1" in label else 0) if "/sc2" in label else d9 <= d6
+        assert d9 == d6 + 2 if "/sc2" in label else d9 <= d6
         assert (f9 > 0) == label.startswith(TL_BACKWARD)
 
 

@@ -157,7 +157,7 @@ def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, causal_off, qk_scal
     k <= q + causal_off (0 under the causal mask, N_KEYS without), tested as k <= min(q + causal_off, N_KEYS - 1):
     one compare and select per score, N_KEYS specialised or not (docs/worklogs/gluon_forward_hopper.md). turn
     (EXP_TURN): (this consumer's turn barrier, the turn's index), waited for once the row maxima are known, before the
-    exponentials; the wait is marked, so that the bar.sync Triton 3.9 puts before it in the shared code goes."""
+    exponentials."""
     if k_start >= mask_from:   # a causal diagonal or a ragged last tile
         k_pos = gl.expand_dims(k_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)
         last = gl.minimum(q_pos + causal_off, N_KEYS - 1)   # each row's last visible key
@@ -165,7 +165,6 @@ def _softmax_tile(s, m_i, k_start, mask_from, q_pos, N_KEYS, causal_off, qk_scal
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     if turn is not None:
         mbarrier.wait(turn[0], turn[1] & 1)
-        _mark_unsynced()
     p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
     return p, alpha, m_new
