@@ -69,7 +69,7 @@ def section_bwd_gluon_ws(gpu, root) -> str:
         f"of dQ, dK, dV against float64. Source: `{rel(path)}`.", "",
         md_table(["N", "D", "causal", "config", "v7 previous graph µs", "Gluon graph µs", "v7 ÷ Gluon",
                   "Gluon TFLOP/s", "cuDNN do_bench µs", "Gluon % of cuDNN", "v7 previous % of cuDNN",
-                  "error"], rows), "", _unsynced_table(gpu, root)])
+                  "error"], rows), "", _unsynced_table(gpu, root), "", _trials_table(gpu, root)])
 
 
 SYNCED = "/synced"   # the who suffix of the ws kernel built with its slot release and dS wait synced at every D
@@ -81,9 +81,20 @@ def _synced_runs(df: pd.DataFrame, synced: bool) -> pd.DataFrame:
     return df[df["git_commit"].isin(commits) == synced]
 
 
+def _first_synced_run(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of round 5's run: the first commit (by date) whose run timed the synced form. Later runs time it too,
+    beside a kernel that by then keeps the sync at D = 64 (UNSYNCED_HEAD_DIMS)."""
+    synced = _synced_runs(df, True)
+    if synced.empty:
+        return synced
+    first = synced.sort_values("date", kind="stable")["git_commit"].iloc[0] if "date" in synced else \
+        synced["git_commit"].iloc[0]
+    return synced[synced["git_commit"] == first]
+
+
 def _unsynced_table(gpu, root) -> str:
     """Round 5 of the backward's log: the ws kernel as built by that run against its synced form, by graph replay."""
-    df, path = experiment(gpu, root, "bwd_gluon_ws", rows=lambda d: _synced_runs(d, True))
+    df, path = experiment(gpu, root, "bwd_gluon_ws", rows=_first_synced_run)
     if df is None or df.empty or "gluon_over_graph" not in df:
         return ""
     rows = []
@@ -99,6 +110,37 @@ def _unsynced_table(gpu, root) -> str:
         "synced form, where the kernel dropped both at every D): its graph time against the synced form's, built in "
         "the same process, median (min–max) of each round's ratio; below 1 the unsynced form is faster.", "",
         md_table(["N", "D", "causal", "synced graph µs", "unsynced graph µs", "unsynced ÷ synced", "error"], rows)])
+
+
+TRIAL = re.compile(r"^gluon-ws/s\d+/(?!synced$)[\w-]+$")   # a trial form: the shipped kernel's label and a suffix
+
+
+def _trials_table(gpu, root) -> str:
+    """Every trial form of the ws kernel (the shipped kernel's label and a suffix, /synced aside: its table is
+    above), per shape its latest run, beside the shipped kernel of the same run: graph times and each round's own
+    ratio shipped ÷ trial."""
+    # (each row keyed by its commit too, so that every run's shipped row stays beside its trials)
+    df, path = experiment(gpu, root, "bwd_gluon_ws",
+                          rows=lambda d: d.assign(who=d["who"].astype(str) + "@" + d["git_commit"].astype(str)))
+    if df is None or df.empty or "gluon_over_graph" not in df:
+        return ""
+    df = df.assign(form=df["who"].str.split("@").str[0])
+    trials = latest_rows(df[df["form"].str.match(TRIAL)], ("form", "N", "D", "causal"))
+    shipped = df.set_index(["form", "git_commit", "D", "causal", "N"])
+    rows = []
+    for r in trials.sort_values(["form", "D", "causal", "N"]).itertuples():
+        key = (r.form.rsplit("/", 1)[0], r.git_commit, r.D, r.causal, r.N)
+        base = shipped.loc[key] if key in shipped.index else None
+        ratio = (r.gluon_over_graph, r.gluon_over_graph_min, r.gluon_over_graph_max)
+        rows.append([f"`/{r.form.rsplit('/', 1)[1]}`", int(r.N), int(r.D), "yes" if r.causal else "no", int(r.rounds),
+                     fmt(base.graph_us if base is not None else float("nan"), ".1f"), fmt(r.graph_us, ".1f"),
+                     span(*ratio, ".3f", "×"), f"`{str(r.git_commit)[:7]}`", fmt(r.max_rel_err_vs_fp64, ".1e")])
+    return "\n".join([
+        "The trials (docs/worklogs/backward_hopper.md names each; kept or retired in docs/experiments.md): each form "
+        "built beside the kernel its run shipped, in the same process, per shape the latest run; shipped ÷ trial is "
+        "the median (min–max) of each round's ratio of graph times, above 1 the trial is faster.", "",
+        md_table(["trial", "N", "D", "causal", "rounds", "shipped graph µs", "trial graph µs", "shipped ÷ trial",
+                  "commit", "error"], rows)])
 
 
 # ---------------------------------------------------------------- the backward (issue 7)

@@ -394,6 +394,33 @@ def test_the_ws_page_gives_each_shapes_ratios_from_the_rows(root):
     assert "| 2048 | 64 | yes | s2 | 500.0 | 550.0 | 0.909× (0.909–0.909×) | 500 | 440.0 | 80.0% (80.0–80.0%) |" in text
 
 
+def test_the_ws_page_sets_each_trial_beside_its_own_runs_shipped_kernel(root):
+    """A trial form (the shipped label and a suffix) is tabled per shape from its latest run, with the shipped
+    kernel's time from that same run (a later run's shipped row is another commit's kernel); /synced keeps its own
+    table, round 5's run, the first that timed it."""
+    from report.backward import section_bwd_gluon_ws
+
+    def run(commit, date, shipped_us, trials: dict):
+        rows = [dict(r, git_commit=commit, date=date) for r in ws_rows(1000.0, shipped_us, 900.0, N=2048, D=64)]
+        for suffix, us in trials.items():
+            ratio = shipped_us / us
+            rows.append(dict(rows[1], who=f"gluon-ws/s2/{suffix}", graph_us=us, graph_us_min=us, graph_us_max=us,
+                             gluon_over_graph=ratio, gluon_over_graph_min=ratio - 0.01, gluon_over_graph_max=ratio))
+        return rows
+
+    _write(root / GPU / "experiments" / "bwd_gluon_ws.csv",
+           run("1111111", "2026-12-01T00:00:00+00:00", 200.0, {"synced": 190.0})
+           + run("2222222", "2026-12-02T00:00:00+00:00", 220.0, {"synced": 220.0, "lag": 275.0})
+           + run("3333333", "2026-12-03T00:00:00+00:00", 210.0, {"synced": 210.0, "zk": 225.0}))
+    text = section_bwd_gluon_ws(GPU, root)
+    # round 5's table: the first run that timed /synced (unsynced 200 against synced 190), not a later one
+    assert "| 2048 | 64 | no | 190.0 | 200.0 |" in text and "| 2048 | 64 | no | 210.0 | 210.0 |" not in text
+    # each trial beside its own run's shipped kernel: /lag's 220 (2222222), not the latest run's 210
+    assert "| `/lag` | 2048 | 64 | no | 3 | 220.0 | 275.0 | 0.800× (0.790–0.800×) | `2222222` |" in text
+    assert "| `/zk` | 2048 | 64 | no | 3 | 210.0 | 225.0 | 0.933× (0.923–0.933×) | `3333333` |" in text
+    assert "`/synced` |" not in text
+
+
 def test_varlen_judges_the_latest_commits_runs_alone(root, monkeypatch):
     """A later commit's runs replace an earlier commit's in the table (its code is the one under test); runs of one
     commit still pool."""
