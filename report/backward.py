@@ -119,20 +119,18 @@ def _trials_table(gpu, root) -> str:
     """Every trial form of the ws kernel (the shipped kernel's label and a suffix, /synced aside: its table is
     above), per shape its latest run, beside the shipped kernel of the same run: graph times and each round's own
     ratio shipped ÷ trial."""
-    # (each row keyed by its commit too, so that every run's shipped row stays beside its trials)
-    df, path = experiment(gpu, root, "bwd_gluon_ws",
-                          rows=lambda d: d.assign(who=d["who"].astype(str) + "@" + d["git_commit"].astype(str)))
+    # (latest per commit too, so that every run's shipped row stays beside its trials)
+    df, path = experiment(gpu, root, "bwd_gluon_ws", keys=("who", "git_commit", "N", "D", "causal"))
     if df is None or df.empty or "gluon_over_graph" not in df:
         return ""
-    df = df.assign(form=df["who"].str.split("@").str[0])
-    trials = latest_rows(df[df["form"].str.match(TRIAL)], ("form", "N", "D", "causal"))
-    shipped = df.set_index(["form", "git_commit", "D", "causal", "N"])
+    trials = latest_rows(df[df["who"].astype(str).str.match(TRIAL)], ("who", "N", "D", "causal"))
+    shipped = df.set_index(["who", "git_commit", "D", "causal", "N"])
     rows = []
-    for r in trials.sort_values(["form", "D", "causal", "N"]).itertuples():
-        key = (r.form.rsplit("/", 1)[0], r.git_commit, r.D, r.causal, r.N)
+    for r in trials.sort_values(["who", "D", "causal", "N"]).itertuples():
+        key = (r.who.rsplit("/", 1)[0], r.git_commit, r.D, r.causal, r.N)
         base = shipped.loc[key] if key in shipped.index else None
         ratio = (r.gluon_over_graph, r.gluon_over_graph_min, r.gluon_over_graph_max)
-        rows.append([f"`/{r.form.rsplit('/', 1)[1]}`", int(r.N), int(r.D), "yes" if r.causal else "no", int(r.rounds),
+        rows.append([f"`/{r.who.rsplit('/', 1)[1]}`", int(r.N), int(r.D), "yes" if r.causal else "no", int(r.rounds),
                      fmt(base.graph_us if base is not None else float("nan"), ".1f"), fmt(r.graph_us, ".1f"),
                      span(*ratio, ".3f", "×"), f"`{str(r.git_commit)[:7]}`", fmt(r.max_rel_err_vs_fp64, ".1e")])
     return "\n".join([
@@ -226,10 +224,11 @@ def section_backward(gpu, root) -> str:
 
 # Kernels that ran outside every NVTX range in a --mode bwd capture: autograd runs a backward on its own
 # thread, whose kernels the main thread's ranges do not enclose, so SDPA's backward is told by kernel name.
+ATOMIC_CAST = "atomic dQ's zero fill and bf16 cast (by kernel name)"
 UNRANGED_BWD = ((re.compile(r"cudnn"), "sdpa-bwd (cuDNN, by kernel name)"),
                 (re.compile(r"pytorch_flash::flash_bwd"), "sdpa_flash-bwd (by kernel name)"),
                 (re.compile(r"flash_attncuteflash_bwd"), "fa4-bwd (flash-attn-4, by kernel name)"),
-                (re.compile(r"FillFunctor|bfloat16_copy"), "atomic dQ's zero fill and bf16 cast (by kernel name)"))
+                (re.compile(r"FillFunctor|bfloat16_copy"), ATOMIC_CAST))
 # A zero fill or cast launched right after the Gluon kernel's range is that backward's dQ cast.
 GLUON_CAST = "the Gluon backward's dQ cast (by kernel name)"
 TOTALS_BWD = (("Triton backward, separate dQ", ("bwd_preprocess", "bwd_dkdv", "bwd_dq")),
@@ -250,7 +249,7 @@ def unranged_names(versions_: list[str], kernels: list[str]) -> list[str]:
             last = v
             continue
         label = next((label for pat, label in UNRANGED_BWD if pat.search(k)), "other kernels (by name)")
-        if label.startswith("atomic dQ's zero fill") and last.endswith(":bwd_gluon_atomic_dkdv"):
+        if label == ATOMIC_CAST and last.endswith(":bwd_gluon_atomic_dkdv"):
             label = GLUON_CAST
         out.append(label)
         last = ""
@@ -332,8 +331,8 @@ def section_backward_profile(gpu, root) -> str:
         "by name (cuDNN's `cudnn…`, the FLASH backend's `pytorch_flash::flash_bwd…`, flash-attn-4's "
         "`…flash_attncuteflash_bwd…`; the zero fill or cast after the Gluon kernel's range is that backward's; "
         "PyTorch's layout copies stay 'other') and summed per backend; in bold, each backward's total. µs: ncu's "
-        "durations (each kernel replayed alone, so no overlap). TFLOP/s and % of peak: the algorithmic FLOPs (dK/dV 4 products of N×N×D, with "
-        "atomics 5, dQ 3, a whole backward 5; halved causal) over that time, against the tensor-core peak at the "
+        "durations (each kernel replayed alone, so no overlap). TFLOP/s and % of peak: the algorithmic FLOPs (dK/dV "
+        "4 products of N×N×D, with atomics 5, dQ 3, a whole backward 5; halved causal) over that time, against the tensor-core peak at the "
         "clock ncu measured. Tensor ops: counted over predicted. Registers, shared bytes, theoretical occupancy, "
         "tensor pipe and stalls: the longest kernel of the row. Sources: "
         + ", ".join(f"`{rel(p)}`" for p in sorted(set(prof.source))) + ".", "",

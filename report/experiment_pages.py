@@ -39,16 +39,17 @@ EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke e
 EXPERIMENT_TEXT = ("variant", "order", "config", "version", "who", "v7_path", "auto_picks")   # not numbers
 
 
-def experiment(gpu, root, name: str, rows=None):
+def experiment(gpu, root, name: str, rows=None, keys=None):
     """(the latest rows per key of results/<gpu>/experiments/<name>.csv, the file); (None, path) if not run. rows:
-    a function that picks the rows to take the latest of (a form of the experiment, where a file holds two)."""
+    a function that picks the rows to take the latest of (a form of the experiment, where a file holds two); keys:
+    the columns a row is latest for (default the experiment's EXPERIMENT_KEYS)."""
     path = data.root(root) / gpu / "experiments" / f"{name}.csv"
     df = optional(path, EXPERIMENTS[name])
     if df is None:
         return None, path
     numbers = [c for c in EXPERIMENTS[name] if c not in EXPERIMENT_TEXT]
     df = numeric(df, path, numbers)
-    return latest_rows(df if rows is None else rows(df), EXPERIMENT_KEYS[name]), path
+    return latest_rows(df if rows is None else rows(df), EXPERIMENT_KEYS[name] if keys is None else keys), path
 
 
 def experiment_not_run(label: str, name: str, path) -> str:
