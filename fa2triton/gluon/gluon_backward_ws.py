@@ -72,6 +72,10 @@ NUM_WARPS = 4         # the default partition: consumer 0
 # bwd-gluon-ws at 17b5ce8: 1.1-3.2% faster at D = 128 non-causal N >= 2048, 3.5-6.4% slower at D = 64 non-causal
 # (docs/worklogs/backward_hopper.md, "Round 5").
 UNSYNCED_HEAD_DIMS = (128,)
+# Head dimensions that stream 128 queries per tile with dQ split by rows (flash-attn-4's shape at D = 64: each
+# consumer computes its 64 queries' dQ over all 128 keys, m64nDk16, one reduce-add of 64 x D), where the others stream
+# 64 with dQ split by columns. Issue 48's trial: empty until measured.
+ROW_SPLIT_HEAD_DIMS: tuple = ()
 
 
 if HAVE_GLUON:
@@ -138,15 +142,19 @@ if HAVE_GLUON:
         columns of its dQ partial scaled and reduce-added (TMA) from the consumer's fp32 buffer."""
         q_smem, dq_smem = smem[2], smem[5]
         empty = bars[2]
-        BLOCK_M: gl.constexpr = q_smem.shape[1]
-        HALF: gl.constexpr = q_smem.shape[2] // 2
+        ROWS: gl.constexpr = dq_smem.shape[2]   # the tile's queries, or (split by rows) this consumer's half of them
+        COLS: gl.constexpr = dq_smem.shape[3]   # D / 2 (split by columns) or D
+        BY_ROWS: gl.constexpr = COLS == q_smem.shape[2]
         mbarrier.arrive(empty.index(slot_of(t, q_smem.shape[0])), count=1)
         _unsynced(UNSYNCED)   # after the tile's full wgmma wait: every read of the slot is done (one operation)
         tma.store_wait(0)                       # this consumer's previous reduce-add has read its buffer
         dq_buf = dq_smem.index(wg)
-        dq_buf.reshape([BLOCK_M, HALF]).store(dq * scale)
+        dq_buf.reshape([ROWS, COLS]).store(dq * scale)
         fence_async_shared()
-        tma_reduce_add(dq_desc, [head, q_start, wg * HALF], dq_buf)
+        if BY_ROWS:
+            tma_reduce_add(dq_desc, [head, q_start + wg * ROWS, 0], dq_buf)
+        else:
+            tma_reduce_add(dq_desc, [head, q_start, wg * COLS], dq_buf)
 
     @gluon.jit
     def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
@@ -175,16 +183,23 @@ if HAVE_GLUON:
         cols = gl.arange(0, BLOCK_M, layout=col_s)
         left = N_QUERIES - q_start
         mbarrier.wait(ready.index(slot), ready_phase(t, SLOTS))
-        l2 = l_smem.index(slot).load(col_s)
-        if MASK != NO_MASK:
-            l2 = gl.where(cols < left, l2, float("inf"))
         zero = gl.zeros([ROWS, BLOCK_M], gl.float32, s_layout)
         dp_init = _own_registers(zero - gl.expand_dims(delta_smem.index(slot).load(col_s), 0))
         q_tile = q_smem.index(slot)
         do_tile = do_smem.index(slot)
-        # S^T, dP^T, P^T and dV issued, round 1's (key key0 + r sees query q_start + c iff r <= c + (q_start - key0))
-        pT, dpT, dv_tok = _scores_and_dv(my_k, my_v, q_tile, do_tile, zero, dp_init, l2, dv, qk_scale, cols,
-                                         q_start - key0, MASK)
+        s_tok = warpgroup_mma(my_k, q_tile.permute((1, 0)), zero, use_acc=False, is_async=True)
+        dp_tok = warpgroup_mma(my_v, do_tile.permute((1, 0)), dp_init, is_async=True)
+        sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+        l2 = l_smem.index(slot).load(col_s)
+        if MASK != NO_MASK:
+            l2 = gl.where(cols < left, l2, float("inf"))
+        pT = gl.exp2(sT * qk_scale - gl.expand_dims(l2, 0))
+        if MASK == DIAGONAL:
+            rws = gl.arange(0, ROWS, layout=row_s)
+            pT = gl.where(gl.expand_dims(rws, 1) <= gl.expand_dims(cols + (q_start - key0), 0), pT, 0.0)
+        p_op = gl.convert_layout(pT.to(dtype), a_layout)
+        dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)
+        dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
 
         # dS^T, its rows of keys past N_KEYS zeroed where a key tile can be ragged (they must add nothing to dQ; their
         # dK rows are not stored)
@@ -202,8 +217,14 @@ if HAVE_GLUON:
         mbarrier.arrive(ds_bar.index(b), count=1)
         mbarrier.wait(ds_bar.index(b), ready_phase(t, _DS_BUFFERS))
         _unsynced(UNSYNCED)   # each thread waits for both halves itself
-        dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),  # dQ = dS K
-                               gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
+        DQ_ROWS: gl.constexpr = dq_smem.shape[2]
+        if dq_smem.shape[3] == D:   # split by rows (ROW_SPLIT_HEAD_DIMS): this consumer's queries, all of D
+            dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)).slice(wg * DQ_ROWS, DQ_ROWS, dim=0), k_smem,
+                                   gl.zeros([DQ_ROWS, D], gl.float32, wgmma_layout(4, D)), use_acc=False,
+                                   is_async=True)
+        else:   # dQ = dS K, this consumer's columns over all the tile's queries
+            dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),
+                                   gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
         dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
         _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED)
         return dk, dv
@@ -270,7 +291,6 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-        HALF: gl.constexpr = D // 2
         dtype: gl.constexpr = q_desc.dtype
         ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
 
@@ -279,7 +299,8 @@ if HAVE_GLUON:
         q_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], q_desc.layout)
         do_smem = gl.allocate_shared_memory(dtype, [_SLOTS, BLOCK_M, D], do_desc.layout)
         ds_smem = gl.allocate_shared_memory(dtype, [_DS_BUFFERS, BLOCK_N, BLOCK_M], ds_layout)
-        dq_smem = gl.allocate_shared_memory(gl.float32, [_CONSUMERS, 1, BLOCK_M, HALF], dq_desc.layout)
+        dq_block: gl.constexpr = dq_desc.block_type.shape
+        dq_smem = gl.allocate_shared_memory(gl.float32, [_CONSUMERS, 1, dq_block[1], dq_block[2]], dq_desc.layout)
         row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
         l_smem = gl.allocate_shared_memory(gl.float32, [_SLOTS, BLOCK_M], row_layout)
         delta_smem = gl.allocate_shared_memory(gl.float32, [_SLOTS, BLOCK_M], row_layout)
@@ -323,10 +344,16 @@ def preferred(N_q: int, N_k: int, D: int, causal: bool) -> bool:
 
 # ---------------------------------------------------------------------------------------------- host entry points
 
+def query_tile(D: int) -> int:
+    """Queries per streamed tile: 128 where dQ is split by rows (ROW_SPLIT_HEAD_DIMS), else BLOCK_M."""
+    return 2 * BLOCK_M if D in ROW_SPLIT_HEAD_DIMS else BLOCK_M
+
+
 def _dq_descriptor(dq_accum: torch.Tensor):
-    """The fp32 (heads, N_q, D) accumulator, blocks (1, BLOCK_M, D / 2): TMA's bounds end a tile at its head's N_q."""
+    """The fp32 (heads, N_q, D) accumulator, blocks (1, BLOCK_M, D / 2), or (1, BLOCK_M, D) for one consumer's rows
+    where dQ is split by rows: TMA's bounds end a tile at its head's N_q."""
     D = dq_accum.shape[2]
-    block = [1, BLOCK_M, D // 2]
+    block = [1, BLOCK_M, D if D in ROW_SPLIT_HEAD_DIMS else D // 2]
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
     return TensorDescriptor(dq_accum, list(dq_accum.shape), list(dq_accum.stride()), block, layout)
 
@@ -356,7 +383,8 @@ def launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale: float, causal:
     BH, N_q, D = q.shape
     N_k = k.shape[1]
     row = _r1.row_descriptor
-    descs = (row(q, BLOCK_M), row(k, BLOCK_N), row(v, BLOCK_N), row(do, BLOCK_M), _dq_descriptor(dq_accum))
+    bm = query_tile(D)
+    descs = (row(q, bm), row(k, BLOCK_N), row(v, BLOCK_N), row(do, bm), _dq_descriptor(dq_accum))
     args = (*descs, lse, delta, dk, dv, lse.stride(0), delta.stride(0), dk.stride(1), dv.stride(1), N_q, N_k,
             float(scale) * LOG2E, float(scale))
     return tile_order.grid(math.ceil(N_k / BLOCK_N), BH, causal), args
