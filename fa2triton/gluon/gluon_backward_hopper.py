@@ -135,28 +135,38 @@ if HAVE_GLUON:
     # ------------------------------------------------------------------------------------------ one query tile
 
     @gluon.jit
-    def _scores_and_dv(k_tile, v_tile, q_tile, do_tile, zero, dp_init, l2, dv, qk_scale, cols, key_off,
-                       MASK: gl.constexpr):
-        """The first half of a tile's products for the keys of k_tile and v_tile: S^T = K Q^T and dP^T = V dO^T - Delta
-        issued (dp_init: -Delta broadcast), then once S^T is in P^T = exp2(S^T * qk_scale - l2) (in a DIAGONAL tile key
-        row r sees query column c iff r <= c + key_off) and dV += P^T dO issued. Returns P^T (fp32), dP^T once it is
-        in (dV still in flight) and dV's token."""
-        dtype: gl.constexpr = q_tile.dtype
-        s_layout: gl.constexpr = zero.type.layout
-        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(4, q_tile.shape[1]),
-                                                     k_width=2)
+    def _issue_scores(k_tile, v_tile, q_tile, do_tile, zero, dp_init):
+        """S^T = K Q^T and dP^T = V dO^T - Delta issued (dp_init: -Delta broadcast); their tokens."""
         s_tok = warpgroup_mma(k_tile, q_tile.permute((1, 0)), zero, use_acc=False, is_async=True)    # S^T = K Q^T
         dp_tok = warpgroup_mma(v_tile, do_tile.permute((1, 0)), dp_init, is_async=True)              # V dO^T - Delta
+        return s_tok, dp_tok
 
-        sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+    @gluon.jit
+    def _probs_and_dv(sT, dp_tok, do_tile, l2, dv, qk_scale, cols, key_off, MASK: gl.constexpr):
+        """Once S^T is in: P^T = exp2(S^T * qk_scale - l2) (in a DIAGONAL tile key row r sees query column c iff
+        r <= c + key_off) and dV += P^T dO issued. Returns P^T (fp32), dP^T once it is in (dV still in flight) and
+        dV's token."""
+        dtype: gl.constexpr = do_tile.dtype
+        s_layout: gl.constexpr = sT.type.layout
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(4, do_tile.shape[1]),
+                                                     k_width=2)
         pT = gl.exp2(sT * qk_scale - gl.expand_dims(l2, 0))
         if MASK == DIAGONAL:
-            rows = gl.arange(0, zero.shape[0], layout=gl.SliceLayout(1, s_layout))
+            rows = gl.arange(0, sT.shape[0], layout=gl.SliceLayout(1, s_layout))
             pT = gl.where(gl.expand_dims(rows, 1) <= gl.expand_dims(cols + key_off, 0), pT, 0.0)
         p_op = gl.convert_layout(pT.to(dtype), a_layout)
         dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)                                     # dV += P^T dO
         dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))                                 # (dV in flight)
         return pT, dpT, dv_tok
+
+    @gluon.jit
+    def _scores_and_dv(k_tile, v_tile, q_tile, do_tile, zero, dp_init, l2, dv, qk_scale, cols, key_off,
+                       MASK: gl.constexpr):
+        """The first half of a tile's products for the keys of k_tile and v_tile: _issue_scores, then once S^T is in
+        _probs_and_dv. Returns P^T (fp32), dP^T once it is in (dV still in flight) and dV's token."""
+        s_tok, dp_tok = _issue_scores(k_tile, v_tile, q_tile, do_tile, zero, dp_init)
+        sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+        return _probs_and_dv(sT, dp_tok, do_tile, l2, dv, qk_scale, cols, key_off, MASK)
 
     @gluon.jit
     def _query_tile(dk, dv, k_smem, v_smem, q_smem, do_smem, ready, q_desc, do_desc, L_ptr, Delta_ptr,

@@ -76,6 +76,10 @@ UNSYNCED_HEAD_DIMS = (128,)
 # consumer computes its 64 queries' dQ over all 128 keys, m64nDk16, one reduce-add of 64 x D), where the others stream
 # 64 with dQ split by columns. Issue 48's trial: empty until measured.
 ROW_SPLIT_HEAD_DIMS: tuple = ()
+# Head dimensions whose consumers read the tile's L after S^T's wait, where the others read it before S^T's issue
+# (fewer live registers across the wait: offline, no spills left at D = 128 under Triton 3.9). Issue 48's trial:
+# empty until measured.
+LATE_L_HEAD_DIMS: tuple = ()
 
 
 if HAVE_GLUON:
@@ -86,7 +90,7 @@ if HAVE_GLUON:
     _MARK_ASM = gl.constexpr(_gluon_ptx.MARK_ASM)
     NO_MASK, TAIL, DIAGONAL = _r1.NO_MASK, _r1.TAIL, _r1.DIAGONAL
     _own_registers, _store_tile = _r1._own_registers, _r1._store_tile
-    _scores_and_dv, _query_ranges = _r1._scores_and_dv, _r1._query_ranges
+    _issue_scores, _probs_and_dv, _query_ranges = _r1._issue_scores, _r1._probs_and_dv, _r1._query_ranges
 
     # ------------------------------------------------------------------------------------------ the loader
 
@@ -137,6 +141,14 @@ if HAVE_GLUON:
             _hw.mark(_MARK_ASM)
 
     @gluon.jit
+    def _tile_l2(l_row, cols, left, MASK: gl.constexpr):
+        """The tile's L (times log2 e) from its slot's row buffer; +inf past N_QUERIES (TAIL, DIAGONAL)."""
+        l2 = l_row.load(cols.type.layout)
+        if MASK != NO_MASK:
+            l2 = gl.where(cols < left, l2, float("inf"))
+        return l2
+
+    @gluon.jit
     def _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED: gl.constexpr):
         """The end of query tile t (at q_start) once its products are done: its slot released, this consumer's
         columns of its dQ partial scaled and reduce-added (TMA) from the consumer's fp32 buffer."""
@@ -158,7 +170,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
-                    MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr):
+                    MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr, LATE_L: gl.constexpr):
         """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its columns of the
         tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile; EVEN_KEYS: N_KEYS is a multiple
         of the CTA's keys, so no key row needs zeroing."""
@@ -183,23 +195,17 @@ if HAVE_GLUON:
         cols = gl.arange(0, BLOCK_M, layout=col_s)
         left = N_QUERIES - q_start
         mbarrier.wait(ready.index(slot), ready_phase(t, SLOTS))
+        l2 = _tile_l2(l_smem.index(slot), cols, left, MASK)   # (dead, and so gone, under LATE_L)
         zero = gl.zeros([ROWS, BLOCK_M], gl.float32, s_layout)
         dp_init = _own_registers(zero - gl.expand_dims(delta_smem.index(slot).load(col_s), 0))
         q_tile = q_smem.index(slot)
         do_tile = do_smem.index(slot)
-        s_tok = warpgroup_mma(my_k, q_tile.permute((1, 0)), zero, use_acc=False, is_async=True)
-        dp_tok = warpgroup_mma(my_v, do_tile.permute((1, 0)), dp_init, is_async=True)
+        # S^T, dP^T, P^T and dV issued, round 1's (key key0 + r sees query q_start + c iff r <= c + (q_start - key0))
+        s_tok, dp_tok = _issue_scores(my_k, my_v, q_tile, do_tile, zero, dp_init)
         sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-        l2 = l_smem.index(slot).load(col_s)
-        if MASK != NO_MASK:
-            l2 = gl.where(cols < left, l2, float("inf"))
-        pT = gl.exp2(sT * qk_scale - gl.expand_dims(l2, 0))
-        if MASK == DIAGONAL:
-            rws = gl.arange(0, ROWS, layout=row_s)
-            pT = gl.where(gl.expand_dims(rws, 1) <= gl.expand_dims(cols + (q_start - key0), 0), pT, 0.0)
-        p_op = gl.convert_layout(pT.to(dtype), a_layout)
-        dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)
-        dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
+        if LATE_L:
+            l2 = _tile_l2(l_smem.index(slot), cols, left, MASK)
+        pT, dpT, dv_tok = _probs_and_dv(sT, dp_tok, do_tile, l2, dv, qk_scale, cols, q_start - key0, MASK)
 
         # dS^T, its rows of keys past N_KEYS zeroed where a key tile can be ragged (they must add nothing to dQ; their
         # dK rows are not stored)
@@ -231,12 +237,13 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale,
-                     scale, MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr):
+                     scale, MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr,
+                     LATE_L: gl.constexpr):
         """The query tiles [start, stop) (multiples of BLOCK_M from lo), all with one MASK."""
         BLOCK_M: gl.constexpr = smem[2].shape[1]
         for q_start in range(start, stop, BLOCK_M):
             dk, dv = _query_tile(dk, dv, (q_start - lo) // BLOCK_M, q_start, wg, smem, bars, dq_desc, head, k_start,
-                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, UNSYNCED, EVEN_KEYS)
+                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, UNSYNCED, EVEN_KEYS, LATE_L)
         return dk, dv
 
     @gluon.jit
@@ -247,7 +254,7 @@ if HAVE_GLUON:
         q_smem = smem[2]
         kv_bar = bars[0]
         dK_ptr, dV_ptr, stride_dk_row, stride_dv_row = out
-        N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS = sizes
+        N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS, LATE_L = sizes
         qk_scale, scale = scales
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
@@ -263,11 +270,11 @@ if HAVE_GLUON:
         dv = gl.zeros([ROWS, D], gl.float32, o_layout)
         mbarrier.wait(kv_bar.index(0), 0)
         dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS,
-                              qk_scale, scale, DIAGONAL, UNSYNCED, EVEN_KEYS)
+                              qk_scale, scale, DIAGONAL, UNSYNCED, EVEN_KEYS, LATE_L)
         dk, dv = _query_range(dk, dv, diag_stop, full_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED, EVEN_KEYS)
+                              N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED, EVEN_KEYS, LATE_L)
         dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, TAIL, UNSYNCED, EVEN_KEYS)
+                              N_KEYS, qk_scale, scale, TAIL, UNSYNCED, EVEN_KEYS, LATE_L)
         tma.store_wait(0)
         key0 = k_start + wg * ROWS
         _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
@@ -286,7 +293,7 @@ if HAVE_GLUON:
         N_QUERIES, N_KEYS, qk_scale, scale,
         # compile-time choices: the mask; the consumers' slot release and dS wait without their 4 warps' bar.sync
         # (UNSYNCED_HEAD_DIMS); N_KEYS a multiple of BLOCK_N (no key row to zero: even_keys)
-        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr,
+        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr, LATE_L: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -317,7 +324,7 @@ if HAVE_GLUON:
 
         if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
             _hw.mark(_DESCRIPTOR_ASM)
-        sizes = (N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS)
+        sizes = (N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS, LATE_L)
         loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
                        (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
@@ -427,9 +434,9 @@ def even_keys(N_k: int) -> bool:
 
 def compile_time(D: int, N_k: int, causal: bool, unsynced: bool | None = None) -> dict:
     """_bwd_ws_kernel's constexprs, in its order: CAUSAL, UNSYNCED (D in UNSYNCED_HEAD_DIMS unless given),
-    EVEN_KEYS."""
+    EVEN_KEYS, LATE_L (D in LATE_L_HEAD_DIMS or ROW_SPLIT_HEAD_DIMS: the 128-query tile spills without it)."""
     return dict(CAUSAL=bool(causal), UNSYNCED=D in UNSYNCED_HEAD_DIMS if unsynced is None else bool(unsynced),
-                EVEN_KEYS=even_keys(N_k))
+                EVEN_KEYS=even_keys(N_k), LATE_L=D in LATE_L_HEAD_DIMS or D in ROW_SPLIT_HEAD_DIMS)
 
 
 def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
