@@ -44,10 +44,8 @@ def bwd_gluon_ws(args, save):
                 # slot release and dS wait at every D (UNSYNCED_HEAD_DIMS emptied)
                 forms = [("v7", "auto", "auto", {}), (f"gluon-ws/s{ws.SLOTS}", "atomic", "gluon", {}),
                          (f"gluon-ws/s{ws.SLOTS}/synced", "atomic", "gluon", {"UNSYNCED_HEAD_DIMS": ()})]
-                if D not in ws.LATE_L_HEAD_DIMS:   # /ll: L read after S^T's wait
-                    forms.append((f"gluon-ws/s{ws.SLOTS}/ll", "atomic", "gluon", {"LATE_L_HEAD_DIMS": (D,)}))
-                if D == 64 and D not in ws.ROW_SPLIT_HEAD_DIMS:   # /rs: 128-query tiles, dQ split by rows (and /ll)
-                    forms.append((f"gluon-ws/s{ws.SLOTS}/rs", "atomic", "gluon", {"ROW_SPLIT_HEAD_DIMS": (64,)}))
+                if D in ws.ROW_SPLIT_HEAD_DIMS:   # /cs: 64-query tiles, dQ split by columns (before round 12)
+                    forms.append((f"gluon-ws/s{ws.SLOTS}/cs", "atomic", "gluon", {"ROW_SPLIT_HEAD_DIMS": ()}))
                 for who, dq_mode, dkdv, held in forms:
                     saved = {name: getattr(ws, name) for name in held}
                     for name, value in held.items():

@@ -276,7 +276,7 @@ def main(argv=None) -> int:
         if ws:   # where dQ is atomic the Gluon kernel runs, with its own configuration
             from fa2triton.gluon import gluon_backward_ws
 
-            ws_config = gluon_backward_ws.LABEL
+            ws_config = gluon_backward_ws.label(args.D)
             config_of = (lambda shape, c=str(bwd_config): ws_config if ran(shape) == "atomic" else c)
     bwd_config = str(bwd_config or "")
     masks = shapes.masks_from(args.causal)

@@ -57,8 +57,11 @@ def test_every_case_is_warp_specialized_within_a_blocks_shared_memory(compiled):
     for label, r in compiled.items():
         D = int(label.split()[0][2:])
         assert r["warp_specialize"] == 1, label
-        # K and V (128 rows), two slots each of Q and dO, two dS tiles (128 x 64), two fp32 dQ halves (64 x D / 2)
-        buffers = 2 * 128 * D * 2 + 4 * 64 * D * 2 + 2 * 128 * 64 * 2 + 2 * 64 * (D // 2) * 4
+        # K and V (128 rows), two slots each of Q and dO (M rows), two dS tiles (128 x M), two fp32 dQ shares (64 x D
+        # by rows, M x D / 2 by columns)
+        M = WS.query_tile(D)
+        share = 64 * D if D in WS.ROW_SPLIT_HEAD_DIMS else M * D // 2
+        buffers = 2 * 128 * D * 2 + 4 * M * D * 2 + 2 * 128 * M * 2 + 2 * share * 4
         assert buffers <= r["shared"] <= 232448, (label, r["shared"], buffers)
 
 
@@ -70,24 +73,33 @@ def test_only_a_ragged_key_tile_pays_for_zeroing_dS_rows(compiled):
         N = int(label.split()[2][2:])
         sels = [lp["SEL"] for lp in r["loops"]]
         assert sels, label
-        assert all(s == 0 for s in sels) if WS.even_keys(N) else all(s >= 32 for s in sels), (label, sels)
+        # (a causal diagonal's loop of 128-query tiles selects 16 packed scores for the mask itself)
+        assert min(sels) == 0 and max(sels) < 32 if WS.even_keys(N) else min(sels) >= 32, (label, sels)
 
 
 def test_the_five_products_per_tile_and_one_reduce_add_per_consumer(compiled):
-    """Per query tile and consumer: S^T and dP^T (64 x 64, K = D), dV and dK (64 x D, K = 64 queries), dQ's half
-    (64 x D / 2, K = 128 keys); then one TMA reduce-add of that half. Every loop holding products holds exactly this."""
+    """Per query tile (M queries) and consumer: S^T and dP^T (64 x M, K = D), dV and dK (64 x D, K = M), its dQ share
+    (K = 128 keys: 64 x D split by rows, M x D / 2 by columns); then one TMA reduce-add of that share. Every loop
+    holding products holds exactly this."""
     for label, r in compiled.items():
         D = int(label.split()[0][2:])
-        assert r["wgmma_shapes"] == sorted({"m64n64k16", f"m64n{D}k16", f"m64n{D // 2}k16"}), (label, r)
-        per_tile = 2 * D // 16 + 2 * 64 // 16 + 128 // 16
+        M = WS.query_tile(D)
+        share = D if D in WS.ROW_SPLIT_HEAD_DIMS else D // 2
+        assert r["wgmma_shapes"] == sorted({f"m64n{M}k16", f"m64n{D}k16", f"m64n{share}k16"}), (label, r)
+        per_tile = 2 * D // 16 + 2 * M // 16 + 128 // 16
         assert r["loops"] and all(lp["HGMMA"] == per_tile and lp["UTMAREDG"] == 1 for lp in r["loops"]), (label, r)
         assert r["reduce_adds"] >= len(r["loops"]), (label, r)
 
 
-def test_no_case_spills_at_head_dimension_64(compiled):
+# Spill stores per key loop iteration at D = 64, at most: round 12's 128-query tiles, with L read after S^T's wait
+# (none without the mask, up to 3 with it under either Triton; 1-8 where L is read before S^T's issue).
+D64_SPILL_STORES = 3
+
+
+def test_head_dimension_64_spills_at_most_a_few_registers(compiled):
     for label, r in compiled.items():
         if label.startswith("D=64"):
-            assert all(lp["STL"] == lp["LDL"] == 0 for lp in r["loops"]), (label, r["loops"])
+            assert all(lp["STL"] <= D64_SPILL_STORES for lp in r["loops"]), (label, r["loops"])
 
 
 def _ws_call(args, acc=None, scale=0.125):
@@ -116,6 +128,11 @@ def test_launch_args_give_a_3d_dq_descriptor_and_128_key_tiles():
     assert args[13:15] == (200, 130) and args[16] == 0.125
     # causal: one axis, the heads fastest, so every head's first (longest) key tile starts first (tile_order)
     assert WS.launch_args(a["q"], a["k"], a["v"], a["do"], a["lse"], a["delta"], dk, dv, acc, 0.125, True)[0] == (6, 1)
+    # D = 64 (ROW_SPLIT_HEAD_DIMS): 128-query tiles, and each consumer's dQ share is 64 rows of all of D
+    a = _inputs(BH=3, N=200, D=64, device="meta")
+    acc = torch.empty(a["q"].shape, dtype=torch.float32, device="meta")
+    _, args = WS.launch_args(a["q"], a["k"], a["v"], a["do"], a["lse"], a["delta"], dk, dv, acc, 0.125, False)
+    assert [d.block_shape for d in args[:5]] == [[128, 64], [128, 64], [128, 64], [128, 64], [1, 64, 64]]
 
 
 # ------------------------------------------------------------------------------------------------ on a Hopper GPU
@@ -151,17 +168,21 @@ def test_the_atomic_backward_takes_the_ws_kernel_and_repeats(monkeypatch, N_q, N
 
 
 def test_the_kernels_names_are_the_ones_committed_rows_key_on():
-    """The harness's bwd_config names the Gluon kernel by LABEL where it ran, experiment bwd-gluon-ws's `who` by its
-    slots: the committed rows must still name what ships."""
+    """The harness's bwd_config names the Gluon kernel by label(D) where it ran, experiment bwd-gluon-ws's `who` by
+    its slots: each head dimension's latest committed rows must name what ships."""
     import csv
     from pathlib import Path
 
     results = Path(__file__).resolve().parent.parent / "results" / "nvidia-h200"
     with open(results / "bench_bwd" / "v7_hopper.csv") as f:
-        named = {r["bwd_config"] for r in csv.DictReader(f) if r["bwd_config"].startswith("ws ")}
+        rows = [r for r in csv.DictReader(f) if r["bwd_config"].startswith("ws ")]
     with open(results / "experiments" / "bwd_gluon_ws.csv") as f:
         who = {r["who"] for r in csv.DictReader(f)}
-    assert named == {WS.LABEL}
+    for D in (64, 128):
+        at_d = [r for r in rows if int(r["D"]) == D]
+        latest = max(at_d, key=lambda r: r["date"])["git_commit"]
+        assert {r["bwd_config"] for r in at_d if r["git_commit"] == latest} == {WS.label(D)}, D
+    assert WS.label(64) == "ws 128x128/2wg/s2/rows" and WS.label(128) == "ws 128x64/2wg/s2"
     assert f"gluon-ws/s{WS.SLOTS}" in who
 
 
@@ -250,3 +271,30 @@ def test_unsynced_head_dims_follow_the_committed_ratios():
     assert WS.UNSYNCED_HEAD_DIMS == (128,)
     assert [WS.offline_plan(D, False, 1024).options["UNSYNCED"] for D in (64, 128)] == [False, True]
     assert WS.offline_plan(64, False, 1024, unsynced=True).options["UNSYNCED"] is True
+
+
+def test_row_split_head_dims_follow_the_committed_ratios():
+    """ROW_SPLIT_HEAD_DIMS' comment quotes round 12's rows (the column split's graph time over the row split's, /rs,
+    results/nvidia-h200/experiments/bwd_gluon_ws.csv at the commit it names), per Triton version; every one of them
+    faster in every round."""
+    import csv
+    import inspect
+    import re
+    from pathlib import Path
+
+    source = " ".join(inspect.getsource(WS).replace("#", " ").split())
+    quoted = re.search(r"the /rs rows at ([0-9a-f]{7}), N = 2048 and 4096, both masks\): (\d\.\d)-(\d\.\d)% faster "
+                       r"under Triton 3\.6, (\d\.\d)-(\d\.\d)% under 3\.9", source)
+    assert quoted
+    path = Path(__file__).resolve().parent.parent / "results" / "nvidia-h200" / "experiments" / "bwd_gluon_ws.csv"
+    with open(path) as f:
+        rows = [r for r in csv.DictReader(f) if r["who"] == f"gluon-ws/s{WS.SLOTS}/rs"
+                and r["git_commit"].startswith(quoted.group(1)) and int(r["N"]) >= 2048]
+    found = []
+    for version in ("3.6.0", "3.9.0"):
+        at = [r for r in rows if r["triton"] == version]
+        assert len(at) == 4 and all(float(r["gluon_over_graph_min"]) > 1 for r in at), version
+        gains = [100 * (float(r["gluon_over_graph"]) - 1) for r in at]
+        found += [round(min(gains), 1), round(max(gains), 1)]
+    assert tuple(map(float, quoted.groups()[1:])) == tuple(found)
+    assert WS.ROW_SPLIT_HEAD_DIMS == (64,) and [WS.query_tile(D) for D in (64, 128)] == [128, 64]

@@ -10,16 +10,22 @@ and the top-left causal mask are gluon_backward_hopper's (round 1), whose helper
     dV  += P^T dO,  dK += dS^T Q   (RS wgmma: P^T and dS^T from registers)
     dQ  += scale * dS K            (SS wgmma: dS from shared memory; fp32, cast by the caller)
 
-Roles. The loader (one warp) copies K and V once, then per query tile (64 rows) Q and dO by TMA into a ring of SLOTS
-slots, with the tile's L (times log2 e) and Delta stored into the slot's row buffers before its expect; a slot is
-refilled once both consumers released it. Consumer w owns keys [k_start + 64 w, k_start + 64 (w + 1)): per query tile
-it computes its S^T, dP^T, P^T and dS^T, issues dV and dK, writes its dS^T into its half of a shared dS tile (two
-buffers) and arrives on that buffer's mbarrier; once both halves are in, it computes columns [w D / 2, (w + 1) D / 2)
-of the tile's dQ partial over all 128 keys (B: that column slice of K in shared memory) and sends them by one TMA
-reduce-add (fp32) into the caller's dQ accumulator, a 3-d (heads, N_q, D) descriptor whose bounds stop the ragged tile
-at its head's end. A dS buffer is written again two tiles later, after both consumers passed the next tile's
-mbarrier, so after both read it. The reduce-adds land in any order: dQ is not bitwise reproducible (dq_mode
-"separate" is).
+Roles. The loader (one warp) copies K and V once, then per query tile Q and dO by TMA into a ring of SLOTS slots,
+with the tile's L (times log2 e) and Delta stored into the slot's row buffers before its expect; a slot is refilled
+once both consumers released it. Consumer w owns keys [k_start + 64 w, k_start + 64 (w + 1)): per query tile it
+computes its S^T, dP^T, P^T and dS^T, issues dV and dK, writes its dS^T into its half of a shared dS tile (two
+buffers) and arrives on that buffer's mbarrier; once both halves are in, it computes its share of the tile's dQ
+partial over all 128 keys and sends it by one TMA reduce-add (fp32) into the caller's dQ accumulator, a 3-d
+(heads, N_q, D) descriptor whose bounds stop the ragged tile at its head's end. The share, by head dimension:
+
+- split by columns (64-query tiles): columns [w D / 2, (w + 1) D / 2) of all the tile's queries (B: that column
+  slice of K in shared memory);
+- split by rows (ROW_SPLIT_HEAD_DIMS, 128-query tiles, flash-attn-4's shape at D = 64): queries
+  [64 w, 64 (w + 1)) of the tile, all of D. There each consumer reads the tile's L after S^T's wait, which keeps
+  the larger tile's registers from spilling.
+
+A dS buffer is written again two tiles later, after both consumers passed the next tile's mbarrier, so after both
+read it. The reduce-adds land in any order: dQ is not bitwise reproducible (dq_mode "separate" is).
 
 The backward's dq_mode "auto" takes this kernel where `preferred` says (v7's default); measurements in the log.
 
@@ -62,8 +68,6 @@ CONSUMERS = 2
 DS_BUFFERS = 2
 # The Q / dO / L / Delta ring. Three slots were measured and retired: docs/experiments.md, row bwd-gluon-ws-slots.
 SLOTS = 2
-# The kernel as the harness's bwd_config column and experiment bwd-gluon-ws's rows name it (committed rows key on it).
-LABEL = f"ws {BLOCK_N}x{BLOCK_M}/2wg/s{SLOTS}"
 CONSUMER_REGS = 240
 LOADER_REGS = 24
 NUM_WARPS = 4         # the default partition: consumer 0
@@ -73,13 +77,11 @@ NUM_WARPS = 4         # the default partition: consumer 0
 # (docs/worklogs/backward_hopper.md, "Round 5").
 UNSYNCED_HEAD_DIMS = (128,)
 # Head dimensions that stream 128 queries per tile with dQ split by rows (flash-attn-4's shape at D = 64: each
-# consumer computes its 64 queries' dQ over all 128 keys, m64nDk16, one reduce-add of 64 x D), where the others stream
-# 64 with dQ split by columns. Issue 48's trial: empty until measured.
-ROW_SPLIT_HEAD_DIMS: tuple = ()
-# Head dimensions whose consumers read the tile's L after S^T's wait, where the others read it before S^T's issue
-# (fewer live registers across the wait: offline, no spills left at D = 128 under Triton 3.9). Issue 48's trial:
-# empty until measured.
-LATE_L_HEAD_DIMS: tuple = ()
+# consumer computes its 64 queries' dQ over all 128 keys, one reduce-add of 64 x D), where the others stream 64 with
+# dQ split by columns (at D = 128 the 128-query ring does not fit in shared memory). Graph replay against the column
+# split (experiment bwd-gluon-ws, the /rs rows at ed6d9aa, N = 2048 and 4096, both masks): 3.7-5.6% faster under
+# Triton 3.6, 0.9-4.7% under 3.9 (docs/worklogs/backward_hopper.md, "Round 12").
+ROW_SPLIT_HEAD_DIMS = (64,)
 
 
 if HAVE_GLUON:
@@ -170,7 +172,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
-                    MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr, LATE_L: gl.constexpr):
+                    MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr):
         """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its columns of the
         tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile; EVEN_KEYS: N_KEYS is a multiple
         of the CTA's keys, so no key row needs zeroing."""
@@ -181,10 +183,13 @@ if HAVE_GLUON:
         D: gl.constexpr = q_smem.shape[2]
         ROWS: gl.constexpr = ds_smem.shape[1] // 2     # one consumer's keys
         HALF: gl.constexpr = D // 2
+        DQ_ROWS: gl.constexpr = dq_smem.shape[2]
+        BY_ROWS: gl.constexpr = dq_smem.shape[3] == D   # dQ split by rows (ROW_SPLIT_HEAD_DIMS), else by columns
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = wgmma_layout(4, BLOCK_M)
         q_layout: gl.constexpr = wgmma_layout(4, HALF)
-        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(4, D), k_width=2)
+        o_layout: gl.constexpr = wgmma_layout(4, D)
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         my_k = k_smem.slice(wg * ROWS, ROWS, dim=0)
@@ -195,7 +200,8 @@ if HAVE_GLUON:
         cols = gl.arange(0, BLOCK_M, layout=col_s)
         left = N_QUERIES - q_start
         mbarrier.wait(ready.index(slot), ready_phase(t, SLOTS))
-        l2 = _tile_l2(l_smem.index(slot), cols, left, MASK)   # (dead, and so gone, under LATE_L)
+        # L: split by rows, read again after S^T's wait (this read is then dead, and gone), else 128 queries spill
+        l2 = _tile_l2(l_smem.index(slot), cols, left, MASK)
         zero = gl.zeros([ROWS, BLOCK_M], gl.float32, s_layout)
         dp_init = _own_registers(zero - gl.expand_dims(delta_smem.index(slot).load(col_s), 0))
         q_tile = q_smem.index(slot)
@@ -203,7 +209,7 @@ if HAVE_GLUON:
         # S^T, dP^T, P^T and dV issued, round 1's (key key0 + r sees query q_start + c iff r <= c + (q_start - key0))
         s_tok, dp_tok = _issue_scores(my_k, my_v, q_tile, do_tile, zero, dp_init)
         sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-        if LATE_L:
+        if BY_ROWS:
             l2 = _tile_l2(l_smem.index(slot), cols, left, MASK)
         pT, dpT, dv_tok = _probs_and_dv(sT, dp_tok, do_tile, l2, dv, qk_scale, cols, q_start - key0, MASK)
 
@@ -223,11 +229,9 @@ if HAVE_GLUON:
         mbarrier.arrive(ds_bar.index(b), count=1)
         mbarrier.wait(ds_bar.index(b), ready_phase(t, _DS_BUFFERS))
         _unsynced(UNSYNCED)   # each thread waits for both halves itself
-        DQ_ROWS: gl.constexpr = dq_smem.shape[2]
-        if dq_smem.shape[3] == D:   # split by rows (ROW_SPLIT_HEAD_DIMS): this consumer's queries, all of D
+        if BY_ROWS:   # this consumer's queries, all of D
             dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)).slice(wg * DQ_ROWS, DQ_ROWS, dim=0), k_smem,
-                                   gl.zeros([DQ_ROWS, D], gl.float32, wgmma_layout(4, D)), use_acc=False,
-                                   is_async=True)
+                                   gl.zeros([DQ_ROWS, D], gl.float32, o_layout), use_acc=False, is_async=True)
         else:   # dQ = dS K, this consumer's columns over all the tile's queries
             dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),
                                    gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
@@ -237,13 +241,12 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale,
-                     scale, MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr,
-                     LATE_L: gl.constexpr):
+                     scale, MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr):
         """The query tiles [start, stop) (multiples of BLOCK_M from lo), all with one MASK."""
         BLOCK_M: gl.constexpr = smem[2].shape[1]
         for q_start in range(start, stop, BLOCK_M):
             dk, dv = _query_tile(dk, dv, (q_start - lo) // BLOCK_M, q_start, wg, smem, bars, dq_desc, head, k_start,
-                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, UNSYNCED, EVEN_KEYS, LATE_L)
+                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, UNSYNCED, EVEN_KEYS)
         return dk, dv
 
     @gluon.jit
@@ -254,7 +257,7 @@ if HAVE_GLUON:
         q_smem = smem[2]
         kv_bar = bars[0]
         dK_ptr, dV_ptr, stride_dk_row, stride_dv_row = out
-        N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS, LATE_L = sizes
+        N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS = sizes
         qk_scale, scale = scales
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
@@ -270,11 +273,11 @@ if HAVE_GLUON:
         dv = gl.zeros([ROWS, D], gl.float32, o_layout)
         mbarrier.wait(kv_bar.index(0), 0)
         dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS,
-                              qk_scale, scale, DIAGONAL, UNSYNCED, EVEN_KEYS, LATE_L)
+                              qk_scale, scale, DIAGONAL, UNSYNCED, EVEN_KEYS)
         dk, dv = _query_range(dk, dv, diag_stop, full_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED, EVEN_KEYS, LATE_L)
+                              N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED, EVEN_KEYS)
         dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, TAIL, UNSYNCED, EVEN_KEYS, LATE_L)
+                              N_KEYS, qk_scale, scale, TAIL, UNSYNCED, EVEN_KEYS)
         tma.store_wait(0)
         key0 = k_start + wg * ROWS
         _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
@@ -284,8 +287,8 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_ws_kernel(
-        # TMA descriptors: Q, dO blocks of BLOCK_M rows, K and V of BLOCK_N, over the flattened (heads * N, D)
-        # rows; dQ's fp32 accumulator (heads, N_QUERIES, D), blocks (1, BLOCK_M, D / 2)
+        # TMA descriptors: Q, dO blocks of query_tile(D) rows, K and V of BLOCK_N, over the flattened
+        # (heads * N, D) rows; dQ's fp32 accumulator (heads, N_QUERIES, D), blocks (1, BLOCK_M, D / 2 or D)
         q_desc, k_desc, v_desc, do_desc, dq_desc,
         # L (natural log) and Delta, fp32 (heads, N_QUERIES), unit last stride; dK, dV (heads * N_KEYS, D) rows
         L_ptr, Delta_ptr, dK_ptr, dV_ptr,
@@ -293,7 +296,7 @@ if HAVE_GLUON:
         N_QUERIES, N_KEYS, qk_scale, scale,
         # compile-time choices: the mask; the consumers' slot release and dS wait without their 4 warps' bar.sync
         # (UNSYNCED_HEAD_DIMS); N_KEYS a multiple of BLOCK_N (no key row to zero: even_keys)
-        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr, LATE_L: gl.constexpr,
+        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -324,7 +327,7 @@ if HAVE_GLUON:
 
         if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
             _hw.mark(_DESCRIPTOR_ASM)
-        sizes = (N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS, LATE_L)
+        sizes = (N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS)
         loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
                        (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
@@ -354,6 +357,12 @@ def preferred(N_q: int, N_k: int, D: int, causal: bool) -> bool:
 def query_tile(D: int) -> int:
     """Queries per streamed tile: 128 where dQ is split by rows (ROW_SPLIT_HEAD_DIMS), else BLOCK_M."""
     return 2 * BLOCK_M if D in ROW_SPLIT_HEAD_DIMS else BLOCK_M
+
+
+def label(D: int) -> str:
+    """The kernel at head dimension D as the harness's bwd_config column names it (committed rows key on it):
+    keys x queries per tile, consumers, slots, and /rows where dQ is split by rows."""
+    return f"ws {BLOCK_N}x{query_tile(D)}/2wg/s{SLOTS}" + ("/rows" if D in ROW_SPLIT_HEAD_DIMS else "")
 
 
 def _dq_descriptor(dq_accum: torch.Tensor):
@@ -434,9 +443,9 @@ def even_keys(N_k: int) -> bool:
 
 def compile_time(D: int, N_k: int, causal: bool, unsynced: bool | None = None) -> dict:
     """_bwd_ws_kernel's constexprs, in its order: CAUSAL, UNSYNCED (D in UNSYNCED_HEAD_DIMS unless given),
-    EVEN_KEYS, LATE_L (D in LATE_L_HEAD_DIMS or ROW_SPLIT_HEAD_DIMS: the 128-query tile spills without it)."""
+    EVEN_KEYS."""
     return dict(CAUSAL=bool(causal), UNSYNCED=D in UNSYNCED_HEAD_DIMS if unsynced is None else bool(unsynced),
-                EVEN_KEYS=even_keys(N_k), LATE_L=D in LATE_L_HEAD_DIMS or D in ROW_SPLIT_HEAD_DIMS)
+                EVEN_KEYS=even_keys(N_k))
 
 
 def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
