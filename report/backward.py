@@ -117,28 +117,30 @@ TRIAL = re.compile(r"^gluon-ws/s\d+/(?!synced$)[\w-]+$")   # a trial form: the s
 
 def _trials_table(gpu, root) -> str:
     """Every trial form of the ws kernel (the shipped kernel's label and a suffix, /synced aside: its table is
-    above), per shape its latest run, beside the shipped kernel of the same run: graph times and each round's own
-    ratio shipped ÷ trial."""
+    above), per shape and Triton its latest run, beside the shipped kernel of the same run: graph times and each
+    round's own ratio shipped ÷ trial."""
     # (latest per commit too, so that every run's shipped row stays beside its trials)
-    df, path = experiment(gpu, root, "bwd_gluon_ws", keys=("who", "git_commit", "N", "D", "causal"))
+    keys = ("who", "N", "D", "causal", "triton")
+    df, path = experiment(gpu, root, "bwd_gluon_ws", keys=keys + ("git_commit",))
     if df is None or df.empty or "gluon_over_graph" not in df:
         return ""
-    trials = latest_rows(df[df["who"].astype(str).str.match(TRIAL)], ("who", "N", "D", "causal"))
-    shipped = df.set_index(["who", "git_commit", "D", "causal", "N"])
+    trials = latest_rows(df[df["who"].astype(str).str.match(TRIAL)], keys)
+    shipped = df.set_index(["who", "git_commit", "D", "causal", "N", "triton"])
     rows = []
-    for r in trials.sort_values(["who", "D", "causal", "N"]).itertuples():
-        key = (r.who.rsplit("/", 1)[0], r.git_commit, r.D, r.causal, r.N)
+    for r in trials.sort_values(["who", "D", "causal", "N", "triton"]).itertuples():
+        key = (r.who.rsplit("/", 1)[0], r.git_commit, r.D, r.causal, r.N, r.triton)
         base = shipped.loc[key] if key in shipped.index else None
         ratio = (r.gluon_over_graph, r.gluon_over_graph_min, r.gluon_over_graph_max)
-        rows.append([f"`/{r.who.rsplit('/', 1)[1]}`", int(r.N), int(r.D), "yes" if r.causal else "no", int(r.rounds),
+        rows.append([f"`/{r.who.rsplit('/', 1)[1]}`", int(r.N), int(r.D), "yes" if r.causal else "no",
+                     r.triton, int(r.rounds),
                      fmt(base.graph_us if base is not None else float("nan"), ".1f"), fmt(r.graph_us, ".1f"),
                      span(*ratio, ".3f", "×"), f"`{str(r.git_commit)[:7]}`", fmt(r.max_rel_err_vs_fp64, ".1e")])
     return "\n".join([
         "The trials (docs/worklogs/backward_hopper.md names each; kept or retired in docs/experiments.md): each form "
-        "built beside the kernel its run shipped, in the same process, per shape the latest run; shipped ÷ trial is "
-        "the median (min–max) of each round's ratio of graph times, above 1 the trial is faster.", "",
-        md_table(["trial", "N", "D", "causal", "rounds", "shipped graph µs", "trial graph µs", "shipped ÷ trial",
-                  "commit", "error"], rows)])
+        "built beside the kernel its run shipped, in the same process, per shape and Triton the latest run; shipped ÷ "
+        "trial is the median (min–max) of each round's ratio of graph times, above 1 the trial is faster.", "",
+        md_table(["trial", "N", "D", "causal", "Triton", "rounds", "shipped graph µs", "trial graph µs",
+                  "shipped ÷ trial", "commit", "error"], rows)])
 
 
 # ---------------------------------------------------------------- the backward (issue 7)

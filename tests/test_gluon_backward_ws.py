@@ -274,27 +274,45 @@ def test_unsynced_head_dims_follow_the_committed_ratios():
 
 
 def test_row_split_head_dims_follow_the_committed_ratios():
-    """ROW_SPLIT_HEAD_DIMS' comment quotes round 12's rows (the column split's graph time over the row split's, /rs,
-    results/nvidia-h200/experiments/bwd_gluon_ws.csv at the commit it names), per Triton version; every one of them
-    faster in every round."""
+    """ROW_SPLIT_HEAD_DIMS' comment quotes round 12's rows (results/nvidia-h200/experiments/bwd_gluon_ws.csv at the
+    commits it names): the row split's gain over the column split, from /rs rows (the column split shipped: the ratio
+    is column ÷ row) and /cs rows (the row split shipped: row ÷ column), per Triton version and mask."""
     import csv
     import inspect
     import re
     from pathlib import Path
 
     source = " ".join(inspect.getsource(WS).replace("#", " ").split())
-    quoted = re.search(r"the /rs rows at ([0-9a-f]{7}), N = 2048 and 4096, both masks\): (\d\.\d)-(\d\.\d)% faster "
-                       r"under Triton 3\.6, (\d\.\d)-(\d\.\d)% under 3\.9", source)
+    quoted = re.search(r"without the mask (\d\.\d)-(\d\.\d)% faster under Triton 3\.6 \(the /rs rows at ([0-9a-f]{7}), "
+                       r"the /cs rows at ([0-9a-f]{7})\) and (\d\.\d)-(\d\.\d)% under 3\.9 \(([0-9a-f]{7})\); with it level "
+                       r"at N = 4096 and (\d\.\d)-(\d\.\d)% slower at N = 2048 \(the /cs rows at ([0-9a-f]{7}) and "
+                       r"([0-9a-f]{7})\)", source)
     assert quoted
+    q = quoted.groups()
     path = Path(__file__).resolve().parent.parent / "results" / "nvidia-h200" / "experiments" / "bwd_gluon_ws.csv"
     with open(path) as f:
-        rows = [r for r in csv.DictReader(f) if r["who"] == f"gluon-ws/s{WS.SLOTS}/rs"
-                and r["git_commit"].startswith(quoted.group(1)) and int(r["N"]) >= 2048]
-    found = []
-    for version in ("3.6.0", "3.9.0"):
-        at = [r for r in rows if r["triton"] == version]
-        assert len(at) == 4 and all(float(r["gluon_over_graph_min"]) > 1 for r in at), version
-        gains = [100 * (float(r["gluon_over_graph"]) - 1) for r in at]
-        found += [round(min(gains), 1), round(max(gains), 1)]
-    assert tuple(map(float, quoted.groups()[1:])) == tuple(found)
+        rows = [r for r in csv.DictReader(f) if int(r["D"]) == 64 and int(r["N"]) >= 2048]
+
+    def gains(form, commits, version, causal):
+        """Per row, the row split's time gain in percent and whether the round spread holds no change."""
+        out = []
+        for r in rows:
+            if r["who"] == f"gluon-ws/s{WS.SLOTS}/{form}" and r["git_commit"][:7] in commits \
+                    and r["triton"] == version and int(r["causal"]) == causal:
+                ratio, lo, hi = (float(r[c]) for c in ("gluon_over_graph", "gluon_over_graph_min",
+                                                       "gluon_over_graph_max"))
+                out.append((int(r["N"]), 100 * ((ratio if form == "rs" else 1 / ratio) - 1), lo <= 1 <= hi))
+        return out
+
+    def span(found):
+        assert found and not any(level for _, _, level in found), found
+        return round(min(g for _, g, _ in found), 1), round(max(g for _, g, _ in found), 1)
+
+    assert (float(q[0]), float(q[1])) == span(gains("rs", {q[2]}, "3.6.0", 0) + gains("cs", {q[3]}, "3.6.0", 0))
+    assert (float(q[4]), float(q[5])) == span(gains("rs", {q[6]}, "3.9.0", 0))
+    causal = gains("cs", {q[9], q[10]}, "3.6.0", 1)
+    assert len(causal) == 6 and all(level for n, _, level in causal if n == 4096)
+    # (slower: the row split's time over the column split's, less 1)
+    slower = [(n, 100 * (100 / (100 + g) - 1), level) for n, g, level in causal if n == 2048]
+    assert (float(q[7]), float(q[8])) == span(slower)
     assert WS.ROW_SPLIT_HEAD_DIMS == (64,) and [WS.query_tile(D) for D in (64, 128)] == [128, 64]

@@ -395,13 +395,14 @@ def test_the_ws_page_gives_each_shapes_ratios_from_the_rows(root):
 
 
 def test_the_ws_page_sets_each_trial_beside_its_own_runs_shipped_kernel(root):
-    """A trial form (the shipped label and a suffix) is tabled per shape from its latest run, with the shipped
-    kernel's time from that same run (a later run's shipped row is another commit's kernel); /synced keeps its own
-    table, round 5's run, the first that timed it."""
+    """A trial form (the shipped label and a suffix) is tabled per shape and Triton from its latest run, with the
+    shipped kernel's time from that same run (a later run's shipped row is another commit's kernel, and one commit's
+    runs under two Tritons are two kernels); /synced keeps its own table, round 5's run, the first that timed it."""
     from report.backward import section_bwd_gluon_ws
 
-    def run(commit, date, shipped_us, trials: dict):
-        rows = [dict(r, git_commit=commit, date=date) for r in ws_rows(1000.0, shipped_us, 900.0, N=2048, D=64)]
+    def run(commit, date, shipped_us, trials: dict, triton="3.6.0"):
+        rows = [dict(r, git_commit=commit, date=date, triton=triton)
+                for r in ws_rows(1000.0, shipped_us, 900.0, N=2048, D=64)]
         for suffix, us in trials.items():
             ratio = shipped_us / us
             rows.append(dict(rows[1], who=f"gluon-ws/s2/{suffix}", graph_us=us, graph_us_min=us, graph_us_max=us,
@@ -411,13 +412,16 @@ def test_the_ws_page_sets_each_trial_beside_its_own_runs_shipped_kernel(root):
     _write(root / GPU / "experiments" / "bwd_gluon_ws.csv",
            run("1111111", "2026-12-01T00:00:00+00:00", 200.0, {"synced": 190.0})
            + run("2222222", "2026-12-02T00:00:00+00:00", 220.0, {"synced": 220.0, "lag": 275.0})
-           + run("3333333", "2026-12-03T00:00:00+00:00", 210.0, {"synced": 210.0, "zk": 225.0}))
+           + run("3333333", "2026-12-03T00:00:00+00:00", 210.0, {"synced": 210.0, "zk": 225.0})
+           + run("3333333", "2026-12-03T01:00:00+00:00", 200.0, {"zk": 250.0}, triton="3.9.0"))
     text = section_bwd_gluon_ws(GPU, root)
     # round 5's table: the first run that timed /synced (unsynced 200 against synced 190), not a later one
     assert "| 2048 | 64 | no | 190.0 | 200.0 |" in text and "| 2048 | 64 | no | 210.0 | 210.0 |" not in text
     # each trial beside its own run's shipped kernel: /lag's 220 (2222222), not the latest run's 210
-    assert "| `/lag` | 2048 | 64 | no | 3 | 220.0 | 275.0 | 0.800× (0.790–0.800×) | `2222222` |" in text
-    assert "| `/zk` | 2048 | 64 | no | 3 | 210.0 | 225.0 | 0.933× (0.923–0.933×) | `3333333` |" in text
+    assert "| `/lag` | 2048 | 64 | no | 3.6.0 | 3 | 220.0 | 275.0 | 0.800× (0.790–0.800×) | `2222222` |" in text
+    # one commit under two Tritons: a row each, each beside its own Triton's shipped kernel
+    assert "| `/zk` | 2048 | 64 | no | 3.6.0 | 3 | 210.0 | 225.0 | 0.933× (0.923–0.933×) | `3333333` |" in text
+    assert "| `/zk` | 2048 | 64 | no | 3.9.0 | 3 | 200.0 | 250.0 | 0.800× (0.790–0.800×) | `3333333` |" in text
     assert "`/synced` |" not in text
 
 

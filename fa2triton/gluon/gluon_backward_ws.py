@@ -79,8 +79,10 @@ UNSYNCED_HEAD_DIMS = (128,)
 # Head dimensions that stream 128 queries per tile with dQ split by rows (flash-attn-4's shape at D = 64: each
 # consumer computes its 64 queries' dQ over all 128 keys, one reduce-add of 64 x D), where the others stream 64 with
 # dQ split by columns (at D = 128 the 128-query ring does not fit in shared memory). Graph replay against the column
-# split (experiment bwd-gluon-ws, the /rs rows at ed6d9aa, N = 2048 and 4096, both masks): 3.7-5.6% faster under
-# Triton 3.6, 0.9-4.7% under 3.9 (docs/worklogs/backward_hopper.md, "Round 12").
+# split in the same process (experiment bwd-gluon-ws, N = 2048 and 4096; docs/worklogs/backward_hopper.md,
+# "Round 12"): without the mask 3.5-5.9% faster under Triton 3.6 (the /rs rows at ed6d9aa, the /cs rows at
+# 4b02378) and 0.9-3.4% under 3.9 (ed6d9aa); with it level at N = 4096 and 1.7-2.0% slower at N = 2048 (the /cs
+# rows at 4b02378 and 558b3f6).
 ROW_SPLIT_HEAD_DIMS = (64,)
 
 
