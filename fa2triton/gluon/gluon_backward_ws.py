@@ -154,8 +154,9 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED: gl.constexpr):
-        """The end of query tile t (at q_start) once its products are done: its slot released, this consumer's
-        columns of its dQ partial scaled and reduce-added (TMA) from the consumer's fp32 buffer."""
+        """The end of query tile t (at q_start) once its products are done: its slot released, this consumer's share
+        of its dQ partial (its columns, or split by rows its queries) scaled and reduce-added (TMA) from the
+        consumer's fp32 buffer."""
         q_smem, dq_smem = smem[2], smem[5]
         empty = bars[2]
         ROWS: gl.constexpr = dq_smem.shape[2]   # the tile's queries, or (split by rows) this consumer's half of them
@@ -175,7 +176,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
                     MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr):
-        """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its columns of the
+        """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its share of the
         tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile; EVEN_KEYS: N_KEYS is a multiple
         of the CTA's keys, so no key row needs zeroing."""
         k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem = smem
