@@ -39,6 +39,7 @@ for D, causal, N, dtype in {compiles!r}:
     out[f"D={{D}} causal={{int(causal)}} N={{N}} {{dtype}}"] = {{
         "shared": int(c.metadata.shared), "res": resource_usage(c.asm["cubin"]),
         "warp_specialize": c.asm["ttgir"].count("ttg.warp_specialize"),
+        "ttgir_dots": c.asm["ttgir"].count("warp_group_dot "),
         "wgmma_shapes": sorted(set(re.findall(r"wgmma\\.mma_async[._a-z]*\\.(m64n\\d+k16)", ptx))),
         "reduce_adds": ptx.count("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add"),
         "sass": None if sass is None else {{k: sass.count(k) for k in ("HGMMA", "UTMALDG", "UTMAREDG", "MUFU.EX2")}},
@@ -89,6 +90,16 @@ def test_the_five_products_per_tile_and_one_reduce_add_per_consumer(compiled):
         per_tile = 2 * D // 16 + 2 * M // 16 + 128 // 16
         assert r["loops"] and all(lp["HGMMA"] == per_tile and lp["UTMAREDG"] == 1 for lp in r["loops"]), (label, r)
         assert r["reduce_adds"] >= len(r["loops"]), (label, r)
+
+
+def test_the_flags_are_compile_time_constants_in_the_partitions(compiled):
+    """CAUSAL, UNSYNCED, EVEN_KEYS and DQ_FIRST reach the consumers as constexprs (arguments of their own, not
+    inside a tuple, where Triton 3.6 turns them into int1 values): the TTGIR holds the five products of each query
+    tile the consumers run, two consumers times one range per mask (diagonal, whole, tail; no diagonal without the
+    causal mask), and no product of a branch a flag rules out (DQ_FIRST's order)."""
+    for label, r in compiled.items():
+        causal = "causal=1" in label
+        assert r["ttgir_dots"] == 5 * 2 * (3 if causal else 2), (label, r["ttgir_dots"])
 
 
 # Spill stores per key loop iteration at D = 64, at most: round 12's 128-query tiles, with L read after S^T's wait

@@ -1,38 +1,29 @@
 """The whole FlashAttention backward's main pass as a warp-specialized Gluon kernel for Hopper (sm_90): dK, dV and
 every dQ partial in one pass, five products per (key tile, query tile) pair.
 
-Round 3 of backward_hopper_log.md, in flash-attn-4's sm90 shape (flash_bwd_sm90.py): one CTA per (BLOCK_N = 128
-keys, batch * head), a loader warp and two consumer warpgroups of 64 keys each. The math, L's units, Delta, the scale
-and the top-left causal mask are gluon_backward_hopper's (round 1), whose helpers this kernel calls:
+Round 3 of the backward's log (docs/worklogs/backward_hopper.md), in flash-attn-4's sm90 shape (flash_bwd_sm90.py):
+one CTA per (BLOCK_N = 128 keys, batch * head), a loader warp and two consumer warpgroups of 64 keys each. The math
+(L's units, Delta, the scale, the top-left causal mask) is gluon_backward_hopper's (round 1):
 
     P^T  = exp2(S^T * qk_scale - L * log2(e)),  S^T = K Q^T
     dP^T = V dO^T - Delta,  dS^T = P^T * dP^T
     dV  += P^T dO,  dK += dS^T Q   (RS wgmma: P^T and dS^T from registers)
     dQ  += scale * dS K            (SS wgmma: dS from shared memory; fp32, cast by the caller)
 
-Roles. The loader (one warp) copies K and V once, then per query tile Q and dO by TMA into a ring of SLOTS slots,
-with the tile's L (times log2 e) and Delta stored into the slot's row buffers before its expect; a slot is refilled
-once both consumers released it. Consumer w owns keys [k_start + 64 w, k_start + 64 (w + 1)): per query tile it
-computes its S^T, dP^T, P^T and dS^T, issues dV and dK, writes its dS^T into its half of a shared dS tile (two
-buffers) and arrives on that buffer's mbarrier; once both halves are in, it computes its share of the tile's dQ
-partial over all 128 keys and sends it by one TMA reduce-add (fp32) into the caller's dQ accumulator, a 3-d
-(heads, N_q, D) descriptor whose bounds stop the ragged tile at its head's end. The share, by head dimension:
-
-- split by columns (64-query tiles): columns [w D / 2, (w + 1) D / 2) of all the tile's queries (B: that column
-  slice of K in shared memory);
-- split by rows (ROW_SPLIT_HEAD_DIMS, 128-query tiles, flash-attn-4's shape at D = 64): queries
-  [64 w, 64 (w + 1)) of the tile, all of D. There each consumer reads the tile's L after S^T's wait, which keeps
-  the larger tile's registers from spilling.
-
-A dS buffer is written again two tiles later, after both consumers passed the next tile's mbarrier, so after both
-read it. The reduce-adds land in any order: dQ is not bitwise reproducible (dq_mode "separate" is).
-
-The backward's dq_mode "auto" takes this kernel where `preferred` says (v7's default); measurements in the log.
+The loader copies K and V once, then per query tile Q and dO by TMA into a ring of SLOTS slots, with the tile's L
+(times log2 e) and Delta in the slot's row buffers before its expect; a slot is refilled once both consumers released
+it. Consumer w owns keys [k_start + 64 w, k_start + 64 (w + 1)): per query tile it computes S^T, dP^T, P^T and dS^T,
+issues dV and dK, writes dS^T into its half of a shared dS tile (two buffers, each written again only after both
+consumers passed the next tile's mbarrier); once both halves are in, it computes its share of the tile's dQ partial
+over all 128 keys and reduce-adds it (TMA, fp32) into the caller's (heads, N_q, D) accumulator, whose bounds stop
+the ragged tile at its head's end. The share: split by columns (64-query tiles), columns [w D / 2, (w + 1) D / 2)
+of the tile's queries; split by rows (ROW_SPLIT_HEAD_DIMS, 128-query tiles), queries [64 w, 64 (w + 1)), all of D,
+with L read after S^T's wait so the larger tile does not spill. The reduce-adds land in any order: dQ is not bitwise
+reproducible (dq_mode "separate" is). dq_mode "auto" takes this kernel where `preferred` says.
 
 Rows past a head's N in the K and V tiles are the next head's (or TMA's zeros): their dK, dV rows are not stored, and
-their dS^T rows are zeroed before dS leaves the registers (they would add to dQ); only where N is not a multiple of
-BLOCK_N (even_keys), since no other tile has such rows. Query columns past N_q get
-L = +inf, hence P^T = dS^T = 0 there, and the reduce-add stops at the head's end.
+where N is not a multiple of BLOCK_N (even_keys) their dS^T rows are zeroed before dS leaves the registers. Query
+columns past N_q get L = +inf, hence P^T = dS^T = 0 there.
 """
 
 from __future__ import annotations
@@ -76,6 +67,10 @@ NUM_WARPS = 4         # the default partition: consumer 0
 # bwd-gluon-ws at 17b5ce8: 1.1-3.2% faster at D = 128 non-causal N >= 2048, 3.5-6.4% slower at D = 64 non-causal
 # (docs/worklogs/backward_hopper.md, "Round 5").
 UNSYNCED_HEAD_DIMS = (128,)
+# Head dimensions whose consumers issue dQ's product before dK's and send dQ's partial while dK's is in flight
+# (flash-attn-4's order, flash_bwd_sm90.py), where the others issue dK's before the dS exchange and wait for all
+# three. Issue 48's trial (round 13): empty until measured.
+DQ_FIRST_HEAD_DIMS: tuple = ()
 # Head dimensions that stream 128 queries per tile with dQ split by rows (flash-attn-4's shape at D = 64: each
 # consumer computes its 64 queries' dQ over all 128 keys, one reduce-add of 64 x D), where the others stream 64 with
 # dQ split by columns (at D = 128 the 128-query ring does not fit in shared memory). Graph replay against the column
@@ -99,7 +94,7 @@ if HAVE_GLUON:
     # ------------------------------------------------------------------------------------------ the loader
 
     @gluon.jit
-    def _loader(descs, smem, bars, rows, sizes):
+    def _loader(descs, smem, bars, rows, sizes, CAUSAL: gl.constexpr):
         """K and V once, then the CTA's query tiles round the ring: Q and dO by TMA, and the tile's L (times
         log2(e)) and Delta by plain loads into the slot's row buffers, stored before the slot's expect so that its
         completion also publishes them."""
@@ -107,7 +102,7 @@ if HAVE_GLUON:
         k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem = smem
         kv_bar, ready, empty = bars
         L_ptr, Delta_ptr, stride_l_head, stride_delta_head = rows
-        N_QUERIES, N_KEYS, CAUSAL = sizes[0], sizes[1], sizes[2]
+        N_QUERIES, N_KEYS = sizes
         SLOTS: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         tile, head = _hw.key_tile_and_head(gl.cdiv(N_KEYS, k_smem.shape[0]), CAUSAL)
@@ -153,46 +148,68 @@ if HAVE_GLUON:
         return l2
 
     @gluon.jit
-    def _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED: gl.constexpr):
-        """The end of query tile t (at q_start) once its products are done: its slot released, this consumer's share
-        of its dQ partial (its columns, or split by rows its queries) scaled and reduce-added (TMA) from the
-        consumer's fp32 buffer."""
-        q_smem, dq_smem = smem[2], smem[5]
-        empty = bars[2]
+    def _release_slot(t, q_smem, empty, UNSYNCED: gl.constexpr):
+        """Query tile t's slot released, once every product that reads it is waited for."""
+        mbarrier.arrive(empty.index(slot_of(t, q_smem.shape[0])), count=1)
+        _unsynced(UNSYNCED)   # after the wgmma wait: every read of the slot is done (one operation)
+
+    @gluon.jit
+    def _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, D: gl.constexpr):
+        """This consumer's share of a tile's dQ partial (its columns, or split by rows its queries) scaled and
+        reduce-added (TMA) from the consumer's fp32 buffer."""
         ROWS: gl.constexpr = dq_smem.shape[2]   # the tile's queries, or (split by rows) this consumer's half of them
         COLS: gl.constexpr = dq_smem.shape[3]   # D / 2 (split by columns) or D
-        BY_ROWS: gl.constexpr = COLS == q_smem.shape[2]
-        mbarrier.arrive(empty.index(slot_of(t, q_smem.shape[0])), count=1)
-        _unsynced(UNSYNCED)   # after the tile's full wgmma wait: every read of the slot is done (one operation)
         tma.store_wait(0)                       # this consumer's previous reduce-add has read its buffer
         dq_buf = dq_smem.index(wg)
         dq_buf.reshape([ROWS, COLS]).store(dq * scale)
         fence_async_shared()
-        if BY_ROWS:
+        if COLS == D:
             tma_reduce_add(dq_desc, [head, q_start + wg * ROWS, 0], dq_buf)
         else:
             tma_reduce_add(dq_desc, [head, q_start, wg * COLS], dq_buf)
 
     @gluon.jit
+    def _exchange_and_dq(dsT, t, wg, smem, bars, UNSYNCED: gl.constexpr):
+        """This consumer's dS^T into its rows of the shared tile (buffer t % DS_BUFFERS); once both halves are in,
+        its share of the tile's dQ = dS K issued over all 128 keys (split by rows: its 64 queries, all of D; by
+        columns: its D / 2 columns, all the tile's queries). Returns dQ's token."""
+        k_smem, q_smem, ds_smem, dq_smem = smem[0], smem[2], smem[4], smem[5]
+        ds_bar = bars[3]
+        D: gl.constexpr = q_smem.shape[2]
+        ROWS: gl.constexpr = ds_smem.shape[1] // 2     # one consumer's keys
+        DQ_ROWS: gl.constexpr = dq_smem.shape[2]
+        DQ_COLS: gl.constexpr = dq_smem.shape[3]
+        b = slot_of(t, _DS_BUFFERS)
+        ds_smem.index(b).slice(wg * ROWS, ROWS, dim=0).store(dsT)
+        fence_async_shared()
+        mbarrier.arrive(ds_bar.index(b), count=1)
+        mbarrier.wait(ds_bar.index(b), ready_phase(t, _DS_BUFFERS))
+        _unsynced(UNSYNCED)   # each thread waits for both halves itself
+        zero = gl.zeros([DQ_ROWS, DQ_COLS], gl.float32, wgmma_layout(4, DQ_COLS))
+        if DQ_COLS == D:
+            dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)).slice(wg * DQ_ROWS, DQ_ROWS, dim=0), k_smem,
+                                   zero, use_acc=False, is_async=True)
+        else:
+            dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * DQ_COLS, DQ_COLS, dim=1),
+                                   zero, use_acc=False, is_async=True)
+        return dq_tok
+
+    @gluon.jit
     def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
-                    MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr):
+                    MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr, DQ_FIRST: gl.constexpr):
         """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its share of the
         tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile; EVEN_KEYS: N_KEYS is a multiple
-        of the CTA's keys, so no key row needs zeroing."""
+        of the CTA's keys, so no key row needs zeroing; DQ_FIRST: dQ's product before dK's (DQ_FIRST_HEAD_DIMS)."""
         k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem = smem
-        kv_bar, ready, empty, ds_bar = bars
+        ready, empty = bars[1], bars[2]
         SLOTS: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
         ROWS: gl.constexpr = ds_smem.shape[1] // 2     # one consumer's keys
-        HALF: gl.constexpr = D // 2
-        DQ_ROWS: gl.constexpr = dq_smem.shape[2]
         BY_ROWS: gl.constexpr = dq_smem.shape[3] == D   # dQ split by rows (ROW_SPLIT_HEAD_DIMS), else by columns
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = wgmma_layout(4, BLOCK_M)
-        q_layout: gl.constexpr = wgmma_layout(4, HALF)
-        o_layout: gl.constexpr = wgmma_layout(4, D)
-        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(4, D), k_width=2)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         my_k = k_smem.slice(wg * ROWS, ROWS, dim=0)
@@ -223,44 +240,43 @@ if HAVE_GLUON:
         else:
             rows = gl.arange(0, ROWS, layout=row_s)
             dsT = gl.where(gl.expand_dims(rows < N_KEYS - key0, 1), pT * dpT, 0.0).to(dtype)
-        dk_tok = warpgroup_mma(gl.convert_layout(dsT, a_layout), q_tile, dk, is_async=True)         # dK += dS^T Q
-
-        # dS^T into this consumer's rows of the shared tile
-        b = slot_of(t, _DS_BUFFERS)
-        ds_smem.index(b).slice(wg * ROWS, ROWS, dim=0).store(dsT)
-        fence_async_shared()
-        mbarrier.arrive(ds_bar.index(b), count=1)
-        mbarrier.wait(ds_bar.index(b), ready_phase(t, _DS_BUFFERS))
-        _unsynced(UNSYNCED)   # each thread waits for both halves itself
-        if BY_ROWS:   # this consumer's queries, all of D
-            dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)).slice(wg * DQ_ROWS, DQ_ROWS, dim=0), k_smem,
-                                   gl.zeros([DQ_ROWS, D], gl.float32, o_layout), use_acc=False, is_async=True)
-        else:   # dQ = dS K, this consumer's columns over all the tile's queries
-            dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)), k_smem.slice(wg * HALF, HALF, dim=1),
-                                   gl.zeros([BLOCK_M, HALF], gl.float32, q_layout), use_acc=False, is_async=True)
-        dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
-        _finish_tile(dq, t, q_start, wg, smem, bars, dq_desc, head, scale, UNSYNCED)
+        ds_op = gl.convert_layout(dsT, a_layout)
+        if DQ_FIRST:   # flash-attn-4's order: dK in flight while dQ's partial goes out; the slot is free after both
+            dq_tok = _exchange_and_dq(dsT, t, wg, smem, bars, UNSYNCED)
+            dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)                                   # dK += dS^T Q
+            dv, dq = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, dq_tok))
+            _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, D)
+            dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok,))
+            _release_slot(t, q_smem, empty, UNSYNCED)
+        else:
+            dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)                                   # dK += dS^T Q
+            dq_tok = _exchange_and_dq(dsT, t, wg, smem, bars, UNSYNCED)
+            dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
+            _release_slot(t, q_smem, empty, UNSYNCED)
+            _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, D)
         return dk, dv
 
     @gluon.jit
     def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale,
-                     scale, MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr):
+                     scale, MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr,
+                     DQ_FIRST: gl.constexpr):
         """The query tiles [start, stop) (multiples of BLOCK_M from lo), all with one MASK."""
         BLOCK_M: gl.constexpr = smem[2].shape[1]
         for q_start in range(start, stop, BLOCK_M):
             dk, dv = _query_tile(dk, dv, (q_start - lo) // BLOCK_M, q_start, wg, smem, bars, dq_desc, head, k_start,
-                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, UNSYNCED, EVEN_KEYS)
+                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, UNSYNCED, EVEN_KEYS, DQ_FIRST)
         return dk, dv
 
     @gluon.jit
-    def _consumer(wg, smem, bars, dq_desc, out, sizes, scales):
+    def _consumer(wg, smem, bars, dq_desc, out, sizes, scales, CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr,
+                  EVEN_KEYS: gl.constexpr, DQ_FIRST: gl.constexpr):
         """Consumer wg: its 64 keys' dK and dV over the CTA's query tiles (the three ranges of round 1), then their
         stores."""
         k_smem = smem[0]
         q_smem = smem[2]
         kv_bar = bars[0]
         dK_ptr, dV_ptr, stride_dk_row, stride_dv_row = out
-        N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS = sizes
+        N_QUERIES, N_KEYS = sizes
         qk_scale, scale = scales
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
@@ -276,11 +292,11 @@ if HAVE_GLUON:
         dv = gl.zeros([ROWS, D], gl.float32, o_layout)
         mbarrier.wait(kv_bar.index(0), 0)
         dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS,
-                              qk_scale, scale, DIAGONAL, UNSYNCED, EVEN_KEYS)
+                              qk_scale, scale, DIAGONAL, UNSYNCED, EVEN_KEYS, DQ_FIRST)
         dk, dv = _query_range(dk, dv, diag_stop, full_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED, EVEN_KEYS)
+                              N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED, EVEN_KEYS, DQ_FIRST)
         dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, TAIL, UNSYNCED, EVEN_KEYS)
+                              N_KEYS, qk_scale, scale, TAIL, UNSYNCED, EVEN_KEYS, DQ_FIRST)
         tma.store_wait(0)
         key0 = k_start + wg * ROWS
         _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
@@ -299,7 +315,7 @@ if HAVE_GLUON:
         N_QUERIES, N_KEYS, qk_scale, scale,
         # compile-time choices: the mask; the consumers' slot release and dS wait without their 4 warps' bar.sync
         # (UNSYNCED_HEAD_DIMS); N_KEYS a multiple of BLOCK_N (no key row to zero: even_keys)
-        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr,
+        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr, DQ_FIRST: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -330,15 +346,19 @@ if HAVE_GLUON:
 
         if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
             _hw.mark(_DESCRIPTOR_ASM)
-        sizes = (N_QUERIES, N_KEYS, CAUSAL, UNSYNCED, EVEN_KEYS)
+        sizes = (N_QUERIES, N_KEYS)
         loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
-                       (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes)
+                       (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes, CAUSAL)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
         bars = (kv_bar, ready, empty, ds_bar)
         out = (dK_ptr, dV_ptr, stride_dk_row, stride_dv_row)
         scales = (qk_scale, scale)
-        gl.warp_specialize([(_consumer, (0, smem, bars, dq_desc, out, sizes, scales)),
-                            (_consumer, (1, smem, bars, dq_desc, out, sizes, scales)),
+        # (the flags as arguments of their own: Triton 3.6 passes a constexpr inside a tuple as an int1 value, so an
+        # `if` on it would emit both branches, and the shared-memory analysis a bar.sync for the one never taken)
+        gl.warp_specialize([(_consumer, (0, smem, bars, dq_desc, out, sizes, scales, CAUSAL, UNSYNCED, EVEN_KEYS,
+                                         DQ_FIRST)),
+                            (_consumer, (1, smem, bars, dq_desc, out, sizes, scales, CAUSAL, UNSYNCED, EVEN_KEYS,
+                                         DQ_FIRST)),
                             (_loader, loader_args)], [4, 1], [_CONSUMER_REGS, _LOADER_REGS])
 
 
@@ -446,9 +466,9 @@ def even_keys(N_k: int) -> bool:
 
 def compile_time(D: int, N_k: int, causal: bool, unsynced: bool | None = None) -> dict:
     """_bwd_ws_kernel's constexprs, in its order: CAUSAL, UNSYNCED (D in UNSYNCED_HEAD_DIMS unless given),
-    EVEN_KEYS."""
+    EVEN_KEYS, DQ_FIRST (D in DQ_FIRST_HEAD_DIMS)."""
     return dict(CAUSAL=bool(causal), UNSYNCED=D in UNSYNCED_HEAD_DIMS if unsynced is None else bool(unsynced),
-                EVEN_KEYS=even_keys(N_k))
+                EVEN_KEYS=even_keys(N_k), DQ_FIRST=D in DQ_FIRST_HEAD_DIMS)
 
 
 def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
