@@ -93,7 +93,7 @@ def test_the_five_products_per_tile_and_one_reduce_add_per_consumer(compiled):
 
 
 def test_the_flags_are_compile_time_constants_in_the_partitions(compiled):
-    """CAUSAL, UNSYNCED, EVEN_KEYS and DQ_FIRST reach the consumers as constexprs (arguments of their own, not
+    """CAUSAL, UNSYNCED, EVEN_KEYS and DQ_FIRST reach the consumers as constexprs (in the Flags aggregate, not
     inside a tuple, where Triton 3.6 turns them into int1 values): the TTGIR holds the five products of each query
     tile the consumers run, two consumers times one range per mask (diagonal, whole, tail; no diagonal without the
     causal mask), and no product of a branch a flag rules out (DQ_FIRST's order)."""

@@ -26,8 +26,6 @@ where N is not a multiple of BLOCK_N (even_keys) their dS^T rows are zeroed befo
 columns past N_q get L = +inf, hence P^T = dS^T = 0 there.
 """
 
-from __future__ import annotations
-
 import math
 
 import torch
@@ -46,6 +44,7 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                   warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.language.core import _aggregate as aggregate
 
     from fa2triton.gluon import gluon_ptx as _gluon_ptx, hopper as _hw
     from fa2triton.triton_compat import ptx_options, tma_load, tma_reduce_add
@@ -91,10 +90,27 @@ if HAVE_GLUON:
     _own_registers, _store_tile = _r1._own_registers, _r1._store_tile
     _issue_scores, _probs_and_dv, _query_ranges = _r1._issue_scores, _r1._probs_and_dv, _r1._query_ranges
 
+    @aggregate
+    class Flags:
+        """The kernel's compile-time choices, as the partitions see them (compile_time): in an aggregate they stay
+        constexprs, where inside a tuple Triton 3.6 passes them as int1 values, so that an `if` on one would emit
+        both branches (and the shared-memory analysis a bar.sync for the one never taken)."""
+        CAUSAL: gl.constexpr
+        UNSYNCED: gl.constexpr
+        EVEN_KEYS: gl.constexpr
+        DQ_FIRST: gl.constexpr
+
+        @gluon.constexpr_function
+        def __init__(self, CAUSAL, UNSYNCED, EVEN_KEYS, DQ_FIRST):
+            self.CAUSAL = gl.constexpr(CAUSAL)
+            self.UNSYNCED = gl.constexpr(UNSYNCED)
+            self.EVEN_KEYS = gl.constexpr(EVEN_KEYS)
+            self.DQ_FIRST = gl.constexpr(DQ_FIRST)
+
     # ------------------------------------------------------------------------------------------ the loader
 
     @gluon.jit
-    def _loader(descs, smem, bars, rows, sizes, CAUSAL: gl.constexpr):
+    def _loader(descs, smem, bars, rows, sizes, flags):
         """K and V once, then the CTA's query tiles round the ring: Q and dO by TMA, and the tile's L (times
         log2(e)) and Delta by plain loads into the slot's row buffers, stored before the slot's expect so that its
         completion also publishes them."""
@@ -105,13 +121,13 @@ if HAVE_GLUON:
         N_QUERIES, N_KEYS = sizes
         SLOTS: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
-        tile, head = _hw.key_tile_and_head(gl.cdiv(N_KEYS, k_smem.shape[0]), CAUSAL)
+        tile, head = _hw.key_tile_and_head(gl.cdiv(N_KEYS, k_smem.shape[0]), flags.CAUSAL)
         k_start = tile * k_smem.shape[0]
         k_row = head * N_KEYS + k_start
         mbarrier.expect(kv_bar.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
         tma_load(k_desc, [k_row, 0], kv_bar.index(0), k_smem)
         tma_load(v_desc, [k_row, 0], kv_bar.index(0), v_smem)
-        lo = _query_ranges(k_start, k_smem.shape[0], BLOCK_M, N_QUERIES, CAUSAL)[0]
+        lo = _query_ranges(k_start, k_smem.shape[0], BLOCK_M, N_QUERIES, flags.CAUSAL)[0]
         offs = gl.arange(0, BLOCK_M, layout=gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0]))
         L_ptr = L_ptr + head * stride_l_head
         Delta_ptr = Delta_ptr + head * stride_delta_head
@@ -196,10 +212,10 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale, scale,
-                    MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr, DQ_FIRST: gl.constexpr):
+                    MASK: gl.constexpr, flags):
         """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its share of the
-        tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile; EVEN_KEYS: N_KEYS is a multiple
-        of the CTA's keys, so no key row needs zeroing; DQ_FIRST: dQ's product before dK's (DQ_FIRST_HEAD_DIMS)."""
+        tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile; flags.EVEN_KEYS: N_KEYS is a
+        multiple of the CTA's keys, so no key row needs zeroing; flags.DQ_FIRST: dQ's product before dK's."""
         k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem = smem
         ready, empty = bars[1], bars[2]
         SLOTS: gl.constexpr = q_smem.shape[0]
@@ -235,41 +251,39 @@ if HAVE_GLUON:
 
         # dS^T, its rows of keys past N_KEYS zeroed where a key tile can be ragged (they must add nothing to dQ; their
         # dK rows are not stored)
-        if EVEN_KEYS:
+        if flags.EVEN_KEYS:
             dsT = (pT * dpT).to(dtype)
         else:
             rows = gl.arange(0, ROWS, layout=row_s)
             dsT = gl.where(gl.expand_dims(rows < N_KEYS - key0, 1), pT * dpT, 0.0).to(dtype)
         ds_op = gl.convert_layout(dsT, a_layout)
-        if DQ_FIRST:   # flash-attn-4's order: dK in flight while dQ's partial goes out; the slot is free after both
-            dq_tok = _exchange_and_dq(dsT, t, wg, smem, bars, UNSYNCED)
+        if flags.DQ_FIRST:   # flash-attn-4's order: dK in flight while dQ's partial goes out; the slot freed last
+            dq_tok = _exchange_and_dq(dsT, t, wg, smem, bars, flags.UNSYNCED)
             dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)                                   # dK += dS^T Q
             dv, dq = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, dq_tok))
             _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, D)
             dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok,))
-            _release_slot(t, q_smem, empty, UNSYNCED)
+            _release_slot(t, q_smem, empty, flags.UNSYNCED)
         else:
             dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)                                   # dK += dS^T Q
-            dq_tok = _exchange_and_dq(dsT, t, wg, smem, bars, UNSYNCED)
+            dq_tok = _exchange_and_dq(dsT, t, wg, smem, bars, flags.UNSYNCED)
             dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
-            _release_slot(t, q_smem, empty, UNSYNCED)
+            _release_slot(t, q_smem, empty, flags.UNSYNCED)
             _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, D)
         return dk, dv
 
     @gluon.jit
     def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale,
-                     scale, MASK: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr,
-                     DQ_FIRST: gl.constexpr):
+                     scale, MASK: gl.constexpr, flags):
         """The query tiles [start, stop) (multiples of BLOCK_M from lo), all with one MASK."""
         BLOCK_M: gl.constexpr = smem[2].shape[1]
         for q_start in range(start, stop, BLOCK_M):
             dk, dv = _query_tile(dk, dv, (q_start - lo) // BLOCK_M, q_start, wg, smem, bars, dq_desc, head, k_start,
-                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, UNSYNCED, EVEN_KEYS, DQ_FIRST)
+                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, flags)
         return dk, dv
 
     @gluon.jit
-    def _consumer(wg, smem, bars, dq_desc, out, sizes, scales, CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr,
-                  EVEN_KEYS: gl.constexpr, DQ_FIRST: gl.constexpr):
+    def _consumer(wg, smem, bars, dq_desc, out, sizes, scales, flags):
         """Consumer wg: its 64 keys' dK and dV over the CTA's query tiles (the three ranges of round 1), then their
         stores."""
         k_smem = smem[0]
@@ -283,20 +297,20 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr = k_smem.shape[0]
         ROWS: gl.constexpr = BLOCK_N // 2
         o_layout: gl.constexpr = wgmma_layout(4, D)
-        tile, head = _hw.key_tile_and_head(gl.cdiv(N_KEYS, BLOCK_N), CAUSAL)
+        tile, head = _hw.key_tile_and_head(gl.cdiv(N_KEYS, BLOCK_N), flags.CAUSAL)
         k_start = tile * BLOCK_N
 
-        lo, diag_stop, full_stop, tail_start = _query_ranges(k_start, BLOCK_N, BLOCK_M, N_QUERIES, CAUSAL)
+        lo, diag_stop, full_stop, tail_start = _query_ranges(k_start, BLOCK_N, BLOCK_M, N_QUERIES, flags.CAUSAL)
 
         dk = gl.zeros([ROWS, D], gl.float32, o_layout)
         dv = gl.zeros([ROWS, D], gl.float32, o_layout)
         mbarrier.wait(kv_bar.index(0), 0)
         dk, dv = _query_range(dk, dv, lo, diag_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS,
-                              qk_scale, scale, DIAGONAL, UNSYNCED, EVEN_KEYS, DQ_FIRST)
+                              qk_scale, scale, DIAGONAL, flags)
         dk, dv = _query_range(dk, dv, diag_stop, full_stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, NO_MASK, UNSYNCED, EVEN_KEYS, DQ_FIRST)
+                              N_KEYS, qk_scale, scale, NO_MASK, flags)
         dk, dv = _query_range(dk, dv, tail_start, N_QUERIES, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES,
-                              N_KEYS, qk_scale, scale, TAIL, UNSYNCED, EVEN_KEYS, DQ_FIRST)
+                              N_KEYS, qk_scale, scale, TAIL, flags)
         tma.store_wait(0)
         key0 = k_start + wg * ROWS
         _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
@@ -347,18 +361,15 @@ if HAVE_GLUON:
         if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
             _hw.mark(_DESCRIPTOR_ASM)
         sizes = (N_QUERIES, N_KEYS)
+        flags = Flags(CAUSAL, UNSYNCED, EVEN_KEYS, DQ_FIRST)
         loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
-                       (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes, CAUSAL)
+                       (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes, flags)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
         bars = (kv_bar, ready, empty, ds_bar)
         out = (dK_ptr, dV_ptr, stride_dk_row, stride_dv_row)
         scales = (qk_scale, scale)
-        # (the flags as arguments of their own: Triton 3.6 passes a constexpr inside a tuple as an int1 value, so an
-        # `if` on it would emit both branches, and the shared-memory analysis a bar.sync for the one never taken)
-        gl.warp_specialize([(_consumer, (0, smem, bars, dq_desc, out, sizes, scales, CAUSAL, UNSYNCED, EVEN_KEYS,
-                                         DQ_FIRST)),
-                            (_consumer, (1, smem, bars, dq_desc, out, sizes, scales, CAUSAL, UNSYNCED, EVEN_KEYS,
-                                         DQ_FIRST)),
+        gl.warp_specialize([(_consumer, (0, smem, bars, dq_desc, out, sizes, scales, flags)),
+                            (_consumer, (1, smem, bars, dq_desc, out, sizes, scales, flags)),
                             (_loader, loader_args)], [4, 1], [_CONSUMER_REGS, _LOADER_REGS])
 
 
