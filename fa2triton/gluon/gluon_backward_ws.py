@@ -328,7 +328,8 @@ if HAVE_GLUON:
         stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
         N_QUERIES, N_KEYS, qk_scale, scale,
         # compile-time choices: the mask; the consumers' slot release and dS wait without their 4 warps' bar.sync
-        # (UNSYNCED_HEAD_DIMS); N_KEYS a multiple of BLOCK_N (no key row to zero: even_keys)
+        # (UNSYNCED_HEAD_DIMS); N_KEYS a multiple of BLOCK_N (no key row to zero: even_keys); dQ's product before
+        # dK's (DQ_FIRST_HEAD_DIMS)
         CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr, DQ_FIRST: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
