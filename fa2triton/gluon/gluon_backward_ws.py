@@ -236,8 +236,8 @@ if HAVE_GLUON:
         cols = gl.arange(0, BLOCK_M, layout=col_s)
         left = N_QUERIES - q_start
         mbarrier.wait(ready.index(slot), ready_phase(t, SLOTS))
-        # L: split by rows, read again after S^T's wait (this read is then dead, and gone), else 128 queries spill
-        l2 = _tile_l2(l_smem.index(slot), cols, left, MASK)
+        if not BY_ROWS:   # L now; split by rows after S^T's wait (128 queries' L in registers across it spill)
+            l2 = _tile_l2(l_smem.index(slot), cols, left, MASK)
         zero = gl.zeros([ROWS, BLOCK_M], gl.float32, s_layout)
         dp_init = _own_registers(zero - gl.expand_dims(delta_smem.index(slot).load(col_s), 0))
         q_tile = q_smem.index(slot)
@@ -389,22 +389,27 @@ def preferred(N_q: int, N_k: int, D: int, causal: bool) -> bool:
 
 # ---------------------------------------------------------------------------------------------- host entry points
 
+def row_split(D: int) -> bool:
+    """Whether dQ is split by rows at head dimension D (ROW_SPLIT_HEAD_DIMS), else by columns."""
+    return D in ROW_SPLIT_HEAD_DIMS
+
+
 def query_tile(D: int) -> int:
-    """Queries per streamed tile: 128 where dQ is split by rows (ROW_SPLIT_HEAD_DIMS), else BLOCK_M."""
-    return 2 * BLOCK_M if D in ROW_SPLIT_HEAD_DIMS else BLOCK_M
+    """Queries per streamed tile: 128 where dQ is split by rows, else BLOCK_M."""
+    return 2 * BLOCK_M if row_split(D) else BLOCK_M
 
 
 def label(D: int) -> str:
     """The kernel at head dimension D as the harness's bwd_config column names it (committed rows key on it):
     keys x queries per tile, consumers, slots, and /rows where dQ is split by rows."""
-    return f"ws {BLOCK_N}x{query_tile(D)}/2wg/s{SLOTS}" + ("/rows" if D in ROW_SPLIT_HEAD_DIMS else "")
+    return f"ws {BLOCK_N}x{query_tile(D)}/2wg/s{SLOTS}" + ("/rows" if row_split(D) else "")
 
 
 def _dq_descriptor(dq_accum: torch.Tensor):
     """The fp32 (heads, N_q, D) accumulator, blocks (1, BLOCK_M, D / 2), or (1, BLOCK_M, D) for one consumer's rows
     where dQ is split by rows: TMA's bounds end a tile at its head's N_q."""
     D = dq_accum.shape[2]
-    block = [1, BLOCK_M, D if D in ROW_SPLIT_HEAD_DIMS else D // 2]
+    block = [1, BLOCK_M, D if row_split(D) else D // 2]
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
     return TensorDescriptor(dq_accum, list(dq_accum.shape), list(dq_accum.stride()), block, layout)
 
