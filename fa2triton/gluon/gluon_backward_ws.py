@@ -134,8 +134,9 @@ if HAVE_GLUON:
         for t in range(gl.cdiv(N_QUERIES - lo, BLOCK_M)):
             slot = slot_of(t, SLOTS)
             q_start = lo + t * BLOCK_M
-            cols = gl.minimum(q_start + offs, N_QUERIES - 1)   # past N_QUERIES: the last query's (masked later)
-            l2 = gl.load(L_ptr + cols) * _LOG2E
+            inside = q_start + offs < N_QUERIES
+            cols = gl.minimum(q_start + offs, N_QUERIES - 1)   # past N_QUERIES: the last query's (L = +inf there)
+            l2 = gl.where(inside, gl.load(L_ptr + cols) * _LOG2E, float("inf"))
             delta = gl.load(Delta_ptr + cols)
             mbarrier.wait(empty.index(slot), empty_phase(t, SLOTS), pred=t >= SLOTS)
             l_smem.index(slot).store(l2)
@@ -154,14 +155,6 @@ if HAVE_GLUON:
         drop_marked_syncs removes the bar.sync of the consumer's 4 warps Triton put before that operation."""
         if UNSYNCED:
             _hw.mark(_MARK_ASM)
-
-    @gluon.jit
-    def _tile_l2(l_row, cols, left, MASK: gl.constexpr):
-        """The tile's L (times log2 e) from its slot's row buffer; +inf past N_QUERIES (TAIL, DIAGONAL)."""
-        l2 = l_row.load(cols.type.layout)
-        if MASK != NO_MASK:
-            l2 = gl.where(cols < left, l2, float("inf"))
-        return l2
 
     @gluon.jit
     def _release_slot(t, q_smem, empty, UNSYNCED: gl.constexpr):
@@ -234,10 +227,9 @@ if HAVE_GLUON:
 
         slot = slot_of(t, SLOTS)
         cols = gl.arange(0, BLOCK_M, layout=col_s)
-        left = N_QUERIES - q_start
         mbarrier.wait(ready.index(slot), ready_phase(t, SLOTS))
         if not BY_ROWS:   # L now; split by rows after S^T's wait (128 queries' L in registers across it spill)
-            l2 = _tile_l2(l_smem.index(slot), cols, left, MASK)
+            l2 = l_smem.index(slot).load(col_s)
         zero = gl.zeros([ROWS, BLOCK_M], gl.float32, s_layout)
         dp_init = _own_registers(zero - gl.expand_dims(delta_smem.index(slot).load(col_s), 0))
         q_tile = q_smem.index(slot)
@@ -246,7 +238,7 @@ if HAVE_GLUON:
         s_tok, dp_tok = _issue_scores(my_k, my_v, q_tile, do_tile, zero, dp_init)
         sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
         if BY_ROWS:
-            l2 = _tile_l2(l_smem.index(slot), cols, left, MASK)
+            l2 = l_smem.index(slot).load(col_s)
         pT, dpT, dv_tok = _probs_and_dv(sT, dp_tok, do_tile, l2, dv, qk_scale, cols, q_start - key0, MASK)
 
         # dS^T, its rows of keys past N_KEYS zeroed where a key tile can be ragged (they must add nothing to dQ; their
