@@ -99,13 +99,15 @@ if HAVE_GLUON:
         UNSYNCED: gl.constexpr
         EVEN_KEYS: gl.constexpr
         DQ_FIRST: gl.constexpr
+        BY_ROWS: gl.constexpr   # dQ split by rows (ROW_SPLIT_HEAD_DIMS), read from the dQ descriptor's block
 
         @gluon.constexpr_function
-        def __init__(self, CAUSAL, UNSYNCED, EVEN_KEYS, DQ_FIRST):
+        def __init__(self, CAUSAL, UNSYNCED, EVEN_KEYS, DQ_FIRST, BY_ROWS):
             self.CAUSAL = gl.constexpr(CAUSAL)
             self.UNSYNCED = gl.constexpr(UNSYNCED)
             self.EVEN_KEYS = gl.constexpr(EVEN_KEYS)
             self.DQ_FIRST = gl.constexpr(DQ_FIRST)
+            self.BY_ROWS = gl.constexpr(BY_ROWS)
 
     # ------------------------------------------------------------------------------------------ the loader
 
@@ -134,9 +136,10 @@ if HAVE_GLUON:
         for t in range(gl.cdiv(N_QUERIES - lo, BLOCK_M)):
             slot = slot_of(t, SLOTS)
             q_start = lo + t * BLOCK_M
-            inside = q_start + offs < N_QUERIES
-            cols = gl.minimum(q_start + offs, N_QUERIES - 1)   # past N_QUERIES: the last query's (L = +inf there)
-            l2 = gl.where(inside, gl.load(L_ptr + cols) * _LOG2E, float("inf"))
+            cols = gl.minimum(q_start + offs, N_QUERIES - 1)   # past N_QUERIES: the last query's, L masked below
+            l2 = gl.load(L_ptr + cols) * _LOG2E
+            if flags.BY_ROWS:   # +inf past N_QUERIES here, off the consumers' path (by columns they mask it)
+                l2 = gl.where(q_start + offs < N_QUERIES, l2, float("inf"))
             delta = gl.load(Delta_ptr + cols)
             mbarrier.wait(empty.index(slot), empty_phase(t, SLOTS), pred=t >= SLOTS)
             l_smem.index(slot).store(l2)
@@ -215,7 +218,6 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         D: gl.constexpr = q_smem.shape[2]
         ROWS: gl.constexpr = ds_smem.shape[1] // 2     # one consumer's keys
-        BY_ROWS: gl.constexpr = dq_smem.shape[3] == D   # dQ split by rows (ROW_SPLIT_HEAD_DIMS), else by columns
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = wgmma_layout(4, BLOCK_M)
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(4, D), k_width=2)
@@ -228,8 +230,10 @@ if HAVE_GLUON:
         slot = slot_of(t, SLOTS)
         cols = gl.arange(0, BLOCK_M, layout=col_s)
         mbarrier.wait(ready.index(slot), ready_phase(t, SLOTS))
-        if not BY_ROWS:   # L now; split by rows after S^T's wait (128 queries' L in registers across it spill)
+        if not flags.BY_ROWS:   # L now, +inf past N_QUERIES; split by rows after S^T's wait, as the loader masked it
             l2 = l_smem.index(slot).load(col_s)
+            if MASK != NO_MASK:
+                l2 = gl.where(cols < N_QUERIES - q_start, l2, float("inf"))
         zero = gl.zeros([ROWS, BLOCK_M], gl.float32, s_layout)
         dp_init = _own_registers(zero - gl.expand_dims(delta_smem.index(slot).load(col_s), 0))
         q_tile = q_smem.index(slot)
@@ -237,7 +241,7 @@ if HAVE_GLUON:
         # S^T, dP^T, P^T and dV issued, round 1's (key key0 + r sees query q_start + c iff r <= c + (q_start - key0))
         s_tok, dp_tok = _issue_scores(my_k, my_v, q_tile, do_tile, zero, dp_init)
         sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-        if BY_ROWS:
+        if flags.BY_ROWS:   # (128 queries' L in registers across the wait spill)
             l2 = l_smem.index(slot).load(col_s)
         pT, dpT, dv_tok = _probs_and_dv(sT, dp_tok, do_tile, l2, dv, qk_scale, cols, q_start - key0, MASK)
 
@@ -354,7 +358,7 @@ if HAVE_GLUON:
         if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
             _hw.mark(_DESCRIPTOR_ASM)
         sizes = (N_QUERIES, N_KEYS)
-        flags = Flags(CAUSAL, UNSYNCED, EVEN_KEYS, DQ_FIRST)
+        flags = Flags(CAUSAL, UNSYNCED, EVEN_KEYS, DQ_FIRST, dq_block[2] == D)
         loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
                        (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes, flags)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
