@@ -45,8 +45,6 @@ def bwd_gluon_ws(args, save):
                 # slot release and dS wait at every D (UNSYNCED_HEAD_DIMS emptied)
                 forms = [("v7", "auto", "auto", {}), (f"gluon-ws/s{ws.SLOTS}", "atomic", "gluon", {}),
                          (f"gluon-ws/s{ws.SLOTS}/synced", "atomic", "gluon", {"UNSYNCED_HEAD_DIMS": ()})]
-                if D not in ws.DQ_FIRST_HEAD_DIMS:   # /dqf: dQ's product before dK's (round 13)
-                    forms.append((f"gluon-ws/s{ws.SLOTS}/dqf", "atomic", "gluon", {"DQ_FIRST_HEAD_DIMS": (D,)}))
                 if D in ws.ROW_SPLIT_HEAD_DIMS:   # /cs: 64-query tiles, dQ split by columns (before round 12)
                     forms.append((f"gluon-ws/s{ws.SLOTS}/cs", "atomic", "gluon", {"ROW_SPLIT_HEAD_DIMS": ()}))
                 for who, dq_mode, dkdv, held in forms:

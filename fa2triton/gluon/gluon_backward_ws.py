@@ -18,8 +18,9 @@ consumers passed the next tile's mbarrier); once both halves are in, it computes
 over all 128 keys and reduce-adds it (TMA, fp32) into the caller's (heads, N_q, D) accumulator, whose bounds stop
 the ragged tile at its head's end. The share: split by columns (64-query tiles), columns [w D / 2, (w + 1) D / 2)
 of the tile's queries; split by rows (ROW_SPLIT_HEAD_DIMS, 128-query tiles), queries [64 w, 64 (w + 1)), all of D,
-with L read after S^T's wait so the larger tile does not spill. The reduce-adds land in any order: dQ is not bitwise
-reproducible (dq_mode "separate" is). dq_mode "auto" takes this kernel where `preferred` says.
+with L read after S^T's wait so the larger tile does not spill, and its tail masked by the loader, off that wait's
+path. The reduce-adds land in any order: dQ is not bitwise reproducible (dq_mode "separate" is). dq_mode "auto" takes
+this kernel where `preferred` says.
 
 Rows past a head's N in the K and V tiles are the next head's (or TMA's zeros): their dK, dV rows are not stored, and
 where N is not a multiple of BLOCK_N (even_keys) their dS^T rows are zeroed before dS leaves the registers. Query
@@ -66,17 +67,12 @@ NUM_WARPS = 4         # the default partition: consumer 0
 # bwd-gluon-ws at 17b5ce8: 1.1-3.2% faster at D = 128 non-causal N >= 2048, 3.5-6.4% slower at D = 64 non-causal
 # (docs/worklogs/backward_hopper.md, "Round 5").
 UNSYNCED_HEAD_DIMS = (128,)
-# Head dimensions whose consumers issue dQ's product before dK's and send dQ's partial while dK's is in flight
-# (flash-attn-4's order, flash_bwd_sm90.py), where the others issue dK's before the dS exchange and wait for all
-# three. Issue 48's trial (round 13): empty until measured.
-DQ_FIRST_HEAD_DIMS: tuple = ()
 # Head dimensions that stream 128 queries per tile with dQ split by rows (flash-attn-4's shape at D = 64: each
 # consumer computes its 64 queries' dQ over all 128 keys, one reduce-add of 64 x D), where the others stream 64 with
-# dQ split by columns (at D = 128 the 128-query ring does not fit in shared memory). Graph replay against the column
-# split in the same process (experiment bwd-gluon-ws, N = 2048 and 4096; docs/worklogs/backward_hopper.md,
-# "Round 12"): without the mask 3.5-5.9% faster under Triton 3.6 (the /rs rows at ed6d9aa, the /cs rows at
-# 4b02378) and 0.9-3.4% under 3.9 (ed6d9aa); with it level at N = 4096 and 1.7-2.0% slower at N = 2048 (the /cs
-# rows at 4b02378 and 558b3f6).
+# dQ split by columns (at D = 128 the 128-query ring does not fit in shared memory). Graph replay in the same process
+# (experiment bwd-gluon-ws, N = 2048 and 4096, both masks; docs/worklogs/backward_hopper.md, "Round 12" and "Round
+# 14"): the row split takes 0.93-0.95 of the column split's time under Triton 3.6 (the /cs rows at a8192a4) and
+# 0.95-0.99 under 3.9 (the /rs rows at ed6d9aa).
 ROW_SPLIT_HEAD_DIMS = (64,)
 
 
@@ -98,15 +94,13 @@ if HAVE_GLUON:
         CAUSAL: gl.constexpr
         UNSYNCED: gl.constexpr
         EVEN_KEYS: gl.constexpr
-        DQ_FIRST: gl.constexpr
         BY_ROWS: gl.constexpr   # dQ split by rows (ROW_SPLIT_HEAD_DIMS), read from the dQ descriptor's block
 
         @gluon.constexpr_function
-        def __init__(self, CAUSAL, UNSYNCED, EVEN_KEYS, DQ_FIRST, BY_ROWS):
+        def __init__(self, CAUSAL, UNSYNCED, EVEN_KEYS, BY_ROWS):
             self.CAUSAL = gl.constexpr(CAUSAL)
             self.UNSYNCED = gl.constexpr(UNSYNCED)
             self.EVEN_KEYS = gl.constexpr(EVEN_KEYS)
-            self.DQ_FIRST = gl.constexpr(DQ_FIRST)
             self.BY_ROWS = gl.constexpr(BY_ROWS)
 
     # ------------------------------------------------------------------------------------------ the loader
@@ -211,7 +205,7 @@ if HAVE_GLUON:
                     MASK: gl.constexpr, flags):
         """Consumer wg's share of query tile t ([q_start, q_start + BLOCK_M)): dK, dV folded in, its share of the
         tile's dQ partial reduce-added. MASK as in gluon_backward_hopper._query_tile; flags.EVEN_KEYS: N_KEYS is a
-        multiple of the CTA's keys, so no key row needs zeroing; flags.DQ_FIRST: dQ's product before dK's."""
+        multiple of the CTA's keys, so no key row needs zeroing; flags.BY_ROWS: dQ split by rows."""
         k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem = smem
         ready, empty = bars[1], bars[2]
         SLOTS: gl.constexpr = q_smem.shape[0]
@@ -252,20 +246,11 @@ if HAVE_GLUON:
         else:
             rows = gl.arange(0, ROWS, layout=row_s)
             dsT = gl.where(gl.expand_dims(rows < N_KEYS - key0, 1), pT * dpT, 0.0).to(dtype)
-        ds_op = gl.convert_layout(dsT, a_layout)
-        if flags.DQ_FIRST:   # flash-attn-4's order: dK in flight while dQ's partial goes out; the slot freed last
-            dq_tok = _exchange_and_dq(dsT, t, wg, smem, bars, flags.UNSYNCED)
-            dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)                                   # dK += dS^T Q
-            dv, dq = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, dq_tok))
-            _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, D)
-            dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok,))
-            _release_slot(t, q_smem, empty, flags.UNSYNCED)
-        else:
-            dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)                                   # dK += dS^T Q
-            dq_tok = _exchange_and_dq(dsT, t, wg, smem, bars, flags.UNSYNCED)
-            dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
-            _release_slot(t, q_smem, empty, flags.UNSYNCED)
-            _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, D)
+        dk_tok = warpgroup_mma(gl.convert_layout(dsT, a_layout), q_tile, dk, is_async=True)         # dK += dS^T Q
+        dq_tok = _exchange_and_dq(dsT, t, wg, smem, bars, flags.UNSYNCED)
+        dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
+        _release_slot(t, q_smem, empty, flags.UNSYNCED)
+        _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, D)
         return dk, dv
 
     @gluon.jit
@@ -324,9 +309,8 @@ if HAVE_GLUON:
         stride_l_head, stride_delta_head, stride_dk_row, stride_dv_row,
         N_QUERIES, N_KEYS, qk_scale, scale,
         # compile-time choices: the mask; the consumers' slot release and dS wait without their 4 warps' bar.sync
-        # (UNSYNCED_HEAD_DIMS); N_KEYS a multiple of BLOCK_N (no key row to zero: even_keys); dQ's product before
-        # dK's (DQ_FIRST_HEAD_DIMS)
-        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr, DQ_FIRST: gl.constexpr,
+        # (UNSYNCED_HEAD_DIMS); N_KEYS a multiple of BLOCK_N (no key row to zero: even_keys)
+        CAUSAL: gl.constexpr, UNSYNCED: gl.constexpr, EVEN_KEYS: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         D: gl.constexpr = q_desc.block_type.shape[1]
@@ -358,7 +342,7 @@ if HAVE_GLUON:
         if _DESCRIPTOR_ADDS and D == 64:   # the PTX stage's wgmma_descriptor_adds (at D = 128 3.6's form spills more)
             _hw.mark(_DESCRIPTOR_ASM)
         sizes = (N_QUERIES, N_KEYS)
-        flags = Flags(CAUSAL, UNSYNCED, EVEN_KEYS, DQ_FIRST, dq_block[2] == D)
+        flags = Flags(CAUSAL, UNSYNCED, EVEN_KEYS, dq_block[2] == D)
         loader_args = ((q_desc, k_desc, v_desc, do_desc), (k_smem, v_smem, q_smem, do_smem, l_smem, delta_smem),
                        (kv_bar, ready, empty), (L_ptr, Delta_ptr, stride_l_head, stride_delta_head), sizes, flags)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, delta_smem)
@@ -479,9 +463,9 @@ def even_keys(N_k: int) -> bool:
 
 def compile_time(D: int, N_k: int, causal: bool, unsynced: bool | None = None) -> dict:
     """_bwd_ws_kernel's constexprs, in its order: CAUSAL, UNSYNCED (D in UNSYNCED_HEAD_DIMS unless given),
-    EVEN_KEYS, DQ_FIRST (D in DQ_FIRST_HEAD_DIMS)."""
+    EVEN_KEYS."""
     return dict(CAUSAL=bool(causal), UNSYNCED=D in UNSYNCED_HEAD_DIMS if unsynced is None else bool(unsynced),
-                EVEN_KEYS=even_keys(N_k), DQ_FIRST=D in DQ_FIRST_HEAD_DIMS)
+                EVEN_KEYS=even_keys(N_k))
 
 
 def backward(q, k, v, do, lse, delta, causal: bool, scale: float):
