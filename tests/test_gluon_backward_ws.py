@@ -106,8 +106,8 @@ def test_the_flags_are_compile_time_constants_in_the_partitions(compiled):
 def test_split_by_rows_only_the_loader_masks_L(compiled):
     """Round 14: where dQ is split by rows the loader stores L = +inf past N_QUERIES (its one select per L value it
     loads: BLOCK_M / 32 per thread), so a consumer reads L after S^T's wait with no select and no address to compute
-    there (under Triton 3.6 they sat on that wait's path: 7-8% slower at D = 64 causal); split by columns each
-    consumer selects +inf as it reads L, before S^T's issue."""
+    there (under Triton 3.6 they had come to sit on that wait's path: the backward log's "Round 14"); split by columns
+    each consumer selects +inf as it reads L, before S^T's issue."""
     for label, r in compiled.items():
         D = int(label.split()[0][2:])
         if D in WS.ROW_SPLIT_HEAD_DIMS:
