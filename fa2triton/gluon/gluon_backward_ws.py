@@ -88,9 +88,10 @@ if HAVE_GLUON:
 
     @aggregate
     class Flags:
-        """The kernel's compile-time choices, as the partitions see them (compile_time): in an aggregate they stay
-        constexprs, where inside a tuple Triton 3.6 passes them as int1 values, so that an `if` on one would emit
-        both branches (and the shared-memory analysis a bar.sync for the one never taken)."""
+        """The kernel's compile-time choices, as the partitions see them (compile_time's, and BY_ROWS from the dQ
+        descriptor's block): in an aggregate they stay constexprs, where inside a tuple Triton 3.6 passes them as int1
+        values, so that an `if` on one would emit both branches (and the shared-memory analysis a bar.sync for the one
+        never taken)."""
         CAUSAL: gl.constexpr
         UNSYNCED: gl.constexpr
         EVEN_KEYS: gl.constexpr
