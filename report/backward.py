@@ -335,8 +335,8 @@ def section_backward_profile(gpu, root) -> str:
         "PyTorch's layout copies stay 'other') and summed per backend; in bold, each backward's total. µs: ncu's "
         "durations (each kernel replayed alone, so no overlap). TFLOP/s and % of peak: the algorithmic FLOPs (dK/dV "
         "4 products of N×N×D, with atomics 5, dQ 3, a whole backward 5; halved causal) over that time, against the "
-        "tensor-core peak at the clock ncu measured. Tensor ops: counted over predicted. Registers, shared bytes, theoretical occupancy, "
-        "tensor pipe and stalls: the longest kernel of the row. Sources: "
+        "tensor-core peak at the clock ncu measured. Tensor ops: counted over predicted. Registers, shared bytes, "
+        "theoretical occupancy, tensor pipe and stalls: the longest kernel of the row. Sources: "
         + ", ".join(f"`{rel(p)}`" for p in sorted(set(prof.source))) + ".", "",
         md_table(["range", "N", "causal", "kernels", "µs", "TFLOP/s", "% of peak", "tensor ops counted/predicted",
                   "regs", "smem B", "occupancy", "tensor pipe", "top stalls"], rows)])

@@ -309,9 +309,9 @@ def test_row_split_head_dims_follow_the_committed_ratios():
     from pathlib import Path
 
     source = " ".join(inspect.getsource(WS).replace("#", " ").split())
-    quoted = re.search(r"the row split takes (0\.\d\d)-(0\.\d\d) of the column split's time under Triton 3\.6 \(the /cs "
-                       r"rows at ([0-9a-f]{7})\) and (0\.\d\d)-(0\.\d\d) under 3\.9 \(the /rs rows at ([0-9a-f]{7})\)",
-                       source)
+    quoted = re.search(r"the row split takes (0\.\d\d)-(0\.\d\d) of the column split's time under Triton 3\.6 "
+                       r"\(the /cs rows at ([0-9a-f]{7})\) and (0\.\d\d)-(0\.\d\d) under 3\.9 \(the /rs rows at "
+                       r"([0-9a-f]{7})\)", source)
     assert quoted
     q = quoted.groups()
     path = Path(__file__).resolve().parent.parent / "results" / "nvidia-h200" / "experiments" / "bwd_gluon_ws.csv"

@@ -161,7 +161,7 @@ if HAVE_GLUON:
         _unsynced(UNSYNCED)   # after the wgmma wait: every read of the slot is done (one operation)
 
     @gluon.jit
-    def _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, D: gl.constexpr):
+    def _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, flags):
         """This consumer's share of a tile's dQ partial (its columns, or split by rows its queries) scaled and
         reduce-added (TMA) from the consumer's fp32 buffer."""
         ROWS: gl.constexpr = dq_smem.shape[2]   # the tile's queries, or (split by rows) this consumer's half of them
@@ -170,19 +170,18 @@ if HAVE_GLUON:
         dq_buf = dq_smem.index(wg)
         dq_buf.reshape([ROWS, COLS]).store(dq * scale)
         fence_async_shared()
-        if COLS == D:
+        if flags.BY_ROWS:
             tma_reduce_add(dq_desc, [head, q_start + wg * ROWS, 0], dq_buf)
         else:
             tma_reduce_add(dq_desc, [head, q_start, wg * COLS], dq_buf)
 
     @gluon.jit
-    def _exchange_and_dq(dsT, t, wg, smem, bars, UNSYNCED: gl.constexpr):
+    def _exchange_and_dq(dsT, t, wg, smem, bars, flags):
         """This consumer's dS^T into its rows of the shared tile (buffer t % DS_BUFFERS); once both halves are in,
         its share of the tile's dQ = dS K issued over all 128 keys (split by rows: its 64 queries, all of D; by
         columns: its D / 2 columns, all the tile's queries). Returns dQ's token."""
-        k_smem, q_smem, ds_smem, dq_smem = smem[0], smem[2], smem[4], smem[5]
+        k_smem, ds_smem, dq_smem = smem[0], smem[4], smem[5]
         ds_bar = bars[3]
-        D: gl.constexpr = q_smem.shape[2]
         ROWS: gl.constexpr = ds_smem.shape[1] // 2     # one consumer's keys
         DQ_ROWS: gl.constexpr = dq_smem.shape[2]
         DQ_COLS: gl.constexpr = dq_smem.shape[3]
@@ -191,9 +190,9 @@ if HAVE_GLUON:
         fence_async_shared()
         mbarrier.arrive(ds_bar.index(b), count=1)
         mbarrier.wait(ds_bar.index(b), ready_phase(t, _DS_BUFFERS))
-        _unsynced(UNSYNCED)   # each thread waits for both halves itself
+        _unsynced(flags.UNSYNCED)   # each thread waits for both halves itself
         zero = gl.zeros([DQ_ROWS, DQ_COLS], gl.float32, wgmma_layout(4, DQ_COLS))
-        if DQ_COLS == D:
+        if flags.BY_ROWS:
             dq_tok = warpgroup_mma(ds_smem.index(b).permute((1, 0)).slice(wg * DQ_ROWS, DQ_ROWS, dim=0), k_smem,
                                    zero, use_acc=False, is_async=True)
         else:
@@ -248,10 +247,10 @@ if HAVE_GLUON:
             rows = gl.arange(0, ROWS, layout=row_s)
             dsT = gl.where(gl.expand_dims(rows < N_KEYS - key0, 1), pT * dpT, 0.0).to(dtype)
         dk_tok = warpgroup_mma(gl.convert_layout(dsT, a_layout), q_tile, dk, is_async=True)         # dK += dS^T Q
-        dq_tok = _exchange_and_dq(dsT, t, wg, smem, bars, flags.UNSYNCED)
+        dq_tok = _exchange_and_dq(dsT, t, wg, smem, bars, flags)
         dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
         _release_slot(t, q_smem, empty, flags.UNSYNCED)
-        _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, D)
+        _send_dq(dq, q_start, wg, dq_smem, dq_desc, head, scale, flags)
         return dk, dv
 
     @gluon.jit
