@@ -34,7 +34,7 @@ out = {{}}
 for D, causal, N, dtype in {compiles!r}:
     c = compile_plan(WS.offline_plan(D, causal, N, dtype=dtype))
     ptx, sass = c.asm["ptx"], disassemble(c.asm["cubin"])[0]
-    KEYS = ("HGMMA", "STL", "LDL", "UTMAREDG", "SEL", "R2UR")
+    KEYS = ("HGMMA", "STL", "LDL", "UTMAREDG", "SEL")
     loops = [lp for lp in ir.sass_loops(sass, keys=KEYS) if lp["counts"].get("HGMMA", 0)] if sass else []
     out[f"D={{D}} causal={{int(causal)}} N={{N}} {{dtype}}"] = {{
         "shared": int(c.metadata.shared), "res": resource_usage(c.asm["cubin"]),
@@ -44,8 +44,7 @@ for D, causal, N, dtype in {compiles!r}:
         "reduce_adds": ptx.count("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add"),
         "inf_selects": len(re.findall(r"selp\\.[bf]32[^;]*(?:0f7F800000|2139095040)", ptx)),
         "sass": None if sass is None else {{k: sass.count(k) for k in ("HGMMA", "UTMALDG", "UTMAREDG", "MUFU.EX2")}},
-        "loops": [{{"instructions": lp["instructions"], **{{k: lp["counts"].get(k, 0) for k in KEYS}}}}
-                  for lp in loops if lp["innermost"]]}}
+        "loops": [{{k: lp["counts"].get(k, 0) for k in KEYS}} for lp in loops if lp["innermost"]]}}
 print(json.dumps(out))
 """
 
@@ -126,23 +125,6 @@ def test_head_dimension_64_spills_at_most_a_few_registers(compiled):
     for label, r in compiled.items():
         if label.startswith("D=64"):
             assert all(lp["STL"] <= D64_SPILL_STORES for lp in r["loops"]), (label, r["loops"])
-
-
-# Register moves into uniform registers per causal key loop past the diagonal at D = 64, at most: 10-16 under either
-# Triton with the tile index divided unsigned (round 15; the non-causal loops move 5-15), 39-45 under Triton 3.9
-# with it signed, where the slot and phase arithmetic runs on the vector pipe.
-D64_CAUSAL_R2UR = 20
-
-
-def test_causal_loops_past_the_diagonal_keep_their_slot_arithmetic_uniform(compiled):
-    """Round 15: past the diagonal a causal range's tile index is divided unsigned (_tile_index), so its loops move
-    about as few values into uniform registers as the non-causal kernel's. The two longest loops are the diagonal
-    ranges (one per consumer), whose tile index LLVM already knows to be non-negative."""
-    for label, r in compiled.items():
-        if label.startswith("D=64 causal=1"):
-            loops = sorted(r["loops"], key=lambda lp: lp["instructions"])
-            assert len(loops) == 6, (label, loops)
-            assert all(lp["R2UR"] <= D64_CAUSAL_R2UR for lp in loops[:-2]), (label, loops)
 
 
 def _ws_call(args, acc=None, scale=0.125):

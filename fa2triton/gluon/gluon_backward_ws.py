@@ -254,25 +254,13 @@ if HAVE_GLUON:
         return dk, dv
 
     @gluon.jit
-    def _tile_index(q_start, lo, BLOCK_M: gl.constexpr, UNSIGNED: gl.constexpr):
-        """The use of the slot ring that query tile q_start is, (q_start - lo) // BLOCK_M; with UNSIGNED divided as
-        unsigned, which gives the same index for every tile that runs (q_start >= lo) and tells LLVM so. A causal
-        range past the diagonal starts where LLVM cannot relate it to lo: signed, the slot and phase keep sdiv/srem
-        fix-ups, and Triton 3.9's backend then builds all of a tile's wgmma descriptors ahead of its second product
-        (docs/worklogs/backward_hopper.md, "Round 15")."""
-        if UNSIGNED:
-            return ((q_start - lo).to(gl.uint32) // BLOCK_M).to(gl.int32)
-        return (q_start - lo) // BLOCK_M
-
-    @gluon.jit
     def _query_range(dk, dv, start, stop, lo, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS, qk_scale,
                      scale, MASK: gl.constexpr, flags):
         """The query tiles [start, stop) (multiples of BLOCK_M from lo), all with one MASK."""
         BLOCK_M: gl.constexpr = smem[2].shape[1]
         for q_start in range(start, stop, BLOCK_M):
-            t = _tile_index(q_start, lo, BLOCK_M, flags.CAUSAL and MASK != DIAGONAL)
-            dk, dv = _query_tile(dk, dv, t, q_start, wg, smem, bars, dq_desc, head, k_start, N_QUERIES, N_KEYS,
-                                 qk_scale, scale, MASK, flags)
+            dk, dv = _query_tile(dk, dv, (q_start - lo) // BLOCK_M, q_start, wg, smem, bars, dq_desc, head, k_start,
+                                 N_QUERIES, N_KEYS, qk_scale, scale, MASK, flags)
         return dk, dv
 
     @gluon.jit
