@@ -12,6 +12,7 @@ if __name__ == "__main__":   # run as a script: the repository, not experiments/
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import experiments  # noqa: E402
+from fa2lab.provenance import git_commit  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -21,6 +22,7 @@ def main(argv=None) -> int:
         return 0 if argv else 2
     try:
         module = experiments.module_of(argv[0])
+        git_commit()   # a malformed FA2_GIT_COMMIT stops here, not after the measurement (its rows stamp it)
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ import datetime as _dt
 import functools
 import os
 import platform
+import re
 import statistics
 import subprocess
 import threading
@@ -15,12 +16,31 @@ from .paths import REPO
 from .switches import kernel_switches
 
 
+# A commit as `git rev-parse` writes it: 12 to 40 lowercase hex digits, -dirty for uncommitted changes
+_COMMIT = re.compile(r"[0-9a-f]{12,40}(?:-dirty)?")
+
+
+def commit_from_env(name: str) -> str | None:
+    """The commit that environment variable `name` gives for a tree without its .git (the lent GPU machine's copies),
+    or None where it is unset or empty. ValueError, naming the variable, for anything but git rev-parse's form: a
+    short or mistyped sha would stamp every row it touches, and rows whose commit names no commit are kept out of
+    results/ (docs/reproduce.md)."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if not _COMMIT.fullmatch(value):
+        raise ValueError(f"{name}={value!r} is not a commit: give `git rev-parse HEAD` (40 hex digits, or its first "
+                         "12 or more)")
+    return value
+
+
 @functools.lru_cache(maxsize=None)
 def git_commit() -> str:
     """The checkout's commit (with -dirty for uncommitted changes). A copy of the tree without
-    .git (the lent GPU machine gets one) passes it in FA2_GIT_COMMIT."""
-    if os.environ.get("FA2_GIT_COMMIT"):
-        return os.environ["FA2_GIT_COMMIT"]
+    .git (the lent GPU machine gets one) passes it in FA2_GIT_COMMIT (checked: commit_from_env)."""
+    passed = commit_from_env("FA2_GIT_COMMIT")
+    if passed:
+        return passed
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
                              text=True, check=True).stdout.strip()

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa2lab import shapes  # noqa: E402
 from fa2lab.paths import REPO  # noqa: E402
-from fa2lab.provenance import file_stamp  # noqa: E402
+from fa2lab.provenance import file_stamp, git_commit  # noqa: E402
 from fa2triton import versions  # noqa: E402
 
 MATMUL_SIZE = 8192   # M = N = K of the Round 2 matmul peak table
@@ -95,6 +95,10 @@ def main(argv=None) -> int:
                     "of other --gluon labels at the same shape keeps the earlier file")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
+    try:
+        git_commit()   # a malformed FA2_GIT_COMMIT stops here, not after the profile (its rows stamp it)
+    except ValueError as e:
+        ap.error(str(e))
     if args.peer:
         from fa2lab.peers import chosen
 

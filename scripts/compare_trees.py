@@ -170,6 +170,25 @@ def child(tree: Path, kernels: list[str], shapes: list[tuple[int, int, bool]], m
             print("ROW " + json.dumps(row), flush=True)
 
 
+def tree_commit(label: str, tree: Path, own: str) -> str:
+    """The commit a tree's rows carry: FA2_TREE_COMMIT_<LABEL> (checked by fa2lab.provenance.commit_from_env), else
+    `own` (this checkout's) where the tree is this checkout, else the tree's own git checkout's. ValueError where
+    none of them says: a copy without .git (git archive, the lent GPU machine) must be named."""
+    from fa2lab.provenance import commit_from_env
+
+    name = f"FA2_TREE_COMMIT_{label.upper()}"
+    passed = commit_from_env(name)
+    if passed:
+        return passed
+    if tree == REPO:
+        return own
+    if (tree / ".git").exists():
+        done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=tree, capture_output=True, text=True)
+        if done.returncode == 0:
+            return done.stdout.strip()
+    raise ValueError(f"tree {label!r} ({tree}) is not a git checkout: give its commit as {name}")
+
+
 def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[int, int, bool]], kernels: list[str],
           mode: str, csv_name: str, first: int = 1, sdpa_graphs: bool = False, host: tuple[str, int] | None = None
           ) -> int:
@@ -182,14 +201,17 @@ def drive(trees: list[tuple[str, Path, dict]], rounds: int, shapes: list[tuple[i
     from fa2lab.results import append_rows, gpu_dir
 
     env = environment()
+    try:
+        commits = {label: tree_commit(label, tree, env["git_commit"]) for label, tree, _ in trees}
+    except ValueError as e:
+        raise SystemExit(f"compare_trees: {e}") from None
     out = gpu_dir() / "experiments" / csv_name
     base = dict(os.environ, **{ENV_VAR: OFF})   # no tuning pick on disk crosses processes, as in the protocol
     spec = ";".join(f"{n},{d},{int(c)}" for n, d, c in shapes)
     for r in range(first - 1, first - 1 + rounds):
         order = trees[r % len(trees):] + trees[:r % len(trees)]
         for label, tree, extra in order:
-            # a tree's commit: FA2_TREE_COMMIT_<LABEL>, else this checkout's own where the tree is it
-            commit = os.environ.get(f"FA2_TREE_COMMIT_{label.upper()}") or (env["git_commit"] if tree == REPO else "")
+            commit = commits[label]
             print(f"[round {r + 1}] {label} ({tree})", flush=True)
             proc = subprocess.run([sys.executable, __file__, "--child", str(tree), "--shapes", spec,
                                    "--kernel", ",".join(kernels), "--mode", mode]
