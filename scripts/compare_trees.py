@@ -9,7 +9,8 @@ tree may carry its own environment (--env): another Triton first on PYTHONPATH, 
 (kernel_ms, torch.profiler: free of the host's speed, which sets do_bench's time at N <= 2048 and varies from process
 to process; autograd's backward is not captured in a graph). One row per process, version and
 shape goes to results/<gpu>/experiments/<--csv>, with provenance, the child's own torch, Triton and switches, the
-launch its first call chose (path, config, and v7's choice: table, tuned or pinned), the tree's label and commit.
+launch its first call chose (path, config, and v7's choice: table, tuned or pinned), the tree's label and commit (this
+checkout's, a tree's own .git's, or FA2_TREE_COMMIT_<LABEL> for a copy without one, checked before the first round).
 `--summary` prints, per version and shape, the median over rounds of each round's ratio B / A (of ms, and of % of
 cuDNN), with the min-max: within 1% is level (2% for launch_table.csv, report.no_regression.level_of).
 `--mode host` times host steps instead (profiling/host_steps.py's time_steps in each tree, `--steps`, at the
