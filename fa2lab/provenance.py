@@ -23,8 +23,7 @@ _COMMIT = re.compile(r"[0-9a-f]{12,40}(?:-dirty)?")
 def commit_from_env(name: str) -> str | None:
     """The commit that environment variable `name` gives for a tree without its .git (the lent GPU machine's copies),
     or None where it is unset or empty. ValueError, naming the variable, for anything but git rev-parse's form: a
-    short or mistyped sha would stamp every row it touches, and rows whose commit names no commit are kept out of
-    results/ (docs/reproduce.md)."""
+    short or mistyped sha would stamp every row it touches with a commit that does not exist (docs/reproduce.md)."""
     value = os.environ.get(name, "").strip()
     if not value:
         return None

@@ -74,11 +74,13 @@ export PYTHONUNBUFFERED=1
 START=$(date +%s)
 DEADLINE=$((START + ${DEADLINE_S:-560}))
 MIN_STEP_S=${MIN_STEP_S:-45}
-# Every row stamps FA2_GIT_COMMIT: refuse a short or mistyped one before any step runs (fa2lab.provenance's form)
-if [ -n "${FA2_GIT_COMMIT:-}" ] && ! [[ $FA2_GIT_COMMIT =~ ^[0-9a-f]{12,40}(-dirty)?$ ]]; then
-  echo "FA2_GIT_COMMIT=$FA2_GIT_COMMIT is not a commit: give \`git rev-parse HEAD\` (40 hex digits, or its first 12 or more)" >&2
-  exit 2
-fi
+# Every row stamps FA2_GIT_COMMIT: refuse a short or mistyped one before any step runs (fa2lab.provenance's check)
+python3 -c 'import sys
+from fa2lab.provenance import commit_from_env
+try:
+    commit_from_env("FA2_GIT_COMMIT")
+except ValueError as e:
+    sys.exit(str(e))' || exit 2
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}

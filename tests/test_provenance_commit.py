@@ -108,4 +108,4 @@ def test_experiments_and_the_device_batch_refuse_a_bad_commit_first(monkeypatch)
     done = subprocess.run(["bash", "scripts/device_batch.sh", "no-such-step"], cwd=REPO, capture_output=True,
                           text=True, env=dict(os.environ, FA2_GIT_COMMIT="08a21f5c"))
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "FA2_GIT_COMMIT=08a21f5c is not a commit: give `git rev-parse HEAD` (40 hex digits, or its first 12 or more)"]
+        "FA2_GIT_COMMIT='08a21f5c' is not a commit: give `git rev-parse HEAD` (40 hex digits, or its first 12 or more)"]
