@@ -30,8 +30,16 @@ def _run(cmd: list[str], env: dict | None = None) -> int:
 
 
 def _need_gpu(what: str, instead: str) -> None:
+    """The measuring tasks' check before they start: a GPU, and (their rows stamp it) a well-formed FA2_GIT_COMMIT
+    where one is passed (fa2lab.provenance.commit_from_env)."""
     if not has_gpu():
         raise Exit(f"{what} needs a CUDA GPU, and none is visible here. Instead: {instead}", code=2)
+    from fa2lab.provenance import commit_from_env
+
+    try:
+        commit_from_env("FA2_GIT_COMMIT")
+    except ValueError as e:
+        raise Exit(f"{what}: {e}", code=2) from None
 
 
 def _versions(kernel: str, one: bool = False, also: tuple[str, ...] = ()) -> list:

@@ -109,3 +109,16 @@ def test_experiments_and_the_device_batch_refuse_a_bad_commit_first(monkeypatch)
                           text=True, env=dict(os.environ, FA2_GIT_COMMIT="08a21f5c"))
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "FA2_GIT_COMMIT='08a21f5c' is not a commit: give `git rev-parse HEAD` (40 hex digits, or its first 12 or more)"]
+
+
+def test_a_measuring_task_refuses_a_bad_commit_before_it_starts(monkeypatch):
+    from invoke import Exit
+
+    import tasks
+
+    monkeypatch.setattr(tasks, "has_gpu", lambda: True)
+    monkeypatch.setenv("FA2_GIT_COMMIT", "08a21f5c")
+    with pytest.raises(Exit, match=r"^invoke bench: FA2_GIT_COMMIT='08a21f5c' is not a commit"):
+        tasks._need_gpu("invoke bench", "-")
+    monkeypatch.setenv("FA2_GIT_COMMIT", FULL)
+    tasks._need_gpu("invoke bench", "-")
