@@ -3,8 +3,11 @@ p, p + programs, ... (one each unless the grid is persistent); the loader and th
 the same order, since slots, phases and turns run on over a program's items.
 
 The order is chosen at compile time by the mask (Schedule.CAUSAL):
-- causal: whole tiles only, tile t of head t // query tiles, each head's query tiles reversed (v6's order: the
-  longest first), keys stopping at the tile's diagonal;
+- causal: whole tiles only, keys stopping at the tile's diagonal, in pairs whose key tiles add up to the same count
+  (causal_pair): a persistent program's items p, p + programs, ... are then near-equal work. The earlier order (each
+  head's tiles longest first, head after head) gave program 0 tiles 0, 4, 8, ... of 32 and others 3, 7, ...: 12-21%
+  more work for the busiest program than the mean at N = 2048-4096 (docs/worklogs/gluon_forward_hopper.md, "Balanced
+  causal items");
 - otherwise: tiles in order, the FULL whole tiles first, then the split tail's parts (the host's split_plan): item
   FULL + q is split q % SPLITS (a contiguous share of the key tiles) of tile FULL + q // SPLITS, written as
   workspace part q.
@@ -56,15 +59,57 @@ class Schedule:
             t = self.FULL + part // self.SPLITS
             kb0 = (part % self.SPLITS) * n_kb // self.SPLITS
             kb1 = (part % self.SPLITS + 1) * n_kb // self.SPLITS
-        q_tile = t % n_q
         if self.CAUSAL:
-            q_start = (n_q - 1 - q_tile) * BLOCK_M
+            head, rank = causal_pair(t, self.N_ITEMS // n_q, n_q, gl.num_programs(0))
+            q_start = (n_q - 1 - rank) * BLOCK_M
             kb1 = gl.cdiv(gl.minimum(q_start + BLOCK_M, self.N_KEYS), BLOCK_N)
             mask_from = gl.minimum((q_start // BLOCK_N) * BLOCK_N, full_stop)
             causal_off = 0
         else:
-            q_start = q_tile * BLOCK_M
+            head = t // n_q
+            q_start = (t % n_q) * BLOCK_M
             mask_from = full_stop
             causal_off = self.N_KEYS
-        head = t // n_q
         return q_start, head, kb1 - kb0, mask_from, causal_off, kb0 * BLOCK_N, part
+
+
+@gluon.jit
+def causal_pair(i, heads, n_q, programs):
+    """Causal item i of heads * n_q -> (head, rank), rank 0 the head's last query tile (the most key tiles). Ranks r
+    and n_q - 1 - r of a head form a pair, whose key tiles add up to n_q + 1 at equal tile sizes. Items come in
+    double waves of 2 * programs, and a program takes items p, p + programs, ... (p = i % programs):
+    - a full double wave gives program p the long member of one pair, then the short one;
+    - the last, of R < programs pairs, gives whole pairs to the 2R - programs programs that get two of its items, and
+      one item each (the rest's long members, then their short ones) to the others.
+    With n_q odd, each head's middle tile comes after all pairs. A bijection onto the items for every programs >= 1
+    (tests/test_gluon_forward.py); plain integer arithmetic, so `.fn` runs it on Python ints."""
+    half = n_q // 2
+    paired = 2 * heads * half
+    if i < paired:
+        wave2 = i // (2 * programs)
+        j = i - wave2 * 2 * programs
+        left = heads * half - wave2 * programs   # pairs from this double wave on
+        if left > programs:
+            left = programs
+        whole = 2 * left - programs              # programs taking a whole pair of this double wave
+        if whole < 0:
+            whole = 0
+        if j < whole:
+            member = 0
+            c = j
+        elif j >= programs:
+            member = 1
+            c = j - programs
+        else:   # one item each: the remaining left - whole pairs' long members, then their short ones
+            rest = left - whole
+            k = j - whole
+            member = k // rest
+            c = whole + k - member * rest
+        c += wave2 * programs
+        head = c // half
+        r = c - head * half
+        rank = r + member * (n_q - 1 - 2 * r)
+    else:
+        head = i - paired
+        rank = half
+    return head, rank
