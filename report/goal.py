@@ -86,10 +86,9 @@ def goal_rows(gpu, root) -> tuple[pd.DataFrame | None, Path]:
     return data.at_head_dim(data.default_rows(data.load(path, data.BENCH_COLUMNS))), path
 
 
-# The first commit of the D = 64 kernels v7 runs at the harness shapes today: later commits changed how a pick is
-# made (the settle, the race, the shortlist) and switches off by default, not the default candidates' code (git diff
-# c89546f.. -- kernels/). section_goal pools every run from its first row on, beside the latest commit's.
-GOAL_KERNELS_SINCE = "c89546f"
+# The first commit of the D = 64 kernels v7 runs at the harness shapes today: afb1e08 changed the Gluon forward's
+# causal order (schedule.causal_pair). section_goal pools every run from its first row on, beside the latest commit's.
+GOAL_KERNELS_SINCE = "afb1e08"
 
 
 def _goal_table(df) -> tuple[list, dict]:
