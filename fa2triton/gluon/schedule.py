@@ -4,10 +4,9 @@ the same order, since slots, phases and turns run on over a program's items.
 
 The order is chosen at compile time by the mask (Schedule.CAUSAL):
 - causal: whole tiles only, keys stopping at the tile's diagonal, in pairs whose key tiles add up to the same count
-  (causal_pair): a persistent program's items p, p + programs, ... are then near-equal work. The earlier order (each
-  head's tiles longest first, head after head) gave program 0 tiles 0, 4, 8, ... of 32 and others 3, 7, ...: 12-21%
-  more work for the busiest program than the mean at N = 2048-4096 (docs/worklogs/gluon_forward_hopper.md, "Balanced
-  causal items");
+  (causal_pair), so that a persistent program's items are near-equal work. Each head's tiles longest first, head
+  after head, gave the busiest program 12-19% more than the mean at N = 2048-4096; the pairs made the persistent
+  causal shapes 4.7-8.5% faster (docs/worklogs/gluon_forward_hopper.md, "Balanced causal items");
 - otherwise: tiles in order, the FULL whole tiles first, then the split tail's parts (the host's split_plan): item
   FULL + q is split q % SPLITS (a contiguous share of the key tiles) of tile FULL + q // SPLITS, written as
   workspace part q.
