@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 from .paths import REPO
 from .switches import kernel_switches
@@ -37,17 +38,22 @@ def commit_from_env(name: str) -> str | None:
 def git_commit() -> str:
     """The checkout's commit (with -dirty for uncommitted changes). A copy of the tree without
     .git (the lent GPU machine gets one) passes it in FA2_GIT_COMMIT (checked: commit_from_env)."""
-    passed = commit_from_env("FA2_GIT_COMMIT")
-    if passed:
-        return passed
+    return commit_from_env("FA2_GIT_COMMIT") or checkout_commit(REPO) or "unknown"
+
+
+def checkout_commit(path: Path) -> str | None:
+    """The commit of the git checkout at `path` (12 hex digits, with -dirty for uncommitted changes), or None where
+    `path` has no .git of its own (a copy inside another checkout would otherwise read that one's) or git fails."""
+    if not (Path(path) / ".git").exists():
+        return None
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=path, capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path,
                                capture_output=True, text=True, check=True).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return None
 
 
 def _nvml():

@@ -175,7 +175,7 @@ def tree_commit(label: str, tree: Path, own: str) -> str:
     """The commit a tree's rows carry: FA2_TREE_COMMIT_<LABEL> (checked by fa2lab.provenance.commit_from_env), else
     `own` (this checkout's) where the tree is this checkout, else the tree's own git checkout's. ValueError where
     none of them says: a copy without .git (git archive, the lent GPU machine) must be named."""
-    from fa2lab.provenance import commit_from_env
+    from fa2lab.provenance import checkout_commit, commit_from_env
 
     name = f"FA2_TREE_COMMIT_{label.upper()}"
     passed = commit_from_env(name)
@@ -183,10 +183,9 @@ def tree_commit(label: str, tree: Path, own: str) -> str:
         return passed
     if tree == REPO:
         return own
-    if (tree / ".git").exists():
-        done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=tree, capture_output=True, text=True)
-        if done.returncode == 0:
-            return done.stdout.strip()
+    found = checkout_commit(tree)
+    if found:
+        return found
     raise ValueError(f"tree {label!r} ({tree}) is not a git checkout: give its commit as {name}")
 
 
