@@ -34,8 +34,6 @@ class GluonConfig:
     exp_turn: bool = False        # instead of ping-pong: the consumers take turns at their exponentials, the turn passed
                                   # after one of a thread's row sums ("/et1"; after both, "/et", was slower)
     shared_code: bool = False     # the consumers run one copy of their code, inlined once by the PTX stage ("/sc2")
-    tied_wait: bool = False       # the wait for P_(j-1) V_(j-1) kept behind tile j's row sums by an arrive tied to them
-                                  # ("/tw"; exp_turn's tied arrive does it already)
 
     def __post_init__(self):
         if self.consumers not in (2, 3) or self.block_m != 64 * self.consumers:
@@ -45,9 +43,6 @@ class GluonConfig:
         if self.exp_turn and (self.pingpong or self.lookahead):
             raise ValueError(f"exp_turn is a ring of turns at every key tile's exponentials in place of ping-pong's "
                              f"turns at the products: not with ping-pong or lookahead: {self}")
-        if self.tied_wait and (self.exp_turn or self.lookahead):
-            raise ValueError(f"tied_wait orders _attend's wait for P V, as exp_turn's tied arrive does already: not with "
-                             f"exp_turn or lookahead: {self}")
         if self.one_q and (not self.persistent or self.lookahead):
             raise ValueError(f"one_q is the persistent grid's choice (one program per tile has one Q buffer), its "
                              f"buffer released in _attend's key loop: not with lookahead: {self}")
@@ -57,8 +52,7 @@ class GluonConfig:
         return (f"ws{self.consumers}x64x{self.block_n}/{self.slots}s/preg{'/pp' if self.pingpong else ''}"
                 f"{'/split' if self.split_tail else ''}{'/persist' if self.persistent else ''}"
                 f"{'/ds' if self.direct_store else ''}/ua{'/la' if self.lookahead else ''}"
-                f"{'/et1' if self.exp_turn else ''}{'/q1' if self.one_q else ''}{'/sc2' if self.shared_code else ''}"
-                f"{'/tw' if self.tied_wait else ''}")
+                f"{'/et1' if self.exp_turn else ''}{'/q1' if self.one_q else ''}{'/sc2' if self.shared_code else ''}")
 
     @property
     def q_buffers(self) -> int:
@@ -82,10 +76,9 @@ class GluonConfig:
         b += 0 if self.direct_store else self.block_m * D * elem   # the epilogue's layout conversion
         # a row vector's conversion (64 floats), which the conversion's scratch held (offline sm_90: 256 bytes more)
         b += 64 * 4 if self.direct_store else 0
-        # the mbarrier allocations (Q ready and empty, the slots' ready and empty, one turn per consumer, tied_wait's
-        # fence), each rounded up to 16 bytes
-        return (b + 2 * _align16(8 * self.q_buffers) + 2 * _align16(8 * self.slots) + 16 * self.consumers
-                + 16 * self.tied_wait)
+        # the mbarrier allocations (Q ready and empty, the slots' ready and empty, one turn per consumer), each
+        # rounded up to 16 bytes
+        return b + 2 * _align16(8 * self.q_buffers) + 2 * _align16(8 * self.slots) + 16 * self.consumers
 
     def fits(self, D: int, smem_per_block: int) -> bool:
         return self.smem_bytes(D) <= smem_per_block
@@ -130,10 +123,6 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True),
     GluonConfig(128, 128, 3, 2, persistent=True, exp_turn=True),
     GluonConfig(128, 128, 3, 2, pingpong=True),
-    # issue 48's trial: the ping-pong forms' wait for P V tied behind the row sums
-    GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True, direct_store=True, one_q=True, tied_wait=True),
-    GluonConfig(192, 128, 4, 3, pingpong=True, split_tail=True, persistent=True, tied_wait=True),
-    GluonConfig(192, 64, 3, 3, pingpong=True, split_tail=True, tied_wait=True),
 )
 
 

@@ -9,7 +9,6 @@ registers (FlashAttention-3's producer/consumer split and intra-warpgroup overla
 
 Options (compile-time): PINGPONG, the consumers issue their products in turn round a ring of mbarriers (Turn);
 EXP_TURN, the same ring taken at the exponentials, the arrive tied to a row sum (gluon_ptx.tie_marked_arrives);
-TIED_WAIT, an arrive on a fence barrier tied to the row sums before each wait for P V, which ptxas then keeps there;
 LOOKAHEAD, S_(j+1) issued behind P_(j-1) V_(j-1) (two score tiles live); ONE_Q, one Q buffer released after the
 item's last Q K^T; DIRECT_STORE, O stored from the wgmma registers; SHARED_CODE, one copy of the consumers' code,
 inlined once by gluon_ptx.inline_consumer_call. Every elected arrive and slot wait is marked (_mark_unsynced) so that
@@ -59,8 +58,8 @@ _mark = _hw.mark
 @aggregate
 class Smem:
     """The shared memory and mbarriers every partition reads: Q's buffers ([Q_BUFFERS * CONSUMERS, 64, D]),
-    the K and V slots ([SLOTS, BLOCK_N, D]), Q's ready and empty barriers ([Q_BUFFERS, 1]), the slots'
-    ([SLOTS, 1]) and TIED_WAIT's fence ([1, 1], arrived on and never waited for)."""
+    the K and V slots ([SLOTS, BLOCK_N, D]), Q's ready and empty barriers ([Q_BUFFERS, 1]) and the slots'
+    ([SLOTS, 1])."""
     q: gl.shared_memory_descriptor
     k: gl.shared_memory_descriptor
     v: gl.shared_memory_descriptor
@@ -68,10 +67,9 @@ class Smem:
     q_empty: gl.shared_memory_descriptor
     ready: gl.shared_memory_descriptor
     empty: gl.shared_memory_descriptor
-    fence: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, q, k, v, q_ready, q_empty, ready, empty, fence):
+    def __init__(self, q, k, v, q_ready, q_empty, ready, empty):
         self.q = q
         self.k = k
         self.v = v
@@ -79,7 +77,6 @@ class Smem:
         self.q_empty = q_empty
         self.ready = ready
         self.empty = empty
-        self.fence = fence
 
 @aggregate
 class Options:
@@ -90,16 +87,14 @@ class Options:
     LOOKAHEAD: gl.constexpr
     ONE_Q: gl.constexpr
     DIRECT_STORE: gl.constexpr
-    TIED_WAIT: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE, TIED_WAIT):
+    def __init__(self, PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE):
         self.PINGPONG = gl.constexpr(PINGPONG)
         self.EXP_TURN = gl.constexpr(EXP_TURN)
         self.LOOKAHEAD = gl.constexpr(LOOKAHEAD)
         self.ONE_Q = gl.constexpr(ONE_Q)
         self.DIRECT_STORE = gl.constexpr(DIRECT_STORE)
-        self.TIED_WAIT = gl.constexpr(TIED_WAIT)
 
 @aggregate
 class Turn:
@@ -277,12 +272,11 @@ def _arrive(bar):
     _mark_unsynced()
 
 @gluon.jit
-def _tied_arrive(l_i, bar):
-    """An arrive on `bar` once this tile's exp2s are issued: l_i (the row sums, two per thread) is marked for
-    tie_marked_arrives, which makes the arrive wait for the second. ptxas moves no wgmma wait above an mbarrier
-    arrive, so a wait right after stays after the softmax (EXP_TURN's turn; TIED_WAIT's fence)."""
+def _pass_exp_turn(l_i, turn):
+    """EXP_TURN: the next consumer's turn at the exponentials, passed once this tile's exp2s are issued: l_i (the
+    row sums, two per thread) is marked for tie_marked_arrives, which makes the arrive wait for the second."""
     gl.inline_asm_elementwise(_TIE_ONE_ASM, "=r,=r,r,r", [l_i], dtype=gl.float32, is_pure=False, pack=2)
-    _arrive(bar)
+    _arrive(turn.next.index(0))
 
 @gluon.jit
 def _barrier(count: gl.constexpr):
@@ -382,7 +376,7 @@ def _attend(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_from, c
                                   s_layout, BLOCK_N, my_turn)
     l_i = gl.sum(p, axis=1)
     if EXP_TURN:   # the next consumer's turn, once every exp2 of this tile is issued (a row sum reads them)
-        _tied_arrive(l_i, turn.next.index(0))
+        _pass_exp_turn(l_i, turn)
     p_op = _p_operand(p, q_tile.dtype, p_layout)
     for j in range(1, n_tiles):
         slot = _kv_slot(smem, g + j)
@@ -396,9 +390,7 @@ def _attend(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_from, c
                                       qk_scale, s_layout, BLOCK_N, my_turn)
         l_i = l_i * alpha + gl.sum(p, axis=1)
         if EXP_TURN:
-            _tied_arrive(l_i, turn.next.index(0))
-        if opts.TIED_WAIT:   # else ptxas waits for P_(j-1) V_(j-1) before the row maxima (gluon log, "The tied wait")
-            _tied_arrive(l_i, smem.fence.index(0))
+            _pass_exp_turn(l_i, turn)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         _arrive(smem.empty.index(prev))       # K_(j-1), V_(j-1) no longer read here
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
@@ -603,7 +595,7 @@ def flash_fwd_gluon_ws(
     # persistent grid: the next item's queries load while this one's finish), then Options' and SHARED_CODE
     CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr, DIRECT_STORE: gl.constexpr, LOOKAHEAD: gl.constexpr,
-    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr, TIED_WAIT: gl.constexpr,
+    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr,
 ):
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -632,15 +624,11 @@ def flash_fwd_gluon_ws(
     turn1 = _barrier(1)
     if PINGPONG or EXP_TURN:
         mbarrier.arrive(turn0.index(0), count=1)
-    if TIED_WAIT:   # arrived on by every consumer's elected thread, waited for by none
-        fence = _barrier(1)
-    else:
-        fence = turn0   # (unused)
 
     # Each consumer's arguments: the shared memory and barriers, its own turn and the next consumer's, the
     # options, the outputs, its index wg, the work items' description, the sizes of the epilogue.
-    smem = Smem(q_smem, k_smem, v_smem, q_bar, q_empty, ready, empty, fence)
-    opts = Options(PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE, TIED_WAIT)
+    smem = Smem(q_smem, k_smem, v_smem, q_bar, q_empty, ready, empty)
+    opts = Options(PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE)
     schedule = Schedule(N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
     loader_args = ((q_desc, k_desc, v_desc), smem, schedule, opts)
     out = Out(O_ptr, L_ptr, Op_ptr, Lp_ptr)
