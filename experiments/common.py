@@ -57,14 +57,16 @@ def spread(xs) -> tuple[float, float, float]:
     return (statistics.median(xs), min(xs), max(xs)) if xs else (float("nan"),) * 3
 
 
-def interleaved(calls: dict, rounds: int) -> dict:
-    """Median of `rounds` do_bench medians per call, the calls interleaved round by round."""
-    from fa2lab.timers import bench_ms
+def interleaved(calls: dict, rounds: int, timer=None) -> dict:
+    """(median, min, max) of `rounds` timings per call, the calls interleaved round by round; timer(fn) -> ms,
+    do_bench (fa2lab.timers.bench_ms) unless given."""
+    if timer is None:
+        from fa2lab.timers import bench_ms as timer
 
     times: dict = {k: [] for k in calls}
     for _ in range(rounds):
         for k, fn in calls.items():
-            times[k].append(bench_ms(fn))
+            times[k].append(timer(fn))
     return {k: spread(v) for k, v in times.items()}
 
 

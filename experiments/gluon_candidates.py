@@ -36,7 +36,8 @@ def gluon(args, save):
     """The Gluon forward (fa2triton/gluon/gluon_forward_hopper.py), each configuration of its
     EXPERIMENT_CONFIGS: errors of O and L against float64 on ragged shapes (GLUON_CHECK_SHAPES) and at
     the harness shape, then do_bench and graph-replay times interleaved with v7's tl path (FORCE_PATH =
-    "tma"), v7's own Gluon path (non-causal: FORCE_PATH = "gluon") and SDPA. The warp-specialized configurations are timed through
+    "tma"), v7's own Gluon path (non-causal: FORCE_PATH = "gluon") and SDPA, and in rounds of their own the launch
+    race's timing (queued_ms: the host queued ahead, the clock settled). The warp-specialized configurations are timed through
     their lean repeat (gluon_forward_hopper.GluonLaunch; rows with lean = 1), so that do_bench is the
     GPU's time rather than Gluon's normal launch path (60-300 us of host time per call); rows without the
     column came before it, through that normal path."""
@@ -46,6 +47,7 @@ def gluon(args, save):
     from fa2triton.gpu import facts
     from fa2triton.reference import attention, relative_error
     from fa2lab.timers import bench_graph_ms
+    from fa2triton.queued_timing import queued_ms
     from fa2lab.switches import load
     from fa2triton.gluon import gluon_forward_hopper as G
 
@@ -108,15 +110,18 @@ def gluon(args, save):
                     for name, fn in calls.items()}
             timed = interleaved(calls, args.rounds)
             graph = {name: bench_graph_ms(fn) for name, fn in calls.items()}
+            queued = interleaved(calls, args.rounds, queued_ms)   # the launch race's timing, rounds of its own
             flop, sdpa = shapes.flops(B, H, N, D, causal), timed["sdpa"][0]
             save("gluon", [{"variant": n, "N": N, "D": D, "causal": int(causal), "ms": t[0], "ms_min": t[1], "ms_max": t[2],
-                            "graph_ms": graph[n], "tflops": shapes.tflops(flop, t[0]),
+                            "graph_ms": graph[n], "queued_ms": queued[n][0], "queued_min": queued[n][1],
+                            "queued_max": queued[n][2], "tflops": shapes.tflops(flop, t[0]),
                             "pct_of_sdpa": 100.0 * sdpa / t[0],
                             "graph_pct_of_sdpa": 100.0 * graph["sdpa"] / graph[n],
                             "rel_err_vs_sdpa": errs[n], "rounds": args.rounds, "lean": lean.get(n, 1)}
                            for n, t in timed.items()])
             print(f"N={N} D={D} causal={int(causal)}: " + ", ".join(
-                f"{n} {t[0]:.3f} ms ({100.0 * sdpa / t[0]:.1f}%; graph {100.0 * graph['sdpa'] / graph[n]:.1f}%)"
+                f"{n} {t[0]:.3f} ms ({100.0 * sdpa / t[0]:.1f}%; graph {100.0 * graph['sdpa'] / graph[n]:.1f}%; "
+                f"queued {queued[n][0]:.3f} ms)"
                 for n, t in timed.items()), flush=True)
 
 

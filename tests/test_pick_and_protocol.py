@@ -214,3 +214,19 @@ def test_race_recorder_names_each_raced_launch_and_puts_queued_ms_back(monkeypat
         with run.RaceRecorder(lambda: 0.0):
             v7._faster_of(x, x, x, FakeLaunch("gluon", "broken"), None) and 1 / 0
     assert fa2triton.queued_timing.queued_ms is fake
+
+
+def test_interleaved_takes_its_timer_in_rounds_and_spreads_each_call():
+    """experiments.common.interleaved: each round times every call once, in order, with the timer given (experiment
+    gluon's queued_ms column), and returns each call's (median, min, max)."""
+    from experiments.common import interleaved
+
+    order, ms = [], {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 4.0, 6.0])}
+
+    def timer(fn):
+        order.append(fn())
+        return next(ms[order[-1]])
+
+    out = interleaved({"a": lambda: "a", "b": lambda: "b"}, 3, timer)
+    assert order == ["a", "b"] * 3
+    assert out == {"a": (2.0, 1.0, 3.0), "b": (5.0, 4.0, 6.0)}
