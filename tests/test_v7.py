@@ -9,6 +9,7 @@ run, and nothing here measures it.
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -290,6 +291,34 @@ def test_the_race_alternates_its_order_so_a_drift_between_timings_cancels(monkey
         seen.clear()
         assert v7._faster_of(x, x, x, *order)[2] is fast
         assert len(seen) == 2 * v7.RACE_ROUNDS + 1 and seen[-1] == "fast"
+
+
+def test_a_near_tie_races_on_until_it_parts_or_the_rounds_run_out(monkeypatch):
+    """_faster_of: while its two fastest medians are a near_tie (within NEAR_TIE) it times RACE_ROUNDS more rounds,
+    up to MAX_RACE_ROUNDS; a launch that pulls ahead in the later rounds wins, and a race decided in its first
+    rounds stops there."""
+    import fa2triton.queued_timing
+
+    assert v7.near_tie([1.0, 1.0 + v7.NEAR_TIE / 2, math.inf]) and not v7.near_tie([1.0, 1.0 + 2 * v7.NEAR_TIE])
+    assert not v7.near_tie([1.0, math.inf])
+    seen = []
+
+    def launch_of(name):
+        return lambda Q, K, V, need_l=True: (seen.append(name), (torch.zeros(1), torch.zeros(1)))[1]
+
+    def run(ms_of):
+        seen.clear()
+        monkeypatch.setattr(fa2triton.queued_timing, "queued_ms",
+                            lambda fn, *a, **kw: (fn(), ms_of(seen[-1], len(seen)))[1])
+        return v7._faster_of(x, x, x, launch_of("a"), launch_of("b"))[2], (len(seen) - 1) // 2
+
+    x = torch.zeros(1)
+    # level in the first rounds, "b" 1% faster from then on: the race goes on and keeps "b"
+    launch, rounds = run(lambda name, n: 1.0 if n <= 2 * v7.RACE_ROUNDS or name == "a" else 0.99)
+    assert rounds == v7.MAX_RACE_ROUNDS and seen[-1] == "b"
+    # "a" 10% faster from the first round: no more rounds than RACE_ROUNDS
+    launch, rounds = run(lambda name, n: 1.0 if name == "a" else 1.1)
+    assert rounds == v7.RACE_ROUNDS and seen[-1] == "a"
 
 
 def test_shortlist_keeps_the_candidates_within_the_margin_fastest_first():
