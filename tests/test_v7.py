@@ -307,18 +307,19 @@ def test_a_near_tie_races_on_until_it_parts_or_the_rounds_run_out(monkeypatch):
         return lambda Q, K, V, need_l=True: (seen.append(name), (torch.zeros(1), torch.zeros(1)))[1]
 
     def run(ms_of):
+        """The launch kept ("a" or "b") and the rounds timed (each times both; the kept one is called once more)."""
         seen.clear()
         monkeypatch.setattr(fa2triton.queued_timing, "queued_ms",
                             lambda fn, *a, **kw: (fn(), ms_of(seen[-1], len(seen)))[1])
-        return v7._faster_of(x, x, x, launch_of("a"), launch_of("b"))[2], (len(seen) - 1) // 2
+        a, b = launch_of("a"), launch_of("b")
+        kept = v7._faster_of(x, x, x, a, b)[2]
+        return ("a" if kept is a else "b"), (len(seen) - 1) // 2
 
     x = torch.zeros(1)
     # level in the first rounds, "b" 1% faster from then on: the race goes on and keeps "b"
-    launch, rounds = run(lambda name, n: 1.0 if n <= 2 * v7.RACE_ROUNDS or name == "a" else 0.99)
-    assert rounds == v7.MAX_RACE_ROUNDS and seen[-1] == "b"
+    assert run(lambda name, n: 1.0 if n <= 2 * v7.RACE_ROUNDS or name == "a" else 0.99) == ("b", v7.MAX_RACE_ROUNDS)
     # "a" 10% faster from the first round: no more rounds than RACE_ROUNDS
-    launch, rounds = run(lambda name, n: 1.0 if name == "a" else 1.1)
-    assert rounds == v7.RACE_ROUNDS and seen[-1] == "a"
+    assert run(lambda name, n: 1.0 if name == "a" else 1.1) == ("a", v7.RACE_ROUNDS)
 
 
 def test_shortlist_keeps_the_candidates_within_the_margin_fastest_first():
