@@ -123,8 +123,6 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True),
     GluonConfig(128, 128, 3, 2, persistent=True, exp_turn=True),
     GluonConfig(128, 128, 3, 2, pingpong=True),
-    # issue 48's trial at D = 128: two K/V slots (flash-attn-4's two stages) beside two Q buffers, persistent
-    GluonConfig(128, 128, 2, 2, pingpong=True, persistent=True, direct_store=True),
 )
 
 
