@@ -19,7 +19,7 @@ import pytest
 import torch
 import triton
 
-from fa2triton import versions
+from fa2triton import race, versions
 from fa2triton.configs import load_table
 from fa2triton.interpret import autotuner_of, only_config, tile_candidates
 from fa2triton.reference import attention, causal_keep, relative_error, saved_lse
@@ -273,7 +273,7 @@ def test_the_race_alternates_its_order_so_a_drift_between_timings_cancels(monkey
     which decides a single round for the one timed first."""
     import fa2triton.queued_timing
 
-    assert v7.RACE_ROUNDS % 2 == 0 and v7.RACE_ROUNDS >= 2
+    assert race.RACE_ROUNDS % 2 == 0 and race.RACE_ROUNDS >= 2
     base, seen = {"slow": 1.1, "fast": 1.0}, []
 
     def launch_of(name):
@@ -290,7 +290,7 @@ def test_the_race_alternates_its_order_so_a_drift_between_timings_cancels(monkey
     for order in ((slow, fast), (fast, slow)):
         seen.clear()
         assert v7._faster_of(x, x, x, *order)[2] is fast
-        assert len(seen) == 2 * v7.RACE_ROUNDS + 1 and seen[-1] == "fast"
+        assert len(seen) == 2 * race.RACE_ROUNDS + 1 and seen[-1] == "fast"
 
 
 def test_a_near_tie_races_on_until_it_parts_or_the_rounds_run_out(monkeypatch):
@@ -299,8 +299,9 @@ def test_a_near_tie_races_on_until_it_parts_or_the_rounds_run_out(monkeypatch):
     rounds stops there."""
     import fa2triton.queued_timing
 
-    assert v7.near_tie([1.0, 1.0 + v7.NEAR_TIE / 2, math.inf]) and not v7.near_tie([1.0, 1.0 + 2 * v7.NEAR_TIE])
-    assert not v7.near_tie([1.0, math.inf])
+    assert race.near_tie([1.0, 1.0 + race.NEAR_TIE / 2, math.inf])
+    assert not race.near_tie([1.0, 1.0 + 2 * race.NEAR_TIE])
+    assert not race.near_tie([1.0, math.inf])
     seen = []
 
     def launch_of(name):
@@ -317,19 +318,20 @@ def test_a_near_tie_races_on_until_it_parts_or_the_rounds_run_out(monkeypatch):
 
     x = torch.zeros(1)
     # level in the first rounds, "b" 1% faster from then on: the race goes on and keeps "b"
-    assert run(lambda name, n: 1.0 if n <= 2 * v7.RACE_ROUNDS or name == "a" else 0.99) == ("b", v7.MAX_RACE_ROUNDS)
+    late = run(lambda name, n: 1.0 if n <= 2 * race.RACE_ROUNDS or name == "a" else 0.99)
+    assert late == ("b", race.MAX_RACE_ROUNDS)
     # "a" 10% faster from the first round: no more rounds than RACE_ROUNDS
-    assert run(lambda name, n: 1.0 if name == "a" else 1.1) == ("a", v7.RACE_ROUNDS)
+    assert run(lambda name, n: 1.0 if name == "a" else 1.1) == ("a", race.RACE_ROUNDS)
 
 
 def test_shortlist_keeps_the_candidates_within_the_margin_fastest_first():
     """shortlist: of one path's sequential timings, those within SHORTLIST_MARGIN of the fastest, fastest first;
     nothing from nothing."""
-    m = v7.SHORTLIST_MARGIN
+    m = race.SHORTLIST_MARGIN
     timed = [(1.0 + 2 * m, "far"), (1.0 + m / 2, "near"), (1.0, "best"), (1.0 + m * 0.99, "edge")]
-    assert v7.shortlist(timed) == ["best", "near", "edge"]
-    assert v7.shortlist(timed, margin=0.0) == ["best"]
-    assert v7.shortlist([]) == []
+    assert race.shortlist(timed) == ["best", "near", "edge"]
+    assert race.shortlist(timed, margin=0.0) == ["best"]
+    assert race.shortlist([]) == []
 
 
 def test_the_race_makes_the_tl_paths_fastest_launch_its_autotuners_pick(monkeypatch):
@@ -389,9 +391,9 @@ def test_the_tl_autotuners_shortlist_is_raced_and_the_winner_config_kept(monkeyp
     Q, K, V = inputs(2, 1344, 1344, 64, seed=11)   # a length no other test tunes for
     O = FA.apply(Q, K, V, True)
     timings = TUNER.configs_timings
-    expected = v7.shortlist((t[0], v7.config_label(c)) for c, t in timings.items())
+    expected = race.shortlist((t[0], v7.config_label(c)) for c, t in timings.items())
     assert sorted(set(raced)) == sorted(expected if len(expected) > 1 else [])
-    assert len(raced) == v7.RACE_ROUNDS * len(expected) * (len(expected) > 1)
+    assert len(raced) == race.RACE_ROUNDS * len(expected) * (len(expected) > 1)
     key = next(k for k in TUNER.cache if 1344 in k)
     assert v7.LAST_PATH == "tma" and v7.LAST_CONFIG == v7.config_label(TUNER.cache[key])
     assert relative_error(O.cpu(), attention(Q.cpu(), K.cpu(), V.cpu(), True)[0]) < TOL[torch.bfloat16]

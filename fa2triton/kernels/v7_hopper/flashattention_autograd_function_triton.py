@@ -30,7 +30,6 @@ for that), else dK/dV by gluon_backward_hopper.py beside the Triton dQ, elsewher
 
 import contextlib
 import math
-import statistics
 from pathlib import Path
 
 import torch
@@ -49,6 +48,7 @@ from fa2triton.inputs import unit_stride, validate_qkv
 from fa2triton.interpret import only_config
 from fa2triton.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
 from fa2triton.lean_path import LeanApply, Launch, LaunchCache, compiled_or_none, empty_output, run_compiled
+from fa2triton.race import medians as race_medians, shortlist
 from fa2triton.reference import autograd_backward
 from fa2triton.versions import load
 
@@ -501,48 +501,14 @@ def gluon_applies(Q, K, V, is_causal: bool, window: int, force: str | None) -> s
     return why
 
 
-# Rounds of the race (_faster_of), the launches' order reversed every other round: an even count gives each launch
-# each position equally often, so a drift between the first and the second timing (the GPU warming) cancels.
-RACE_ROUNDS = 4
-# A race whose two fastest medians lie within NEAR_TIE goes on, RACE_ROUNDS more at a time, up to MAX_RACE_ROUNDS:
-# in 4 rounds the H200 table's race put /la 0.4% ahead of q1 at D = 128 non-causal N = 4096, where 5 rounds in one
-# process put q1 2.3% ahead by the same timing (docs/worklogs/gluon_forward_hopper.md, "The race's near-ties").
-NEAR_TIE = 0.02
-MAX_RACE_ROUNDS = 16
-# A path's candidates timed one after another drift with the clock (experiment tl-pick), so every candidate whose own
-# first timing came within this fraction of its path's fastest is timed again in the race (shortlist). The numbers
-# behind both: docs/worklogs/v7_hopper.md, "Module notes moved out of the code".
-SHORTLIST_MARGIN = 0.10
-
-
-def shortlist(timed, margin: float = SHORTLIST_MARGIN) -> list:
-    """Of (ms, candidate) pairs from one path's sequential timing, the candidates within `margin` of the fastest,
-    fastest first."""
-    ranked = sorted(timed, key=lambda t: t[0])
-    return [c for ms, c in ranked if ms <= ranked[0][0] * (1 + margin)] if ranked else []
-
-
-def near_tie(medians, margin: float = NEAR_TIE) -> bool:
-    """Whether the two least of a race's medians (inf: a path that made no launch) lie within `margin` of each other."""
-    finite = sorted(m for m in medians if math.isfinite(m))
-    return len(finite) >= 2 and finite[1] <= finite[0] * (1 + margin)
-
-
 def _faster_of(Q, K, V, *launches):
-    """Of launches made on these inputs (None: a path that made none), the one with the least median of
-    RACE_ROUNDS fa2triton.queued_timing.queued_ms timings, taken in alternating order (while the two fastest are a
-    near_tie, RACE_ROUNDS more, up to MAX_RACE_ROUNDS), with the O and L of a call of it.
+    """Of launches made on these inputs (None: a path that made none), the one with the least median of its
+    fa2triton.queued_timing.queued_ms timings (fa2triton.race.medians: rounds in alternating order, more of them for a
+    near tie), with the O and L of a call of it.
     The fastest of the tl path's launches here also becomes its autotuner's pick for their key (tuner_key), so
     a later signature with that key starts from it."""
-    ms = [[] for _ in launches]   # queued_timing.queued_ms is looked up per call: tests replace it
-    rounds, medians = 0, []
-    while rounds == 0 or (rounds < MAX_RACE_ROUNDS and near_tie(medians)):
-        for r in range(rounds, rounds + RACE_ROUNDS):
-            for i in (range(len(launches)) if r % 2 == 0 else reversed(range(len(launches)))):
-                if launches[i] is not None:
-                    ms[i].append(queued_timing.queued_ms(lambda launch=launches[i]: launch(Q, K, V)))
-        rounds += RACE_ROUNDS
-        medians = [statistics.median(m) if m else math.inf for m in ms]
+    # queued_timing.queued_ms is looked up per call: tests replace it
+    medians = race_medians(launches, lambda launch: queued_timing.queued_ms(lambda launch=launch: launch(Q, K, V)))
     tl = [(m, launch) for m, launch in zip(medians, launches) if getattr(launch, "tuner_key", None) is not None]
     if tl:
         fastest = min(tl, key=lambda t: t[0])[1]
