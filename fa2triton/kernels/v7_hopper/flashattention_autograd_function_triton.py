@@ -7,8 +7,8 @@ its numbers and result paths, is in docs/worklogs/v7_hopper.md.
 Which path runs (last_path() says which one the last call took):
 - "gluon": FlashAttentionTriton.GLUON on, not interpreting, the Gluon module's rules (bf16/fp16 on Hopper, no window,
   D = 64 or 128) and a candidate that fits the shared memory (gluon_applies); causal D = 64 only with RACE_TL. The
-  race: its candidates are timed once, those within SHORTLIST_MARGIN of the fastest raced (_kept), with the tl
-  path's where RACE_TL; the race's fastest launch is kept.
+  race: its candidates are timed once, those within fa2triton.race.SHORTLIST_MARGIN of the fastest raced (_kept),
+  with the tl path's where RACE_TL; the race's fastest launch is kept.
 - "tma": bf16/fp16 on compute capability 9.x, every base pointer and non-unit stride a multiple of 16 bytes. Also
   under the interpreter (descriptor loads and stores, zero padding, clipped stores), so the tests check its indexing
   and masking on the CPU. Each configuration is a candidate with PIPELINE_QK = 1 (where pipelining_applies: wgmma,
