@@ -10,8 +10,9 @@ registers (FlashAttention-3's producer/consumer split and intra-warpgroup overla
 Options (compile-time): PINGPONG, the consumers issue their products in turn round a ring of mbarriers (Turn);
 EXP_TURN, the same ring taken at the exponentials, the arrive tied to a row sum (gluon_ptx.tie_marked_arrives);
 LOOKAHEAD, S_(j+1) issued behind P_(j-1) V_(j-1) (two score tiles live); ONE_Q, one Q buffer released after the
-item's last Q K^T; DIRECT_STORE, O stored from the wgmma registers; SHARED_CODE, one copy of the consumers' code,
-inlined once by gluon_ptx.inline_consumer_call. Every elected arrive and slot wait is marked (_mark_unsynced) so that
+item's last Q K^T; DIRECT_STORE, O stored from the wgmma registers; UNROLL2, the key loop two tiles a pass, so that
+P_j and P_(j-1) are separate values (ptxas then need not wait for P_(j-1) V_(j-1) to pack P_j); SHARED_CODE, one copy
+of the consumers' code, inlined once by gluon_ptx.inline_consumer_call. Every elected arrive and slot wait is marked (_mark_unsynced) so that
 gluon_ptx.drop_marked_syncs drops the bar.sync Triton 3.6 puts before it.
 
 Invariants. Work items (schedule.Schedule): whole tiles first, then the split tail's parts (split_plan); slots, phases
@@ -87,14 +88,16 @@ class Options:
     LOOKAHEAD: gl.constexpr
     ONE_Q: gl.constexpr
     DIRECT_STORE: gl.constexpr
+    UNROLL2: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE):
+    def __init__(self, PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE, UNROLL2):
         self.PINGPONG = gl.constexpr(PINGPONG)
         self.EXP_TURN = gl.constexpr(EXP_TURN)
         self.LOOKAHEAD = gl.constexpr(LOOKAHEAD)
         self.ONE_Q = gl.constexpr(ONE_Q)
         self.DIRECT_STORE = gl.constexpr(DIRECT_STORE)
+        self.UNROLL2 = gl.constexpr(UNROLL2)
 
 @aggregate
 class Turn:
@@ -346,6 +349,37 @@ def _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t
     return s_tok, acc
 
 @gluon.jit
+def _key_tile(j, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t, k_base, mask_from, causal_off, q_pos,
+              N_KEYS, qk_scale):
+    """_attend's key tile j >= 1: S_j and P_(j-1) V_(j-1) issued at turn t + j, tile j's softmax under the second,
+    then the slot of tile j - 1 released and O rescaled. Returns P_j (P V's operand), O, l and m."""
+    D: gl.constexpr = q_tile.shape[1]
+    BLOCK_N: gl.constexpr = smem.k.shape[1]
+    s_layout: gl.constexpr = wgmma_layout(4, BLOCK_N)
+    o_layout: gl.constexpr = wgmma_layout(4, D)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    slot = _kv_slot(smem, g + j)
+    prev = _kv_slot(smem, g + j - 1)
+    s_tok, acc = _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t)
+    _pass_turn(turn, opts.PINGPONG)
+    s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+    if opts.EXP_TURN:
+        my_turn = (turn.mine.index(0), t + j)
+    else:
+        my_turn = None
+    p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
+                                  qk_scale, s_layout, BLOCK_N, my_turn)
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    if opts.EXP_TURN:
+        _pass_exp_turn(l_i, turn)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    _arrive(smem.empty.index(prev))       # K_(j-1), V_(j-1) no longer read here
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+    p_op = _p_operand(p, q_tile.dtype, p_layout)   # without UNROLL2, into P_(j-1)'s registers once its P V is done
+    return p_op, acc, l_i, m_i
+
+@gluon.jit
 def _attend(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_from, causal_off, q_pos, N_KEYS,
             qk_scale):
     """Consumer rows of one work item, from its first scores S_0 (start: their token, issued by _first_scores):
@@ -378,23 +412,19 @@ def _attend(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_from, c
     if EXP_TURN:   # the next consumer's turn, once every exp2 of this tile is issued (a row sum reads them)
         _pass_exp_turn(l_i, turn)
     p_op = _p_operand(p, q_tile.dtype, p_layout)
-    for j in range(1, n_tiles):
-        slot = _kv_slot(smem, g + j)
-        prev = _kv_slot(smem, g + j - 1)
-        s_tok, acc = _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t)
-        _pass_turn(turn, PINGPONG)
-        s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-        if EXP_TURN:
-            my_turn = (turn.mine.index(0), t + j)
-        p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
-                                      qk_scale, s_layout, BLOCK_N, my_turn)
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        if EXP_TURN:
-            _pass_exp_turn(l_i, turn)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        _arrive(smem.empty.index(prev))       # K_(j-1), V_(j-1) no longer read here
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-        p_op = _p_operand(p, q_tile.dtype, p_layout)   # P_j's registers written once P_(j-1) V_(j-1) is done
+    if opts.UNROLL2:   # P_j and P_(j+1) two values, so neither is packed into registers a P V still reads
+        for j in range(1, n_tiles - 1, 2):
+            p_op, acc, l_i, m_i = _key_tile(j, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t,
+                                            k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale)
+            p_op, acc, l_i, m_i = _key_tile(j + 1, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t,
+                                            k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale)
+        if n_tiles % 2 == 0:
+            p_op, acc, l_i, m_i = _key_tile(n_tiles - 1, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t,
+                                            k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale)
+    else:
+        for j in range(1, n_tiles):
+            p_op, acc, l_i, m_i = _key_tile(j, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t,
+                                            k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale)
     last = _kv_slot(smem, g + n_tiles - 1)
     if opts.ONE_Q:   # the last Q K^T is done, so the loader may bring the next item's queries in under this
         mbarrier.arrive(smem.q_empty.index(0), count=1)   # last P V and the epilogue
@@ -496,9 +526,9 @@ def _attend_ahead(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_f
     p_op = _p_operand(p, q_tile.dtype, p_layout)
     for i in range((n_tiles - 2) // 2):   # tiles 1 + 2i (scores in s_a) and 2 + 2i (in s_b)
         s_b, p_op, acc, m_i, l_i = _ahead_step(s_a, p_op, acc, m_i, l_i, q_tile, smem, turn, opts, g, t, 1 + 2 * i,
-                                               k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, True)
+                                            k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, True)
         s_a, p_op, acc, m_i, l_i = _ahead_step(s_b, p_op, acc, m_i, l_i, q_tile, smem, turn, opts, g, t, 2 + 2 * i,
-                                               k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, True)
+                                            k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, True)
     if n_tiles % 2 == 1:   # tile n_tiles - 2 (in s_a), then the last (in s_b)
         s_b, p_op, acc, m_i, l_i = _ahead_step(s_a, p_op, acc, m_i, l_i, q_tile, smem, turn, opts, g, t,
                                                n_tiles - 2, k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
@@ -595,7 +625,7 @@ def flash_fwd_gluon_ws(
     # persistent grid: the next item's queries load while this one's finish), then Options' and SHARED_CODE
     CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr, DIRECT_STORE: gl.constexpr, LOOKAHEAD: gl.constexpr,
-    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr,
+    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr, UNROLL2: gl.constexpr,
 ):
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -628,7 +658,7 @@ def flash_fwd_gluon_ws(
     # Each consumer's arguments: the shared memory and barriers, its own turn and the next consumer's, the
     # options, the outputs, its index wg, the work items' description, the sizes of the epilogue.
     smem = Smem(q_smem, k_smem, v_smem, q_bar, q_empty, ready, empty)
-    opts = Options(PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE)
+    opts = Options(PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE, UNROLL2)
     schedule = Schedule(N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
     loader_args = ((q_desc, k_desc, v_desc), smem, schedule, opts)
     out = Out(O_ptr, L_ptr, Op_ptr, Lp_ptr)
