@@ -125,7 +125,8 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True),
     GluonConfig(128, 128, 3, 2, persistent=True, exp_turn=True),
     GluonConfig(128, 128, 3, 2, pingpong=True),
-    # issue 48's trial: two key tiles a pass of the loop (q1 at D = 128 offline: ptxas serialises its wgmma)
+    # issue 48's and 46's trial: two key tiles a pass of the loop (not q1: offline at D = 128 Triton 3.6's ptxas
+    # serialises its wgmma and 3.9's lengthens the loop)
     GluonConfig(128, 128, 3, 2, persistent=True, exp_turn=True, shared_code=True, unroll2=True),
     GluonConfig(192, 128, 4, 3, pingpong=True, split_tail=True, persistent=True, unroll2=True),
 )
