@@ -380,6 +380,42 @@ def test_the_shared_code_is_inlined_once_with_its_partitions_barriers(compiled):
     assert one["wgmma"]["128"] > 0 and 3 * one["wgmma"]["64"] == split["wgmma"]["64"]
 
 
+UNROLL2 = """
+import json, sys
+sys.path.insert(0, {repo!r})
+from fa2lab.compile_offline import compile_plan
+from fa2triton.gluon import gluon_forward_hopper as G
+from profiling import ir
+from profiling.inspect_kernel import disassemble
+out = {{}}
+for label in {labels!r}:
+    c = compile_plan(G.offline_plan(G.configs_named([label])[0], N=1000, D=64, is_causal=True))
+    sass = disassemble(c.asm["cubin"])[0]
+    loops = None if sass is None else [(lp["instructions"], lp["counts"]["HGMMA"]) for lp in ir.sass_loops(sass, ("HGMMA",))
+                                       if lp["innermost"] and lp["counts"].get("HGMMA", 0) >= 8]
+    out[label] = dict(loops=loops, stl=None if sass is None else sass.count("STL"),
+                      waits=None if sass is None else sass.count("WARPGROUP.DEPBAR"),
+                      hgmma=None if sass is None else sass.count("HGMMA"))
+print(json.dumps(out))
+"""
+
+
+def test_the_two_tile_key_loop_compiles_without_spills_and_runs_fewer_instructions_per_tile():
+    """/u2 (an experiment configuration, issues 46 and 48): each D = 64 form's key loop takes two tiles a pass
+    (twice the products of its loop without /u2, 12 per tile), spills nothing, keeps its wgmma asynchronous, and
+    issues fewer SASS instructions per tile (offline: 7-10 fewer under 3.6, 21-25 under 3.9 at /et1/sc2;
+    docs/worklogs/gluon_forward_hopper.md, "Two key tiles a pass")."""
+    pairs = [(c.label, c.label + "/u2") for c in G.V7_CANDIDATES if c.persistent]
+    got = _offline(UNROLL2, labels=[w for pair in pairs for w in pair])
+    for base, u2 in pairs:
+        b, u = got[base], got[u2]
+        if b["loops"] is None:   # no nvdisasm or cuobjdump to read the SASS
+            continue
+        assert u["stl"] == 0 and 0 < u["waits"] < u["hgmma"] / 2, (u2, u)
+        assert {h for _, h in b["loops"]} == {12} and {h for _, h in u["loops"]} == {24}, (b, u)
+        assert max(n / 2 for n, _ in u["loops"]) < min(n for n, _ in b["loops"]), (b, u)
+
+
 def test_drop_marked_syncs_removes_only_the_bar_sync_before_a_marked_mbarrier_operation():
     mark = G.UNSYNCED_MARK
     ptx = "\n".join([
