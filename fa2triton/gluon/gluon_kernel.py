@@ -626,6 +626,7 @@ def flash_fwd_gluon_ws(
     CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr, DIRECT_STORE: gl.constexpr, LOOKAHEAD: gl.constexpr,
     EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr, UNROLL2: gl.constexpr,
+    SNAKE: gl.constexpr,
 ):
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -659,7 +660,7 @@ def flash_fwd_gluon_ws(
     # options, the outputs, its index wg, the work items' description, the sizes of the epilogue.
     smem = Smem(q_smem, k_smem, v_smem, q_bar, q_empty, ready, empty)
     opts = Options(PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE, UNROLL2)
-    schedule = Schedule(N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
+    schedule = Schedule(N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS, SNAKE)
     loader_args = ((q_desc, k_desc, v_desc), smem, schedule, opts)
     out = Out(O_ptr, L_ptr, Op_ptr, Lp_ptr)
     sizes = Sizes(qk_scale, stride_o_row, stride_l_head)
