@@ -376,7 +376,7 @@ def _key_tile(j, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t, k_
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     _arrive(smem.empty.index(prev))       # K_(j-1), V_(j-1) no longer read here
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-    p_op = _p_operand(p, q_tile.dtype, p_layout)   # without UNROLL2, into P_(j-1)'s registers once its P V is done
+    p_op = _p_operand(p, q_tile.dtype, p_layout)   # carried: without UNROLL2 it ends in P_(j-1)'s registers
     return p_op, acc, l_i, m_i
 
 @gluon.jit
