@@ -15,27 +15,48 @@ from figures import data, roofline
 from profiling.ncu_export import backward_share
 from report.tables import peer_rows, fmt, latest_rows, md_table, not_yet, numeric, optional, rel, span
 from report.profile import NCU_EXTRA, row_peaks, tensor_ops
-from report.experiment_pages import experiment, experiment_not_run, shape_table
+from report.experiment_pages import experiment, experiment_not_run
+
+
+BWD_MODES = ("separate", "fused", "atomic")
 
 
 def section_bwd_modes(gpu, root) -> str:
-    """The backward's dQ modes: GPU (graph replay), host and do_bench µs per shape (experiments/run.py bwd_modes)."""
-    def row(N, causal, g):
+    """The backward's dQ modes: GPU (graph replay), host and do_bench µs per shape and head dimension
+    (experiments/run.py bwd_modes; rows from before its D column are D = 64, the harness's)."""
+    label = "The backward's dQ modes, timed apart"
+    df, path = experiment(gpu, root, "bwd_modes", rows=_head_dim_64_where_unsaid)
+    if df is None:
+        return experiment_not_run(label, "bwd_modes", path)
+
+    def cells(g):
         def at(who, col):
             return fmt(g.at[who, col], ".0f") if who in g.index else "–"
         picks = g.auto_picks.dropna().astype(str)
-        return [N, causal, picks[picks != ""].iloc[0] if (picks != "").any() else "–",
-                *(f"{at(m, 'graph_us')} / {at(m, 'host_us')} / {at(m, 'do_bench_us')}" for m in ("separate", "fused")),
+        return [picks[picks != ""].iloc[0] if (picks != "").any() else "–",
+                *(f"{at(m, 'graph_us')} / {at(m, 'host_us')} / {at(m, 'do_bench_us')}" for m in BWD_MODES),
                 *(f"{at(w, 'host_us')} / {at(w, 'do_bench_us')}" for w in ("sdpa_flash", "sdpa"))]
 
-    return shape_table(
-        gpu, root, "bwd_modes", "The backward's dQ modes, timed apart", "who", row,
-        "The backward's dQ modes timed apart (v7's forward, the harness shape; medians of interleaved rounds, µs): "
+    rows = [[int(N), int(D), "yes" if causal else "no", *cells(g.set_index("who")),
+             f"`{str(g.git_commit.iloc[-1])[:7]}`" if "git_commit" in g else "–"]
+            for (D, causal, N), g in df.groupby(["D", "causal", "N"], sort=True)]
+    return "\n".join([
+        "The backward's dQ modes timed apart (v7's forward, the harness's B and H; medians of interleaved rounds, µs): "
         "GPU = CUDA-graph replay of the backward called directly (no host in it); host = the host's time per "
         "autograd backward, GPU queue never drained; do_bench = the harness's number for the autograd backward. "
-        "'auto' = the mode dq_mode=\"auto\" runs there. Source: {source}.",
-        ["N", "causal", "auto", "separate GPU / host / do_bench", "fused GPU / host / do_bench",
-         "FLASH host / do_bench", "SDPA default host / do_bench"])
+        "atomic is the warp-specialized Gluon kernel on Hopper (rows from before it have no atomic timings, and their separate "
+        "mode's GPU time is the Triton dK/dV kernel's). 'auto' = the mode dq_mode=\"auto\" ran there at the row's "
+        "commit. "
+        f"Source: `{rel(path)}`.", "",
+        md_table(["N", "D", "causal", "auto", *(f"{m} GPU / host / do_bench" for m in BWD_MODES),
+                  "FLASH host / do_bench", "SDPA default host / do_bench", "commit"], rows)])
+
+
+def _head_dim_64_where_unsaid(df):
+    """bwd_modes' rows with D filled in: 64 (the harness's head dimension) in rows written before the column."""
+    df = df.copy()
+    df["D"] = df["D"].fillna(64) if "D" in df.columns else 64
+    return df
 
 
 def section_bwd_gluon_ws(gpu, root) -> str:

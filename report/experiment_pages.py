@@ -29,7 +29,7 @@ EXPERIMENTS["bwd_gluon_ws"] = ("who", "N", "D", "causal", "rounds", "max_rel_err
 EXPERIMENT_KEYS = {"pcast": ("p_cast", "N", "causal"), "launch_order": ("order", "config", "N", "causal"),
                    "timing": ("version", "N", "causal"), "other_shapes": ("who", "B", "H", "N", "D", "causal"),
                    "exp2_poly": ("variant", "config", "N", "causal"), "grid": ("variant", "N", "causal"),
-                   "bwd_modes": ("who", "N", "causal"), "bwd_gluon_ws": ("who", "N", "D", "causal")}
+                   "bwd_modes": ("who", "N", "D", "causal"), "bwd_gluon_ws": ("who", "N", "D", "causal")}
 EXPERIMENT_TASK = {"pcast": "invoke experiment pcast", "launch_order": "invoke experiment launch-order",
                    "timing": "invoke experiment timing", "other_shapes": "invoke experiment other-shapes",
                    "bwd_modes": "invoke experiment bwd-modes", "gluon": "invoke experiment gluon",

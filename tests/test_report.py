@@ -963,7 +963,8 @@ def test_grid_and_bwd_modes_tables(full_root):
     rows = []
     for who, graph, host, bench in (("separate", 60, 170, 150), ("fused", 70, 130, 120), ("sdpa", None, 110, 90),
                                     ("sdpa_flash", None, 140, 125)):
-        row = {"who": who, "N": 1024, "causal": 1, "auto_picks": "fused" if graph else "", "rounds": 5}
+        row = {"who": who, "N": 1024, "causal": 1, "auto_picks": "fused" if graph else "", "rounds": 5,
+               "git_commit": "abc1234"}
         for w, x in (("do_bench", bench), ("host", host), ("graph", graph)):
             x = float("nan") if x is None else float(x)
             row.update({f"{w}_us": x, f"{w}_us_min": x - 1, f"{w}_us_max": x + 1})
@@ -972,7 +973,16 @@ def test_grid_and_bwd_modes_tables(full_root):
     text = everything(full_root)
     assert ("| 4096 | no | 0.320 (0.317–0.323) (1.000×, 94% of SDPA) | 0.340 (0.337–0.343) (0.941×, 88% of SDPA) | "
             "0.360 (0.356–0.364) (0.889×, 83% of SDPA) | 0.300 |") in text
-    assert "| 1024 | yes | fused | 60 / 170 / 150 | 70 / 130 / 120 | 140 / 125 | 110 / 90 |" in text
+    assert ("| 1024 | 64 | yes | fused | 60 / 170 / 150 | 70 / 130 / 120 | – / – / – | 140 / 125 | 110 / 90 | "
+            "`abc1234` |") in text
+    # rows with a head dimension and the atomic (Gluon ws) mode: a row of their own beside the D = 64 one
+    append_rows(folder / "bwd_modes.csv", [{**r, "D": 128, "N": 1024, "causal": 0} for r in rows]
+                + [{**rows[0], "who": "atomic", "D": 128, "N": 1024, "causal": 0, "auto_picks": "atomic"}])
+    text = everything(full_root)
+    assert ("| 1024 | 64 | yes | fused | 60 / 170 / 150 | 70 / 130 / 120 | – / – / – | 140 / 125 | 110 / 90 | "
+            "`abc1234` |") in text
+    assert ("| 1024 | 128 | no | fused | 60 / 170 / 150 | 70 / 130 / 120 | 60 / 170 / 150 | 140 / 125 | 110 / 90 | "
+            "`abc1234` |") in text
 
 
 def test_every_reported_experiment_has_its_cli_and_refuses_without_a_gpu():
