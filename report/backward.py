@@ -41,12 +41,12 @@ def section_bwd_modes(gpu, root) -> str:
              f"`{str(g.git_commit.iloc[-1])[:7]}`" if "git_commit" in g else "–"]
             for (D, causal, N), g in df.groupby(["D", "causal", "N"], sort=True)]
     return "\n".join([
-        "The backward's dQ modes timed apart (v7's forward, the harness's B and H; medians of interleaved rounds, µs): "
-        "GPU = CUDA-graph replay of the backward called directly (no host in it); host = the host's time per "
+        "The backward's dQ modes timed apart (v7's forward, the harness's B and H; medians of interleaved rounds, "
+        "µs): GPU = CUDA-graph replay of the backward called directly (no host in it); host = the host's time per "
         "autograd backward, GPU queue never drained; do_bench = the harness's number for the autograd backward. "
-        "atomic is the warp-specialized Gluon kernel on Hopper (rows from before it have no atomic timings, and their separate "
-        "mode's GPU time is the Triton dK/dV kernel's). 'auto' = the mode dq_mode=\"auto\" ran there at the row's "
-        "commit. "
+        "atomic is the warp-specialized Gluon kernel on Hopper (rows from before it have no atomic timings, and "
+        "their separate mode's GPU time is the Triton dK/dV kernel's). 'auto' = the mode dq_mode=\"auto\" ran there "
+        "at the row's commit. "
         f"Source: `{rel(path)}`.", "",
         md_table(["N", "D", "causal", "auto", *(f"{m} GPU / host / do_bench" for m in BWD_MODES),
                   "FLASH host / do_bench", "SDPA default host / do_bench", "commit"], rows)])

@@ -414,7 +414,8 @@ out = {{}}
 for label in {labels!r}:
     c = compile_plan(G.offline_plan(G.configs_named([label])[0], N=1000, D=64, is_causal=True))
     sass = disassemble(c.asm["cubin"])[0]
-    loops = None if sass is None else [(lp["instructions"], lp["counts"]["HGMMA"]) for lp in ir.sass_loops(sass, ("HGMMA",))
+    loops = None if sass is None else [(lp["instructions"], lp["counts"]["HGMMA"])
+                                       for lp in ir.sass_loops(sass, ("HGMMA",))
                                        if lp["innermost"] and lp["counts"].get("HGMMA", 0) >= 8]
     out[label] = dict(loops=loops, stl=None if sass is None else sass.count("STL"),
                       waits=None if sass is None else sass.count("WARPGROUP.DEPBAR"),

@@ -10,10 +10,11 @@ registers (FlashAttention-3's producer/consumer split and intra-warpgroup overla
 Options (compile-time): PINGPONG, the consumers issue their products in turn round a ring of mbarriers (Turn);
 EXP_TURN, the same ring taken at the exponentials, the arrive tied to a row sum (gluon_ptx.tie_marked_arrives);
 LOOKAHEAD, S_(j+1) issued behind P_(j-1) V_(j-1) (two score tiles live); ONE_Q, one Q buffer released after the
-item's last Q K^T; DIRECT_STORE, O stored from the wgmma registers; UNROLL2, the key loop two tiles a pass, so that
-P_j and P_(j-1) are separate values (ptxas then need not wait for P_(j-1) V_(j-1) to pack P_j); SHARED_CODE, one copy
-of the consumers' code, inlined once by gluon_ptx.inline_consumer_call. Every elected arrive and slot wait is marked (_mark_unsynced) so that
-gluon_ptx.drop_marked_syncs drops the bar.sync Triton 3.6 puts before it.
+item's last Q K^T; DIRECT_STORE, O stored from the wgmma registers; UNROLL2 (a trial), the key loop two tiles a pass,
+so that P_j and P_(j-1) are separate values and P is not copied across the loop's back edge; SHARED_CODE, one copy of
+the consumers' code, inlined once by gluon_ptx.inline_consumer_call; SNAKE (a trial, schedule.causal_snake), the
+causal items' order. Every elected arrive and slot wait is marked (_mark_unsynced) so that gluon_ptx.drop_marked_syncs
+drops the bar.sync Triton 3.6 puts before it.
 
 Invariants. Work items (schedule.Schedule): whole tiles first, then the split tail's parts (split_plan); slots, phases
 and turns run on over a program's items (g counts its key tiles, it its items, t its turns), so loader and
@@ -412,7 +413,7 @@ def _attend(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_from, c
     if EXP_TURN:   # the next consumer's turn, once every exp2 of this tile is issued (a row sum reads them)
         _pass_exp_turn(l_i, turn)
     p_op = _p_operand(p, q_tile.dtype, p_layout)
-    if opts.UNROLL2:   # P_j and P_(j+1) two values, so neither is packed into registers a P V still reads
+    if opts.UNROLL2:   # P_j and P_(j+1) two values: only every other one is carried to the next pass
         for j in range(1, n_tiles - 1, 2):
             p_op, acc, l_i, m_i = _key_tile(j, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t,
                                             k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale)
@@ -526,9 +527,9 @@ def _attend_ahead(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_f
     p_op = _p_operand(p, q_tile.dtype, p_layout)
     for i in range((n_tiles - 2) // 2):   # tiles 1 + 2i (scores in s_a) and 2 + 2i (in s_b)
         s_b, p_op, acc, m_i, l_i = _ahead_step(s_a, p_op, acc, m_i, l_i, q_tile, smem, turn, opts, g, t, 1 + 2 * i,
-                                            k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, True)
+                                               k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, True)
         s_a, p_op, acc, m_i, l_i = _ahead_step(s_b, p_op, acc, m_i, l_i, q_tile, smem, turn, opts, g, t, 2 + 2 * i,
-                                            k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, True)
+                                               k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale, True)
     if n_tiles % 2 == 1:   # tile n_tiles - 2 (in s_a), then the last (in s_b)
         s_b, p_op, acc, m_i, l_i = _ahead_step(s_a, p_op, acc, m_i, l_i, q_tile, smem, turn, opts, g, t,
                                                n_tiles - 2, k_base, mask_from, q_pos, N_KEYS, causal_off, qk_scale,
