@@ -352,14 +352,13 @@ def _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t
 @gluon.jit
 def _key_tile(j, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t, k_base, mask_from, causal_off, q_pos,
               N_KEYS, qk_scale):
-    """_attend's key tile j >= 1: S_j and P_(j-1) V_(j-1) issued at turn t + j, tile j's softmax under the second,
-    then the slot of tile j - 1 released and O rescaled. Returns P_j (P V's operand), O, l and m."""
-    D: gl.constexpr = q_tile.shape[1]
+    """_attend's key tile j >= 1 (UNROLL2's two per pass; without it _attend's loop holds the same lines): S_j and
+    P_(j-1) V_(j-1) issued at turn t + j, tile j's softmax under the second, then the slot of tile j - 1 released and
+    O rescaled. Returns P_j (P V's operand), O, l and m."""
     BLOCK_N: gl.constexpr = smem.k.shape[1]
-    s_layout: gl.constexpr = wgmma_layout(4, BLOCK_N)
-    o_layout: gl.constexpr = wgmma_layout(4, D)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    s_layout: gl.constexpr = zero_s.type.layout   # the layouts as _attend made them
+    p_layout: gl.constexpr = p_op.type.layout
+    row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     slot = _kv_slot(smem, g + j)
     prev = _kv_slot(smem, g + j - 1)
     s_tok, acc = _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t)
@@ -422,10 +421,24 @@ def _attend(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_from, c
         if n_tiles % 2 == 0:
             p_op, acc, l_i, m_i = _key_tile(n_tiles - 1, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t,
                                             k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale)
-    else:
+    else:   # _key_tile written out: the shipped kernels' SASS, as timed (through the call ptxas orders them apart)
         for j in range(1, n_tiles):
-            p_op, acc, l_i, m_i = _key_tile(j, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t,
-                                            k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale)
+            slot = _kv_slot(smem, g + j)
+            prev = _kv_slot(smem, g + j - 1)
+            s_tok, acc = _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t)
+            _pass_turn(turn, PINGPONG)
+            s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+            if EXP_TURN:
+                my_turn = (turn.mine.index(0), t + j)
+            p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
+                                          qk_scale, s_layout, BLOCK_N, my_turn)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            if EXP_TURN:
+                _pass_exp_turn(l_i, turn)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            _arrive(smem.empty.index(prev))       # K_(j-1), V_(j-1) no longer read here
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            p_op = _p_operand(p, q_tile.dtype, p_layout)   # P_j's registers written once P_(j-1) V_(j-1) is done
     last = _kv_slot(smem, g + n_tiles - 1)
     if opts.ONE_Q:   # the last Q K^T is done, so the loader may bring the next item's queries in under this
         mbarrier.arrive(smem.q_empty.index(0), count=1)   # last P V and the epilogue
