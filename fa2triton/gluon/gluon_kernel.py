@@ -10,11 +10,10 @@ registers (FlashAttention-3's producer/consumer split and intra-warpgroup overla
 Options (compile-time): PINGPONG, the consumers issue their products in turn round a ring of mbarriers (Turn);
 EXP_TURN, the same ring taken at the exponentials, the arrive tied to a row sum (gluon_ptx.tie_marked_arrives);
 LOOKAHEAD, S_(j+1) issued behind P_(j-1) V_(j-1) (two score tiles live); ONE_Q, one Q buffer released after the
-item's last Q K^T; DIRECT_STORE, O stored from the wgmma registers; UNROLL2 (a trial), the key loop two tiles a pass,
-so that P_j and P_(j-1) are separate values and P is not copied across the loop's back edge; SHARED_CODE, one copy of
-the consumers' code, inlined once by gluon_ptx.inline_consumer_call; SNAKE (a trial, schedule.causal_snake), the
-causal items' order. Every elected arrive and slot wait is marked (_mark_unsynced) so that gluon_ptx.drop_marked_syncs
-drops the bar.sync Triton 3.6 puts before it.
+item's last Q K^T; DIRECT_STORE, O stored from the wgmma registers; SHARED_CODE, one copy of the consumers' code,
+inlined once by gluon_ptx.inline_consumer_call; trials: UNROLL2, two key tiles a pass (P_j apart from P_(j-1)),
+SNAKE, the causal order of schedule.causal_snake. Every elected arrive and slot wait is marked (_mark_unsynced) so
+that gluon_ptx.drop_marked_syncs drops the bar.sync Triton 3.6 puts before it.
 
 Invariants. Work items (schedule.Schedule): whole tiles first, then the split tail's parts (split_plan); slots, phases
 and turns run on over a program's items (g counts its key tiles, it its items, t its turns), so loader and
@@ -352,9 +351,8 @@ def _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t
 @gluon.jit
 def _key_tile(j, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t, k_base, mask_from, causal_off, q_pos,
               N_KEYS, qk_scale):
-    """_attend's key tile j >= 1 (UNROLL2's two per pass; without it _attend's loop holds the same lines): S_j and
-    P_(j-1) V_(j-1) issued at turn t + j, tile j's softmax under the second, then the slot of tile j - 1 released and
-    O rescaled. Returns P_j (P V's operand), O, l and m."""
+    """UNROLL2's key tile j >= 1 (_attend's loop without it holds the same lines): S_j and P_(j-1) V_(j-1) issued at
+    turn t + j, tile j's softmax under the second, slot j - 1 released, O rescaled. Returns P_j, O, l and m."""
     BLOCK_N: gl.constexpr = smem.k.shape[1]
     s_layout: gl.constexpr = zero_s.type.layout   # the layouts as _attend made them
     p_layout: gl.constexpr = p_op.type.layout
@@ -364,10 +362,7 @@ def _key_tile(j, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t, k_
     s_tok, acc = _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t)
     _pass_turn(turn, opts.PINGPONG)
     s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-    if opts.EXP_TURN:
-        my_turn = (turn.mine.index(0), t + j)
-    else:
-        my_turn = None
+    my_turn = (turn.mine.index(0), t + j) if opts.EXP_TURN else None
     p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
                                   qk_scale, s_layout, BLOCK_N, my_turn)
     l_i = l_i * alpha + gl.sum(p, axis=1)
