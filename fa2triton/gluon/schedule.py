@@ -126,8 +126,8 @@ def causal_snake(i, heads, n_q, programs):
     """Causal item i of heads * n_q -> (head, rank), rank 0 the head's last query tile (the most key tiles). The
     tiles sorted longest first (rank-major: rank r of every head before rank r + 1) are dealt to the programs in
     waves of `programs`, every other wave backwards (the last, partial wave within its own length), so that the
-    program with a wave's longest tile gets the next wave's shortest. A program takes items p, p + programs, ...
-    (wave k's p-th), so the deal is in the item's place, not in the program. A bijection onto the items for every
+    program with a wave's longest tile gets the next wave's shortest. Program p still takes items p, p + programs,
+    ... (wave k's p-th item): the deal chooses which tile an item is. A bijection onto the items for every
     programs >= 1 (tests/test_gluon_forward.py); plain integer arithmetic, so `.fn` runs it on Python ints."""
     wave = i // programs
     p = i - wave * programs
