@@ -15,8 +15,7 @@ if __name__ == "__main__":   # run as a script: the repository, not experiments/
 
 from fa2lab import shapes  # noqa: E402
 from experiments.common import parser, run, inputs, masks, spread  # noqa: E402
-
-MODES = ("separate", "fused", "atomic")   # flash_backward_triton.DQ_MODES, "auto" aside
+from fa2triton.flash_backward_triton import DQ_MODES  # noqa: E402
 
 
 def bwd_modes(args, save):
@@ -99,8 +98,8 @@ def main(argv=None) -> int:
     ap = parser(__doc__ + "\n" + bwd_modes.__doc__, Ns=list(shapes.SEQ_LENS), causal=2)
     ap.add_argument("--D", dest="Ds", type=int, nargs="+", default=[shapes.HEAD_DIM], choices=(64, 128),
                     help=f"head dimensions (default: {shapes.HEAD_DIM})")
-    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
-                    help=f"the dQ modes, each through autograd (default: {' '.join(MODES)})")
+    ap.add_argument("--modes", nargs="+", default=list(DQ_MODES), choices=DQ_MODES,
+                    help=f"the dQ modes, each through autograd (default: {' '.join(DQ_MODES)})")
     return run("bwd-modes", bwd_modes, ap, argv)
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 
 from fa2lab import shapes
 from fa2triton import versions
+from fa2triton.flash_backward_triton import DQ_MODES
 from fa2lab.backward_sweep import CONFIG_FIELDS, KEY_FIELDS
 from figures import data, roofline
 from profiling.ncu_export import backward_share
@@ -18,12 +19,9 @@ from report.profile import NCU_EXTRA, row_peaks, tensor_ops
 from report.experiment_pages import experiment, experiment_not_run
 
 
-BWD_MODES = ("separate", "fused", "atomic")
-
-
 def section_bwd_modes(gpu, root) -> str:
     """The backward's dQ modes: GPU (graph replay), host and do_bench µs per shape and head dimension
-    (experiments/run.py bwd_modes; rows from before its D column are D = 64, the harness's)."""
+    (experiments/run.py bwd_modes; rows from before its D column have the harness's D)."""
     label = "The backward's dQ modes, timed apart"
     df, path = experiment(gpu, root, "bwd_modes", rows=_head_dim_64_where_unsaid)
     if df is None:
@@ -34,7 +32,7 @@ def section_bwd_modes(gpu, root) -> str:
             return fmt(g.at[who, col], ".0f") if who in g.index else "–"
         picks = g.auto_picks.dropna().astype(str)
         return [picks[picks != ""].iloc[0] if (picks != "").any() else "–",
-                *(f"{at(m, 'graph_us')} / {at(m, 'host_us')} / {at(m, 'do_bench_us')}" for m in BWD_MODES),
+                *(f"{at(m, 'graph_us')} / {at(m, 'host_us')} / {at(m, 'do_bench_us')}" for m in DQ_MODES),
                 *(f"{at(w, 'host_us')} / {at(w, 'do_bench_us')}" for w in ("sdpa_flash", "sdpa"))]
 
     rows = [[int(N), int(D), "yes" if causal else "no", *cells(g.set_index("who")),
@@ -48,14 +46,14 @@ def section_bwd_modes(gpu, root) -> str:
         "their separate mode's GPU time is the Triton dK/dV kernel's). 'auto' = the mode dq_mode=\"auto\" ran there "
         "at the row's commit. "
         f"Source: `{rel(path)}`.", "",
-        md_table(["N", "D", "causal", "auto", *(f"{m} GPU / host / do_bench" for m in BWD_MODES),
+        md_table(["N", "D", "causal", "auto", *(f"{m} GPU / host / do_bench" for m in DQ_MODES),
                   "FLASH host / do_bench", "SDPA default host / do_bench", "commit"], rows)])
 
 
 def _head_dim_64_where_unsaid(df):
-    """bwd_modes' rows with D filled in: 64 (the harness's head dimension) in rows written before the column."""
+    """bwd_modes' rows with D filled in: the harness's head dimension in rows written before the column."""
     df = df.copy()
-    df["D"] = df["D"].fillna(64) if "D" in df.columns else 64
+    df["D"] = df["D"].fillna(shapes.HEAD_DIM) if "D" in df.columns else shapes.HEAD_DIM
     return df
 
 
