@@ -368,9 +368,10 @@ def _checked_after_forward(forward_launch, Q, K, V, O, L, dO, causal, config, dq
 
 
 # dq_mode="auto": up to this much work per SM the backward runs fused (one launch, no Delta pass), beyond
-# it separate (three launches, but each kernel leaner on the GPU). The unit is (query, key) pairs times D
-# (half the pairs under the causal mask). 2^24 is B*H = 32, N = 1024, D = 64 non-causal on the H200's
-# 132 SMs: the largest harness shape where the host, not the GPU, set the backward's time.
+# it separate or, on Hopper, the Gluon ws kernel (three launches, but each kernel leaner on the GPU). The unit
+# is (query, key) pairs times D (half the pairs under the causal mask). 2^24 is B*H = 32, N = 1024, D = 64
+# non-causal on the H200's 132 SMs: the largest harness shape where the host, not the GPU, set the backward's
+# time, against the ws kernel too (docs/worklogs/backward_hopper.md, "One launch at N = 1024").
 AUTO_FUSED_MAX_WORK_PER_SM = 2 ** 24
 
 
@@ -387,13 +388,14 @@ def auto_dq_mode(B: int, N_q: int, N_k: int, D: int, causal: bool, sm_count: int
                  gluon_ws: bool = False) -> str:
     """"fused", "separate" or "atomic" for dq_mode="auto". `sm_count` defaults to this GPU's (fa2triton.gpu.facts);
     under the interpreter, which runs one program at a time, to 1. gluon_ws: the warp-specialized Gluon backward
-    (gluon_backward_ws, dQ by reduce-add) can take the inputs; "atomic" where it is the faster (its `preferred`)."""
-    if gluon_ws and _gluon_dkdv(True).preferred(N_q, N_k, D, causal):
-        return "atomic"
+    (gluon_backward_ws, dQ by reduce-add) can take the inputs; "atomic" where it is the faster (its `preferred`)
+    and the work is past the fused threshold, since up to it the host sets the time and fused is one launch."""
     if sm_count is None:
         sm_count = facts().sm_count if has_gpu() and not interpreting() else 1
     pairs = B * N_q * N_k * (0.5 if causal else 1.0)
-    return "fused" if pairs * D <= AUTO_FUSED_MAX_WORK_PER_SM * sm_count else "separate"
+    if pairs * D <= AUTO_FUSED_MAX_WORK_PER_SM * sm_count:
+        return "fused"
+    return "atomic" if gluon_ws and _gluon_dkdv(True).preferred(N_q, N_k, D, causal) else "separate"
 
 
 def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool,

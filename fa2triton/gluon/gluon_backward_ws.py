@@ -361,10 +361,9 @@ def preferred(N_q: int, N_k: int, D: int, causal: bool) -> bool:
     replay of whole backwards against v7's previous path (separate dQ, the Gluon dK/dV; fused at N = 1024), B * H =
     32, bf16, experiment bwd-gluon-ws, N = 1024-4096: 1.09-1.41x as fast without the mask and at D = 128; at D = 64
     causal 1.06-1.35x since the causal grids launch their longest tiles first (fa2triton.tile_order; rows of
-    da7e2e5), where before it was 0.91-1.00x. Below N = 1024 it was not measured. At D = 64 causal it starts at
-    N = 2048: at 1024 both paths' GPU time (47 and 63 us) lies under autograd's host time, where the fused kernel's
-    one launch keeps the host's body at 49 us against the ws path's 101 (non-causal; host steps of 3ff2dd8)."""
-    return min(N_q, N_k) >= (2048 if D == 64 and causal else 1024)
+    da7e2e5), where before it was 0.91-1.00x. Below N = 1024 it was not measured. auto_dq_mode asks only past its
+    fused threshold: below it the host, not the GPU, sets the time, and the fused kernel is one launch."""
+    return min(N_q, N_k) >= 1024
 
 
 # ---------------------------------------------------------------------------------------------- host entry points
