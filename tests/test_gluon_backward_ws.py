@@ -264,7 +264,7 @@ def test_v7s_autograd_backward_takes_the_ws_kernel_at_d128(monkeypatch):
     FA = versions.load("v7_hopper").FlashAttentionTriton
     monkeypatch.setattr(FB, "LAUNCHES", FB.LaunchCache())
     BH, N, D = 32, 1500, 128
-    assert FB.auto_dq_mode(BH, N, N, D, True) == "atomic"
+    assert FB.auto_dq_mode(BH, N, N, D, True, gluon_ws=True) == "atomic"
     q, k, v, do = _gpu_inputs(N, N, D, torch.bfloat16, 11, BH=BH)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     grads = torch.autograd.grad(FA.apply(q, k, v, True), (q, k, v), do)
