@@ -174,7 +174,7 @@ DEFAULT_DQ_MODE = "auto"
 
 
 def backward_summary(gpu, root):
-    """Per version with a results/<gpu>/bench_bwd/<version>.csv, the latest protocol's medians per shape;
+    """Per version with a results/<gpu>/bench_bwd/<version>.csv, per dQ mode and shape its latest protocol's medians;
     (None, [], folder) if there is none."""
     folder = data.root(root) / gpu / "bench_bwd"
     frames, paths = [], []
@@ -185,10 +185,12 @@ def backward_summary(gpu, root):
             continue
         flash = [c for c in BWD_FLASH + BWD_HOST if c in df.columns]
         df = numeric(data.at_head_dim(df), path, BWD_COLUMNS[2:] + tuple(flash))
-        # the latest protocol of each dQ mode (bench --mode bwd --dq-mode atomic appends its own protocol)
+        # each shape's latest protocol of each dQ mode (bench --mode bwd --dq-mode atomic appends its own protocol;
+        # a protocol of a few N refreshes those N only)
         modes = df["dq_mode"].fillna("separate").astype(str) if "dq_mode" in df else pd.Series("separate", df.index)
         for mode in sorted(set(modes), key=lambda m: (m != "separate", m)):
-            latest = data.latest_protocol(df[modes == mode], data.MIN_PROTOCOL_RUNS)
+            latest = pd.concat([data.latest_protocol(shape, data.MIN_PROTOCOL_RUNS)
+                                for _, shape in df[modes == mode].groupby(["causal", "N"])])
             g = latest.groupby(["causal", "N"])
             out = g.agg(runs=("run_id", "nunique"), fwd_bwd_ms=("fwd_bwd_ms", "median"), bwd_ms=("bwd_ms", "median"),
                         sdpa_fwd_bwd_ms=("sdpa_fwd_bwd_ms", "median"), sdpa_bwd_ms=("sdpa_bwd_ms", "median"),
@@ -202,10 +204,10 @@ def backward_summary(gpu, root):
             # dq_mode "auto" resolves per shape (the harness's dq_mode_ran column, since commit 3186851)
             out["ran"] = (g["dq_mode_ran"].agg(lambda x: ",".join(sorted(set(x.dropna().astype(str)))))
                           if "dq_mode_ran" in latest.columns else "")
-            protocol = latest["run_id"].astype(str).str.rsplit("/", n=1).str[0].iloc[0]
+            out["protocol"] = g["run_id"].agg(lambda r: r.astype(str).str.rsplit("/", n=1).str[0].iloc[0])
             impl = ", ".join(sorted(set(latest["backward_impl"].astype(str)))) if "backward_impl" in latest else "?"
             config = ", ".join(sorted(set(latest["bwd_config"].dropna().astype(str)))) if "bwd_config" in latest else ""
-            frames.append(out.reset_index().assign(version=v.name, dq_mode=mode, protocol=protocol, impl=impl,
+            frames.append(out.reset_index().assign(version=v.name, dq_mode=mode, impl=impl,
                                                    config=config or "the default_config of its commit"))
         paths.append(path)
     if not frames:

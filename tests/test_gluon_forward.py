@@ -126,15 +126,6 @@ def test_causal_pairs_take_every_item_once(heads, n_q, programs):
     assert sorted(got) == [(h, r) for h in range(heads) for r in range(n_q)]
 
 
-@pytest.mark.parametrize("heads, n_q", [(1, 1), (1, 2), (3, 5), (2, 11), (32, 16), (32, 22), (4, 64)])
-@pytest.mark.parametrize("programs", [1, 3, 7, 132, 10_000])
-def test_the_causal_snake_takes_every_item_once(heads, n_q, programs):
-    from fa2triton.gluon.schedule import causal_snake
-
-    got = [causal_snake.fn(i, heads, n_q, programs) for i in range(heads * n_q)]
-    assert sorted(got) == [(h, r) for h in range(heads) for r in range(n_q)]
-
-
 def _busiest_over_mean(order, heads: int, n_q: int, programs: int) -> float:
     """A persistent grid's makespan model: program p takes items p, p + programs, ...; rank r costs n_q - r key
     tiles plus one for the item's query tile and epilogue."""
@@ -153,20 +144,6 @@ def test_causal_pairs_balance_a_persistent_grid(n_q):
     paired = _busiest_over_mean(lambda i: causal_pair.fn(i, 32, n_q, 132), 32, n_q, 132)
     head_after_head = _busiest_over_mean(lambda i: (i // n_q, i % n_q), 32, n_q, 132)
     assert paired <= 1.032 < 1.07 < head_after_head
-
-
-@pytest.mark.parametrize("heads", [8, 32, 40, 64])
-@pytest.mark.parametrize("n_q", [4, 8, 16, 32, 64])
-def test_the_causal_snake_balances_at_least_as_well_as_the_pairs(heads, n_q):
-    """The snake's busiest program (the /sn trial) never has more work than the pairs' on 132 programs, and at
-    n_q = 32 and 64 (N = 4096 and 8192 at 128 rows) it has at most 1% more than the mean where the pairs have 3.1%."""
-    from fa2triton.gluon.schedule import causal_pair, causal_snake
-
-    snake = _busiest_over_mean(lambda i: causal_snake.fn(i, heads, n_q, 132), heads, n_q, 132)
-    paired = _busiest_over_mean(lambda i: causal_pair.fn(i, heads, n_q, 132), heads, n_q, 132)
-    assert snake <= paired + 1e-12
-    if n_q >= 32 and heads >= 32:
-        assert snake <= 1.01 < 1.03 < paired
 
 
 ON_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
@@ -401,43 +378,6 @@ def test_the_shared_code_is_inlined_once_with_its_partitions_barriers(compiled):
     one, split = compiled[SHIPPED[64][1] + " D=64 causal=0"], compiled[SHIPPED[64][2] + " D=64 causal=0"]
     # one copy: each product and exponential once where the 3 inlined consumers hold them 3 times
     assert one["wgmma"]["128"] > 0 and 3 * one["wgmma"]["64"] == split["wgmma"]["64"]
-
-
-UNROLL2 = """
-import json, sys
-sys.path.insert(0, {repo!r})
-from fa2lab.compile_offline import compile_plan
-from fa2triton.gluon import gluon_forward_hopper as G
-from profiling import ir
-from profiling.inspect_kernel import disassemble
-out = {{}}
-for label in {labels!r}:
-    c = compile_plan(G.offline_plan(G.configs_named([label])[0], N=1000, D=64, is_causal=True))
-    sass = disassemble(c.asm["cubin"])[0]
-    loops = None if sass is None else [(lp["instructions"], lp["counts"]["HGMMA"])
-                                       for lp in ir.sass_loops(sass, ("HGMMA",))
-                                       if lp["innermost"] and lp["counts"].get("HGMMA", 0) >= 8]
-    out[label] = dict(loops=loops, stl=None if sass is None else sass.count("STL"),
-                      waits=None if sass is None else sass.count("WARPGROUP.DEPBAR"),
-                      hgmma=None if sass is None else sass.count("HGMMA"))
-print(json.dumps(out))
-"""
-
-
-def test_the_two_tile_key_loop_compiles_without_spills_and_runs_fewer_instructions_per_tile():
-    """/u2 (an experiment configuration, issues 46 and 48): each D = 64 form's key loop takes two tiles a pass
-    (twice the products of its loop without /u2, 12 per tile), spills nothing, keeps its wgmma asynchronous, and
-    issues fewer SASS instructions per tile (offline: 7-10 fewer under 3.6, 21-25 under 3.9 at /et1/sc2;
-    docs/worklogs/gluon_forward_hopper.md, "Two key tiles a pass")."""
-    pairs = [(c.label, c.label + "/u2") for c in G.V7_CANDIDATES if c.persistent]
-    got = _offline(UNROLL2, labels=[w for pair in pairs for w in pair])
-    for base, u2 in pairs:
-        b, u = got[base], got[u2]
-        if b["loops"] is None:   # no nvdisasm or cuobjdump to read the SASS
-            continue
-        assert u["stl"] == 0 and 0 < u["waits"] < u["hgmma"] / 2, (u2, u)
-        assert {h for _, h in b["loops"]} == {12} and {h for _, h in u["loops"]} == {24}, (b, u)
-        assert max(n / 2 for n, _ in u["loops"]) < min(n for n, _ in b["loops"]), (b, u)
 
 
 def test_drop_marked_syncs_removes_only_the_bar_sync_before_a_marked_mbarrier_operation():

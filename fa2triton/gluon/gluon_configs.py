@@ -34,8 +34,6 @@ class GluonConfig:
     exp_turn: bool = False        # instead of ping-pong: the consumers take turns at their exponentials, the turn passed
                                   # after one of a thread's row sums ("/et1"; after both, "/et", was slower)
     shared_code: bool = False     # the consumers run one copy of their code, inlined once by the PTX stage ("/sc2")
-    unroll2: bool = False         # the key loop two tiles a pass, P_j and P_(j-1) in separate registers ("/u2")
-    snake: bool = False           # causal: single tiles longest first, dealt in a snake (schedule.causal_snake, "/sn")
 
     def __post_init__(self):
         if self.consumers not in (2, 3) or self.block_m != 64 * self.consumers:
@@ -54,8 +52,7 @@ class GluonConfig:
         return (f"ws{self.consumers}x64x{self.block_n}/{self.slots}s/preg{'/pp' if self.pingpong else ''}"
                 f"{'/split' if self.split_tail else ''}{'/persist' if self.persistent else ''}"
                 f"{'/ds' if self.direct_store else ''}/ua{'/la' if self.lookahead else ''}"
-                f"{'/et1' if self.exp_turn else ''}{'/q1' if self.one_q else ''}{'/sc2' if self.shared_code else ''}"
-                f"{'/u2' if self.unroll2 else ''}{'/sn' if self.snake else ''}")
+                f"{'/et1' if self.exp_turn else ''}{'/q1' if self.one_q else ''}{'/sc2' if self.shared_code else ''}")
 
     @property
     def q_buffers(self) -> int:
@@ -126,14 +123,6 @@ EXPERIMENT_CONFIGS = (
     GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True),
     GluonConfig(128, 128, 3, 2, persistent=True, exp_turn=True),
     GluonConfig(128, 128, 3, 2, pingpong=True),
-    # issue 48's and 46's trial: two key tiles a pass of the loop (not q1: offline at D = 128 Triton 3.6's ptxas
-    # serialises its wgmma and 3.9's lengthens the loop)
-    GluonConfig(128, 128, 3, 2, persistent=True, exp_turn=True, shared_code=True, unroll2=True),
-    GluonConfig(192, 128, 4, 3, pingpong=True, split_tail=True, persistent=True, unroll2=True),
-    # issue 48's trial: the causal tiles dealt in a snake, not in pairs (the D = 64 and 128 persistent causal picks)
-    GluonConfig(128, 128, 3, 2, persistent=True, exp_turn=True, shared_code=True, snake=True),
-    GluonConfig(128, 128, 3, 2, pingpong=True, persistent=True, direct_store=True, one_q=True, snake=True),
-    GluonConfig(128, 64, 4, 2, pingpong=True, persistent=True, lookahead=True, snake=True),
 )
 
 

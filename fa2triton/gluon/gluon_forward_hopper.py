@@ -204,7 +204,7 @@ def launch_plan(cfg: GluonConfig, Q, K, V, O, L, is_causal: bool, sms: int) -> L
     flags = dict(CAUSAL=bool(is_causal), SLOTS=cfg.slots, CONSUMERS=cfg.consumers,
                  CONSUMER_REGS=cfg.consumer_registers, PINGPONG=cfg.pingpong, Q_BUFFERS=cfg.q_buffers,
                  DIRECT_STORE=cfg.direct_store, LOOKAHEAD=cfg.lookahead, EXP_TURN=cfg.exp_turn, ONE_Q=cfg.one_q,
-                 SHARED_CODE=cfg.shared_code, UNROLL2=cfg.unroll2, SNAKE=cfg.snake)
+                 SHARED_CODE=cfg.shared_code)
     tiles = math.ceil(N_q / cfg.block_m)
     full, splits = tiles * BH, 1
     if cfg.split_tail and not is_causal:

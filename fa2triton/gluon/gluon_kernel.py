@@ -11,9 +11,8 @@ Options (compile-time): PINGPONG, the consumers issue their products in turn rou
 EXP_TURN, the same ring taken at the exponentials, the arrive tied to a row sum (gluon_ptx.tie_marked_arrives);
 LOOKAHEAD, S_(j+1) issued behind P_(j-1) V_(j-1) (two score tiles live); ONE_Q, one Q buffer released after the
 item's last Q K^T; DIRECT_STORE, O stored from the wgmma registers; SHARED_CODE, one copy of the consumers' code,
-inlined once by gluon_ptx.inline_consumer_call; trials: UNROLL2, two key tiles a pass (P_j apart from P_(j-1)),
-SNAKE, the causal order of schedule.causal_snake. Every elected arrive and slot wait is marked (_mark_unsynced) so
-that gluon_ptx.drop_marked_syncs drops the bar.sync Triton 3.6 puts before it.
+inlined once by gluon_ptx.inline_consumer_call. Every elected arrive and slot wait is marked (_mark_unsynced) so that
+gluon_ptx.drop_marked_syncs drops the bar.sync Triton 3.6 puts before it.
 
 Invariants. Work items (schedule.Schedule): whole tiles first, then the split tail's parts (split_plan); slots, phases
 and turns run on over a program's items (g counts its key tiles, it its items, t its turns), so loader and
@@ -88,16 +87,14 @@ class Options:
     LOOKAHEAD: gl.constexpr
     ONE_Q: gl.constexpr
     DIRECT_STORE: gl.constexpr
-    UNROLL2: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE, UNROLL2):
+    def __init__(self, PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE):
         self.PINGPONG = gl.constexpr(PINGPONG)
         self.EXP_TURN = gl.constexpr(EXP_TURN)
         self.LOOKAHEAD = gl.constexpr(LOOKAHEAD)
         self.ONE_Q = gl.constexpr(ONE_Q)
         self.DIRECT_STORE = gl.constexpr(DIRECT_STORE)
-        self.UNROLL2 = gl.constexpr(UNROLL2)
 
 @aggregate
 class Turn:
@@ -349,32 +346,6 @@ def _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t
     return s_tok, acc
 
 @gluon.jit
-def _key_tile(j, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t, k_base, mask_from, causal_off, q_pos,
-              N_KEYS, qk_scale):
-    """UNROLL2's key tile j >= 1 (_attend's loop without it holds the same lines): S_j and P_(j-1) V_(j-1) issued at
-    turn t + j, tile j's softmax under the second, slot j - 1 released, O rescaled. Returns P_j, O, l and m."""
-    BLOCK_N: gl.constexpr = smem.k.shape[1]
-    s_layout: gl.constexpr = zero_s.type.layout   # the layouts as _attend made them
-    p_layout: gl.constexpr = p_op.type.layout
-    row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
-    slot = _kv_slot(smem, g + j)
-    prev = _kv_slot(smem, g + j - 1)
-    s_tok, acc = _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t)
-    _pass_turn(turn, opts.PINGPONG)
-    s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-    my_turn = (turn.mine.index(0), t + j) if opts.EXP_TURN else None
-    p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
-                                  qk_scale, s_layout, BLOCK_N, my_turn)
-    l_i = l_i * alpha + gl.sum(p, axis=1)
-    if opts.EXP_TURN:
-        _pass_exp_turn(l_i, turn)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    _arrive(smem.empty.index(prev))       # K_(j-1), V_(j-1) no longer read here
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-    p_op = _p_operand(p, q_tile.dtype, p_layout)   # carried: without UNROLL2 it ends in P_(j-1)'s registers
-    return p_op, acc, l_i, m_i
-
-@gluon.jit
 def _attend(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_from, causal_off, q_pos, N_KEYS,
             qk_scale):
     """Consumer rows of one work item, from its first scores S_0 (start: their token, issued by _first_scores):
@@ -407,33 +378,23 @@ def _attend(start, q_tile, smem, turn, opts, g, t, n_tiles, k_base, mask_from, c
     if EXP_TURN:   # the next consumer's turn, once every exp2 of this tile is issued (a row sum reads them)
         _pass_exp_turn(l_i, turn)
     p_op = _p_operand(p, q_tile.dtype, p_layout)
-    if opts.UNROLL2:   # P_j and P_(j+1) two values: only every other one is carried to the next pass
-        for j in range(1, n_tiles - 1, 2):
-            p_op, acc, l_i, m_i = _key_tile(j, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t,
-                                            k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale)
-            p_op, acc, l_i, m_i = _key_tile(j + 1, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t,
-                                            k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale)
-        if n_tiles % 2 == 0:
-            p_op, acc, l_i, m_i = _key_tile(n_tiles - 1, p_op, acc, l_i, m_i, q_tile, smem, turn, opts, zero_s, g, t,
-                                            k_base, mask_from, causal_off, q_pos, N_KEYS, qk_scale)
-    else:   # _key_tile written out: the shipped kernels' SASS, as timed (through the call ptxas orders them apart)
-        for j in range(1, n_tiles):
-            slot = _kv_slot(smem, g + j)
-            prev = _kv_slot(smem, g + j - 1)
-            s_tok, acc = _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t)
-            _pass_turn(turn, PINGPONG)
-            s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-            if EXP_TURN:
-                my_turn = (turn.mine.index(0), t + j)
-            p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
-                                          qk_scale, s_layout, BLOCK_N, my_turn)
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            if EXP_TURN:
-                _pass_exp_turn(l_i, turn)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            _arrive(smem.empty.index(prev))       # K_(j-1), V_(j-1) no longer read here
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-            p_op = _p_operand(p, q_tile.dtype, p_layout)   # P_j's registers written once P_(j-1) V_(j-1) is done
+    for j in range(1, n_tiles):
+        slot = _kv_slot(smem, g + j)
+        prev = _kv_slot(smem, g + j - 1)
+        s_tok, acc = _issue_tile(smem, turn, opts, q_tile, p_op, acc, zero_s, g, j, slot, prev, t)
+        _pass_turn(turn, PINGPONG)
+        s_ij = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+        if EXP_TURN:
+            my_turn = (turn.mine.index(0), t + j)
+        p, alpha, m_i = _softmax_tile(s_ij, m_i, k_base + j * BLOCK_N, mask_from, q_pos, N_KEYS, causal_off,
+                                      qk_scale, s_layout, BLOCK_N, my_turn)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        if EXP_TURN:
+            _pass_exp_turn(l_i, turn)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        _arrive(smem.empty.index(prev))       # K_(j-1), V_(j-1) no longer read here
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+        p_op = _p_operand(p, q_tile.dtype, p_layout)   # P_j's registers written once P_(j-1) V_(j-1) is done
     last = _kv_slot(smem, g + n_tiles - 1)
     if opts.ONE_Q:   # the last Q K^T is done, so the loader may bring the next item's queries in under this
         mbarrier.arrive(smem.q_empty.index(0), count=1)   # last P V and the epilogue
@@ -634,8 +595,7 @@ def flash_fwd_gluon_ws(
     # persistent grid: the next item's queries load while this one's finish), then Options' and SHARED_CODE
     CAUSAL: gl.constexpr, SLOTS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr, DIRECT_STORE: gl.constexpr, LOOKAHEAD: gl.constexpr,
-    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr, UNROLL2: gl.constexpr,
-    SNAKE: gl.constexpr,
+    EXP_TURN: gl.constexpr, ONE_Q: gl.constexpr, SHARED_CODE: gl.constexpr,
 ):
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -668,8 +628,8 @@ def flash_fwd_gluon_ws(
     # Each consumer's arguments: the shared memory and barriers, its own turn and the next consumer's, the
     # options, the outputs, its index wg, the work items' description, the sizes of the epilogue.
     smem = Smem(q_smem, k_smem, v_smem, q_bar, q_empty, ready, empty)
-    opts = Options(PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE, UNROLL2)
-    schedule = Schedule(N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS, SNAKE)
+    opts = Options(PINGPONG, EXP_TURN, LOOKAHEAD, ONE_Q, DIRECT_STORE)
+    schedule = Schedule(N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS)
     loader_args = ((q_desc, k_desc, v_desc), smem, schedule, opts)
     out = Out(O_ptr, L_ptr, Op_ptr, Lp_ptr)
     sizes = Sizes(qk_scale, stride_o_row, stride_l_head)

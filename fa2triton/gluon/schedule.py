@@ -7,8 +7,6 @@ The order is chosen at compile time by the mask (Schedule.CAUSAL):
   (causal_pair), so that a persistent program's items are near-equal work. Each head's tiles longest first, head
   after head, gave the busiest program 12-19% more than the mean at N = 2048-4096; the pairs made the persistent
   causal shapes 4.7-8.5% faster (docs/worklogs/gluon_forward_hopper.md, "Balanced causal items");
-- causal with SNAKE (a trial): every query tile alone, sorted longest first (rank-major over the heads) and dealt
-  to the programs in a snake (causal_snake), so that a program's items add up to near the mean at every length;
 - otherwise: tiles in order, the FULL whole tiles first, then the split tail's parts (the host's split_plan): item
   FULL + q is split q % SPLITS (a contiguous share of the key tiles) of tile FULL + q // SPLITS, written as
   workspace part q.
@@ -32,17 +30,15 @@ class Schedule:
     SPLITS: Scalar
     CAUSAL: gl.constexpr
     N_ITEMS: Scalar
-    SNAKE: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS, SNAKE=False):
+    def __init__(self, N_QUERIES, N_KEYS, FULL, SPLITS, CAUSAL, N_ITEMS):
         self.N_QUERIES = N_QUERIES if isinstance(N_QUERIES, gl.tensor) else gl.constexpr(N_QUERIES)
         self.N_KEYS = N_KEYS if isinstance(N_KEYS, gl.tensor) else gl.constexpr(N_KEYS)
         self.FULL = FULL if isinstance(FULL, gl.tensor) else gl.constexpr(FULL)
         self.SPLITS = SPLITS if isinstance(SPLITS, gl.tensor) else gl.constexpr(SPLITS)
         self.CAUSAL = gl.constexpr(CAUSAL)
         self.N_ITEMS = N_ITEMS if isinstance(N_ITEMS, gl.tensor) else gl.constexpr(N_ITEMS)
-        self.SNAKE = gl.constexpr(SNAKE)
 
     @gluon.jit
     def item(self, item, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
@@ -63,10 +59,7 @@ class Schedule:
             kb0 = (part % self.SPLITS) * n_kb // self.SPLITS
             kb1 = (part % self.SPLITS + 1) * n_kb // self.SPLITS
         if self.CAUSAL:
-            if self.SNAKE:
-                head, rank = causal_snake(t, self.N_ITEMS // n_q, n_q, gl.num_programs(0))
-            else:
-                head, rank = causal_pair(t, self.N_ITEMS // n_q, n_q, gl.num_programs(0))
+            head, rank = causal_pair(t, self.N_ITEMS // n_q, n_q, gl.num_programs(0))
             q_start = (n_q - 1 - rank) * BLOCK_M
             kb1 = gl.cdiv(gl.minimum(q_start + BLOCK_M, self.N_KEYS), BLOCK_N)
             mask_from = gl.minimum((q_start // BLOCK_N) * BLOCK_N, full_stop)
@@ -119,24 +112,3 @@ def causal_pair(i, heads, n_q, programs):
         head = i - paired
         rank = half
     return head, rank
-
-
-@gluon.jit
-def causal_snake(i, heads, n_q, programs):
-    """Causal item i of heads * n_q -> (head, rank), rank 0 the head's last query tile (the most key tiles). The
-    tiles sorted longest first (rank-major: rank r of every head before rank r + 1) are dealt to the programs in
-    waves of `programs`, every other wave backwards (the last, partial wave within its own length), so that the
-    program with a wave's longest tile gets the next wave's shortest. Program p still takes items p, p + programs,
-    ... (wave k's p-th item): the deal chooses which tile an item is. A bijection onto the items for every
-    programs >= 1 (tests/test_gluon_forward.py); plain integer arithmetic, so `.fn` runs it on Python ints."""
-    wave = i // programs
-    p = i - wave * programs
-    m = heads * n_q - wave * programs   # the wave's items: all of them but in the last wave
-    if m > programs:
-        m = programs
-    s = i
-    if wave % 2 == 1:
-        s = wave * programs + m - 1 - p
-    rank = s // heads
-    return s - rank * heads, rank
-
