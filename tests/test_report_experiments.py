@@ -152,6 +152,24 @@ def test_backward_goal_and_headline_pool_the_default_dq_mode(root):
     assert v7["dq_mode"] == DEFAULT_DQ_MODE and v7["b_0"] == 92.0
 
 
+def test_a_later_protocol_of_one_length_refreshes_that_length_only(root):
+    """The harness's tables take each (dQ mode, shape)'s latest protocol: a later run of the default mode at N = 1024
+    alone replaces N = 1024's rows, and the headline at N = 4096 still reads the full protocol before it."""
+    from report.backward import DEFAULT_DQ_MODE, backward_summary
+
+    full = [{**r, "dq_mode": DEFAULT_DQ_MODE} for r in bwd_runs({(1024, 0): lambda r: 80.0 + r,
+                                                                 (4096, 0): lambda r: 90.0 + r})]
+    one = [{**r, "dq_mode": DEFAULT_DQ_MODE} for r in bwd_runs({(1024, 0): lambda r: 100.0 + r}, commit="1111111",
+                                                                protocol="20261203T000000-cccccc", day="03")]
+    _write(root / GPU / "bench_bwd" / "v7_hopper.csv", full + one)
+    table, _, _ = backward_summary(GPU, root)
+    v7 = table[(table.version == "v7_hopper") & (table.dq_mode == DEFAULT_DQ_MODE)].set_index("N")
+    assert v7.loc[1024, "b_pct"] == 102.0 and v7.loc[1024, "protocol"] == "20261203T000000-cccccc"
+    assert v7.loc[4096, "b_pct"] == 92.0 and v7.loc[4096, "protocol"] == "20261202T000000-aaaaaa"
+    head, _ = summary.backward_headline(GPU, root)
+    assert next(r for r in head if r["version"] == "v7_hopper")["b_0"] == 92.0
+
+
 def test_backward_goal_is_absent_without_rows(root):
     path = root / GPU / "bench_bwd" / "v7_hopper.csv"
     if path.exists():
