@@ -159,11 +159,16 @@ PARTITION_SYNC = re.compile(r"\s*(?:bar\.sync\s+(?:\d+|%r\d+),\s*128|(?:bar|barr
 
 def encode_descriptor(desc, meta) -> list:
     """[CUtensorMap, *shape, *strides] for a host TensorDescriptor, as Triton's launcher expands it (3.9's
-    make_tensordesc_arg takes a third argument, the launch's base arguments, which it ignores)."""
+    make_tensordesc_arg takes a third argument, the launch's base arguments, which it ignores). It runs on every
+    launch whose descriptor's base moved, so the form is read from the function's code object, not by
+    inspect.signature, which costs more than the rest of a decomposing encode (docs/worklogs/v7_hopper.md, "The tl
+    path's host cost since the port")."""
     from triton.backends.nvidia import driver as nv
 
     make = nv.make_tensordesc_arg
-    return make(desc, meta, None) if len(inspect.signature(make).parameters) == 3 else make(desc, meta)
+    code = getattr(make, "__code__", None)
+    takes = code.co_argcount if code is not None else len(inspect.signature(make).parameters)
+    return make(desc, meta, None) if takes == 3 else make(desc, meta)
 
 
 def direct_launch(run):

@@ -387,6 +387,18 @@ def test_the_driver_pieces_direct_launch_relies_on_are_there():
     assert tc.encode_descriptor(desc, None) == ["base", 4, 64, 64, 1, *tail, 4, 64, 64, 1]
 
 
+def test_encode_descriptor_reads_its_call_form_without_inspect_signature(monkeypatch):
+    """encode_descriptor runs on every launch whose descriptor's base moved: it reads make_tensordesc_arg's form
+    from its code object, not by inspect.signature (the host-time cost of a moved base, fa2triton.triton_compat)."""
+    def refuse(*_):
+        raise AssertionError("inspect.signature on the encode path")
+
+    monkeypatch.setattr(tc.inspect, "signature", refuse)
+    desc = SimpleNamespace(base="base", shape=[4, 64], strides=[64, 1], padding="zero", round_f32_to_tf32=False)
+    tail = [False, False] if NEW else [False]
+    assert tc.encode_descriptor(desc, None) == ["base", 4, 64, 64, 1, *tail, 4, 64, 64, 1]
+
+
 def test_direct_launch_refuses_what_it_does_not_know():
     from triton.backends.nvidia import driver as nv
 
