@@ -109,6 +109,20 @@ def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: 
     kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *args)
 
 
+def run_rebased(kernel, grid: tuple[int, int, int], descs: list, bases: tuple, rest: tuple, device_index: int,
+                stream: int | None = None) -> None:
+    """run_compiled on a recorded launch's host descriptors `descs`, each given its base from `bases` (in order),
+    followed by `rest`; after the launch every descriptor drops its base (None until the next call sets it).
+    Why: a descriptor that kept its base kept the caller's tensor alive, so the next call's fresh tensor (the tl
+    path's O on every call) could not take that address and DirectLauncher encoded its CUtensorMap again
+    (docs/worklogs/v7_hopper.md, "The tl path's host cost since the port")."""
+    for d, base in zip(descs, bases):
+        d.base = base
+    run_compiled(kernel, grid, (*descs, *rest), device_index, stream)
+    for d in descs:
+        d.base = None
+
+
 class DirectLauncher:
     """A CompiledKernel's C launch function called directly, for a hook-free repeat.
 

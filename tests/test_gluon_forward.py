@@ -225,8 +225,8 @@ def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypa
         def __init__(self, name):
             self.name = name
 
-        def run(self, *args):
-            launched.append((self.name, args[9:]))   # after grid x3, stream, function, metadata, hooks
+        def run(self, *args):   # after grid x3, stream, function, metadata, hooks; the bases as the launcher reads them
+            launched.append((self.name, args[9:], [getattr(d, "base", None) for d in args[9:12]]))
 
     import fa2triton.lean_path
 
@@ -245,9 +245,10 @@ def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypa
     for _ in range(2):
         Q, K, V = (torch.randn(B, N, D) for _ in range(3))
         O, L = launch(Q, K, V)
-        (main, m), (comb, c) = launched[-2:]
+        (main, m, bases), (comb, c, _) = launched[-2:]
         assert (main, comb) == ("main", "combine")
-        assert all(d.base is t for d, t in zip(m[:3], (Q, K, V))) and m[3] is O and m[4] is L
+        assert all(b is t for b, t in zip(bases, (Q, K, V))) and m[3] is O and m[4] is L
+        assert all(d.base is None for d in m[:3]), "no descriptor keeps a caller's tensor after the launch"
         assert m[5:13] == (64, 100, N, N, 0.18, 1, 2, 5) and m[15:] == (False, 4)
         Op, Lp = m[13], m[14]
         assert Op.shape == Op0.shape and Op is not Op0 and Lp.shape == Lp0.shape

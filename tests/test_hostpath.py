@@ -252,6 +252,35 @@ def test_run_compiled_skips_empty_launch_hooks_and_keeps_registered_ones(monkeyp
 
 
 
+def test_run_rebased_gives_the_launch_each_base_and_keeps_none_after_it(monkeypatch):
+    """A recorded launch's descriptors carry the call's tensors into the launch and let them go after it: a
+    descriptor that kept its base kept the caller's tensor alive, so the next call's fresh tensor could not take its
+    address and was encoded again on every call."""
+    import types
+    import weakref
+
+    import fa2triton.lean_path as hostpath
+
+    seen = []
+
+    class FakeKernel:
+        function, packed_metadata = "fn", "packed"
+
+        def run(self, *args):   # after grid x3, stream, function, metadata, hooks: the descriptors, then the rest
+            seen.append(([d.base for d in args[9:11]], args[11:]))
+
+    monkeypatch.setattr(hostpath, "driver",
+                        types.SimpleNamespace(active=types.SimpleNamespace(get_current_stream=lambda i: 0)))
+    descs = [types.SimpleNamespace(base=None) for _ in range(2)]
+    q, o = torch.empty(4, 8), torch.empty(4, 8)
+    hostpath.run_rebased(FakeKernel(), (1, 1, 1), descs, (q, o), ("L", 5), 0)
+    assert seen[-1][0][0] is q and seen[-1][0][1] is o and seen[-1][1] == ("L", 5)
+    assert [d.base for d in descs] == [None, None]
+    gone = weakref.ref(o)
+    del o, seen[:]   # the test's own record of the launch holds it too
+    assert gone() is None, "the launch's descriptor still holds the caller's O"
+
+
 def test_a_repeat_allocates_o_as_the_recorded_call_did(monkeypatch):
     """A recorded launch's repeat allocates O (empty_output) with the shape and strides the first call's
     allocate_outputs gave it (the kernel's O strides are fixed in the launch), in Q's dtype,

@@ -162,7 +162,7 @@ def test_a_repeated_tma_launch_reuses_its_descriptors_with_the_new_tensors(monke
         function = packed_metadata = None
 
         def run(self, *args):
-            launched.append(args)
+            launched.append((args, [d.base for d in args[9:13]]))   # the bases as the launcher reads them
 
         def launch_metadata(self, *args):
             return None
@@ -178,12 +178,13 @@ def test_a_repeated_tma_launch_reuses_its_descriptors_with_the_new_tensors(monke
     calls = [tuple(torch.randn(B, N, D, dtype=torch.bfloat16) for _ in range(3)) for _ in range(2)]
     outs = [launch(*qkv) for qkv in calls]
     # run(grid x3, stream, function, packed metadata, launch metadata, enter hook, exit hook, *kernel args)
-    first, second = (args[9:13] for args in launched)
+    first, second = (args[9:13] for args, _ in launched)
     assert [id(d) for d in first] == [id(d) for d in second], "the descriptors are built once"
-    for (Q, K, V), (O, _), descs in zip(calls[1:], outs[1:], [second]):
-        assert [d.base for d in descs] == [Q, K, V, O]
+    for (Q, K, V), (O, _), (_, bases) in zip(calls, outs, launched):
+        assert all(b is t for b, t in zip(bases, (Q, K, V, O)))
+    assert [d.base for d in second] == [None] * 4, "no descriptor keeps a caller's tensor after the launch"
     assert [list(d.block_shape) for d in second] == [list(b) for b in launch.blocks]
-    assert launched[1][13] is outs[1][1] and launched[1][14:] == (7,)   # L, then the recorded tail
+    assert launched[1][0][13] is outs[1][1] and launched[1][0][14:] == (7,)   # L, then the recorded tail
 
 
 def test_force_path(monkeypatch):

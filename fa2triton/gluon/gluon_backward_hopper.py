@@ -36,7 +36,7 @@ import math
 import torch
 
 from fa2triton.gluon import gluon_forward_hopper as _fwd
-from fa2triton.lean_path import run_compiled
+from fa2triton.lean_path import run_rebased
 from fa2triton import tile_order
 
 HAVE_GLUON = _fwd.HAVE_GLUON
@@ -373,10 +373,8 @@ class DkdvLaunch:
 
     def __call__(self, q, k, v, do, lse, delta, dk, dv, stream=None) -> None:   # the hot path: no checks here
         """Launch on `stream` (default: q's device's current one); lse, delta, dk, dv as tensors or addresses."""
-        d = self.descs
-        d[0].base, d[1].base, d[2].base, d[3].base = q, k, v, do
-        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars),
-                     q.device.index if stream is None else None, stream)
+        run_rebased(self.kernel, self.grid, self.descs, (q, k, v, do), (lse, delta, dk, dv, *self.scalars),
+                    q.device.index if stream is None else None, stream)
 
 
 def launch(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float) -> DkdvLaunch:

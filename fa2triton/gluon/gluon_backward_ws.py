@@ -32,7 +32,7 @@ import math
 import torch
 
 from fa2triton.gluon import gluon_backward_hopper as _r1
-from fa2triton.lean_path import run_compiled
+from fa2triton.lean_path import run_rebased
 from fa2triton import tile_order
 
 HAVE_GLUON = _r1.HAVE_GLUON
@@ -436,10 +436,8 @@ class WsLaunch:
 
     def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum, stream=None) -> None:
         """Launch on `stream` (default: q's device's current one); lse, delta, dk, dv as tensors or addresses."""
-        d = self.descs
-        d[0].base, d[1].base, d[2].base, d[3].base, d[4].base = q, k, v, do, dq_accum
-        run_compiled(self.kernel, self.grid, (*d, lse, delta, dk, dv, *self.scalars),
-                     q.device.index if stream is None else None, stream)
+        run_rebased(self.kernel, self.grid, self.descs, (q, k, v, do, dq_accum), (lse, delta, dk, dv, *self.scalars),
+                    q.device.index if stream is None else None, stream)
 
 
 def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float) -> WsLaunch:

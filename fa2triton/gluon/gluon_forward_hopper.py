@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 
 from fa2triton.gpu import facts
-from fa2triton.lean_path import KeptL, empty_output, run_compiled
+from fa2triton.lean_path import KeptL, empty_output, run_compiled, run_rebased
 from fa2triton.queued_timing import queued_ms
 from fa2triton.triton_compat import ptx_options
 from fa2triton.gluon import gluon_configs as _configs
@@ -281,14 +281,13 @@ class GluonLaunch(KeptL):
 
     def run(self, Q, K, V, O, L):
         """The launch (and the split tail's combine) into O and L already allocated."""
-        d = self.descs
-        d[0].base, d[1].base, d[2].base = Q, K, V
         if self.work_shape is None:
             Op = Lp = L
         else:
             Op = torch.empty(self.work_shape, dtype=torch.float32, device=Q.device)
             Lp = torch.empty(self.work_shape[:1], dtype=torch.float32, device=Q.device)
-        run_compiled(self.kernel, self.grid, (*d, O, L, *self.scalars, Op, Lp, *self.constexprs), Q.device.index)
+        run_rebased(self.kernel, self.grid, self.descs, (Q, K, V), (O, L, *self.scalars, Op, Lp, *self.constexprs),
+                    Q.device.index)
         if self.combine is not None:
             run_compiled(self.combine, self.combine_grid, (Op, Lp, O, L, *self.combine_sizes, *self.combine_constexprs),
                          Q.device.index)

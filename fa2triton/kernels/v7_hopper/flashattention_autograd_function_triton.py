@@ -47,7 +47,7 @@ from fa2triton.gpu import interpreting
 from fa2triton.inputs import unit_stride, validate_qkv
 from fa2triton.interpret import only_config
 from fa2triton.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
-from fa2triton.lean_path import LeanApply, Launch, LaunchCache, compiled_or_none, empty_output, run_compiled
+from fa2triton.lean_path import LeanApply, Launch, LaunchCache, compiled_or_none, empty_output, run_rebased
 from fa2triton.race import medians as race_medians, shortlist
 from fa2triton.reference import autograd_backward
 from fa2triton.versions import load
@@ -354,9 +354,9 @@ def _descriptors(Q, K, V, O):
 
 class TmaLaunch(Launch):
     """fa2triton.lean_path's lean repeat of a launch. The four descriptors are built on the first repeat
-    and afterwards only their base tensors change: the cache key fixes every shape and stride, and
-    the launcher turns each descriptor into a kernel parameter when it launches, so nothing keeps
-    the old base. Why: building four TensorDescriptors per call doubled v7's host time (docs/worklogs/v7_hopper.md)."""
+    and afterwards only their base tensors change, set for each launch and dropped after it (run_rebased): the
+    cache key fixes every shape and stride, and the launcher turns each descriptor into a kernel parameter when it
+    launches. Why: building four TensorDescriptors per call doubled v7's host time (docs/worklogs/v7_hopper.md)."""
 
     blocks: tuple = ()
     descs: list | None = None
@@ -374,9 +374,7 @@ class TmaLaunch(Launch):
             descs = self.descs = _descriptors(*(t.view(-1, *t.shape[-2:]) for t in (Q, K, V, O)))
             for d, block in zip(descs, self.blocks):
                 d.block_shape = list(block)
-        else:
-            descs[0].base, descs[1].base, descs[2].base, descs[3].base = Q, K, V, O
-        run_compiled(self.kernel, self.grid, (*descs, L, *self.tail), Q.device.index)
+        run_rebased(self.kernel, self.grid, descs, (Q, K, V, O), (L, *self.tail), Q.device.index)
         LAST_PATH, LAST_CONFIG = "tma", self.label
         return O, L
 
