@@ -109,14 +109,14 @@ def bench(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM) -> tuple[p
     kernels (default_rows), in registry order.
 
     Versions without a file are left out (and named on stderr); none at all is a ResultsError
-    naming the folder. A file with several protocols keeps the latest of at least MIN_PROTOCOL_RUNS runs (see
-    latest_protocol)."""
+    naming the folder. Each shape keeps its latest protocol of at least MIN_PROTOCOL_RUNS runs
+    (latest_protocol_per_shape)."""
     frames, paths, missing = [], [], []
     for path, rows in version_bench_rows(gpu_slug, results_root, D):
         if rows is None or not len(rows):   # no file, or only other head dimensions' rows
             missing.append(path)
             continue
-        frames.append(latest_protocol(rows, MIN_PROTOCOL_RUNS))
+        frames.append(latest_protocol_per_shape(rows))
         paths.append(path)
     if not frames:
         raise ResultsError(f"results file {missing[0]} does not exist (nor any other version's in {missing[0].parent})")
@@ -158,6 +158,14 @@ def latest_protocol(df: pd.DataFrame, min_runs: int = 1) -> pd.DataFrame:
     return df[protocol == newest.idxmax()]
 
 
+def latest_protocol_per_shape(df: pd.DataFrame, keys=("causal", "N"), min_runs: int = MIN_PROTOCOL_RUNS):
+    """Each shape's (rows of one `keys` value) own latest_protocol: a later protocol that timed a few shapes refreshes
+    those shapes only."""
+    if not len(df):
+        return df
+    return pd.concat([latest_protocol(shape, min_runs) for _, shape in df.groupby(list(keys))])
+
+
 def peer_measured_rows(gpu_slug: str, results_root=None, D: int = shapes.HEAD_DIM) -> pd.DataFrame:
     """Every version's bench rows at head dimension D of the default kernels whose peer was measured (fa4_status
     'ok'), at the latest commit that has such rows for that version: the runs the peer column pools, whatever
@@ -190,7 +198,7 @@ HOSTPATH_VERSIONS = ("v5_final", "v6_longest_first", "v7_hopper")   # the versio
 
 
 def hostpath(gpu_slug: str, version: str, results_root=None) -> tuple[pd.DataFrame, Path]:
-    """One version's rows with do_bench, CUDA-graph and host-per-call times, from its latest protocol:
+    """One version's rows with do_bench, CUDA-graph and host-per-call times, each shape's from its latest protocol:
     the harness file's (bench/<version>.csv) when its rows carry all three for it and SDPA, else the
     earlier results/<gpu>/hostpath/<version>.csv."""
     bench = root(results_root) / gpu_slug / "bench" / f"{version}.csv"
@@ -199,9 +207,9 @@ def hostpath(gpu_slug: str, version: str, results_root=None) -> tuple[pd.DataFra
         if all(c in df.columns for c in HOSTPATH_COLUMNS):
             timed = df.dropna(subset=["graph_ms", "host_us", "sdpa_graph_ms", "sdpa_host_us"])
             if len(timed):
-                return latest_protocol(timed, MIN_PROTOCOL_RUNS), bench
+                return latest_protocol_per_shape(timed), bench
     path = root(results_root) / gpu_slug / "hostpath" / f"{version}.csv"
-    return latest_protocol(load(path, HOSTPATH_COLUMNS), MIN_PROTOCOL_RUNS), path
+    return latest_protocol_per_shape(load(path, HOSTPATH_COLUMNS)), path
 
 
 def hostpath_tables(gpu_slug: str, results_root=None) -> list[tuple[str, pd.DataFrame, Path]]:

@@ -189,8 +189,7 @@ def backward_summary(gpu, root):
         # a protocol of a few N refreshes those N only)
         modes = df["dq_mode"].fillna("separate").astype(str) if "dq_mode" in df else pd.Series("separate", df.index)
         for mode in sorted(set(modes), key=lambda m: (m != "separate", m)):
-            latest = pd.concat([data.latest_protocol(shape, data.MIN_PROTOCOL_RUNS)
-                                for _, shape in df[modes == mode].groupby(["causal", "N"])])
+            latest = data.latest_protocol_per_shape(df[modes == mode])
             g = latest.groupby(["causal", "N"])
             out = g.agg(runs=("run_id", "nunique"), fwd_bwd_ms=("fwd_bwd_ms", "median"), bwd_ms=("bwd_ms", "median"),
                         sdpa_fwd_bwd_ms=("sdpa_fwd_bwd_ms", "median"), sdpa_bwd_ms=("sdpa_bwd_ms", "median"),

@@ -473,6 +473,21 @@ def test_a_later_protocol_made_with_a_kernel_switch_on_is_not_the_default_kernel
     assert set(bench.run_id.str[:22]) == {"20261129T000000-aaaaaa"} and bench["ms"].max() < 1
 
 
+def test_a_later_forward_protocol_of_one_length_refreshes_that_length_only(tmp_path):
+    """The harness tables take each shape's latest protocol (as the backward's do): a later run at N = 1024 alone
+    replaces N = 1024's rows and leaves every other length on the full protocol before it."""
+    path = tmp_path / GPU / "bench" / "v7_hopper.csv"
+    rows = _bench_rows(7, "v7_hopper")
+    one = [{**r, "run_id": r["run_id"].replace("abcdef", "cccccc"), "date": "2026-11-30T00:00:00+00:00",
+            "ms": 2 * r["ms"]} for r in rows if r["N"] == 1024]
+    _write(path, rows + one)
+    bench, _ = data.bench(GPU, tmp_path)
+    protocols = bench.groupby("N").run_id.agg(lambda r: set(r.str[:22]))
+    assert protocols[1024] == {"20261129T000000-cccccc"}
+    assert all(protocols[N] == {"20261129T000000-abcdef"} for N in shapes.SEQ_LENS if N != 1024)
+    assert len(bench) == len(rows)
+
+
 def test_ada_figure_names_the_runs_it_pools(results_root):
     df, _ = data.bench(GPU, results_root)
     df = df.assign(git_commit=["bbbbbbb0" if v == "v7_hopper" else "aaaaaaa0" for v in df["version"]])
