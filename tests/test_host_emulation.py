@@ -1,0 +1,42 @@
+"""profiling/host_emulation.py on this machine's CPU: v7's tl kernel, compiled for sm_90 and launched through Triton's
+own launcher over the stub libcuda, gets its DirectLauncher, and a repeat whose O takes a freed buffer's place
+encodes no descriptor (a descriptor that kept its base made every repeat encode O again)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = [pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")), reason="needs a C compiler"),
+              pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: invoke host-steps times it")]
+
+
+def _run(tmp_path, *extra):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # a compiled kernel, not the interpreter
+    return subprocess.run([sys.executable, "profiling/host_emulation.py", "--N", "128", "--heads", "2", "--calls",
+                           "200", "--rounds", "1", "--stub-dir", str(tmp_path), *extra],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+
+
+def test_a_tl_repeat_launches_directly_and_encodes_no_descriptor(tmp_path):
+    out = _run(tmp_path, "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    assert row["direct"], "the tl launch fell back to Triton's launcher"
+    assert row["encodes_per_repeat"] == 0
+    assert row["us_median"] > 0 and row["triton"]
+
+
+def test_a_wrong_label_is_one_line_naming_the_candidates(tmp_path):
+    out = _run(tmp_path, "--label", "1,2,3,4")
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith("host emulation: --label '1,2,3,4'")
+    assert "64,64,4,3/p0" in out.stderr
