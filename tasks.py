@@ -474,17 +474,20 @@ def host_steps(c, kernel="v5_final,v6_longest_first,v7_hopper", N="512", repeats
         raise Exit("host-steps failed", code=1)
 
 
-@task(help={"N": "sequence length", "D": "head dimension (64 or 128)", "causal": "causal mask (1 or 0)",
-            "label": "the tl candidate repeated", "calls": "repeats per round", "rounds": "rounds",
+@task(help={"path": "tl (v7's tl forward), gluon (its Gluon forward) or bwd-ws (the warp-specialized backward)",
+            "N": "sequence length", "D": "head dimension (64 or 128)", "causal": "causal mask (1 or 0)",
+            "label": "a forward candidate (default: tl 64,64,4,3/p0, gluon its first)", "calls": "repeats per round",
+            "rounds": "rounds",
             "no_pool": "O from torch's CPU allocator instead of a pool that reuses a freed buffer, as CUDA's does"})
-def host_emulate(c, N=512, D=64, causal=1, label="64,64,4,3/p0", calls=5000, rounds=3, no_pool=False):
-    """Repeat v7's tl launch through Triton's launcher, no GPU.
+def host_emulate(c, path="tl", N=512, D=64, causal=1, label="", calls=5000, rounds=3, no_pool=False):
+    """Repeat v7's recorded launches on a stub driver, no GPU.
 
-    profiling/host_emulation.py: a stub libcuda (every driver call succeeds at once), the tl kernel compiled for
-    sm_90, its recorded launch repeated on CPU tensors. Prints whether it launches directly, the descriptor encodes
-    per repeat and the Python's µs per repeat. Needs a C compiler; CPU numbers, nothing written to results/."""
-    cmd = [sys.executable, "profiling/host_emulation.py", "--N", str(N), "--D", str(D), "--causal", str(causal),
-           "--label", label, "--calls", str(calls), "--rounds", str(rounds), *(["--no-pool"] if no_pool else [])]
+    profiling/host_emulation.py: a stub libcuda (every driver call succeeds at once), the kernel compiled for sm_90,
+    its recorded launch repeated on CPU tensors. Prints whether it launches directly, the descriptor encodes per
+    repeat and the Python's µs per repeat. Needs a C compiler; CPU numbers, nothing written to results/."""
+    cmd = [sys.executable, "profiling/host_emulation.py", "--path", path, "--N", str(N), "--D", str(D),
+           "--causal", str(causal), *(["--label", label] if label else []), "--calls", str(calls),
+           "--rounds", str(rounds), *(["--no-pool"] if no_pool else [])]
     if _run(cmd) != 0:
         raise Exit("host-emulate failed", code=1)
 

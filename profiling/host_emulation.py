@@ -1,15 +1,18 @@
-"""The forward's lean repeat without a GPU: Triton's own launch code over a stub libcuda, on CPU tensors.
+"""v7's recorded launches repeated without a GPU: Triton's own launch code over a stub libcuda, on CPU tensors.
 
     python profiling/host_emulation.py                         # v7's tl path, N = 512, D = 64, causal
-    python profiling/host_emulation.py --N 1024 --label 128,64,4,3/p0 --json
+    python profiling/host_emulation.py --path gluon --N 1024 --json
+    python profiling/host_emulation.py --path bwd-ws --N 2048 --D 128
 
 Triton's launcher (its C module, compiled here against profiling/stub_libcuda.c, whose every driver call succeeds
-at once) and fa2triton's host path run for real: v7's tl kernel is compiled for sm_90 by the JIT path, and its
-recorded launch (TmaLaunch) is repeated with the scratch L. Only the driver's work is missing. It answers what a
-GPU-less machine can: whether the recorded launch got its DirectLauncher, how many descriptor encodes a repeat
-makes, and the Python's µs per repeat. O comes from a pool that hands out a free buffer first, as the CUDA caching
-allocator does (glibc's own reuse varies from run to run; --no-pool uses it). These are not GPU numbers: nothing here
-goes to results/ (docs/worklogs/v7_hopper.md, "The tl path's host cost since the port")."""
+at once) and fa2triton's host path run for real: the kernel is compiled for sm_90 by the JIT path and launched once,
+then its recorded launch is repeated. Paths: `tl` (v7's tl forward, its TmaLaunch, with the scratch L), `gluon` (the
+Gluon forward's GluonLaunch) and `bwd-ws` (the warp-specialized Gluon backward's WsLaunch, on kept gradients and
+scratch). Only the driver's work is missing. It answers what a GPU-less machine can: whether the recorded launch got
+its DirectLauncher, how many descriptor encodes a repeat makes, and the Python's µs per repeat. A forward's O comes
+from a pool that hands out a free buffer first, as the CUDA caching allocator does (glibc's own reuse varies from run
+to run; --no-pool uses it). These are not GPU numbers: nothing here goes to results/ (docs/worklogs/v7_hopper.md,
+"The tl path's host cost since the port")."""
 
 from __future__ import annotations
 
@@ -90,34 +93,89 @@ class Pool:
         return self.buffers[-1]
 
 
-def tl_launch(N: int, D: int, causal: bool, label: str, heads: int):
-    """v7's tl path compiled and launched once on CPU tensors of (heads, N, D), its candidate `label` pinned;
-    returns (the module, its TmaLaunch, Q, K, V)."""
-    import importlib
+PATHS = ("tl", "gluon", "bwd-ws")
+DEFAULT_LABEL = {"tl": "64,64,4,3/p0"}   # the table's tl launch at N = 512, D = 64, causal; gluon: the first candidate
 
+
+def _inputs(N: int, D: int, heads: int, n: int = 3):
     import torch
+
+    return [torch.randn(heads, N, D, dtype=torch.bfloat16) for _ in range(n)]
+
+
+def tl_repeat(N: int, D: int, causal: bool, label: str | None, heads: int, pool: bool):
+    """v7's tl path compiled and launched once on CPU tensors of (heads, N, D), its candidate `label` pinned:
+    (a call that repeats its TmaLaunch with the scratch L, the launch's compiled kernels)."""
+    import importlib
 
     from fa2triton.interpret import only_config
 
     v7 = importlib.import_module("fa2triton.kernels.v7_hopper.flashattention_autograd_function_triton")
-    Q, K, V = (torch.randn(heads, N, D, dtype=torch.bfloat16) for _ in range(3))
+    Q, K, V = _inputs(N, D, heads)
     candidates = v7._candidates("tma", Q)
+    label = label or DEFAULT_LABEL["tl"]
     if label not in candidates:
         raise EmulationError(f"--label {label!r} is not a tl candidate at D = {D}: {', '.join(candidates)}")
     with only_config(v7.flash_fwd_kernel, candidates[label]):
-        _, _, launches = v7._tma_launch(Q, K, V, causal, 0)
-    return v7, launches[0], Q, K, V
-
-
-def measure(N: int = 512, D: int = 64, causal: bool = True, label: str = "64,64,4,3/p0", heads: int = 32,
-            calls: int = 5000, rounds: int = 3, pool: bool = True) -> dict:
-    """µs per repeat (median, min, max of `rounds` loops of `calls`), encodes per repeat, and whether the launch has
-    its DirectLauncher. Call after activate()."""
-    import fa2triton.lean_path as lean_path
-
-    v7, launch, Q, K, V = tl_launch(N, D, causal, label, heads)
+        launch = v7._tma_launch(Q, K, V, causal, 0)[2][0]
     if pool:
         v7.empty_output = Pool()
+    return (lambda: launch(Q, K, V, need_l=False)), [launch.kernel], label
+
+
+def gluon_repeat(N: int, D: int, causal: bool, label: str | None, heads: int, pool: bool):
+    """The Gluon forward's candidate `label` (default: the first at D) compiled and launched once: (a call that
+    repeats its GluonLaunch with the scratch L, its compiled kernels, the label). The GPU's SM count (the persistent grid and the
+    split plan) is the stub's H200's, 132."""
+    from types import SimpleNamespace
+
+    import fa2triton.gluon.gluon_configs as configs
+    import fa2triton.gluon.gluon_forward_hopper as G
+
+    Q, K, V = _inputs(N, D, heads)
+    candidates = {c.label: c for c in G.candidates_for(D)}
+    label = label or next(iter(candidates))
+    if label not in candidates:
+        raise EmulationError(f"--label {label!r} is not a Gluon candidate at D = {D}: {', '.join(candidates)}")
+    G.facts = configs.facts = lambda device=0: SimpleNamespace(sm_count=132, smem_per_block=232448)
+    launch = G.forward(Q, K, V, causal, candidates[label])[2]
+    if pool:
+        G.empty_output = Pool()
+    kernels = [launch.kernel] + ([launch.combine] if launch.combine is not None else [])
+    return (lambda: launch(Q, K, V, need_l=False)), kernels, label
+
+
+def bwd_ws_repeat(N: int, D: int, causal: bool, label: str | None, heads: int, pool: bool):
+    """The warp-specialized Gluon backward compiled and launched once: (a call that repeats its WsLaunch on the same
+    gradients and scratch, as the harness's repeat keeps them, its compiled kernel, the kernel's name)."""
+    import math
+
+    import torch
+
+    import fa2triton.gluon.gluon_backward_ws as ws
+
+    if label is not None:
+        raise EmulationError("--label applies to the forward paths; bwd-ws has one kernel")
+    q, k, v, do, dk, dv = _inputs(N, D, heads, 6)
+    lse, delta = torch.zeros(heads, N), torch.zeros(heads, N)
+    acc = torch.zeros(heads, N, D)
+    scale = 1.0 / math.sqrt(D)
+    launch = ws.launch(q, k, v, do, lse, delta, dk, dv, acc, causal, scale)
+    return (lambda: launch(q, k, v, do, lse, delta, dk, dv, acc, stream=0)), [launch.kernel], ws.label(D)
+
+
+REPEATS = {"tl": tl_repeat, "gluon": gluon_repeat, "bwd-ws": bwd_ws_repeat}
+
+
+def measure(path: str = "tl", N: int = 512, D: int = 64, causal: bool = True, label: str | None = None,
+            heads: int = 32, calls: int = 5000, rounds: int = 3, pool: bool = True) -> dict:
+    """µs per repeat (median, min, max of `rounds` loops of `calls`), encodes per repeat, and whether every kernel
+    of the launch has its DirectLauncher. Call after activate()."""
+    import fa2triton.lean_path as lean_path
+
+    if path not in REPEATS:
+        raise EmulationError(f"--path {path!r}: one of {', '.join(PATHS)}")
+    repeat, kernels, label = REPEATS[path](N, D, causal, label, heads, pool)
     encodes = [0]
     encode = lean_path.encode_descriptor
 
@@ -128,17 +186,17 @@ def measure(N: int = 512, D: int = 64, causal: bool = True, label: str = "64,64,
     lean_path.encode_descriptor = counted
     try:
         for _ in range(50):
-            launch(Q, K, V, need_l=False)
+            repeat()
         encodes[0], times = 0, []
         for _ in range(rounds):
             t0 = time.perf_counter()
             for _ in range(calls):
-                launch(Q, K, V, need_l=False)
+                repeat()
             times.append((time.perf_counter() - t0) / calls * 1e6)
     finally:
         lean_path.encode_descriptor = encode
-    return {"N": N, "D": D, "causal": causal, "label": label, "pool": pool,
-            "direct": lean_path.DirectLauncher.of(launch.kernel) is not None,
+    return {"path": path, "N": N, "D": D, "causal": causal, "label": label,
+            "pool": pool, "direct": all(lean_path.DirectLauncher.of(k) is not None for k in kernels),
             "encodes_per_repeat": encodes[0] / (calls * rounds), "us_median": statistics.median(times),
             "us_min": min(times), "us_max": max(times)}
 
@@ -146,10 +204,12 @@ def measure(N: int = 512, D: int = 64, causal: bool = True, label: str = "64,64,
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--path", default="tl", choices=PATHS, help="the recorded launch repeated (default tl)")
     ap.add_argument("--N", type=int, default=512, help="sequence length (default 512)")
     ap.add_argument("--D", type=int, default=64, choices=(64, 128), help="head dimension (default 64)")
     ap.add_argument("--causal", type=int, default=1, choices=(0, 1), help="causal mask (default 1)")
-    ap.add_argument("--label", default="64,64,4,3/p0", help="the tl candidate (default the table's at N = 512, D = 64)")
+    ap.add_argument("--label", default=None, help="the forward's candidate (tl default 64,64,4,3/p0, the table's at "
+                    "N = 512, D = 64; gluon default its first at D)")
     ap.add_argument("--heads", type=int, default=32, help="B * H (default 32)")
     ap.add_argument("--calls", type=int, default=5000, help="repeats per round (default 5000)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
@@ -160,8 +220,8 @@ def main(argv=None) -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             activate(build_stub(args.stub_dir or Path(tmp)))
-            row = measure(args.N, args.D, bool(args.causal), args.label, args.heads, args.calls, args.rounds,
-                          not args.no_pool)
+            row = measure(args.path, args.N, args.D, bool(args.causal), args.label, args.heads, args.calls,
+                          args.rounds, not args.no_pool)
     except EmulationError as e:
         print(f"host emulation: {e}", file=sys.stderr)
         return 2
@@ -171,7 +231,8 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(row))
     else:
-        print(f"v7 tl {row['label']}, N {row['N']}, D {row['D']}, causal {int(row['causal'])}, Triton {row['triton']}: "
+        print(f"v7 {row['path']} {row['label']}, N {row['N']}, D {row['D']}, causal {int(row['causal'])}, "
+              f"Triton {row['triton']}: "
               f"DirectLauncher {'yes' if row['direct'] else 'no'}, {row['encodes_per_repeat']:.2f} encodes and "
               f"{row['us_median']:.2f} µs ({row['us_min']:.2f}-{row['us_max']:.2f}) per repeat, CPU, stub driver")
     return 0

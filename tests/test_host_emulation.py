@@ -1,6 +1,7 @@
-"""profiling/host_emulation.py on this machine's CPU: v7's tl kernel, compiled for sm_90 and launched through Triton's
-own launcher over the stub libcuda, gets its DirectLauncher, and a repeat whose O takes a freed buffer's place
-encodes no descriptor (a descriptor that kept its base made every repeat encode O again)."""
+"""profiling/host_emulation.py on this machine's CPU: each recorded launch of v7 (the tl and Gluon forwards, the
+warp-specialized Gluon backward), its kernels compiled for sm_90 and launched through this Triton's own launcher over
+the stub libcuda, gets its DirectLauncher, and a repeat whose tensors take freed buffers' places encodes no
+descriptor (a descriptor that kept its base made every tl repeat encode O again)."""
 
 from __future__ import annotations
 
@@ -27,11 +28,13 @@ def _run(tmp_path, *extra):
                           capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
 
 
-def test_a_tl_repeat_launches_directly_and_encodes_no_descriptor(tmp_path):
-    out = _run(tmp_path, "--json")
+@pytest.mark.parametrize("path", ["tl", "gluon", "bwd-ws"])
+def test_a_repeat_launches_directly_and_encodes_no_descriptor(tmp_path, path):
+    out = _run(tmp_path, "--path", path, "--json")
     assert out.returncode == 0, out.stderr[-2000:]
-    row = json.loads(out.stdout.strip().splitlines()[-1])
-    assert row["direct"], "the tl launch fell back to Triton's launcher"
+    row = json.loads(next(ln for ln in out.stdout.splitlines() if ln.startswith("{")))
+    assert row["path"] == path and row["label"]
+    assert row["direct"], f"the {path} launch fell back to Triton's launcher"
     assert row["encodes_per_repeat"] == 0
     assert row["us_median"] > 0 and row["triton"]
 
