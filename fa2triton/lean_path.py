@@ -21,6 +21,7 @@ torch.autograd.Function.apply, unchanged.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -83,11 +84,12 @@ def current_stream(device_index: int) -> int:
 
 
 def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: int,
-                 stream: int | None = None) -> None:
+                 stream: int | None = None, bases: tuple = ()) -> None:
     """Launch a CompiledKernel (what `jit_fn[grid](...)` returned) on `stream` (default: the current one),
     skipping Triton's argument binding and specialisation: `args` is every parameter in signature order,
     constexprs included, exactly as the first launch bound them; a pointer may be given as its int address (Triton's
-    launcher then skips its data_ptr() call and the driver's pointer check).
+    launcher then skips its data_ptr() call and the driver's pointer check). `bases`: the base tensors of the host
+    descriptors that lead `args` (a recorded launch's templates, `templates`), in order; the templates stay as they are.
 
     Launch hooks (Proton's, any registered with knobs.runtime) still fire. When none is registered
     the launcher gets None for both hooks and no launch metadata: in Triton 3.6 and 3.9 the hooks are
@@ -98,29 +100,34 @@ def run_compiled(kernel, grid: tuple[int, int, int], args: tuple, device_index: 
     if stream is None:
         stream = driver.active.get_current_stream(device_index)
     enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-    if not _hooked(enter) and not _hooked(leave):
+    hooked = _hooked(enter) or _hooked(leave)
+    if not hooked:
         direct = DirectLauncher.of(kernel)
         if direct is not None:
-            direct(grid, stream, args)
+            direct(grid, stream, args, bases)
             return
+    if bases:   # Triton's own launcher reads each descriptor's base: copies of the templates with theirs
+        args = (*(with_base(d, b) for d, b in zip(args, bases)), *args[len(bases):])
+    if not hooked:
         kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
         return
     meta = kernel.launch_metadata(grid, stream, *args)
     kernel.run(*grid, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *args)
 
 
-def run_rebased(kernel, grid: tuple[int, int, int], descs: list, bases: tuple, rest: tuple, device_index: int,
-                stream: int | None = None) -> None:
-    """run_compiled on a recorded launch's host descriptors `descs`, each given its base from `bases` (in order),
-    followed by `rest`; after the launch every descriptor drops its base (None until the next call sets it).
-    Why: a descriptor that kept its base kept the caller's tensor alive, so the next call's fresh tensor (the tl
-    path's O on every call) could not take that address and DirectLauncher encoded its CUtensorMap again
-    (docs/worklogs/v7_hopper.md, "The tl path's host cost since the port")."""
-    for d, base in zip(descs, bases):
-        d.base = base
-    run_compiled(kernel, grid, (*descs, *rest), device_index, stream)
-    for d in descs:
-        d.base = None
+def with_base(desc, base):
+    """A copy of host descriptor `desc` over `base` (same shape, strides, block and layout)."""
+    out = copy.copy(desc)
+    out.base = base
+    return out
+
+
+def templates(descs) -> list:
+    """A recorded launch's descriptors: copies of `descs` without a base, which each launch gives through
+    run_compiled's `bases`. Nothing sets a template's base, so threads may share a launch, and a template keeps no
+    caller's tensor alive: one that kept the last call's O made the next O take another address, and DirectLauncher
+    encoded it again on every tl repeat (docs/worklogs/v7_hopper.md, "The tl path's host cost since the port")."""
+    return [with_base(d, None) for d in descs]
 
 
 class DirectLauncher:
@@ -158,22 +165,24 @@ class DirectLauncher:
         self.call, self.expand = direct_launch(kernel.run)
         self.function, self.packed = kernel.function, kernel.packed_metadata
 
-    def __call__(self, grid, stream, args):   # the per-call hot path
+    def __call__(self, grid, stream, args, bases=()):   # the per-call hot path
         if self.expand:
             args = list(args)
+            n = len(bases)
             for i, meta in self.expand:
-                args[i:i + 1] = self.encoded(args[i], meta)
+                args[i:i + 1] = self.encoded(args[i], meta, bases[i] if i < n else args[i].base)
         self.call(grid, stream, self.function, self.packed, args)
 
     @staticmethod
-    def encoded(desc, meta) -> list:
-        """[CUtensorMap, *shape, *strides] for one descriptor, as Triton's launcher expands it, kept on the
-        descriptor while its base address and this kernel's metadata for it are unchanged."""
-        ptr = desc.base.data_ptr()
+    def encoded(desc, meta, base) -> list:
+        """[CUtensorMap, *shape, *strides] for descriptor `desc` over `base`, as Triton's launcher expands it, kept
+        on the descriptor (one tuple, replaced whole) while the base address and this kernel's metadata for it are
+        unchanged."""
+        ptr = base.data_ptr()
         kept = desc.__dict__.get("_fa2_encoded")
         if kept is not None and kept[0] == ptr and kept[1] is meta:
             return kept[2]
-        out = encode_descriptor(desc, meta)
+        out = encode_descriptor(desc if base is desc.base else with_base(desc, base), meta)
         desc.__dict__["_fa2_encoded"] = (ptr, meta, out)
         return out
 

@@ -252,10 +252,10 @@ def test_run_compiled_skips_empty_launch_hooks_and_keeps_registered_ones(monkeyp
 
 
 
-def test_run_rebased_gives_the_launch_each_base_and_keeps_none_after_it(monkeypatch):
-    """A recorded launch's descriptors carry the call's tensors into the launch and let them go after it: a
-    descriptor that kept its base kept the caller's tensor alive, so the next call's fresh tensor could not take its
-    address and was encoded again on every call."""
+def test_a_launch_on_templates_gives_each_base_and_keeps_none(monkeypatch):
+    """run_compiled's `bases`: Triton's own launcher (here, a kernel without a DirectLauncher) gets copies of the
+    recorded templates over the call's tensors; the templates are never given a base, so threads may share them,
+    and none keeps a caller's tensor alive (one that kept the last O made every tl repeat encode O again)."""
     import types
     import weakref
 
@@ -267,18 +267,20 @@ def test_run_rebased_gives_the_launch_each_base_and_keeps_none_after_it(monkeypa
         function, packed_metadata = "fn", "packed"
 
         def run(self, *args):   # after grid x3, stream, function, metadata, hooks: the descriptors, then the rest
-            seen.append(([d.base for d in args[9:11]], args[11:]))
+            seen.append(([d.base for d in args[9:11]], [d.name for d in args[9:11]], args[11:]))
 
     monkeypatch.setattr(hostpath, "driver",
                         types.SimpleNamespace(active=types.SimpleNamespace(get_current_stream=lambda i: 0)))
-    descs = [types.SimpleNamespace(base=None) for _ in range(2)]
+    descs = hostpath.templates([types.SimpleNamespace(name=n, base=torch.empty(1)) for n in "qo"])
+    assert [d.base for d in descs] == [None, None]
     q, o = torch.empty(4, 8), torch.empty(4, 8)
-    hostpath.run_rebased(FakeKernel(), (1, 1, 1), descs, (q, o), ("L", 5), 0)
-    assert seen[-1][0][0] is q and seen[-1][0][1] is o and seen[-1][1] == ("L", 5)
+    hostpath.run_compiled(FakeKernel(), (1, 1, 1), (*descs, "L", 5), 0, None, (q, o))
+    (bases, names, rest), = seen
+    assert bases[0] is q and bases[1] is o and names == ["q", "o"] and rest == ("L", 5)
     assert [d.base for d in descs] == [None, None]
     gone = weakref.ref(o)
-    del o, seen[:]   # the test's own record of the launch holds it too
-    assert gone() is None, "the launch's descriptor still holds the caller's O"
+    del o, bases, seen[:]   # the test's own records hold it too
+    assert gone() is None, "the launch's descriptor holds the caller's O"
 
 
 def test_a_repeat_allocates_o_as_the_recorded_call_did(monkeypatch):
@@ -418,7 +420,7 @@ def test_direct_launcher_passes_what_tritons_wrapper_passes_and_encodes_once_per
     import triton
     from triton.backends.nvidia import driver as nv
 
-    from fa2triton.lean_path import DirectLauncher
+    from fa2triton.lean_path import DirectLauncher, templates
 
     encodes = []
 
@@ -449,6 +451,12 @@ def test_direct_launcher_passes_what_tritons_wrapper_passes_and_encodes_once_per
     k.base = torch.empty(64, 64)             # a new base address: that descriptor alone is encoded again
     direct((1, 2, 3), 99, args)
     assert [e[0] for e in encodes[4:]] == ["k"]
+    tq, = templates([q])                     # a recorded launch's template, its base given per call
+    q2 = torch.empty(64, 64)
+    direct((1, 2, 3), 99, (tq, "o_ptr", k, 1000), (q2,))
+    assert encodes[-1] == ("q", q2.data_ptr(), 0) and tq.base is None and len(encodes) == 6
+    direct((1, 2, 3), 99, (tq, "o_ptr", k, 1000), (q2,))
+    assert len(encodes) == 6                 # the same base again: kept
 
 
 def test_direct_launcher_declines_what_only_tritons_launcher_handles():

@@ -36,7 +36,7 @@ import math
 import torch
 
 from fa2triton.gluon import gluon_forward_hopper as _fwd
-from fa2triton.lean_path import run_rebased
+from fa2triton.lean_path import run_compiled, templates
 from fa2triton import tile_order
 
 HAVE_GLUON = _fwd.HAVE_GLUON
@@ -363,18 +363,18 @@ def unsupported(q, k, v, do, lse, delta, scale) -> str | None:
 
 class DkdvLaunch:
     """A recorded launch of _dkdv_kernel (fa2triton.lean_path's lean repeat, as gluon_forward_hopper.GluonLaunch): later
-    calls with the same shapes and strides reuse the compiled kernel and its four descriptors, rebinding only their
-    bases (Triton 3.6's launcher reads base.data_ptr() and the descriptor's own shape and strides)."""
+    calls with the same shapes and strides reuse the compiled kernel and its four descriptors (lean_path.templates),
+    giving only their bases (the launcher reads base.data_ptr() and the descriptor's own shape and strides)."""
 
     def __init__(self, compiled, grid, args, causal: bool):
         self.kernel, self.grid = compiled, (*grid, 1)
-        self.descs = list(args[:4])
+        self.descs = templates(args[:4])
         self.scalars = (*args[8:], bool(causal))    # strides, sizes, the two scales, then CAUSAL
 
     def __call__(self, q, k, v, do, lse, delta, dk, dv, stream=None) -> None:   # the hot path: no checks here
         """Launch on `stream` (default: q's device's current one); lse, delta, dk, dv as tensors or addresses."""
-        run_rebased(self.kernel, self.grid, self.descs, (q, k, v, do), (lse, delta, dk, dv, *self.scalars),
-                    q.device.index if stream is None else None, stream)
+        run_compiled(self.kernel, self.grid, (*self.descs, lse, delta, dk, dv, *self.scalars),
+                     q.device.index if stream is None else None, stream, (q, k, v, do))
 
 
 def launch(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float) -> DkdvLaunch:

@@ -32,7 +32,7 @@ import math
 import torch
 
 from fa2triton.gluon import gluon_backward_hopper as _r1
-from fa2triton.lean_path import run_rebased
+from fa2triton.lean_path import run_compiled, templates
 from fa2triton import tile_order
 
 HAVE_GLUON = _r1.HAVE_GLUON
@@ -426,18 +426,18 @@ def launch_args(q, k, v, do, lse, delta, dk, dv, dq_accum, scale: float, causal:
 
 
 class WsLaunch:
-    """A recorded launch of _bwd_ws_kernel: later calls with the same shapes and strides rebind the descriptors'
+    """A recorded launch of _bwd_ws_kernel: later calls with the same shapes and strides give the descriptors'
     bases only (gluon_backward_hopper.DkdvLaunch's lean repeat)."""
 
     def __init__(self, compiled, grid, args, constexprs: dict):
         self.kernel, self.grid = compiled, (*grid, 1)
-        self.descs = list(args[:5])
+        self.descs = templates(args[:5])
         self.scalars = (*args[9:], *constexprs.values())   # the compile-time arguments last, in order
 
     def __call__(self, q, k, v, do, lse, delta, dk, dv, dq_accum, stream=None) -> None:
         """Launch on `stream` (default: q's device's current one); lse, delta, dk, dv as tensors or addresses."""
-        run_rebased(self.kernel, self.grid, self.descs, (q, k, v, do, dq_accum), (lse, delta, dk, dv, *self.scalars),
-                    q.device.index if stream is None else None, stream)
+        run_compiled(self.kernel, self.grid, (*self.descs, lse, delta, dk, dv, *self.scalars),
+                     q.device.index if stream is None else None, stream, (q, k, v, do, dq_accum))
 
 
 def launch(q, k, v, do, lse, delta, dk, dv, dq_accum, causal: bool, scale: float) -> WsLaunch:

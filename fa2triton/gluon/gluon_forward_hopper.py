@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 
 from fa2triton.gpu import facts
-from fa2triton.lean_path import KeptL, empty_output, run_compiled, run_rebased
+from fa2triton.lean_path import KeptL, empty_output, run_compiled, templates
 from fa2triton.queued_timing import queued_ms
 from fa2triton.triton_compat import ptx_options
 from fa2triton.gluon import gluon_configs as _configs
@@ -255,15 +255,15 @@ def combine_tail(Op: torch.Tensor, Lp: torch.Tensor, full: int, splits: int, O: 
 
 class GluonLaunch(KeptL):
     """A recorded launch of the Gluon forward (fa2triton.lean_path's lean repeat): later calls with the same
-    shapes and strides reuse its compiled kernels and descriptors, changing only the descriptors' bases
-    (Triton 3.6's launcher reads base.data_ptr(), the shape and the strides, so the (heads, N, D) tensor
+    shapes and strides reuse its compiled kernels and descriptors (lean_path.templates), giving only the descriptors'
+    bases (the launcher reads base.data_ptr(), the shape and the strides, so the (heads, N, D) tensor
     serves as the base of its flattened view), and allocate O, L and the split tail's workspace. The
     normal path costs 60 to 300 us of host time per call (experiment gluon: do_bench against graph replay)."""
 
     def __init__(self, compiled, grid, args, constexprs: tuple, tail, combined, label: str):
         self.kernel, self.grid, self.constexprs = compiled, (*grid, *([1] * (3 - len(grid)))), constexprs
         self.label = label                          # the GluonConfig it runs
-        self.descs = list(args[:3])
+        self.descs = templates(args[:3])
         self.l_shape = args[4].shape                # O needs no record: every call allocates it by empty_output(Q)
         self.scalars = tuple(args[5:13])            # O's row and L's head strides, sizes, scale, FULL, SPLITS, items
         tail = None if tail is None else SplitTail(*tail)
@@ -286,8 +286,8 @@ class GluonLaunch(KeptL):
         else:
             Op = torch.empty(self.work_shape, dtype=torch.float32, device=Q.device)
             Lp = torch.empty(self.work_shape[:1], dtype=torch.float32, device=Q.device)
-        run_rebased(self.kernel, self.grid, self.descs, (Q, K, V), (O, L, *self.scalars, Op, Lp, *self.constexprs),
-                    Q.device.index)
+        run_compiled(self.kernel, self.grid, (*self.descs, O, L, *self.scalars, Op, Lp, *self.constexprs),
+                     Q.device.index, None, (Q, K, V))
         if self.combine is not None:
             run_compiled(self.combine, self.combine_grid, (Op, Lp, O, L, *self.combine_sizes, *self.combine_constexprs),
                          Q.device.index)

@@ -47,7 +47,8 @@ from fa2triton.gpu import interpreting
 from fa2triton.inputs import unit_stride, validate_qkv
 from fa2triton.interpret import only_config
 from fa2triton.launch import allocate_outputs, autotune_configs, prune_to_fit, smem_limit, strides
-from fa2triton.lean_path import LeanApply, Launch, LaunchCache, compiled_or_none, empty_output, run_rebased
+from fa2triton.lean_path import (LeanApply, Launch, LaunchCache, compiled_or_none, empty_output, run_compiled,
+                                 templates)
 from fa2triton.race import medians as race_medians, shortlist
 from fa2triton.reference import autograd_backward
 from fa2triton.versions import load
@@ -353,10 +354,9 @@ def _descriptors(Q, K, V, O):
 
 
 class TmaLaunch(Launch):
-    """fa2triton.lean_path's lean repeat of a launch. The four descriptors are built on the first repeat
-    and afterwards only their base tensors change, set for each launch and dropped after it (run_rebased): the
-    cache key fixes every shape and stride, and the launcher turns each descriptor into a kernel parameter when it
-    launches. Why: building four TensorDescriptors per call doubled v7's host time (docs/worklogs/v7_hopper.md)."""
+    """fa2triton.lean_path's lean repeat of a launch. The four descriptors are built on the first repeat, as
+    templates without a base (lean_path.templates), and each launch gives their bases: the cache key fixes every
+    shape and stride. Why: building four TensorDescriptors per call doubled v7's host time (docs/worklogs/v7_hopper.md)."""
 
     blocks: tuple = ()
     descs: list | None = None
@@ -371,10 +371,11 @@ class TmaLaunch(Launch):
         L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device) if need_l else self.scratch_l(Q)
         descs = self.descs
         if descs is None:   # over 3-D views: a repeat may get fa2triton.api's (B, H, N, D) tensors
-            descs = self.descs = _descriptors(*(t.view(-1, *t.shape[-2:]) for t in (Q, K, V, O)))
+            descs = _descriptors(*(t.view(-1, *t.shape[-2:]) for t in (Q, K, V, O)))
             for d, block in zip(descs, self.blocks):
                 d.block_shape = list(block)
-        run_rebased(self.kernel, self.grid, descs, (Q, K, V, O), (L, *self.tail), Q.device.index)
+            descs = self.descs = templates(descs)
+        run_compiled(self.kernel, self.grid, (*descs, L, *self.tail), Q.device.index, None, (Q, K, V, O))
         LAST_PATH, LAST_CONFIG = "tma", self.label
         return O, L
 
