@@ -94,7 +94,7 @@ class Pool:
 
 
 PATHS = ("tl", "gluon", "bwd-ws")
-DEFAULT_LABEL = {"tl": "64,64,4,3/p0"}   # the table's tl launch at N = 512, D = 64, causal; gluon: the first candidate
+TL_LABEL = "64,64,4,3/p0"   # the tl path's default: the table's launch at N = 512, D = 64, causal
 
 
 def _inputs(N: int, D: int, heads: int, n: int = 3):
@@ -105,7 +105,7 @@ def _inputs(N: int, D: int, heads: int, n: int = 3):
 
 def tl_repeat(N: int, D: int, causal: bool, label: str | None, heads: int, pool: bool):
     """v7's tl path compiled and launched once on CPU tensors of (heads, N, D), its candidate `label` pinned:
-    (a call that repeats its TmaLaunch with the scratch L, the launch's compiled kernels)."""
+    (a call that repeats its TmaLaunch with the scratch L, the launch's compiled kernels, the label)."""
     import importlib
 
     from fa2triton.interpret import only_config
@@ -113,7 +113,7 @@ def tl_repeat(N: int, D: int, causal: bool, label: str | None, heads: int, pool:
     v7 = importlib.import_module("fa2triton.kernels.v7_hopper.flashattention_autograd_function_triton")
     Q, K, V = _inputs(N, D, heads)
     candidates = v7._candidates("tma", Q)
-    label = label or DEFAULT_LABEL["tl"]
+    label = label or TL_LABEL
     if label not in candidates:
         raise EmulationError(f"--label {label!r} is not a tl candidate at D = {D}: {', '.join(candidates)}")
     with only_config(v7.flash_fwd_kernel, candidates[label]):
@@ -125,8 +125,8 @@ def tl_repeat(N: int, D: int, causal: bool, label: str | None, heads: int, pool:
 
 def gluon_repeat(N: int, D: int, causal: bool, label: str | None, heads: int, pool: bool):
     """The Gluon forward's candidate `label` (default: the first at D) compiled and launched once: (a call that
-    repeats its GluonLaunch with the scratch L, its compiled kernels, the label). The GPU's SM count (the persistent grid and the
-    split plan) is the stub's H200's, 132."""
+    repeats its GluonLaunch with the scratch L, its compiled kernels, the label). The GPU's SM count (the persistent
+    grid and the split plan) is the stub's H200's, 132."""
     from types import SimpleNamespace
 
     import fa2triton.gluon.gluon_configs as configs

@@ -356,7 +356,8 @@ def _descriptors(Q, K, V, O):
 class TmaLaunch(Launch):
     """fa2triton.lean_path's lean repeat of a launch. The four descriptors are built on the first repeat, as
     templates without a base (lean_path.templates), and each launch gives their bases: the cache key fixes every
-    shape and stride. Why: building four TensorDescriptors per call doubled v7's host time (docs/worklogs/v7_hopper.md)."""
+    shape and stride. Why: building four TensorDescriptors per call doubled v7's host time
+    (docs/worklogs/v7_hopper.md)."""
 
     blocks: tuple = ()
     descs: list | None = None
