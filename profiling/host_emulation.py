@@ -3,6 +3,7 @@
     python profiling/host_emulation.py                         # v7's tl path, N = 512, D = 64, causal
     python profiling/host_emulation.py --path gluon --N 1024 --json
     python profiling/host_emulation.py --path bwd-ws --N 2048 --D 128
+    python profiling/host_emulation.py --tree ../old-checkout       # that checkout's fa2triton, this tool
 
 Triton's launcher (its C module, compiled here against profiling/stub_libcuda.c, whose every driver call succeeds
 at once) and fa2triton's host path run for real: the kernel is compiled for sm_90 by the JIT path and launched once,
@@ -215,8 +216,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     ap.add_argument("--no-pool", action="store_true", help="O from torch's CPU allocator, not the caching pool")
     ap.add_argument("--stub-dir", type=Path, default=None, help="where to build the stub (default a temporary folder)")
+    ap.add_argument("--tree", type=Path, default=None,
+                    help="import fa2triton from this checkout instead (an earlier commit's, to compare)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
+    if args.tree is not None:
+        if not (args.tree / "fa2triton" / "lean_path.py").is_file():
+            print(f"host emulation: --tree {args.tree} has no fa2triton/lean_path.py", file=sys.stderr)
+            return 2
+        sys.path.insert(0, str(args.tree.resolve()))
     try:
         with tempfile.TemporaryDirectory() as tmp:
             activate(build_stub(args.stub_dir or Path(tmp)))
@@ -227,7 +235,9 @@ def main(argv=None) -> int:
         return 2
     import triton
 
-    row["triton"] = triton.__version__
+    import fa2triton
+
+    row["triton"], row["tree"] = triton.__version__, str(Path(fa2triton.__file__).resolve().parent.parent)
     if args.json:
         print(json.dumps(row))
     else:

@@ -43,3 +43,9 @@ def test_a_wrong_label_is_one_line_naming_the_candidates(tmp_path):
     out = _run(tmp_path, "--label", "1,2,3,4")
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith("host emulation: --label '1,2,3,4'")
     assert "64,64,4,3/p0" in out.stderr
+
+
+def test_a_tree_without_fa2triton_is_one_line(tmp_path):
+    out = _run(tmp_path, "--tree", str(tmp_path / "nowhere"))
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        f"host emulation: --tree {tmp_path / 'nowhere'} has no fa2triton/lean_path.py"]
