@@ -49,3 +49,34 @@ def test_a_tree_without_fa2triton_is_one_line(tmp_path):
     out = _run(tmp_path, "--tree", str(tmp_path / "nowhere"))
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         f"host emulation: --tree {tmp_path / 'nowhere'} has no fa2triton/lean_path.py"]
+
+
+HOOKED = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+import profiling.host_emulation as he
+he.activate(he.build_stub(Path({stub!r})))
+from triton import knobs
+for path in ("tl", "gluon", "bwd-ws"):
+    repeat = he.REPEATS[path](128, 64, True, None, 2, True)[0]
+    seen = []
+    knobs.runtime.launch_enter_hook.add(seen.append)
+    try:
+        for _ in range(3):
+            repeat()
+    finally:
+        knobs.runtime.launch_enter_hook.remove(seen.append)
+    print(path, len(seen))
+"""
+
+
+def test_with_a_launch_hook_each_repeat_goes_through_tritons_launcher(tmp_path):
+    """A registered launch hook (a profiler's) sends every recorded launch through Triton's own launcher, which
+    reads each descriptor's base: the templates' copies over the call's tensors must launch, and the hook must see
+    each repeat."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", HOOKED.format(repo=str(REPO), stub=str(tmp_path))],
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert [ln for ln in out.stdout.splitlines() if ln[:1].isalpha()] == ["tl 3", "gluon 3", "bwd-ws 3"]
