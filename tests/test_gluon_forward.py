@@ -212,9 +212,9 @@ def test_combine_tail_merges_split_parts_into_attention(splits):
 
 
 def test_a_repeated_gluon_launch_swaps_bases_and_refreshes_every_output(monkeypatch):
-    """GluonLaunch (the lean repeat v7's Gluon path records): the descriptors are built once and only their
-    bases change; O, L and the split tail's workspace are new on every call and reach the kernel and the
-    combine at their places in the signatures, with the recorded sizes and constexprs."""
+    """GluonLaunch (the lean repeat v7's Gluon path records): the descriptors are built once and each launch gives
+    their bases (the templates keep none); O, L and the split tail's workspace are new on every call and reach the
+    kernel and the combine at their places in the signatures, with the recorded sizes and constexprs."""
     import types
 
     launched = []

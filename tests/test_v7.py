@@ -152,8 +152,8 @@ def test_both_loop_orders_compute_the_same_thing(q_tile, k_tile, warps):
 
 
 def test_a_repeated_tma_launch_reuses_its_descriptors_with_the_new_tensors(monkeypatch):
-    """The lean host path's repeat (TmaLaunch) builds the four descriptors once, then only swaps
-    their base tensors; what reaches the launcher is the current call's Q, K, V and O."""
+    """The lean host path's repeat (TmaLaunch) builds the four descriptors once, as templates without a base; what
+    reaches the launcher is the current call's Q, K, V and O, and the templates keep none of them."""
     import types
 
     launched = []
