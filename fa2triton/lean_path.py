@@ -310,10 +310,11 @@ class LaunchCache:
         and O and L are allocated by shape alone). Where B and H share no stride, every call checks and runs the
         3-D lean path on copies (its own signature's launch), and nothing is kept under the 4-D one."""
         check(Q, K, V)
+        merged = [(t.shape[0] * t.shape[1], *t.shape[2:]) for t in (Q, K, V)]   # not -1: a length may be 0
         try:
-            views = [t.view(-1, *t.shape[2:]) for t in (Q, K, V)]
+            views = [t.view(shape) for t, shape in zip((Q, K, V), merged)]
         except RuntimeError:
-            O, L = self(*(t.reshape(-1, *t.shape[2:]) for t in (Q, K, V)), mode, slow, NoGradContext())
+            O, L = self(*(t.reshape(shape) for t, shape in zip((Q, K, V), merged)), mode, slow, NoGradContext())
             return O.view(Q.shape), L, None
         O, L, launch = slow(*views, mode)
         return O.view(Q.shape), L, launch

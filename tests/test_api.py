@@ -158,3 +158,15 @@ def test_bad_input_gets_one_clear_error(call, message):
     with pytest.raises((ValueError, TypeError), match=message) as e:
         call()
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("version", NAMES)
+@pytest.mark.parametrize("n_q,n_k", [(0, 0), (16, 0), (0, 16)])
+def test_a_zero_length_is_named_by_every_version(version, n_q, n_k):
+    """A sequence of length 0 gets the kernels' own "empty input" line, also on the lean versions' 4-D path (whose
+    views once merged B and H as -1, which torch cannot infer from 0 elements)."""
+    q, k = (torch.randn(1, 2, n, 32, device=DEVICE) for n in (n_q, n_k))
+    for call in (lambda: attention(q, k, k, version=version),
+                 lambda: flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2), version=version)):
+        with pytest.raises(ValueError, match=r"^empty input: Q \(2, \d+, 32\), K \(2, \d+, 32\)$"):
+            call()
