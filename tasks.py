@@ -29,6 +29,19 @@ def _run(cmd: list[str], env: dict | None = None) -> int:
     return subprocess.run(cmd, env=env, cwd=REPO).returncode
 
 
+NAMED_EXITS = (2, 130)   # a script that exits 2 or 130 has said why in its own line (fa2lab.cli, argparse)
+
+
+def _script(cmd: list[str], env: dict | None = None, failed: str = "failed") -> None:
+    """_run(cmd, env); a failure exits with `failed` as its line, or only with the script's code where the
+    script has named the problem itself (NAMED_EXITS)."""
+    code = _run(cmd, env)
+    if code in NAMED_EXITS:
+        raise Exit(code=code)
+    if code != 0:
+        raise Exit(failed, code=1)
+
+
 def _need_gpu(what: str, instead: str) -> None:
     """The measuring tasks' check before they start: a GPU, and (their rows stamp it) a well-formed FA2_GIT_COMMIT
     where one is passed (fa2lab.provenance.commit_from_env)."""
@@ -134,8 +147,7 @@ def bench(c, kernel="v5_final", runs=1, pause=0.0, N="", causal="both", graphs=T
         import shlex
 
         cmd = [sys.executable, "harness/bench_varlen.py", "--kernel", kernel, *shlex.split(varlen_args)]
-        if _run(cmd) != 0:
-            raise Exit("the variable-length benchmark failed", code=1)
+        _script(cmd, failed="the variable-length benchmark failed")
         return
     from fa2lab.protocol import HARNESS_BWD, format_summary, read_bench_rows, run_protocol, summarise
     from fa2lab.results import gpu_dir
@@ -189,8 +201,7 @@ def sweep(c, kernel="v4_exp2", N="", causal="both", limit_minutes=0.0, workers=0
     cmd += ["--max-configs", str(max_configs)] if int(max_configs) else []
     cmd += ["--fresh"] if fresh else []
     cmd += ["--graph-max-n", str(graph_max_n)] if int(graph_max_n) else []
-    if _run(cmd) != 0:
-        raise Exit("sweep failed", code=1)
+    _script(cmd, failed="sweep failed")
 
 
 @task(help={"N": "comma-separated sequence lengths (default: all four)", "causal": "both, 0 or 1",
@@ -209,8 +220,8 @@ def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0
     results/<gpu>/sweep_bwd/flash_backward_triton.csv; needs a GPU. --pick (no GPU) turns a finished sweep into that
     GPU's backward default in fa2triton/backward_configs.json."""
     if pick:
-        if _run([sys.executable, "sweeps/sweep_backward.py", "--pick", "--dq-mode", dq_mode]) != 0:
-            raise Exit("no backward configuration picked", code=1)
+        _script([sys.executable, "sweeps/sweep_backward.py", "--pick", "--dq-mode", dq_mode],
+                failed="no backward configuration picked")
         return
     _need_gpu("invoke sweep-backward", "the committed results/<gpu>/sweep_bwd/*.csv can be read without one")
     cmd = [sys.executable, "sweeps/sweep_backward.py", "--causal", causal, "--dq-mode", dq_mode]
@@ -218,8 +229,7 @@ def sweep_backward(c, N="", causal="both", dq_mode="separate", limit_minutes=0.0
     cmd += ["--limit-minutes", str(limit_minutes)] if float(limit_minutes) else []
     cmd += ["--stages", *stages.split(",")] if stages else []
     cmd += ["--configs", *configs.split()] if configs else []
-    if _run(cmd) != 0:
-        raise Exit("backward sweep failed", code=1)
+    _script(cmd, failed="backward sweep failed")
 
 
 @task(help={"kernel": "the swept version (v0_baseline: writes v1-v4 tables; v4_exp2: writes v5's)",
@@ -235,8 +245,7 @@ def pick_configs(c, kernel="v4_exp2", gpu="", dry_run=False):
     _versions(kernel, one=True)
     cmd = [sys.executable, "sweeps/pick_configs.py", "--kernel", kernel] + (["--gpu", gpu] if gpu else [])
     cmd += ["--dry-run"] if dry_run else []
-    if _run(cmd) != 0:
-        raise Exit("pick-configs failed", code=1)
+    _script(cmd, failed="pick-configs failed")
 
 
 @task(help={"kernel": "the version whose launches are raced (v7_hopper: the only one with a run-time race)",
@@ -263,8 +272,7 @@ def pick_launch(c, kernel="v7_hopper", D="", causal="both", N="", bh="", max_sec
         cmd += [flag, *values.split(",")] if values else []
     cmd += ["--dry-run"] if dry_run else []
     cmd += ["--fresh"] if fresh else []
-    if _run(cmd) != 0:
-        raise Exit("pick-launch failed", code=1)
+    _script(cmd, failed="pick-launch failed")
 
 
 @task(help={"configs": "semicolon-separated Q,K,WARPS,STAGES (default: the article's budget-table rows)",
@@ -278,8 +286,7 @@ def budget(c, configs="", kernel="v1_tiles", D=64, dtype="bf16"):
     _need_gpu("invoke budget", "fa2triton.budget.formula_shared_bytes gives the formula side on any machine")
     cmd = [sys.executable, "sweeps/budget_table.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype]
     cmd += ["--configs", configs] if configs else []
-    if _run(cmd) != 0:
-        raise Exit("budget failed", code=1)
+    _script(cmd, failed="budget failed")
 
 
 @task
@@ -314,8 +321,7 @@ def check_nonsquare(c, kernel="all", quick=False, save=False, jobs=1):
     _versions(kernel)
     cmd = [sys.executable, "harness/check_nonsquare.py", "--kernel", kernel, "--jobs", str(jobs)]
     cmd += (["--quick"] if quick else []) + (["--save"] if save else [])
-    if _run(cmd) != 0:
-        raise Exit("non-square check failed", code=1)
+    _script(cmd, failed="non-square check failed")
 
 
 @task(help={"kernel": "version to compile", "config": "Q_TILE,K_TILE,WARPS,STAGES (default: the version's own)",
@@ -332,8 +338,7 @@ def inspect(c, kernel="v1_tiles", config="", causal=False, D=64, dtype="bf16", a
     cmd = [sys.executable, "profiling/inspect_kernel.py", "--kernel", kernel, "--D", str(D), "--dtype", dtype,
            "--causal", str(int(causal))]
     cmd += (["--config", config] if config else []) + (["--arch", arch] if arch else [])
-    if _run(cmd, {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}) != 0:
-        raise Exit("inspect failed", code=1)
+    _script(cmd, {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, failed="inspect failed")
 
 
 @task(help={"tool": "ncu (counters), nsys (timeline) or torch (timeline via torch.profiler)",
@@ -368,8 +373,7 @@ def profile(c, tool="ncu", kernel="v5_final", N=4096, causal=False, config="", m
     cmd += ["--peer", peer] if peer else []
     cmd += (["--mode", mode] if mode != "fwd" else []) + (["--gluon", gluon] if gluon else [])
     cmd += (["--source"] if source else []) + (["--dry-run"] if dry_run else [])
-    if _run(cmd) != 0:
-        raise Exit("profile failed", code=1)
+    _script(cmd, failed="profile failed")
 
 
 @task(help={"gpu": "results folder to draw (default: every GPU under results/)"})
@@ -378,8 +382,7 @@ def figures(c, gpu=""):
 
     Into figures/out/<gpu>/; nothing is measured, and the same rows give the same bytes."""
     cmd = [sys.executable, "figures/make_all.py"] + (["--gpu", gpu] if gpu else [])
-    if _run(cmd) != 0:
-        raise Exit("no figure could be drawn", code=1)
+    _script(cmd, failed="no figure could be drawn")
 
 
 @task(help={"counts": "numbers of configurations to autotune over", "sweep": "sweep CSV to rank them from"})
@@ -390,8 +393,8 @@ def compile_cost(c, counts="1,2,4,8,16", sweep=""):
     Fresh processes, empty then warm TRITON_CACHE_DIR, with and without cache_results=True;
     rows to results/<gpu>/tuning/compile_cost.csv. Needs a GPU."""
     _need_gpu("invoke compile-cost", "results/<gpu>/tuning/compile_cost.csv holds the committed measurements")
-    if _run([sys.executable, "sweeps/measure_compile_cost.py", "--counts", counts] + (["--sweep", sweep] if sweep else [])):
-        raise Exit("compile-cost failed", code=1)
+    cmd = [sys.executable, "sweeps/measure_compile_cost.py", "--counts", counts] + (["--sweep", sweep] if sweep else [])
+    _script(cmd, failed="compile-cost failed")
 
 
 @task(help={"processes": "fresh processes per setting", "pause": "idle seconds before each tuning",
@@ -404,8 +407,7 @@ def autotune_bias(c, processes=10, pause=20.0, N=512, causal=False):
     _need_gpu("invoke autotune-bias", "results/<gpu>/tuning/autotune_bias.csv holds the committed measurements")
     cmd = [sys.executable, "sweeps/autotune_bias.py", "--processes", str(processes), "--pause", str(pause),
            "--N", str(N), "--causal", str(int(causal))]
-    if _run(cmd):
-        raise Exit("autotune-bias failed", code=1)
+    _script(cmd, failed="autotune-bias failed")
 
 
 @task(help={"readme": "also rewrite README.md's generated block, between its <!-- report:... --> markers "
@@ -416,8 +418,7 @@ def report(c, readme=True):
     REPORT.md, its pages docs/report/*.md and README.md's generated block, from results/ alone: a
     one-screen summary, the article's rounds beside its Ada numbers, v7 against cuDNN, the backward, the claims
     ledger, and one page per experiment (python -m report)."""
-    if _run([sys.executable, "-m", "report", *(["--readme", "README.md"] if readme else [])]) != 0:
-        raise Exit("report failed", code=1)
+    _script([sys.executable, "-m", "report", *(["--readme", "README.md"] if readme else [])], failed="report failed")
 
 
 import experiments  # noqa: E402  (the experiments' registry: experiments/__init__.py)
@@ -450,8 +451,7 @@ def experiment(c, name, N="", rounds=5, causal="", only="", D=""):
     cmd += ["--causal", str(causal)] if str(causal) != "" else []
     cmd += ["--only", *only.split(",")] if only else []
     cmd += ["--D", str(D)] if str(D) != "" else []
-    if _run(cmd) != 0:
-        raise Exit(f"experiment {name} failed", code=1)
+    _script(cmd, failed=f"experiment {name} failed")
 
 
 experiment.__doc__ += "\n" + experiments.describe().replace("\n  ", "\n    ").replace("  ", "    ", 1)
@@ -469,9 +469,8 @@ def host_steps(c, kernel="v5_final,v6_longest_first,v7_hopper", N="512", repeats
     descriptors and Triton's launcher, each timed alone; rows to results/<gpu>/hostpath/steps.csv. Needs a GPU."""
     _versions(kernel)
     _need_gpu("invoke host-steps", "results/<gpu>/hostpath/steps.csv holds the committed measurements")
-    if _run([sys.executable, "profiling/host_steps.py", "--kernel", kernel, "--N", *N.split(","),
-             "--repeats", str(repeats), *(["--steps", steps] if steps else [])]) != 0:
-        raise Exit("host-steps failed", code=1)
+    _script([sys.executable, "profiling/host_steps.py", "--kernel", kernel, "--N", *N.split(","),
+             "--repeats", str(repeats), *(["--steps", steps] if steps else [])], failed="host-steps failed")
 
 
 @task(help={"path": "tl (v7's tl forward), gluon (its Gluon forward) or bwd-ws (the warp-specialized backward)",
@@ -488,8 +487,7 @@ def host_emulate(c, path="tl", N=512, D=64, causal=1, label="", calls=5000, roun
     cmd = [sys.executable, "profiling/host_emulation.py", "--path", path, "--N", str(N), "--D", str(D),
            "--causal", str(causal), *(["--label", label] if label else []), "--calls", str(calls),
            "--rounds", str(rounds), *(["--no-pool"] if no_pool else [])]
-    if _run(cmd) != 0:
-        raise Exit("host-emulate failed", code=1)
+    _script(cmd, failed="host-emulate failed")
 
 
 @task(help={"ncu": "run it under Nsight Compute instead (one call per variant in NVTX ranges), exporting the "
@@ -504,5 +502,4 @@ def ceilings(c, ncu=False):
     cmd = [sys.executable, "profiling/matmul_peak.py"]
     if ncu:   # the same as `invoke profile --tool ncu --kernel matmul`
         cmd = [sys.executable, "profiling/run_profile.py", "--tool", "ncu", "--kernel", "matmul"]
-    if _run(cmd) != 0:
-        raise Exit("ceilings failed", code=1)
+    _script(cmd, failed="ceilings failed")

@@ -61,4 +61,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fa2lab import cli
+
+    cli.run(main)

@@ -153,4 +153,6 @@ def run_child(mode: str, env: dict | None = None, **kw) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fa2lab import cli
+
+    cli.run(main)

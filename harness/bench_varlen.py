@@ -433,4 +433,6 @@ def worker(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fa2lab import cli
+
+    cli.run(main)

@@ -249,4 +249,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from fa2lab import cli
+
+    cli.run(main)

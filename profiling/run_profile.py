@@ -240,4 +240,6 @@ def profile_one(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fa2lab import cli
+
+    cli.run(main)

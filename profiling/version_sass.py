@@ -475,4 +475,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from fa2lab import cli
+
+    cli.run(main)

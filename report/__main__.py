@@ -1,7 +1,6 @@
 """`python -m report`: write REPORT.md and docs/report/ (and README's block with --readme)."""
 
-import sys
-
+from fa2lab import cli
 from report.build import main
 
-sys.exit(main())
+cli.run(main)

@@ -153,4 +153,6 @@ def pick(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fa2lab import cli
+
+    cli.run(main)

@@ -77,6 +77,27 @@ def test_other_strides_bf16_and_a_scale(name):
     assert rel(attention(q, k, v, scale=0.3, version=name), sdpa64(q, k, v, False, 0.3)) < TOL[torch.bfloat16]
 
 
+@pytest.mark.parametrize("name", ["v5_final", "v7_hopper"])
+@pytest.mark.parametrize("B", [1, 2])
+def test_keys_broadcast_over_heads(name, B):
+    """k and v expanded over the heads (stride 0: grouped-query attention written with expand), bf16: with B = 1 the
+    (B * H, N, D) view keeps the 0 stride (on sm_90 v7 then builds its TMA descriptors over it), with B = 2 it
+    cannot merge B and H and copies. The output and dk, dv (autograd sums them over the heads) match SDPA's."""
+    q = bhnd(B, 4, 64, 64, torch.bfloat16, seed=8)
+    k, v = (bhnd(B, 1, 64, 64, torch.bfloat16, seed=s).requires_grad_() for s in (9, 10))
+    ke, ve = k.expand(B, 4, 64, 64), v.expand(B, 4, 64, 64)
+    assert ke.stride(1) == 0
+    out = attention(q, ke, ve, is_causal=True, version=name)
+    kd, vd = (t.detach().double().cpu().requires_grad_() for t in (k, v))
+    ref = F.scaled_dot_product_attention(q.double().cpu(), kd.expand(B, 4, 64, 64), vd.expand(B, 4, 64, 64),
+                                         is_causal=True)
+    assert rel(out, ref.detach()) < TOL[torch.bfloat16]
+    dO = bhnd(B, 4, 64, 64, torch.bfloat16, seed=11)
+    for g, w, what in zip(torch.autograd.grad(out, (k, v), dO), torch.autograd.grad(ref, (kd, vd), dO.double().cpu()),
+                          "kv"):
+        assert rel(g, w) < TOL[torch.bfloat16], f"{name}: d{what}"
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attn_func_takes_flash_attns_layout(causal):
     q, k, v = (bhnd(2, 40, 3, 16, seed=s) for s in (8, 9, 10))   # (B, N, H, D)
