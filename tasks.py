@@ -122,8 +122,9 @@ def test(c, kernel="all", unit=True, k="", workers=0):
             "pause": "seconds to pause before each run", "N": "comma-separated sequence lengths (default: harness)",
             "causal": "both, 0 or 1", "graphs": "also time CUDA-graph replay and host time per call",
             "mode": "fwd (the article's harness) or bwd (forward+backward and backward-only, issue 7)",
-            "dq_mode": "with --mode bwd: default, auto, separate, atomic or fused (how the Triton backward computes dQ; "
-                       "fused: the whole backward in one launch; auto: fused for small problems, else separate)",
+            "dq_mode": "with --mode bwd: default, auto, deterministic, separate, atomic or fused (how the Triton "
+                       "backward computes dQ; fused: the whole backward in one launch; auto: fused for small problems, "
+                       "else atomic where the ws kernel is preferred, else separate; deterministic: auto without atomic)",
             "varlen": "run the variable-length benchmark instead (harness/bench_varlen.py: first-call cost of 32 random N)",
             "varlen_args": "with --varlen: more arguments for harness/bench_varlen.py, e.g. '--cache-dir warm --compare-tuned'",
             "peers": "peer backends timed beside SDPA in the same process (fa2lab.peers, e.g. fa4 = flash-attn-4 sm90), "

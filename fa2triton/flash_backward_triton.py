@@ -5,7 +5,10 @@ flash_attention_backward (a direct call) and backward_after_forward (v6's and v7
 dQ by dq_mode (DQ_CHOICES): "separate" (deterministic) its own kernel after the preprocess and dK/dV launches;
 "atomic" added by the dK/dV kernel into an fp32 accumulator; "fused" one launch for everything; "auto" (v6's and
 v7's default) fused up to AUTO_FUSED_MAX_WORK_PER_SM, separate above, and with a Gluon dK/dV on Hopper (dkdv "auto")
-"atomic" wherever gluon_backward_ws.preferred says, its kernel computing all five products.
+"atomic" wherever gluon_backward_ws.preferred says, its kernel computing all five products; "deterministic" what
+"auto" picks among the modes whose dQ is the same bits every run (fused, separate). Under
+torch.use_deterministic_algorithms(True), "auto" is "deterministic" and "atomic" is refused (a warning under
+warn_only), as torch does for its own ops.
 
 Configuration: fa2triton.backward_config.default_config unless one is given; a configuration that does not fit
 drops stages, then falls back to FALLBACK's tiles (strict: raise). A checked call records a BackwardLaunch that its
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -31,10 +35,10 @@ from .lean_path import LaunchCache, aligned_cuda, compiled_or_none, current_stre
 from . import tile_order
 
 # How dQ is computed (flash_attention_backward's dq_mode; the harness, the sweep and the tasks offer the same): its
-# own kernel, atomics in the dK/dV kernel, or everything in one launch; and what a caller may ask for: a mode, or
-# "auto" (v6's and v7's default: auto_dq_mode).
+# own kernel, atomics in the dK/dV kernel, or everything in one launch; and what a caller may ask for: a mode,
+# "auto" (v6's and v7's default: auto_dq_mode), or "deterministic" (auto_dq_mode among fused and separate).
 DQ_MODES = ("separate", "atomic", "fused")
-DQ_CHOICES = ("auto", *DQ_MODES)
+DQ_CHOICES = ("auto", "deterministic", *DQ_MODES)
 # Who computes dK and dV: flash_backward_kernels' _bwd_dkdv_kernel, a Gluon kernel for Hopper, or "auto": the Gluon
 # kernel wherever it takes the inputs. With dq_mode "separate" the Gluon kernel is gluon_backward_hopper's dK/dV kernel
 # (0.68-0.92x this one's time, experiment bwd-gluon-dkdv; tests/test_gluon_backward.py checks it against the rows);
@@ -51,6 +55,22 @@ def _gluon_dkdv(atomic: bool):
     else:
         from .gluon import gluon_backward_hopper as module
     return module
+
+
+def torch_determinism(dq_mode: str) -> str:
+    """dq_mode as torch.use_deterministic_algorithms asks: unchanged where it is off; where it is on, "auto" becomes
+    "deterministic", and "atomic" (dQ's partials added in no fixed order) raises RuntimeError, or warns under
+    warn_only and stays. Each backward's entry asks it before its cache key, so a repeat follows the setting."""
+    if dq_mode not in ("auto", "atomic") or not torch.are_deterministic_algorithms_enabled():
+        return dq_mode
+    if dq_mode == "auto":
+        return "deterministic"
+    message = ("dq_mode 'atomic' adds dQ's partials in no fixed order, and torch.use_deterministic_algorithms(True) "
+               "is set: pass dq_mode 'deterministic' or 'separate'")
+    if not torch.is_deterministic_algorithms_warn_only_enabled():
+        raise RuntimeError(message)
+    warnings.warn(message, stacklevel=3)
+    return dq_mode
 
 
 def _strides(*tensors: torch.Tensor) -> list[int]:
@@ -332,13 +352,16 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     dq_mode "separate" (default) computes dQ in its own kernel, deterministically; "atomic"
     accumulates it in fp32 inside the dK/dV kernel (atomics, or the Gluon kernel's TMA reduce-adds: not
     deterministic); "fused" runs everything in one launch; "auto" is "atomic" where the warp-specialized
-    Gluon kernel is preferred, else "fused" for small problems and "separate" otherwise (auto_dq_mode).
+    Gluon kernel is preferred, else "fused" for small problems and "separate" otherwise (auto_dq_mode);
+    "deterministic" is "auto" without "atomic", and what "auto" means under torch.use_deterministic_algorithms(True)
+    (torch_determinism).
     Gradients come back in Q's dtype. strict launches exactly `config` (OutOfResources if it does not fit) instead of
     dropping stages. dkdv (DKDV_CHOICES) says which kernel computes dK and dV (with dq_mode "atomic", dQ's partials
     too): "gluon" a Hopper kernel (ValueError naming why where it cannot take the inputs, or with dq_mode "fused"),
     "auto" that kernel where it can, "triton" this module's.
     """
     causal = bool(is_causal)
+    dq_mode = torch_determinism(dq_mode)
     key = backward_signature(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv)
     return LAUNCHES.lookup(key, (Q, K, V, O, L, dO),
                            lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv=dkdv))
@@ -353,6 +376,7 @@ def backward_after_forward(forward_launch, Q, K, V, O, L, dO, causal: bool, conf
     Q, K and V all want one) lets the gradients share one allocation."""
     # Without a key (the forward was not cached: its inputs are not aligned CUDA tensors; or dO is not),
     # backward_signature would give none either: the checked path every time, as a direct call would.
+    dq_mode = torch_determinism(dq_mode)
     key = forward_keyed_signature(forward_launch, dO, causal, config, dq_mode, all_grads, dkdv)
     return LAUNCHES.lookup(key, (Q, K, V, O, L, dO), _checked_after_forward,
                            slow_args=(forward_launch, Q, K, V, O, L, dO, causal, config, dq_mode, all_grads, dkdv))
@@ -398,6 +422,11 @@ def auto_dq_mode(B: int, N_q: int, N_k: int, D: int, causal: bool, sm_count: int
     return "atomic" if gluon_ws and _gluon_dkdv(True).preferred(N_q, N_k, D, causal) else "separate"
 
 
+def _ws_takes(Q, K, V, dO, L, dkdv: str) -> bool:
+    """Whether dkdv lets the Gluon kernels run these inputs (they take what the dK/dV one takes, L for Delta)."""
+    return dkdv != "triton" and _gluon_dkdv(False).unsupported(Q, K, V, dO, L, L, Q.shape[2] ** -0.5) is None
+
+
 def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool,
                       stack_grads: bool = False, dkdv: str = "triton"):
     """The normal path: check, choose the configuration, allocate, launch. Returns dQ, dK, dV and
@@ -408,8 +437,8 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     if dkdv not in DKDV_CHOICES:
         raise ValueError(f"dkdv must be one of {', '.join(DKDV_CHOICES)}, got {dkdv!r}")
     validate_backward_inputs(Q, K, V, O, L, dO)
-    if dq_mode == "auto":   # (the Gluon kernels take what the dK/dV one takes, with L standing in for Delta)
-        ws = dkdv != "triton" and _gluon_dkdv(False).unsupported(Q, K, V, dO, L, L, Q.shape[2] ** -0.5) is None
+    if dq_mode in ("auto", "deterministic"):   # "deterministic" never asks for the ws kernel (its dQ is atomic)
+        ws = dq_mode == "auto" and _ws_takes(Q, K, V, dO, L, dkdv)
         dq_mode = auto_dq_mode(Q.shape[0], Q.shape[1], K.shape[1], Q.shape[2], causal, gluon_ws=ws)
     if dkdv == "gluon" and dq_mode == "fused":
         raise ValueError("dkdv='gluon' is a kernel of its own: it needs dq_mode 'separate' or 'atomic', not 'fused'")

@@ -270,9 +270,9 @@ def main(argv=None) -> int:
         if bwd_config is None:   # the backward's own default
             bwd_config = default_config(args.D, torch.bfloat16)
         ws = bk.gluon_ws_takes(args.D, torch.bfloat16, getattr(FlashAttentionTriton, "BACKWARD_DKDV", "triton"))
-        if dq_mode == "auto":
+        if dq_mode in ("auto", "deterministic"):   # "deterministic": auto without the ws kernel's dQ
             ran = (lambda shape: bk.auto_dq_mode(shape.B * shape.H, shape.N, shape.N, shape.D, shape.causal,
-                                                 gluon_ws=ws))
+                                                 gluon_ws=ws and dq_mode == "auto"))
         if ws:   # where dQ is atomic the Gluon kernel runs, with its own configuration
             from fa2triton.gluon import gluon_backward_ws
 

@@ -29,6 +29,7 @@ if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the kernel's import (@triton.jit reads it)
 
 from fa2triton import backward_config as bc  # noqa: E402
+from fa2triton import versions  # noqa: E402
 from fa2triton import flash_backward_triton as fb  # noqa: E402
 from fa2triton.backward_config import BackwardConfig  # noqa: E402
 from fa2triton.flash_backward_kernels import _bwd_dkdv_kernel  # noqa: E402
@@ -224,7 +225,7 @@ def test_bad_inputs_raise_clear_errors(mutate, error, match):
 
 def test_bad_options_raise_clear_errors():
     Q, K, V, O, L, dO = _ok_inputs()
-    with pytest.raises(ValueError, match="dq_mode must be one of auto, separate, atomic, fused"):
+    with pytest.raises(ValueError, match="dq_mode must be one of auto, deterministic, separate, atomic, fused"):
         flash_attention_backward(Q, K, V, O, L, dO, False, dq_mode="fast")
     with pytest.raises(ValueError, match="dkdv_k_tile must be a power of two >= 16"):
         flash_attention_backward(Q, K, V, O, L, dO, False, config=BackwardConfig(dkdv_k_tile=24))
@@ -374,6 +375,66 @@ def test_auto_mode_launches_what_auto_dq_mode_says(monkeypatch, limit, expect):
     grads = flash_attention_backward(Q, K, V, O, L, dO, True, dq_mode="auto")
     assert ran == (["fused"] if expect == "fused" else [])
     check(grads, Q, K, V, O, L, dO, True, REL_TOL[BF16], label=f"auto -> {expect}")
+
+
+@pytest.fixture
+def deterministic():
+    """torch.use_deterministic_algorithms as the test sets it (deterministic(on, warn_only)), restored after."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    yield lambda on, warn_only=False: torch.use_deterministic_algorithms(on, warn_only=warn_only)
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def test_torch_determinism_makes_auto_deterministic_and_refuses_atomic(deterministic):
+    deterministic(False)
+    assert [fb.torch_determinism(m) for m in fb.DQ_CHOICES] == list(fb.DQ_CHOICES)
+    deterministic(True)
+    assert fb.torch_determinism("auto") == "deterministic"
+    assert [fb.torch_determinism(m) for m in ("deterministic", "separate", "fused")] == ["deterministic", "separate",
+                                                                                      "fused"]
+    with pytest.raises(RuntimeError, match=r"^dq_mode 'atomic' adds dQ's partials in no fixed order, .* pass dq_mode "
+                                           r"'deterministic' or 'separate'$"):
+        fb.torch_determinism("atomic")
+    deterministic(True, warn_only=True)
+    with pytest.warns(UserWarning, match="no fixed order"):
+        assert fb.torch_determinism("atomic") == "atomic"
+
+
+@pytest.mark.parametrize("dq_mode, torch_on, ws_asked", [("auto", False, True), ("deterministic", False, False),
+                                                         ("auto", True, False)])
+def test_the_deterministic_mode_never_asks_for_the_ws_kernel(monkeypatch, deterministic, dq_mode, torch_on, ws_asked):
+    """Where the warp-specialized kernel would take the inputs (spied: it can here), "auto" offers it to auto_dq_mode
+    and "deterministic" does not, nor "auto" under torch.use_deterministic_algorithms(True); the mode then runs."""
+    deterministic(torch_on)
+    monkeypatch.setattr(fb, "LAUNCHES", fb.LaunchCache())
+    monkeypatch.setattr(fb, "_ws_takes", lambda *a: True)
+    offered = []
+    real = fb.auto_dq_mode
+    monkeypatch.setattr(fb, "auto_dq_mode", lambda *a, gluon_ws=False: (offered.append(gluon_ws), real(*a))[1])
+    Q, K, V, O, L, dO = make_inputs(2, 48, 80, 32, BF16, True)
+    grads = flash_attention_backward(Q, K, V, O, L, dO, True, dq_mode=dq_mode)
+    assert offered == [ws_asked]
+    check(grads, Q, K, V, O, L, dO, True, REL_TOL[BF16], label=f"{dq_mode}, torch deterministic {torch_on}")
+
+
+@pytest.mark.parametrize("version", ["v6_longest_first", "v7_hopper"])
+def test_autograd_follows_torch_determinism(monkeypatch, deterministic, version):
+    """v6's and v7's autograd backward ask the setting on every call, repeats included: "auto" runs as
+    "deterministic" while it is on, and a version set to "atomic" raises torch's kind of error."""
+    FA = versions.load(version).FlashAttentionTriton
+    seen = []
+    real = fb.forward_keyed_signature
+    monkeypatch.setattr(fb, "forward_keyed_signature", lambda f, dO, c, cfg, mode, *a: (seen.append(mode),
+                                                                                       real(f, dO, c, cfg, mode, *a))[1])
+    Q, K, V = (torch.randn(2, 48, 32, dtype=BF16, device=DEVICE, requires_grad=True) for _ in range(3))
+    for on in (False, True, True, False):
+        deterministic(on)
+        torch.autograd.grad(FA.apply(Q, K, V, True), (Q, K, V), torch.ones(2, 48, 32, dtype=BF16, device=DEVICE))
+    assert seen == ["auto", "deterministic", "deterministic", "auto"]
+    monkeypatch.setattr(FA, "BACKWARD_DQ_MODE", "atomic")
+    deterministic(True)
+    with pytest.raises(RuntimeError, match="no fixed order"):
+        torch.autograd.grad(FA.apply(Q, K, V, True), (Q, K, V), torch.ones(2, 48, 32, dtype=BF16, device=DEVICE))
 
 
 def test_forward_keyed_signature_covers_do_and_the_options():

@@ -20,7 +20,7 @@ the ragged tile at its head's end. The share: split by columns (64-query tiles),
 of the tile's queries; split by rows (ROW_SPLIT_HEAD_DIMS, 128-query tiles), queries [64 w, 64 (w + 1)), all of D,
 with L read after S^T's wait so the larger tile does not spill, and its tail masked by the loader, off that wait's
 path. The reduce-adds land in any order: dQ is not bitwise reproducible (dq_mode "separate" is). dq_mode "auto" takes
-this kernel where `preferred` says.
+this kernel where `preferred` says, except under torch.use_deterministic_algorithms(True).
 
 Rows past a head's N in the K and V tiles are the next head's (or TMA's zeros): their dK, dV rows are not stored, and
 where N is not a multiple of BLOCK_N (even_keys) their dS^T rows are zeroed before dS leaves the registers. Query

@@ -24,8 +24,9 @@ Invariants, v6's algorithm: exp2 with the scale folded into one multiply-add; th
 window band, unmasked tiles and masked diagonal tiles, nothing outside visited; head on the grid's first axis, query
 tiles longest first; rows that see no key get O = 0 and L = -inf; L saved (B, N_q) float32 in natural log. The
 backward (BACKWARD_DQ_MODE, BACKWARD_DKDV "auto") is fa2triton's: on Hopper from N = 1024 (D = 64 causal: 2048)
-the warp-specialized Gluon kernel (gluon_backward_ws.py; dQ by TMA reduce-add, not bitwise reproducible: "separate"
-for that), else dK/dV by gluon_backward_hopper.py beside the Triton dQ, elsewhere the Triton backward.
+the warp-specialized Gluon kernel (gluon_backward_ws.py; dQ by TMA reduce-add, not bitwise reproducible:
+"deterministic" for that, which torch.use_deterministic_algorithms(True) selects), else dK/dV by
+gluon_backward_hopper.py beside the Triton dQ, elsewhere the Triton backward.
 """
 
 import contextlib
