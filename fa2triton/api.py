@@ -7,12 +7,16 @@ no views and no shape checks on a repeat, so the call costs the host what apply 
 own checks (fa2triton.inputs.validate_qkv) name a bad dtype, device or head dimension; here only what the 4-D layout
 adds is checked. A version's class is loaded on its first call and kept: each later call is one dict hit.
 Invariants: the mask is SDPA's is_causal (top-left aligned when N_q != N_k); the kernels use scale = 1/sqrt(D), and
-another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype).
+another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype). Under torch.compile each
+call is one opaque eager call (a graph break): dynamo cannot trace the lean path's caches or Triton's launcher, and
+eagerly the check costs one flag read.
 """
 
 from __future__ import annotations
 
 import math
+
+from torch.compiler import disable, is_compiling
 
 from . import versions
 
@@ -73,6 +77,8 @@ def _apply(fn, q, k, v, causal: bool, BH: int, N_q: int, N_k: int, D: int):
 def attention(q, k, v, is_causal: bool = False, scale: float | None = None, version: str = DEFAULT_VERSION):
     """softmax(q k^T * scale) v like torch.nn.functional.scaled_dot_product_attention: q (B, H, N_q, D), k and v
     (B, H, N_k, D), any strides; returns (B, H, N_q, D) in q's dtype. `version` names a round (fa2triton.VERSIONS)."""
+    if is_compiling():   # traced by torch.compile: the same call, run eagerly where the graph breaks
+        return _eager(attention)(q, k, v, is_causal, scale, version)
     fn = _FUNCTIONS.get(version) or _function(version)
     if scale is not None:
         q = _scaled(q, scale, _sizes(q, k, v, 1)[4])
@@ -85,6 +91,17 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, vers
     return _apply(fn, q, k, v, is_causal, B * H, N_q, N_k, D).view(B, H, N_q, D)
 
 
+_EAGER: dict = {}   # a call -> itself behind torch.compiler.disable, made once (only torch.compile asks for it)
+
+
+def _eager(call):
+    """`call` as dynamo must see it: opaque, run eagerly (torch.compiler.disable), where is_compiling() is False."""
+    wrapped = _EAGER.get(call)
+    if wrapped is None:
+        wrapped = _EAGER[call] = disable(call)
+    return wrapped
+
+
 def _check_heads(q, k, v) -> None:
     """_sizes in SDPA's layout, for LeanApply.apply_heads: a signature's first call checks it, its repeats do not."""
     _sizes(q, k, v, 1)
@@ -94,6 +111,8 @@ def flash_attn_func(q, k, v, causal: bool = False, softmax_scale: float | None =
                     version: str = DEFAULT_VERSION):
     """attention() in flash-attn's layout: q (B, N_q, H, D), k and v (B, N_k, H, D); returns (B, N_q, H, D).
     causal with N_q != N_k is refused: flash-attn aligns that mask bottom-right, these kernels top-left (SDPA's)."""
+    if is_compiling():
+        return _eager(flash_attn_func)(q, k, v, causal, softmax_scale, version)
     fn = _FUNCTIONS.get(version) or _function(version)
     if softmax_scale is not None:
         q = _scaled(q, softmax_scale, _sizes(q, k, v, 2)[4])

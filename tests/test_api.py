@@ -191,3 +191,25 @@ def test_a_zero_length_is_named_by_every_version(version, n_q, n_k):
                  lambda: flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2), version=version)):
         with pytest.raises(ValueError, match=r"^empty input: Q \(2, \d+, 32\), K \(2, \d+, 32\)$"):
             call()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_torch_compile_runs_each_call_eagerly(backend):
+    """Inside torch.compile both calls are opaque (a graph break): the compiled function gives the eager output and
+    gradients (aot_eager compiles the pieces around the call with autograd). Dynamo traced into the lean path before,
+    and failed in Triton's launcher."""
+    import torch._dynamo
+
+    def model(q, k, v):
+        o = attention(q * 2.0, k, v, is_causal=True)
+        return (o + flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)).sum(-1)
+
+    torch._dynamo.reset()
+    inputs = [bhnd(1, 2, 40, 32, seed=s).requires_grad_() for s in (12, 13, 14)]
+    want = model(*inputs)
+    want_grads = torch.autograd.grad(want.sum(), inputs)
+    got = torch.compile(model, backend=backend)(*inputs)
+    assert torch.equal(got, want)
+    for g, w in zip(torch.autograd.grad(got.sum(), inputs), want_grads):
+        assert torch.allclose(g, w, rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()
