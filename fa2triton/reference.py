@@ -55,12 +55,29 @@ def backward_from_lse(Q, K, V, O, L, dO, is_causal: bool, window: int | None = N
 
 
 def autograd_backward(ctx, dO):
-    """The backward every version's FlashAttentionTriton shares: gradients for Q, K, V and None
-    for each flag argument (is_causal, and window_size where a version takes it)."""
+    """The backward every version's FlashAttentionTriton shares (v6 and v7 where their kernels cannot serve):
+    gradients for Q, K, V and None for each flag argument (is_causal, and window_size where a version takes it).
+    backward_from_lse, unless autograd records this backward (create_graph=True: grad mode is on here); then
+    differentiable_backward, since backward_from_lse's saved O and L are constants to autograd, and second
+    derivatives through it came out wrong (38% off at 32 x 32)."""
     Q, K, V, O, L = ctx.saved_tensors
     window = getattr(ctx, "window", None)
-    dQ, dK, dV = backward_from_lse(Q, K, V, O, L, dO, ctx.is_causal, window)
+    if torch.is_grad_enabled():
+        dQ, dK, dV = differentiable_backward(Q, K, V, dO, ctx.is_causal, window, ctx.needs_input_grad[:3])
+    else:
+        dQ, dK, dV = backward_from_lse(Q, K, V, O, L, dO, ctx.is_causal, window)
     return (dQ, dK, dV, None) + ((None,) if hasattr(ctx, "window") else ())
+
+
+def differentiable_backward(Q, K, V, dO, is_causal: bool, window: int | None, wanted) -> list:
+    """dQ, dK, dV (None where `wanted` says not) as a graph of their own: the forward recomputed in fp32 from Q, K, V
+    (attention()) and differentiated with create_graph, so that a gradient of these gradients is exact. Memory grows
+    with N_q * N_k: it serves double backward, not speed."""
+    inputs = [t for t, w in zip((Q, K, V), wanted) if w]
+    with torch.enable_grad():
+        O, _ = attention(Q, K, V, is_causal, torch.float32, window)
+        grads = iter(torch.autograd.grad(O, inputs, dO.to(O.dtype), create_graph=True))
+    return [next(grads) if w else None for w in wanted]
 
 
 def saved_lse(O: torch.Tensor) -> torch.Tensor:

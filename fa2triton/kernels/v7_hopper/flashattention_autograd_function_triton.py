@@ -639,7 +639,7 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dO):
-        if ctx.window:   # the Triton backward has no sliding-window mask
+        if ctx.window or torch.is_grad_enabled():   # the Triton backward has no window mask, and makes no graph
             return autograd_backward(ctx, dO)
         Q, K, V, O, L = ctx.saved_tensors
         dQ, dK, dV = backward_kernels.backward_after_forward(
