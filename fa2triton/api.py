@@ -9,16 +9,18 @@ adds is checked. A version's class is loaded on its first call and kept: each la
 Invariants: the mask is SDPA's is_causal (top-left aligned when N_q != N_k); the kernels use scale = 1/sqrt(D), and
 another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype). Under torch.compile each
 call is one opaque eager call (a graph break): dynamo cannot trace the lean path's caches or Triton's launcher, and
-eagerly the check costs one flag read.
+eagerly the check costs one flag read. A batch of more than fa2triton.inputs.MAX_SLICES (batch * heads) slices runs
+as several calls, concatenated.
 """
 
 from __future__ import annotations
 
 import math
 
+import torch
 from torch.compiler import disable, is_compiling
 
-from . import versions
+from . import inputs, versions
 
 DEFAULT_VERSION = "v7_hopper"
 _FUNCTIONS: dict[str, type] = {}   # version name -> its FlashAttentionTriton, loaded on first use
@@ -79,6 +81,8 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, vers
     (B, H, N_k, D), any strides; returns (B, H, N_q, D) in q's dtype. `version` names a round (fa2triton.VERSIONS)."""
     if is_compiling():   # traced by torch.compile: the same call, run eagerly where the graph breaks
         return _eager(attention)(q, k, v, is_causal, scale, version)
+    if _too_many_slices(q, 1):
+        return _in_batches(attention, q, k, v, 1, is_causal, scale, version)
     fn = _FUNCTIONS.get(version) or _function(version)
     if scale is not None:
         q = _scaled(q, scale, _sizes(q, k, v, 1)[4])
@@ -89,6 +93,26 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, vers
             return O
     B, H, N_q, N_k, D = _sizes(q, k, v, 1)
     return _apply(fn, q, k, v, is_causal, B * H, N_q, N_k, D).view(B, H, N_q, D)
+
+
+def _too_many_slices(q, heads_axis: int) -> bool:
+    """Whether q's batch * heads passes what one call takes (fa2triton.inputs.MAX_SLICES); False for anything
+    that is not a 4-D tensor (_sizes names it)."""
+    try:
+        return q.shape[0] * q.shape[heads_axis] > inputs.MAX_SLICES and q.ndim == 4
+    except (AttributeError, IndexError, TypeError):
+        return False
+
+
+def _in_batches(call, q, k, v, heads_axis: int, *args):
+    """call(q, k, v, *args) over batches of at most MAX_SLICES slices each, concatenated along the batch (autograd
+    flows through the slices and the concatenation). A single batch element with more heads than that is refused."""
+    _sizes(q, k, v, heads_axis)
+    per_call = inputs.MAX_SLICES // q.shape[heads_axis]
+    if per_call == 0:
+        raise ValueError(f"{q.shape[heads_axis]} heads: one batch element must have at most {inputs.MAX_SLICES}")
+    return torch.cat([call(q[i:i + per_call], k[i:i + per_call], v[i:i + per_call], *args)
+                      for i in range(0, q.shape[0], per_call)])
 
 
 _EAGER: dict = {}   # a call -> itself behind torch.compiler.disable, made once (only torch.compile asks for it)
@@ -113,6 +137,8 @@ def flash_attn_func(q, k, v, causal: bool = False, softmax_scale: float | None =
     causal with N_q != N_k is refused: flash-attn aligns that mask bottom-right, these kernels top-left (SDPA's)."""
     if is_compiling():
         return _eager(flash_attn_func)(q, k, v, causal, softmax_scale, version)
+    if _too_many_slices(q, 2):
+        return _in_batches(flash_attn_func, q, k, v, 2, causal, softmax_scale, version)
     fn = _FUNCTIONS.get(version) or _function(version)
     if softmax_scale is not None:
         q = _scaled(q, softmax_scale, _sizes(q, k, v, 2)[4])

@@ -13,6 +13,10 @@ from .versions import HEAD_DIMS
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SUPPORTED_HEAD_DIMS = HEAD_DIMS
+# The most (batch * heads) slices one call takes: CUDA's limit on a grid's second axis (gridDim.y, the same on every
+# NVIDIA GPU), where v0-v5's forward and the Triton and Gluon backwards put the slices (fa2triton.tile_order).
+# fa2triton.attention and flash_attn_func split a larger batch into calls of at most this many.
+MAX_SLICES = 65535
 
 
 def validate_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> None:
@@ -48,6 +52,9 @@ def validate_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> None:
                          f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))}")
     if Q.shape[1] == 0 or K.shape[1] == 0 or Q.shape[0] == 0:
         raise ValueError(f"empty input: Q {tuple(Q.shape)}, K {tuple(K.shape)}")
+    if Q.shape[0] > MAX_SLICES:
+        raise ValueError(f"{Q.shape[0]} (batch * heads) slices: one call takes at most {MAX_SLICES}, a CUDA grid's "
+                         "second axis; fa2triton.attention splits a larger batch into calls")
     install_if_interpreting()
 
 

@@ -239,3 +239,27 @@ def test_second_derivatives_match_the_float64_reference(name, causal):
                   *(t.clone().requires_grad_() for t in inputs))
     want = penalty(lambda q, k, v: _math64(q, k, v, causal), *(t.double().cpu().requires_grad_() for t in inputs))
     assert rel(got, want) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("name", ["v5_final", "v7_hopper"])
+def test_a_batch_past_the_grid_limit_runs_in_calls(monkeypatch, name):
+    """With MAX_SLICES at 5 (CUDA's is 65535), batch * heads = 3 * 2 runs as calls of 2 batch elements, and so does
+    flash-attn's layout: outputs and gradients are SDPA's. One call with more slices is refused by name."""
+    from fa2triton import inputs
+
+    monkeypatch.setattr(inputs, "MAX_SLICES", 5)
+    q, k, v = (bhnd(3, 2, 24, 16, seed=s).requires_grad_() for s in (18, 19, 20))
+    out = attention(q, k, v, is_causal=True, version=name)
+    flash = flash_attn_func(*(t.transpose(1, 2) for t in (q, k, v)), causal=True, version=name).transpose(1, 2)
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True)
+    dO = bhnd(3, 2, 24, 16, seed=21)
+    want = torch.autograd.grad(ref, (qd, kd, vd), dO.double())
+    for o in (out, flash):
+        assert rel(o, ref.detach()) < TOL[torch.float32]
+        for g, w in zip(torch.autograd.grad(o, (q, k, v), dO), want):
+            assert rel(g, w) < TOL[torch.float32]
+    with pytest.raises(ValueError, match=r"^6 \(batch \* heads\) slices: one call takes at most 5, a CUDA grid's"):
+        versions.load(name).FlashAttentionTriton.apply(*(t.reshape(6, 24, 16) for t in (q, k, v)), True)
+    with pytest.raises(ValueError, match=r"^6 heads: one batch element must have at most 5$"):
+        attention(*(bhnd(1, 6, 8, 16) for _ in range(3)), version=name)
