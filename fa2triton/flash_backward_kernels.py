@@ -23,7 +23,7 @@ one exp2: P = exp2(S_raw * qk_scale - L * log2(e)), S_raw = Q K^T, qk_scale = sc
 Invariants: every product a tl.dot with fp32 accumulation; P and dS cast to the input dtype before their dots (as
 FlashAttention-2); tiles inside the tensors and below the diagonal run a loop copy without masks (MASKED=False), the
 diagonal and ragged last tiles pay for them; plain base + offsets * strides pointers (no block pointers: Triton 3.9
-removed them). Why each choice, with its numbers: docs/worklogs/backward_hopper.md, "The Triton backward's notes".
+removed them), each slice's base offset in 64 bits (a tensor may pass 2^31 elements; the rest stays 32-bit). Why each choice, with its numbers: docs/worklogs/backward_hopper.md, "The Triton backward's notes".
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _bwd_preprocess_kernel(
     """Delta[b, i] = sum_d dO[b, i, d] * O[b, i, d], in fp32; with ZERO_DQ also dQ[b, i, :] = 0 (dq_mode "atomic":
     the accumulator the main kernel adds into, zeroed here instead of by a fill launch of its own)."""
     q_start = tl.program_id(0) * BLOCK_Q
-    batch_index = tl.program_id(1)
+    batch_index = tl.program_id(1).to(tl.int64)   # 64-bit slice offsets, as in _dkdv_program
     offs_q = q_start + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D)
     q_mask = offs_q < N_QUERIES
@@ -165,6 +165,7 @@ def _dkdv_program(key_tile_index, batch_index,
                   ATOMIC_DQ: tl.constexpr, DELTA_FROM_O: tl.constexpr):
     """One key tile's dK and dV (and, with ATOMIC_DQ, its share of dQ): the body of _bwd_dkdv_kernel
     and of the fused kernel's key-tile programs. O_ptr and its strides are read only with DELTA_FROM_O."""
+    batch_index = batch_index.to(tl.int64)   # slice offsets in 64 bits: a tensor may pass 2^31 elements
     k_start = key_tile_index * BLOCK_K
     offs_k = k_start + tl.arange(0, BLOCK_K)
     offs_d = tl.arange(0, D)
@@ -319,6 +320,7 @@ def _dq_program(query_tile_index, batch_index,
                 DELTA_FROM_O: tl.constexpr):
     """One query tile's dQ: the body of _bwd_dq_kernel and of the fused kernel's query-tile programs.
     O_ptr and its strides are read only with DELTA_FROM_O."""
+    batch_index = batch_index.to(tl.int64)   # slice offsets in 64 bits: a tensor may pass 2^31 elements
     q_start = query_tile_index * BLOCK_Q
     offs_q = q_start + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D)

@@ -245,8 +245,8 @@ if HAVE_GLUON:
         tile, head = _hw.key_tile_and_head(gl.cdiv(N_KEYS, BLOCK_N), CAUSAL)
         k_start = tile * BLOCK_N
         q_row0 = head * N_QUERIES
-        L_ptr = L_ptr + head * stride_l_head
-        Delta_ptr = Delta_ptr + head * stride_delta_head
+        L_ptr = L_ptr + head.to(gl.int64) * stride_l_head   # base offsets in 64 bits: a tensor may pass 2^31
+        Delta_ptr = Delta_ptr + head.to(gl.int64) * stride_delta_head   # elements
 
         k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], v_desc.layout)
@@ -286,8 +286,8 @@ if HAVE_GLUON:
         for s in gl.static_range(_SLOTS):
             mbarrier.invalidate(ready.index(s))
         # The softmax scale, once per element of dK instead of once per score.
-        _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, k_start, N_KEYS, stride_dk_row)
-        _store_tile(dv, dV_ptr + head * N_KEYS * stride_dv_row, k_start, N_KEYS, stride_dv_row)
+        _store_tile(dk * scale, dK_ptr + head.to(gl.int64) * N_KEYS * stride_dk_row, k_start, N_KEYS, stride_dk_row)
+        _store_tile(dv, dV_ptr + head.to(gl.int64) * N_KEYS * stride_dv_row, k_start, N_KEYS, stride_dv_row)
 
 
 # ---------------------------------------------------------------------------------------------- host entry points

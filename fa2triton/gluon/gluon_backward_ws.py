@@ -126,8 +126,8 @@ if HAVE_GLUON:
         tma_load(v_desc, [k_row, 0], kv_bar.index(0), v_smem)
         lo = _query_ranges(k_start, k_smem.shape[0], BLOCK_M, N_QUERIES, flags.CAUSAL)[0]
         offs = gl.arange(0, BLOCK_M, layout=gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0]))
-        L_ptr = L_ptr + head * stride_l_head
-        Delta_ptr = Delta_ptr + head * stride_delta_head
+        L_ptr = L_ptr + head.to(gl.int64) * stride_l_head   # base offsets in 64 bits: a tensor may pass 2^31
+        Delta_ptr = Delta_ptr + head.to(gl.int64) * stride_delta_head   # elements
         for t in range(gl.cdiv(N_QUERIES - lo, BLOCK_M)):
             slot = slot_of(t, SLOTS)
             q_start = lo + t * BLOCK_M
@@ -294,8 +294,8 @@ if HAVE_GLUON:
                               N_KEYS, qk_scale, scale, TAIL, flags)
         tma.store_wait(0)
         key0 = k_start + wg * ROWS
-        _store_tile(dk * scale, dK_ptr + head * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
-        _store_tile(dv, dV_ptr + head * N_KEYS * stride_dv_row, key0, N_KEYS, stride_dv_row)
+        _store_tile(dk * scale, dK_ptr + head.to(gl.int64) * N_KEYS * stride_dk_row, key0, N_KEYS, stride_dk_row)
+        _store_tile(dv, dV_ptr + head.to(gl.int64) * N_KEYS * stride_dv_row, key0, N_KEYS, stride_dv_row)
 
     # ------------------------------------------------------------------------------------------ the kernel
 

@@ -165,9 +165,9 @@ def _combine_tail_kernel():
                 if SPLITS == n:
                     acc, w, m = _merge_parts(Op_ptr, Lp_ptr, first, cols, n, BLOCK_M, D)
             q = (t % n_q) * BLOCK_M + c * CHUNK + rows
-            head = t // n_q
+            head = (t // n_q).to(tl.int64)   # the head's base offset in 64 bits: O may pass 2^31 elements
             keep = q < N_QUERIES
-            tl.store(O_ptr + (head * N_QUERIES + q)[:, None] * stride_o_row + cols[None, :],
+            tl.store(O_ptr + head * N_QUERIES * stride_o_row + q[:, None] * stride_o_row + cols[None, :],
                      (acc / w[:, None]).to(O_ptr.dtype.element_ty), mask=keep[:, None])
             tl.store(L_ptr + head * stride_l_head + q, (m + tl.log2(w)) * _LN2, mask=keep)
 

@@ -191,7 +191,8 @@ def _store_rows(acc, l_i, m_i, O_ptr, L_ptr, row0, q_pos, head, N_QUERIES, strid
     o = gl.convert_layout(o.to(O_ptr.dtype.element_ty), out_layout)
     rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, out_layout))
     cols = gl.arange(0, D, layout=gl.SliceLayout(0, out_layout))
-    o_ptrs = O_ptr + (head * N_QUERIES + gl.expand_dims(rows, 1)) * stride_o_row + gl.expand_dims(cols, 0)
+    head = head.to(gl.int64)   # the head's base offset in 64 bits: O may pass 2^31 elements
+    o_ptrs = O_ptr + head * N_QUERIES * stride_o_row + gl.expand_dims(rows, 1) * stride_o_row + gl.expand_dims(cols, 0)
     gl.store(o_ptrs, o, mask=gl.expand_dims(rows < N_QUERIES, 1))
     L_i = (m_i + gl.log2(l_i)) * _LN2
     gl.store(L_ptr + head * stride_l_head + q_pos, L_i, mask=q_pos < N_QUERIES)

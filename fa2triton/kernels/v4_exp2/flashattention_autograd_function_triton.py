@@ -95,7 +95,7 @@ def flash_fwd_kernel(
     is_causal: tl.constexpr,
 ):
     query_tile_index = tl.program_id(0)
-    batch_index = tl.program_id(1)
+    batch_index = tl.program_id(1).to(tl.int64)   # 64-bit slice offsets: a tensor may pass 2^31 elements
     q_start = query_tile_index * Q_TILE_SIZE
 
     # Tile addresses: base + row * row stride + column * column stride. Only rows can pass the

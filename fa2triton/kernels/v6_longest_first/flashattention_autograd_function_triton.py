@@ -148,6 +148,7 @@ def flash_fwd_kernel(
         n_tiles = tl.num_programs(0)
     if REVERSE:
         query_tile_index = n_tiles - 1 - query_tile_index
+    batch_index = batch_index.to(tl.int64)   # 64-bit slice offsets: a tensor may pass 2^31 elements
     q_start = query_tile_index * Q_TILE_SIZE
 
     # Tile addresses: base + row * row stride + column * column stride. Only rows can pass the

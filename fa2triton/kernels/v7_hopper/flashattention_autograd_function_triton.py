@@ -206,7 +206,7 @@ def _attend_query_tile(Q_desc, K_desc, V_desc, O_desc, L_ptr, head, query_tile_i
     L_i = tl.reshape((m_acc + tl.math.log2(l_acc)) * 0.6931471805599453, (Q_TILE_SIZE,))
     O_desc.store([head, q_start, 0], O_i.to(O_desc.dtype).reshape(1, Q_TILE_SIZE, D))  # clipped at N_QUERIES
     q_rows = q_start + tl.arange(0, Q_TILE_SIZE)
-    tl.store(L_ptr + head * stride_lb + q_rows * stride_lq, L_i, mask=q_rows < N_QUERIES)
+    tl.store(L_ptr + head.to(tl.int64) * stride_lb + q_rows * stride_lq, L_i, mask=q_rows < N_QUERIES)
 
 
 class _FitDescriptors:
