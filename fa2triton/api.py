@@ -1,4 +1,6 @@
-"""The library's calls: attention() in SDPA's layout, flash_attn_func() in flash-attn's, any version by name.
+"""The library's calls: attention() with SDPA's arguments and layout, flash_attn_func() in flash-attn's layout with
+its options by keyword, any version by name. What the kernels lack (an attention mask, dropout) is a ValueError; grouped
+k and v heads are repeated to q's (a copy).
 
 Both reshape to the (B * H, N, D) tensors every version's FlashAttentionTriton takes and back, views wherever the
 strides allow (copies otherwise: B and H must merge into one stride), and differentiate through autograd. Where no
@@ -76,13 +78,20 @@ def _apply(fn, q, k, v, causal: bool, BH: int, N_q: int, N_k: int, D: int):
     return fn.apply(q3, k3, v3, causal)
 
 
-def attention(q, k, v, is_causal: bool = False, scale: float | None = None, version: str = DEFAULT_VERSION):
-    """softmax(q k^T * scale) v like torch.nn.functional.scaled_dot_product_attention: q (B, H, N_q, D), k and v
-    (B, H, N_k, D), any strides; returns (B, H, N_q, D) in q's dtype. `version` names a round (fa2triton.VERSIONS)."""
+def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
+              scale: float | None = None, enable_gqa: bool = False, version: str = DEFAULT_VERSION):
+    """torch.nn.functional.scaled_dot_product_attention, argument for argument: softmax(q k^T * scale) v with q
+    (B, H, N_q, D), k and v (B, H_kv, N_k, D), any strides; returns (B, H, N_q, D) in q's dtype. enable_gqa: H_kv
+    divides H, and k and v are repeated over their groups of q's heads (a copy). attn_mask and dropout_p are not
+    implemented: anything but None and 0 is a ValueError. `version` names a round (fa2triton.VERSIONS)."""
+    q, k, v = query, key, value
     if is_compiling():   # traced by torch.compile: the same call, run eagerly where the graph breaks
-        return _eager(attention)(q, k, v, is_causal, scale, version)
+        return _eager(attention)(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa,
+                                 version=version)
+    if attn_mask is not None or dropout_p or enable_gqa:
+        k, v = _sdpa_extras(q, k, v, attn_mask, dropout_p, enable_gqa)
     if _too_many_slices(q, 1):
-        return _in_batches(attention, q, k, v, 1, is_causal, scale, version)
+        return _in_batches(lambda *a: attention(*a, is_causal=is_causal, scale=scale, version=version), q, k, v, 1)
     fn = _FUNCTIONS.get(version) or _function(version)
     if scale is not None:
         q = _scaled(q, scale, _sizes(q, k, v, 1)[4])
@@ -93,6 +102,38 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, vers
             return O
     B, H, N_q, N_k, D = _sizes(q, k, v, 1)
     return _apply(fn, q, k, v, is_causal, B * H, N_q, N_k, D).view(B, H, N_q, D)
+
+
+def _sdpa_extras(q, k, v, attn_mask, dropout_p, enable_gqa):
+    """SDPA's arguments beyond the kernels': k and v with their heads repeated for enable_gqa, or a ValueError
+    naming what is not implemented."""
+    if attn_mask is not None:
+        raise ValueError("attn_mask is not implemented: pass None (is_causal=True gives the causal mask)")
+    if dropout_p:
+        raise ValueError(f"dropout_p={dropout_p!r}: dropout is not implemented; pass 0.0")
+    return _grouped(q, k, v, 1)
+
+
+def _grouped(q, k, v, heads_axis: int):
+    """k and v with each head repeated for its group of q's heads along `heads_axis` (a copy); ValueError where
+    their heads do not divide q's; as they are where the heads match or the inputs are not tensors (_sizes names it)."""
+    try:
+        H, H_kv = q.shape[heads_axis], k.shape[heads_axis]
+    except (AttributeError, IndexError, TypeError):
+        return k, v
+    if H_kv == H:
+        return k, v
+    if H_kv == 0 or H % H_kv:
+        raise ValueError(f"grouped heads: k and v's {H_kv} heads must divide q's {H}")
+    return k.repeat_interleave(H // H_kv, heads_axis), v.repeat_interleave(H // H_kv, heads_axis)
+
+
+def _fewer_heads(q, k, heads_axis: int) -> bool:
+    """Whether k has other heads than q along `heads_axis` (grouped heads; _grouped decides what to do)."""
+    try:
+        return k.shape[heads_axis] != q.shape[heads_axis]
+    except (AttributeError, IndexError, TypeError):
+        return False
 
 
 def _too_many_slices(q, heads_axis: int) -> bool:
@@ -131,14 +172,23 @@ def _check_heads(q, k, v) -> None:
     _sizes(q, k, v, 1)
 
 
-def flash_attn_func(q, k, v, causal: bool = False, softmax_scale: float | None = None,
+def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | None = None, causal: bool = False,
                     version: str = DEFAULT_VERSION):
-    """attention() in flash-attn's layout: q (B, N_q, H, D), k and v (B, N_k, H, D); returns (B, N_q, H, D).
-    causal with N_q != N_k is refused: flash-attn aligns that mask bottom-right, these kernels top-left (SDPA's)."""
+    """attention() in flash-attn's layout: q (B, N_q, H, D), k and v (B, N_k, H_kv, D) with H_kv dividing H (grouped
+    heads, repeated: a copy); returns (B, N_q, H, D). Every option is by keyword, so that a call written for
+    flash-attn 2 (dropout_p, softmax_scale, causal) or 4 (softmax_scale, causal) cannot bind one argument to
+    another's name. dropout_p other than 0 is a ValueError, and so is causal with N_q != N_k: flash-attn aligns that
+    mask bottom-right, these kernels top-left (SDPA's)."""
     if is_compiling():
-        return _eager(flash_attn_func)(q, k, v, causal, softmax_scale, version)
+        return _eager(flash_attn_func)(q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                                       version=version)
+    if dropout_p:
+        raise ValueError(f"dropout_p={dropout_p!r}: dropout is not implemented; pass 0.0")
+    if _fewer_heads(q, k, 2):
+        k, v = _grouped(q, k, v, 2)
     if _too_many_slices(q, 2):
-        return _in_batches(flash_attn_func, q, k, v, 2, causal, softmax_scale, version)
+        return _in_batches(lambda *a: flash_attn_func(*a, softmax_scale=softmax_scale, causal=causal, version=version),
+                           q, k, v, 2)
     fn = _FUNCTIONS.get(version) or _function(version)
     if softmax_scale is not None:
         q = _scaled(q, softmax_scale, _sizes(q, k, v, 2)[4])

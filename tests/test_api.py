@@ -263,3 +263,60 @@ def test_a_batch_past_the_grid_limit_runs_in_calls(monkeypatch, name):
         versions.load(name).FlashAttentionTriton.apply(*(t.reshape(6, 24, 16) for t in (q, k, v)), True)
     with pytest.raises(ValueError, match=r"^6 heads: one batch element must have at most 5$"):
         attention(*(bhnd(1, 6, 8, 16) for _ in range(3)), version=name)
+
+
+def test_attention_takes_sdpa_s_arguments_in_sdpa_s_order():
+    """Names, order, defaults and keyword-only marks of SDPA's schema (aten's, the builtin has no Python signature),
+    so that a call written for SDPA, positional or not, binds every argument to the same meaning."""
+    import inspect
+
+    ours = list(inspect.signature(attention).parameters.values())
+    theirs = torch.ops.aten.scaled_dot_product_attention.default._schema.arguments
+    assert [p.name for p in ours[:len(theirs)]] == [a.name for a in theirs]
+    for p, a in zip(ours, theirs):
+        assert (p.kind is inspect.Parameter.KEYWORD_ONLY) == a.kwarg_only, p.name
+        if p.name in ("query", "key", "value"):
+            assert p.default is inspect.Parameter.empty
+        else:
+            assert p.default == a.default_value, p.name
+    assert [p.name for p in ours[len(theirs):]] == ["version"]
+    q, k, v = (bhnd(1, 2, 24, 16, seed=s) for s in (22, 23, 24))
+    assert torch.equal(attention(q, k, v, None, 0.0, True), attention(q, k, v, is_causal=True))
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: attention(q4, q4, q4, torch.ones(16, 16, dtype=torch.bool)), r"^attn_mask is not implemented"),
+    (lambda: attention(q4, q4, q4, dropout_p=0.1), r"^dropout_p=0.1: dropout is not implemented; pass 0.0$"),
+    (lambda: flash_attn_func(q4, q4, q4, dropout_p=0.1), r"^dropout_p=0.1: dropout is not implemented"),
+    (lambda: attention(q4, torch.randn(1, 3, 16, 32), q4, enable_gqa=True),
+     r"^grouped heads: k and v's 3 heads must divide q's 2$"),
+])
+def test_what_the_kernels_do_not_implement_is_named(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_flash_attn_func_takes_its_options_by_keyword_only():
+    """flash-attn 2's fourth positional argument is dropout_p, 4's softmax_scale: neither binds here."""
+    with pytest.raises(TypeError, match="positional argument"):
+        flash_attn_func(q4, q4, q4, 0.0)
+
+
+@pytest.mark.parametrize("name", ["v5_final", "v7_hopper"])
+def test_grouped_heads_repeat_k_and_v_as_sdpa_does(name):
+    """attention(enable_gqa=True) and flash_attn_func with fewer k, v heads: SDPA's enable_gqa output and gradients
+    (k and v's gradients summed over their groups)."""
+    q = bhnd(2, 6, 32, 16, seed=25).requires_grad_()
+    k, v = (bhnd(2, 2, 40, 16, seed=s).requires_grad_() for s in (26, 27))
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, enable_gqa=True)
+    dO = bhnd(2, 6, 32, 16, seed=28)
+    want = torch.autograd.grad(ref, (qd, kd, vd), dO.double())
+    ours = attention(q, k, v, is_causal=True, enable_gqa=True, version=name)
+    flash = flash_attn_func(*(t.transpose(1, 2) for t in (q, k, v)), version=name).transpose(1, 2)
+    ref_nc = F.scaled_dot_product_attention(qd, kd, vd, enable_gqa=True)
+    for out, r, causal in ((ours, ref, True), (flash, ref_nc, False)):
+        assert rel(out, r.detach()) < TOL[torch.float32], causal
+        w = want if causal else torch.autograd.grad(ref_nc, (qd, kd, vd), dO.double())
+        for g, wg, what in zip(torch.autograd.grad(out, (q, k, v), dO), w, "qkv"):
+            assert rel(g, wg) < TOL[torch.float32], f"causal {causal}: d{what}"
