@@ -69,13 +69,13 @@ def _scaled(q, scale, D: int):
     return q * (scale * math.sqrt(D))
 
 
-def _apply(fn, q, k, v, causal: bool, BH: int, N_q: int, N_k: int, D: int):
+def _apply(fn, q, k, v, causal: bool, BH: int, N_q: int, N_k: int, D: int, *window):
     """fn.apply on q, k, v (B, H, N, D) as (B * H, N, D): views where B and H share one stride, else copies."""
     try:
         q3, k3, v3 = q.view(BH, N_q, D), k.view(BH, N_k, D), v.view(BH, N_k, D)   # view: cheaper than reshape
     except RuntimeError:
         q3, k3, v3 = q.reshape(BH, N_q, D), k.reshape(BH, N_k, D), v.reshape(BH, N_k, D)
-    return fn.apply(q3, k3, v3, causal)
+    return fn.apply(q3, k3, v3, causal, *window)
 
 
 def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
@@ -173,23 +173,28 @@ def _check_heads(q, k, v) -> None:
 
 
 def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | None = None, causal: bool = False,
-                    version: str = DEFAULT_VERSION):
+                    window_size: tuple[int, int] = (-1, -1), version: str = DEFAULT_VERSION):
     """attention() in flash-attn's layout: q (B, N_q, H, D), k and v (B, N_k, H_kv, D) with H_kv dividing H (grouped
     heads, repeated: a copy); returns (B, N_q, H, D). Every option is by keyword, so that a call written for
     flash-attn 2 (dropout_p, softmax_scale, causal) or 4 (softmax_scale, causal) cannot bind one argument to
-    another's name. dropout_p other than 0 is a ValueError, and so is causal with N_q != N_k: flash-attn aligns that
-    mask bottom-right, these kernels top-left (SDPA's)."""
+    another's name. window_size (left, right) as flash-attn's: a band that looks back `left` keys and not ahead
+    (right 0, or causal), in the versions with a window (v6, v7: the forward's kernels; their backward recomputes in
+    PyTorch, its memory growing with N_q * N_k). dropout_p other than 0 is a ValueError, and so are a window that looks
+    ahead and causal with N_q != N_k: flash-attn aligns that mask bottom-right, these kernels top-left (SDPA's)."""
     if is_compiling():
         return _eager(flash_attn_func)(q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                                       version=version)
+                                       window_size=window_size, version=version)
     if dropout_p:
         raise ValueError(f"dropout_p={dropout_p!r}: dropout is not implemented; pass 0.0")
     if _fewer_heads(q, k, 2):
         k, v = _grouped(q, k, v, 2)
     if _too_many_slices(q, 2):
-        return _in_batches(lambda *a: flash_attn_func(*a, softmax_scale=softmax_scale, causal=causal, version=version),
-                           q, k, v, 2)
+        return _in_batches(lambda *a: flash_attn_func(*a, softmax_scale=softmax_scale, causal=causal,
+                                                      window_size=window_size, version=version), q, k, v, 2)
     fn = _FUNCTIONS.get(version) or _function(version)
+    window = ()
+    if window_size != (-1, -1):
+        causal, window = _band(window_size, causal, fn, version)
     if softmax_scale is not None:
         q = _scaled(q, softmax_scale, _sizes(q, k, v, 2)[4])
     heads = getattr(fn, "apply_heads", None)   # as in attention(), on the (B, H, N, D) transposes
@@ -199,14 +204,50 @@ def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | N
         except (AttributeError, TypeError, IndexError, RuntimeError):
             qt = None   # not tensors of at least 3 dimensions: _sizes below names what is wrong
         if qt is not None:
-            O = heads(_check_flash_causal if causal else _check_flash, qt, kt, vt, causal)
+            O = heads(_check_flash_causal if causal else _check_flash, qt, kt, vt, causal, *window)
             if O is not None:
                 return O.transpose(1, 2)
     B, H, N_q, N_k, D = _sizes(q, k, v, 2)
     if causal:
         _top_left_only(N_q, N_k)
-    O = _apply(fn, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, B * H, N_q, N_k, D)
+    O = _apply(fn, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, B * H, N_q, N_k, D, *window)
     return O.view(B, H, N_q, D).transpose(1, 2)
+
+
+def _band(window_size, causal: bool, fn, version: str) -> tuple[bool, tuple]:
+    """(causal, the version's window argument as a 1-tuple, or () for none) for flash-attn's window_size (left,
+    right), -1 meaning unbounded: a band that looks back `left` keys is the kernels' causal window of left + 1 keys
+    (query i sees keys i - left <= j <= i); right must be 0 unless causal (which sets it to 0). ValueError for a window
+    that looks ahead, and for a version whose forward takes no window."""
+    try:
+        left, right = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise ValueError(f"window_size must be two integers (left, right), got {window_size!r}") from None
+    if left == right == -1:   # unbounded both ways: no window (the default as a list, say)
+        return causal, ()
+    if not causal and right != 0:
+        raise ValueError(f"window_size={tuple(window_size)!r} looks ahead: not implemented; pass right = 0 or "
+                         "causal=True")
+    if left < -1:
+        raise ValueError(f"window_size={tuple(window_size)!r}: left must be -1 (unbounded) or at least 0")
+    if left == -1:
+        return True, ()
+    if "window_size" not in _forward_parameters(fn):
+        raise ValueError(f"{version} has no sliding window; v6_longest_first and v7_hopper do")
+    return True, (left + 1,)
+
+
+def _forward_parameters(fn) -> tuple:
+    """The names a version's FlashAttentionTriton.forward takes after ctx, read once per class."""
+    names = _PARAMETERS.get(fn)
+    if names is None:
+        import inspect
+
+        names = _PARAMETERS[fn] = tuple(inspect.signature(fn.forward).parameters)[1:]
+    return names
+
+
+_PARAMETERS: dict = {}
 
 
 def _top_left_only(N_q: int, N_k: int) -> None:

@@ -320,3 +320,33 @@ def test_grouped_heads_repeat_k_and_v_as_sdpa_does(name):
         w = want if causal else torch.autograd.grad(ref_nc, (qd, kd, vd), dO.double())
         for g, wg, what in zip(torch.autograd.grad(out, (q, k, v), dO), w, "qkv"):
             assert rel(g, wg) < TOL[torch.float32], f"causal {causal}: d{what}"
+
+
+@pytest.mark.parametrize("name", ["v6_longest_first", "v7_hopper"])
+@pytest.mark.parametrize("window_size, causal", [((5, 0), False), ((5, -1), True), ((-1, 0), False), ([-1, -1], True)])
+def test_a_sliding_window_is_flash_attn_s_band(name, window_size, causal):
+    """flash-attn's window_size (left, right): query i sees keys i - left <= j <= i; (-1, 0) is the causal mask.
+    Output and gradients against the float64 reference with that band (fa2triton.reference's window)."""
+    from fa2triton.reference import attention as reference
+
+    q, k, v = (bhnd(2, 40, 2, 16, seed=s).requires_grad_() for s in (29, 30, 31))   # (B, N, H, D)
+    out = flash_attn_func(q, k, v, causal=causal, window_size=window_size, version=name)
+    band = window_size[0] + 1 if window_size[0] >= 0 else None
+    flat = [t.detach().double().transpose(1, 2).reshape(4, 40, 16).requires_grad_() for t in (q, k, v)]
+    ref = reference(*flat, True, torch.float64, band)[0]
+    dO = bhnd(2, 40, 2, 16, seed=32)
+    want = torch.autograd.grad(ref, flat, dO.double().transpose(1, 2).reshape(4, 40, 16))
+    assert rel(out.transpose(1, 2).reshape(4, 40, 16), ref.detach()) < TOL[torch.float32]
+    for g, w in zip(torch.autograd.grad(out, (q, k, v), dO), want):
+        assert rel(g.transpose(1, 2).reshape(4, 40, 16), w) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(window_size=(5, 3)), r"^window_size=\(5, 3\) looks ahead: not implemented"),
+    (dict(window_size=(5, 0), version="v5_final"), r"^v5_final has no sliding window; v6_longest_first and v7_hopper"),
+    (dict(window_size=(-3, 0)), r"left must be -1 \(unbounded\) or at least 0"),
+    (dict(window_size=5), r"^window_size must be two integers"),
+])
+def test_a_window_the_kernels_do_not_have_is_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        flash_attn_func(q4, q4, q4, **kwargs)
