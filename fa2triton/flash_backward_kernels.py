@@ -23,7 +23,10 @@ one exp2: P = exp2(S_raw * qk_scale - L * log2(e)), S_raw = Q K^T, qk_scale = sc
 Invariants: every product a tl.dot with fp32 accumulation; P and dS cast to the input dtype before their dots (as
 FlashAttention-2); tiles inside the tensors and below the diagonal run a loop copy without masks (MASKED=False), the
 diagonal and ragged last tiles pay for them; plain base + offsets * strides pointers (no block pointers: Triton 3.9
-removed them), each slice's base offset in 64 bits (a tensor may pass 2^31 elements; the rest stays 32-bit). Why each choice, with its numbers: docs/worklogs/backward_hopper.md, "The Triton backward's notes".
+removed them), each slice's base offset in 64 bits (a tensor may pass 2^31 elements; the rest stays 32-bit);
+HAS_WINDOW (a sliding window, causal) skips the tiles outside the band and masks its far edge as the diagonal is
+masked, and without it every kernel compiles as before. Why each choice, with its numbers:
+docs/worklogs/backward_hopper.md, "The Triton backward's notes".
 """
 
 from __future__ import annotations
@@ -95,10 +98,10 @@ def _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k,
                       Q_ptr, dO_ptr, L_ptr, Delta_ptr, dQacc_ptr, O_ptr,
                       stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
                       stride_dqq, stride_dqd, stride_oq, stride_od,
-                      start, stop, N_QUERIES, N_KEYS, qk_scale, scale,
+                      start, stop, N_QUERIES, N_KEYS, qk_scale, scale, WINDOW,
                       D: tl.constexpr, BLOCK_Q: tl.constexpr,
                       MASKED: tl.constexpr, is_causal: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-                      DELTA_FROM_O: tl.constexpr):
+                      DELTA_FROM_O: tl.constexpr, HAS_WINDOW: tl.constexpr):
     """Fold the query tiles in [start, stop) into one key tile's dK and dV accumulators.
 
     Works in the transposed orientation (keys along rows), so P^T and dS^T come out of the
@@ -106,7 +109,8 @@ def _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k,
     (batch*head) slice. MASKED is a compile-time flag: the unmasked copy of this loop has
     no compare, no select and no bounds checks on its loads; it is only used on tiles that
     lie entirely inside the tensors and entirely below the causal diagonal. DELTA_FROM_O (the fused
-    mode): each query tile's Delta = rowsum(dO * O) is computed here from O instead of loaded.
+    mode): each query tile's Delta = rowsum(dO * O) is computed here from O instead of loaded. HAS_WINDOW: the
+    causal band of WINDOW keys (query i sees key j iff i - WINDOW < j <= i) masks the masked copy too.
     """
     offs_d = tl.arange(0, D)
     for q_start in range(start, stop, BLOCK_Q):
@@ -133,6 +137,8 @@ def _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k,
             keep = (offs_q[None, :] < N_QUERIES) & (offs_k[:, None] < N_KEYS)
             if is_causal:
                 keep = keep & (offs_k[:, None] <= offs_q[None, :])
+            if HAS_WINDOW:
+                keep = keep & (offs_q[None, :] < offs_k[:, None] + WINDOW)
             pT = tl.where(keep, pT, 0.0)
 
         dV_acc = tl.dot(pT.to(do.dtype), do, acc=dV_acc)                      # dV += P^T dO
@@ -160,9 +166,9 @@ def _dkdv_program(key_tile_index, batch_index,
                   stride_lb, stride_lq, stride_deltab, stride_deltaq,
                   stride_dkb, stride_dkk, stride_dkd, stride_dvb, stride_dvk, stride_dvd,
                   stride_dqb, stride_dqq, stride_dqd, stride_ob, stride_oq, stride_od,
-                  N_QUERIES, N_KEYS, scale,
+                  N_QUERIES, N_KEYS, scale, WINDOW,
                   D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, is_causal: tl.constexpr,
-                  ATOMIC_DQ: tl.constexpr, DELTA_FROM_O: tl.constexpr):
+                  ATOMIC_DQ: tl.constexpr, DELTA_FROM_O: tl.constexpr, HAS_WINDOW: tl.constexpr):
     """One key tile's dK and dV (and, with ATOMIC_DQ, its share of dQ): the body of _bwd_dkdv_kernel
     and of the fused kernel's key-tile programs. O_ptr and its strides are read only with DELTA_FROM_O."""
     batch_index = batch_index.to(tl.int64)   # slice offsets in 64 bits: a tensor may pass 2^31 elements
@@ -185,7 +191,13 @@ def _dkdv_program(key_tile_index, batch_index,
     #                            ragged (keys past N_KEYS must not leak into atomic dQ);
     #   [diag_stop, full_stop)   unmasked: whole tiles entirely below the diagonal;
     #   [tail_start, N_QUERIES)  masked: the ragged last query tile.
+    # With HAS_WINDOW the unmasked range ends where the band's far edge (i < k_start + WINDOW) starts to cut,
+    # and the last masked range where no query sees the tile's last key.
     full_stop = (N_QUERIES // BLOCK_Q) * BLOCK_Q
+    masked_stop = N_QUERIES
+    if HAS_WINDOW:
+        full_stop = tl.minimum(full_stop, ((k_start + WINDOW) // BLOCK_Q) * BLOCK_Q)
+        masked_stop = tl.minimum(N_QUERIES, k_start + BLOCK_K - 1 + WINDOW)
     if is_causal:
         # Query tiles wholly above the diagonal (all i < k_start) are skipped.
         lo = (k_start // BLOCK_Q) * BLOCK_Q
@@ -208,21 +220,24 @@ def _dkdv_program(key_tile_index, batch_index,
     dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b, O_b,
                                        stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
                                        stride_dqq, stride_dqd, stride_oq, stride_od, lo, diag_stop,
-                                       N_QUERIES, N_KEYS, qk_scale, scale,
+                                       N_QUERIES, N_KEYS, qk_scale, scale, WINDOW,
                                        D=D, BLOCK_Q=BLOCK_Q, MASKED=True, is_causal=is_causal,
-                                       ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=DELTA_FROM_O)
+                                       ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=DELTA_FROM_O,
+                                       HAS_WINDOW=HAS_WINDOW)
     dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b, O_b,
                                        stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
                                        stride_dqq, stride_dqd, stride_oq, stride_od, diag_stop, full_stop,
-                                       N_QUERIES, N_KEYS, qk_scale, scale,
+                                       N_QUERIES, N_KEYS, qk_scale, scale, WINDOW,
                                        D=D, BLOCK_Q=BLOCK_Q, MASKED=False, is_causal=is_causal,
-                                       ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=DELTA_FROM_O)
+                                       ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=DELTA_FROM_O,
+                                       HAS_WINDOW=HAS_WINDOW)
     dK_acc, dV_acc = _dkdv_query_tiles(dK_acc, dV_acc, K_j, V_j, offs_k, Q_b, dO_b, L_b, Delta_b, dQ_b, O_b,
                                        stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
-                                       stride_dqq, stride_dqd, stride_oq, stride_od, tail_start, N_QUERIES,
-                                       N_QUERIES, N_KEYS, qk_scale, scale,
+                                       stride_dqq, stride_dqd, stride_oq, stride_od, tail_start, masked_stop,
+                                       N_QUERIES, N_KEYS, qk_scale, scale, WINDOW,
                                        D=D, BLOCK_Q=BLOCK_Q, MASKED=True, is_causal=is_causal,
-                                       ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=DELTA_FROM_O)
+                                       ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=DELTA_FROM_O,
+                                       HAS_WINDOW=HAS_WINDOW)
 
     # The softmax scale, once per element of dK instead of once per score.
     dK_acc = dK_acc * scale
@@ -248,15 +263,16 @@ def _bwd_dkdv_kernel(
     stride_dkb, stride_dkk, stride_dkd,
     stride_dvb, stride_dvk, stride_dvd,
     stride_dqb, stride_dqq, stride_dqd,
-    # sizes and the softmax scale
+    # sizes, the softmax scale and the causal band's width (read only with HAS_WINDOW)
     N_QUERIES, N_KEYS,
-    scale,
+    scale, WINDOW,
     # compile-time meta-parameters
     D: tl.constexpr,
     BLOCK_Q: tl.constexpr,     # query tile streamed through the loop
     BLOCK_K: tl.constexpr,     # key tile this program owns
     is_causal: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,   # also accumulate dQ with atomics (dq_mode="atomic")
+    HAS_WINDOW: tl.constexpr,  # a sliding window: query i sees key j iff i - WINDOW < j <= i
 ):
     ptx_marks.plant(FENCES=True, DESCRIPTORS=True, REDUCTIONS=False)
     tile, head = tile_and_head(tl.cdiv(N_KEYS, BLOCK_K), is_causal, False)
@@ -267,16 +283,17 @@ def _bwd_dkdv_kernel(
                   stride_lb, stride_lq, stride_deltab, stride_deltaq,
                   stride_dkb, stride_dkk, stride_dkd, stride_dvb, stride_dvk, stride_dvd,
                   stride_dqb, stride_dqq, stride_dqd, 0, 0, 0,
-                  N_QUERIES, N_KEYS, scale,
-                  D=D, BLOCK_Q=BLOCK_Q, BLOCK_K=BLOCK_K, is_causal=is_causal, ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=False)
+                  N_QUERIES, N_KEYS, scale, WINDOW,
+                  D=D, BLOCK_Q=BLOCK_Q, BLOCK_K=BLOCK_K, is_causal=is_causal, ATOMIC_DQ=ATOMIC_DQ, DELTA_FROM_O=False,
+                  HAS_WINDOW=HAS_WINDOW)
 
 
 @triton.jit
 def _dq_key_tiles(dQ_acc, Q_i, dO_i, l2_i, delta_i, offs_q,
                   K_ptr, V_ptr, stride_kk, stride_kd, stride_vk, stride_vd,
-                  start, stop, N_KEYS, qk_scale,
+                  start, stop, N_KEYS, qk_scale, WINDOW,
                   D: tl.constexpr, BLOCK_K: tl.constexpr,
-                  MASKED: tl.constexpr, is_causal: tl.constexpr):
+                  MASKED: tl.constexpr, is_causal: tl.constexpr, HAS_WINDOW: tl.constexpr):
     """Fold the key tiles in [start, stop) into one query tile's dQ accumulator (unscaled).
 
     l2_i is the tile's L in log2 units, shape (BLOCK_Q, 1). K^T and V^T (D, BLOCK_K) are
@@ -301,6 +318,8 @@ def _dq_key_tiles(dQ_acc, Q_i, dO_i, l2_i, delta_i, offs_q,
             keep = offs_k[None, :] < N_KEYS
             if is_causal:
                 keep = keep & (offs_k[None, :] <= offs_q[:, None])
+            if HAS_WINDOW:
+                keep = keep & (offs_k[None, :] > offs_q[:, None] - WINDOW)
             p = tl.where(keep, p, 0.0)
         dp = tl.dot(dO_i, vT)                                                 # dP = dO V^T
         ds = p * (dp - delta_i)                                               # dS, unscaled
@@ -315,9 +334,9 @@ def _dq_program(query_tile_index, batch_index,
                 stride_vb, stride_vk, stride_vd, stride_dob, stride_doq, stride_dod,
                 stride_lb, stride_lq, stride_deltab, stride_deltaq,
                 stride_dqb, stride_dqq, stride_dqd, stride_ob, stride_oq, stride_od,
-                N_QUERIES, N_KEYS, scale,
+                N_QUERIES, N_KEYS, scale, WINDOW,
                 D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, is_causal: tl.constexpr,
-                DELTA_FROM_O: tl.constexpr):
+                DELTA_FROM_O: tl.constexpr, HAS_WINDOW: tl.constexpr):
     """One query tile's dQ: the body of _bwd_dq_kernel and of the fused kernel's query-tile programs.
     O_ptr and its strides are read only with DELTA_FROM_O."""
     batch_index = batch_index.to(tl.int64)   # slice offsets in 64 bits: a tensor may pass 2^31 elements
@@ -353,12 +372,25 @@ def _dq_program(query_tile_index, batch_index,
 
     K_b = K_ptr + batch_index * stride_kb
     V_b = V_ptr + batch_index * stride_vb
+    unmasked_start = 0
+    tail_start = unmasked_stop
+    if HAS_WINDOW:
+        # Keys before the band of the tile's first query are skipped; from there to the first key every query of
+        # the tile sees (j >= q_start + BLOCK_Q - WINDOW), masked.
+        band_start = (tl.maximum(q_start - WINDOW + 1, 0) // BLOCK_K) * BLOCK_K
+        unmasked_start = tl.minimum(tl.cdiv(tl.maximum(q_start + BLOCK_Q - WINDOW, 0), BLOCK_K) * BLOCK_K,
+                                    unmasked_stop)
+        dQ_acc = _dq_key_tiles(dQ_acc, Q_i, dO_i, l2_i, delta_i, offs_q, K_b, V_b,
+                               stride_kk, stride_kd, stride_vk, stride_vd, band_start, unmasked_start, N_KEYS,
+                               qk_scale, WINDOW, D=D, BLOCK_K=BLOCK_K, MASKED=True, is_causal=is_causal,
+                               HAS_WINDOW=HAS_WINDOW)
+        tail_start = tl.maximum(unmasked_start, unmasked_stop)
     dQ_acc = _dq_key_tiles(dQ_acc, Q_i, dO_i, l2_i, delta_i, offs_q, K_b, V_b,
-                           stride_kk, stride_kd, stride_vk, stride_vd, 0, unmasked_stop, N_KEYS, qk_scale,
-                           D=D, BLOCK_K=BLOCK_K, MASKED=False, is_causal=is_causal)
+                           stride_kk, stride_kd, stride_vk, stride_vd, unmasked_start, unmasked_stop, N_KEYS, qk_scale,
+                           WINDOW, D=D, BLOCK_K=BLOCK_K, MASKED=False, is_causal=is_causal, HAS_WINDOW=HAS_WINDOW)
     dQ_acc = _dq_key_tiles(dQ_acc, Q_i, dO_i, l2_i, delta_i, offs_q, K_b, V_b,
-                           stride_kk, stride_kd, stride_vk, stride_vd, unmasked_stop, masked_stop, N_KEYS, qk_scale,
-                           D=D, BLOCK_K=BLOCK_K, MASKED=True, is_causal=is_causal)
+                           stride_kk, stride_kd, stride_vk, stride_vd, tail_start, masked_stop, N_KEYS, qk_scale, WINDOW,
+                           D=D, BLOCK_K=BLOCK_K, MASKED=True, is_causal=is_causal, HAS_WINDOW=HAS_WINDOW)
 
     dQ_acc = dQ_acc * scale
     tl.store(dQ_ptr + batch_index * stride_dqb + offs_q[:, None] * stride_dqq + offs_d[None, :] * stride_dqd,
@@ -378,14 +410,15 @@ def _bwd_dq_kernel(
     stride_lb, stride_lq,
     stride_deltab, stride_deltaq,
     stride_dqb, stride_dqq, stride_dqd,
-    # sizes and the softmax scale
+    # sizes, the softmax scale and the causal band's width (read only with HAS_WINDOW)
     N_QUERIES, N_KEYS,
-    scale,
+    scale, WINDOW,
     # compile-time meta-parameters
     D: tl.constexpr,
     BLOCK_Q: tl.constexpr,     # query tile this program owns
     BLOCK_K: tl.constexpr,     # key tile streamed through the loop
     is_causal: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,  # a sliding window, as in _bwd_dkdv_kernel
 ):
     ptx_marks.plant(FENCES=True, DESCRIPTORS=True, REDUCTIONS=False)
     tile, head = tile_and_head(tl.cdiv(N_QUERIES, BLOCK_Q), is_causal, True)
@@ -395,8 +428,8 @@ def _bwd_dq_kernel(
                 stride_vb, stride_vk, stride_vd, stride_dob, stride_doq, stride_dod,
                 stride_lb, stride_lq, stride_deltab, stride_deltaq,
                 stride_dqb, stride_dqq, stride_dqd, 0, 0, 0,
-                N_QUERIES, N_KEYS, scale,
-                D=D, BLOCK_Q=BLOCK_Q, BLOCK_K=BLOCK_K, is_causal=is_causal, DELTA_FROM_O=False)
+                N_QUERIES, N_KEYS, scale, WINDOW,
+                D=D, BLOCK_Q=BLOCK_Q, BLOCK_K=BLOCK_K, is_causal=is_causal, DELTA_FROM_O=False, HAS_WINDOW=HAS_WINDOW)
 
 
 @triton.jit
@@ -414,9 +447,9 @@ def _bwd_fused_kernel(
     stride_dkb, stride_dkk, stride_dkd,
     stride_dvb, stride_dvk, stride_dvd,
     stride_dqb, stride_dqq, stride_dqd,
-    # sizes and the softmax scale
+    # sizes, the softmax scale and the causal band's width (read only with HAS_WINDOW)
     N_QUERIES, N_KEYS,
-    scale,
+    scale, WINDOW,
     # compile-time meta-parameters: the dK/dV programs' tiles, then the dQ programs'
     D: tl.constexpr,
     KV_BLOCK_Q: tl.constexpr,
@@ -424,6 +457,7 @@ def _bwd_fused_kernel(
     DQ_BLOCK_Q: tl.constexpr,
     DQ_BLOCK_K: tl.constexpr,
     is_causal: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,  # a sliding window, as in _bwd_dkdv_kernel
 ):
     """dq_mode="fused": the whole backward in one launch, for shapes where the host's launches cost more
     than the kernels. Programs 0 .. cdiv(N_KEYS, KV_BLOCK_K) - 1 along axis 0 are _bwd_dkdv_kernel's,
@@ -441,9 +475,9 @@ def _bwd_fused_kernel(
                       stride_lb, stride_lq, 0, 0,
                       stride_dkb, stride_dkk, stride_dkd, stride_dvb, stride_dvk, stride_dvd,
                       stride_dqb, stride_dqq, stride_dqd, stride_ob, stride_oq, stride_od,
-                      N_QUERIES, N_KEYS, scale,
+                      N_QUERIES, N_KEYS, scale, WINDOW,
                       D=D, BLOCK_Q=KV_BLOCK_Q, BLOCK_K=KV_BLOCK_K, is_causal=is_causal, ATOMIC_DQ=False,
-                      DELTA_FROM_O=True)
+                      DELTA_FROM_O=True, HAS_WINDOW=HAS_WINDOW)
     else:
         _dq_program(tile - n_key_tiles, tl.program_id(1),
                     Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, L_ptr, dQ_ptr, O_ptr,
@@ -451,5 +485,6 @@ def _bwd_fused_kernel(
                     stride_vb, stride_vk, stride_vd, stride_dob, stride_doq, stride_dod,
                     stride_lb, stride_lq, 0, 0,
                     stride_dqb, stride_dqq, stride_dqd, stride_ob, stride_oq, stride_od,
-                    N_QUERIES, N_KEYS, scale,
-                    D=D, BLOCK_Q=DQ_BLOCK_Q, BLOCK_K=DQ_BLOCK_K, is_causal=is_causal, DELTA_FROM_O=True)
+                    N_QUERIES, N_KEYS, scale, WINDOW,
+                    D=D, BLOCK_Q=DQ_BLOCK_Q, BLOCK_K=DQ_BLOCK_K, is_causal=is_causal, DELTA_FROM_O=True,
+                    HAS_WINDOW=HAS_WINDOW)

@@ -287,7 +287,8 @@ LAUNCHES = LaunchCache()
 SCRATCH_KEPT_BYTES = 64 << 20
 
 
-def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool, dkdv: str = "triton"):
+def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool, dkdv: str = "triton",
+                       window: int = 0):
     """The cache key, or None when the call must take the checked path: every shape, stride,
     dtype and device that the checks and Triton's specialisation look at, and what selects the
     kernels. Only GPU tensors, 16-byte aligned with a unit last stride (fa2triton.lean_path)."""
@@ -298,7 +299,7 @@ def backward_signature(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, st
             Q.stride(), K.stride(), V.stride(), O.stride(), dO.stride(), L.stride(),
             Q.dtype, K.dtype, V.dtype, O.dtype, dO.dtype, L.dtype,
             Q.device, K.device, V.device, O.device, dO.device, L.device,
-            causal, config, dq_mode, strict, dkdv)
+            causal, config, dq_mode, strict, dkdv, window)
 
 
 def forward_keyed_signature(forward_launch, dO, causal: bool, config, dq_mode: str, all_grads: bool = False,
@@ -343,8 +344,8 @@ def validate_backward_inputs(Q, K, V, O, L, dO) -> None:
 def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor,
                              L: torch.Tensor, dO: torch.Tensor, is_causal: bool = False, *,
                              config: BackwardConfig | None = None, dq_mode: str = "separate",
-                             strict: bool = False, dkdv: str = "triton") -> tuple[torch.Tensor, torch.Tensor,
-                                                                                 torch.Tensor]:
+                             strict: bool = False, dkdv: str = "triton",
+                             window: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of O = softmax(Q K^T / sqrt(D)) V (SDPA's top-left causal mask if is_causal).
 
     Q (B, N_q, D), K and V (B, N_k, D), O and dO like Q, all in one dtype (bf16, fp16, fp32);
@@ -358,34 +359,39 @@ def flash_attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     Gradients come back in Q's dtype. strict launches exactly `config` (OutOfResources if it does not fit) instead of
     dropping stages. dkdv (DKDV_CHOICES) says which kernel computes dK and dV (with dq_mode "atomic", dQ's partials
     too): "gluon" a Hopper kernel (ValueError naming why where it cannot take the inputs, or with dq_mode "fused"),
-    "auto" that kernel where it can, "triton" this module's.
+    "auto" that kernel where it can, "triton" this module's. window (with is_causal): the sliding window the forward
+    ran, query i seeing keys i - window < j <= i; 0 for none. Only this module's kernels take one (dkdv "auto" picks
+    them; "gluon" is a ValueError).
     """
     causal = bool(is_causal)
     dq_mode = torch_determinism(dq_mode)
-    key = backward_signature(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv)
+    key = backward_signature(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv, window)
     return LAUNCHES.lookup(key, (Q, K, V, O, L, dO),
-                           lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv=dkdv))
+                           lambda: _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv=dkdv,
+                                                     window=window))
 
 
 def backward_after_forward(forward_launch, Q, K, V, O, L, dO, causal: bool, config: BackwardConfig | None = None,
-                           dq_mode: str = "auto", all_grads: bool = False,
-                           dkdv: str = "triton") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           dq_mode: str = "auto", all_grads: bool = False, dkdv: str = "triton",
+                           window: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """flash_attention_backward for a version's autograd backward, and only for it: Q, K, V, O, L as its forward saved
     them, dO from autograd's engine and `forward_launch`, the launch the forward ran (None when it recorded none),
     which makes the repeat's key cheaper to build (forward_keyed_signature). `all_grads` (ctx.needs_input_grad says
-    Q, K and V all want one) lets the gradients share one allocation."""
+    Q, K and V all want one) lets the gradients share one allocation. window: the forward's sliding window (its
+    launch, in the key, stands for it too)."""
     # Without a key (the forward was not cached: its inputs are not aligned CUDA tensors; or dO is not),
     # backward_signature would give none either: the checked path every time, as a direct call would.
     dq_mode = torch_determinism(dq_mode)
     key = forward_keyed_signature(forward_launch, dO, causal, config, dq_mode, all_grads, dkdv)
     return LAUNCHES.lookup(key, (Q, K, V, O, L, dO), _checked_after_forward,
-                           slow_args=(forward_launch, Q, K, V, O, L, dO, causal, config, dq_mode, all_grads, dkdv))
+                           slow_args=(forward_launch, Q, K, V, O, L, dO, causal, config, dq_mode, all_grads, dkdv,
+                                      window))
 
 
-def _checked_after_forward(forward_launch, Q, K, V, O, L, dO, causal, config, dq_mode, all_grads, dkdv):
+def _checked_after_forward(forward_launch, Q, K, V, O, L, dO, causal, config, dq_mode, all_grads, dkdv, window):
     """backward_after_forward's checked path: _checked_backward, its launch holding the forward's (`forward`), whose
     id is in the key it is recorded under."""
-    *grads, launch = _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, False, all_grads, dkdv)
+    *grads, launch = _checked_backward(Q, K, V, O, L, dO, causal, config, dq_mode, False, all_grads, dkdv, window)
     if launch is not None:
         launch.forward = forward_launch
     return (*grads, launch)
@@ -422,13 +428,26 @@ def auto_dq_mode(B: int, N_q: int, N_k: int, D: int, causal: bool, sm_count: int
     return "atomic" if gluon_ws and _gluon_dkdv(True).preferred(N_q, N_k, D, causal) else "separate"
 
 
+def _window_dkdv(window, causal: bool, dkdv: str) -> str:
+    """dkdv for a sliding window (0: none, dkdv as given): the Triton kernels, the only ones with the band; a
+    ValueError for a window that is not a causal band of at least one key, or with dkdv "gluon"."""
+    if not window:
+        return dkdv
+    if not isinstance(window, int) or window < 1 or not causal:
+        raise ValueError(f"window={window!r}: a sliding window is a causal band of at least one key; pass is_causal "
+                         "and an integer window >= 1")
+    if dkdv == "gluon":
+        raise ValueError("dkdv='gluon' has no sliding window: pass 'auto' or 'triton'")
+    return "triton"
+
+
 def _ws_takes(Q, K, V, dO, L, dkdv: str) -> bool:
     """Whether dkdv lets the Gluon kernels run these inputs (they take what the dK/dV one takes, L for Delta)."""
     return dkdv != "triton" and _gluon_dkdv(False).unsupported(Q, K, V, dO, L, L, Q.shape[2] ** -0.5) is None
 
 
 def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, strict: bool,
-                      stack_grads: bool = False, dkdv: str = "triton"):
+                      stack_grads: bool = False, dkdv: str = "triton", window: int = 0):
     """The normal path: check, choose the configuration, allocate, launch. Returns dQ, dK, dV and
     the BackwardLaunch that repeats it (None under the interpreter). stack_grads: the gradients may
     share one allocation (gradient_stack; autograd's call with all three wanted)."""
@@ -437,6 +456,7 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
     if dkdv not in DKDV_CHOICES:
         raise ValueError(f"dkdv must be one of {', '.join(DKDV_CHOICES)}, got {dkdv!r}")
     validate_backward_inputs(Q, K, V, O, L, dO)
+    dkdv = _window_dkdv(window, causal, dkdv)
     if dq_mode in ("auto", "deterministic"):   # "deterministic" never asks for the ws kernel (its dQ is atomic)
         ws = dq_mode == "auto" and _ws_takes(Q, K, V, dO, L, dkdv)
         dq_mode = auto_dq_mode(Q.shape[0], Q.shape[1], K.shape[1], Q.shape[2], causal, gluon_ws=ws)
@@ -450,7 +470,7 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
 
     Q, K, V, O, dO = (_last_dim_contiguous(t) for t in (Q, K, V, O, dO))
     if dq_mode == "fused":
-        return _checked_fused(Q, K, V, O, L, dO, causal, config, strict, stack_grads)
+        return _checked_fused(Q, K, V, O, L, dO, causal, config, strict, stack_grads, window)
     B, N_q, D = Q.shape
     N_k = K.shape[1]
     scale = 1.0 / math.sqrt(D)
@@ -475,22 +495,23 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
         dkdv_kernel = gluon.launch(Q, K, V, dO, L, Delta, dK, dV, *dq_accum, causal, scale)
         dkdv_grid, dkdv_tail, dkdv_meta = None, (), ()
     else:
-        dkdv_tail = (*common, *_strides(dK, dV, acc), N_q, N_k, scale)
+        dkdv_tail = (*common, *_strides(dK, dV, acc), N_q, N_k, scale, window)
         dkdv_kernel, dkdv_grid, dkdv_meta = _launch(
             _bwd_dkdv_kernel, lambda c: tile_order.grid(triton.cdiv(N_k, c.dkdv_k_tile), B, causal),
             (Q, K, V, dO, L, Delta, dK, dV, acc, *dkdv_tail),
-            lambda c: dict(D=D, BLOCK_Q=c.dkdv_q_tile, BLOCK_K=c.dkdv_k_tile, is_causal=causal, ATOMIC_DQ=atomic),
+            lambda c: dict(D=D, BLOCK_Q=c.dkdv_q_tile, BLOCK_K=c.dkdv_k_tile, is_causal=causal, ATOMIC_DQ=atomic,
+                           HAS_WINDOW=window > 0),
             config, strict)
     dq_kernel, dq_grid, dq_tail = None, None, ()
     if atomic:
         if acc is not dQ:
             dQ.copy_(acc)   # the cast, into the gradients' own allocation
     else:
-        dq_tail = (*common, *_strides(dQ), N_q, N_k, scale)
+        dq_tail = (*common, *_strides(dQ), N_q, N_k, scale, window)
         dq_kernel, dq_grid, dq_meta = _launch(
             _bwd_dq_kernel, lambda c: tile_order.grid(triton.cdiv(N_q, c.dq_q_tile), B, causal),
             (Q, K, V, dO, L, Delta, dQ, *dq_tail),
-            lambda c: dict(D=D, BLOCK_Q=c.dq_q_tile, BLOCK_K=c.dq_k_tile, is_causal=causal),
+            lambda c: dict(D=D, BLOCK_Q=c.dq_q_tile, BLOCK_K=c.dq_k_tile, is_causal=causal, HAS_WINDOW=window > 0),
             config, strict)
         dq_tail = (*dq_tail, *dq_meta)
     launch = None
@@ -502,19 +523,19 @@ def _checked_backward(Q, K, V, O, L, dO, causal: bool, config, dq_mode: str, str
 
 
 def _checked_fused(Q, K, V, O, L, dO, causal: bool, config: BackwardConfig, strict: bool,
-                   stack_grads: bool = False):
+                   stack_grads: bool = False, window: int = 0):
     """dq_mode="fused", after _checked_backward's checks: allocate dQ, dK, dV and launch _bwd_fused_kernel,
     its grid the dK/dV programs' key tiles followed by the dQ programs' query tiles."""
     B, N_q, D = Q.shape
     N_k = K.shape[1]
     stack = gradient_stack(Q, K, stack_grads)
     dQ, dK, dV = gradient_buffers(Q, K, stack)
-    tail = (*_strides(Q, K, V, dO, O, L, dK, dV, dQ), N_q, N_k, 1.0 / math.sqrt(D))
+    tail = (*_strides(Q, K, V, dO, O, L, dK, dV, dQ), N_q, N_k, 1.0 / math.sqrt(D), window)
     kernel, grid, meta = _launch(
         _bwd_fused_kernel, lambda c: (triton.cdiv(N_k, c.dkdv_k_tile) + triton.cdiv(N_q, c.dq_q_tile), B),
         (Q, K, V, dO, O, L, dK, dV, dQ, *tail),
         lambda c: dict(D=D, KV_BLOCK_Q=c.dkdv_q_tile, KV_BLOCK_K=c.dkdv_k_tile, DQ_BLOCK_Q=c.dq_q_tile,
-                       DQ_BLOCK_K=c.dq_k_tile, is_causal=causal),
+                       DQ_BLOCK_K=c.dq_k_tile, is_causal=causal, HAS_WINDOW=window > 0),
         config, strict)
     launch = None if kernel is None else BackwardLaunch(None, kernel, None, (grid,), ((*tail, *meta),), stack,
                                                         device=_device(kernel, Q))

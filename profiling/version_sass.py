@@ -109,19 +109,19 @@ def _still_slower(F, G, C, B1, BW, compile_for_target, compile_plan) -> dict:
     def fused(N):
         q, k, v, do, o, dk, dv, dq = tensors(N, n=8)
         lse = torch.empty(32, N, dtype=torch.float32, device="meta")
-        args = (q, k, v, do, o, lse, dk, dv, dq, *strides(q, k, v, do, o, lse, dk, dv, dq), N, N, 0.125)
+        args = (q, k, v, do, o, lse, dk, dv, dq, *strides(q, k, v, do, o, lse, dk, dv, dq), N, N, 0.125, 0)
         return compile_for_target(F._bwd_fused_kernel, args, arch=90, num_warps=cfg.num_warps,
                                   num_stages=cfg.num_stages, D=64, KV_BLOCK_Q=cfg.dkdv_q_tile,
                                   KV_BLOCK_K=cfg.dkdv_k_tile, DQ_BLOCK_Q=cfg.dq_q_tile, DQ_BLOCK_K=cfg.dq_k_tile,
-                                  is_causal=True)
+                                  is_causal=True, HAS_WINDOW=False)
 
     def dq(N):
         q, k, v, do, dq_ = tensors(N, n=5)
         lse, delta = (torch.empty(32, N, dtype=torch.float32, device="meta") for _ in range(2))
-        args = (q, k, v, do, lse, delta, dq_, *strides(q, k, v, do, lse, delta, dq_), N, N, 0.125)
+        args = (q, k, v, do, lse, delta, dq_, *strides(q, k, v, do, lse, delta, dq_), N, N, 0.125, 0)
         return compile_for_target(F._bwd_dq_kernel, args, arch=90, num_warps=cfg.num_warps,
                                   num_stages=cfg.num_stages, D=64, BLOCK_Q=cfg.dq_q_tile, BLOCK_K=cfg.dq_k_tile,
-                                  is_causal=True)
+                                  is_causal=True, HAS_WINDOW=False)
 
     def preprocess(N):
         o, = tensors(N, n=1)

@@ -223,6 +223,33 @@ def test_bad_inputs_raise_clear_errors(mutate, error, match):
         flash_attention_backward(**args, is_causal=False)
 
 
+@pytest.mark.parametrize("dq_mode", fb.DQ_MODES)
+@pytest.mark.parametrize("cfg", [None, KEY_WIDER, QUERY_WIDER], ids=["default", "key-wider", "query-wider"])
+@pytest.mark.parametrize("n_q,n_k,window", [(130, 130, 5), (130, 130, 33), (100, 60, 20), (60, 100, 70)])
+def test_a_sliding_window_s_gradients_match_the_band_s(dq_mode, cfg, n_q, n_k, window):
+    """The kernels' causal band (query i sees keys i - window < j <= i): tiles outside it skipped, its far edge
+    masked, against float64 autograd through the reference with that band; narrower and wider than the tiles,
+    rows past n_k + window - 1 seeing nothing (100 x 60)."""
+    Q, K, V, dO = (torch.randn(2, n, 32, generator=torch.Generator().manual_seed(n + i)).to(DEVICE)
+                   for i, n in enumerate((n_q, n_k, n_k, n_q)))
+    O, L = attention(Q, K, V, True, torch.float32, window)
+    grads = flash_attention_backward(Q, K, V, O, L, dO, True, config=cfg, dq_mode=dq_mode, window=window)
+    q, k, v = (t.detach().cpu().double().requires_grad_() for t in (Q, K, V))
+    want = torch.autograd.grad(attention(q, k, v, True, window=window)[0], (q, k, v), dO.cpu().double())
+    for name, g, w in zip("QKV", grads, want):
+        assert relative_error(g.cpu(), w) < REL_TOL[torch.float32], f"d{name}"
+
+
+@pytest.mark.parametrize("kwargs,match", [(dict(window=4), "a sliding window is a causal band"),
+                                          (dict(window=4, is_causal=True, dkdv="gluon"), "has no sliding window"),
+                                          (dict(window=-2, is_causal=True), "integer window >= 1")])
+def test_a_window_the_backward_cannot_run_is_named(kwargs, match):
+    Q, K, V, O, L, dO = _ok_inputs()
+    causal = kwargs.pop("is_causal", False)
+    with pytest.raises(ValueError, match=match):
+        flash_attention_backward(Q, K, V, O, L, dO, causal, **kwargs)
+
+
 def test_bad_options_raise_clear_errors():
     Q, K, V, O, L, dO = _ok_inputs()
     with pytest.raises(ValueError, match="dq_mode must be one of auto, deterministic, separate, atomic, fused"):
@@ -298,7 +325,7 @@ def test_backward_second_call_skips_the_checked_path(monkeypatch):
     monkeypatch.setattr(fb, "aligned_cuda", lambda *t: True)
     replays, checked = [], []
 
-    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv="triton"):
+    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict, dkdv="triton", window=0):
         checked.append(causal)
         return Q * 0, K * 0, V * 0, lambda *a: (replays.append(1), (Q * 1, K * 1, V * 1))[1]
 
@@ -424,8 +451,8 @@ def test_autograd_follows_torch_determinism(monkeypatch, deterministic, version)
     FA = versions.load(version).FlashAttentionTriton
     seen = []
     real = fb.forward_keyed_signature
-    monkeypatch.setattr(fb, "forward_keyed_signature", lambda f, dO, c, cfg, mode, *a: (seen.append(mode),
-                                                                                       real(f, dO, c, cfg, mode, *a))[1])
+    monkeypatch.setattr(fb, "forward_keyed_signature",
+                        lambda f, dO, c, cfg, mode, *a: (seen.append(mode), real(f, dO, c, cfg, mode, *a))[1])
     Q, K, V = (torch.randn(2, 48, 32, dtype=BF16, device=DEVICE, requires_grad=True) for _ in range(3))
     for on in (False, True, True, False):
         deterministic(on)
@@ -469,7 +496,7 @@ def test_backward_after_forward_replays_by_the_forward_key(monkeypatch):
     path runs every time, as a direct call's own signature would give none either."""
     calls = []
 
-    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict, stack_grads=False, dkdv="triton"):
+    def fake_checked(Q, K, V, O, L, dO, causal, config, dq_mode, strict, stack_grads=False, dkdv="triton", window=0):
         calls.append(dq_mode)
         return Q * 0, K * 0, V * 0, lambda *a: (calls.append("replay"), (Q * 1, K * 1, V * 1))[1]
 

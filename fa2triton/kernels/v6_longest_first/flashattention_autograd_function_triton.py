@@ -23,9 +23,9 @@ FlashAttention-2's order), 1 rounds first and sums the rounded values, 2 keeps P
 and multiplies it with an upcast V (TF32).
 
 The host path is v5's (fa2triton.lean_path). The backward is the Triton FlashAttention-2 backward
-(fa2triton/flash_backward_triton.py, issue 7) from the saved L; with a sliding window,
-which that kernel does not mask, it recomputes from L in PyTorch. Addressing: the article's kernel used block pointers (removed in Triton 3.9); this one computes the same
-tiles' addresses directly, with row masks.
+(fa2triton/flash_backward_triton.py, issue 7) from the saved L, with the same sliding window; where autograd records
+it (create_graph) it recomputes in PyTorch. Addressing: the article's kernel used block pointers (removed in Triton
+3.9); this one computes the same tiles' addresses directly, with row masks.
 """
 
 import math
@@ -266,12 +266,12 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dO):
-        if ctx.window or torch.is_grad_enabled():   # the Triton backward has no window mask, and makes no graph
+        if torch.is_grad_enabled():   # create_graph: the kernels make no graph; the recompute does
             return autograd_backward(ctx, dO)
         Q, K, V, O, L = ctx.saved_tensors
         dQ, dK, dV = backward_kernels.backward_after_forward(
             ctx.forward_launch, Q, K, V, O, L, dO, ctx.is_causal, FlashAttentionTriton.BACKWARD_CONFIG,
-            FlashAttentionTriton.BACKWARD_DQ_MODE, all(ctx.needs_input_grad[:3]))
+            FlashAttentionTriton.BACKWARD_DQ_MODE, all(ctx.needs_input_grad[:3]), window=ctx.window)
         return dQ, dK, dV, None, None
 
 

@@ -26,7 +26,7 @@ tiles longest first; rows that see no key get O = 0 and L = -inf; L saved (B, N_
 backward (BACKWARD_DQ_MODE, BACKWARD_DKDV "auto") is fa2triton's: on Hopper from N = 1024 (D = 64 causal: 2048)
 the warp-specialized Gluon kernel (gluon_backward_ws.py; dQ by TMA reduce-add, not bitwise reproducible:
 "deterministic" for that, which torch.use_deterministic_algorithms(True) selects), else dK/dV by
-gluon_backward_hopper.py beside the Triton dQ, elsewhere the Triton backward.
+gluon_backward_hopper.py beside the Triton dQ, elsewhere (and with a sliding window) the Triton backward.
 """
 
 import contextlib
@@ -639,12 +639,13 @@ class FlashAttentionTriton(LeanApply, torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dO):
-        if ctx.window or torch.is_grad_enabled():   # the Triton backward has no window mask, and makes no graph
+        if torch.is_grad_enabled():   # create_graph: the kernels make no graph; the recompute does
             return autograd_backward(ctx, dO)
         Q, K, V, O, L = ctx.saved_tensors
         dQ, dK, dV = backward_kernels.backward_after_forward(
             ctx.forward_launch, Q, K, V, O, L, dO, ctx.is_causal, FlashAttentionTriton.BACKWARD_CONFIG,
-            FlashAttentionTriton.BACKWARD_DQ_MODE, all(ctx.needs_input_grad[:3]), FlashAttentionTriton.BACKWARD_DKDV)
+            FlashAttentionTriton.BACKWARD_DQ_MODE, all(ctx.needs_input_grad[:3]), FlashAttentionTriton.BACKWARD_DKDV,
+            ctx.window)
         return dQ, dK, dV, None, None
 
 
