@@ -179,8 +179,8 @@ def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | N
     flash-attn 2 (dropout_p, softmax_scale, causal) or 4 (softmax_scale, causal) cannot bind one argument to
     another's name. window_size (left, right) as flash-attn's: a band that looks back `left` keys and not ahead
     (right 0, or causal), in the versions with a window (v6, v7; their backward by the Triton kernels, which mask the
-    same band). dropout_p other than 0 is a ValueError, and so are a window that looks
-    ahead and causal with N_q != N_k: flash-attn aligns that mask bottom-right, these kernels top-left (SDPA's)."""
+    same band). dropout_p other than 0 is a ValueError, and so are a window that looks ahead and causal with
+    N_q != N_k: flash-attn aligns that mask bottom-right, these kernels top-left (SDPA's)."""
     if is_compiling():
         return _eager(flash_attn_func)(q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                                        window_size=window_size, version=version)
