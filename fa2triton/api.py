@@ -11,8 +11,8 @@ adds is checked. A version's class is loaded on its first call and kept: each la
 Invariants: the mask is SDPA's is_causal (top-left aligned when N_q != N_k); the kernels use scale = 1/sqrt(D), and
 another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype). Under torch.compile each
 call is one opaque eager call (a graph break): dynamo cannot trace the lean path's caches or Triton's launcher, and
-eagerly the check costs one flag read. A batch of more than fa2triton.inputs.MAX_SLICES (batch * heads) slices runs
-as several calls, concatenated.
+eagerly the check costs one flag read. Under CUDA autocast q, k and v run in its dtype, as SDPA's do. A batch of more
+than fa2triton.inputs.MAX_SLICES (batch * heads) slices runs as several calls, concatenated.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import is_autocast_enabled   # without a device type: CUDA's (55 ns here, the typed form 125)
 from torch.compiler import disable, is_compiling
 
 from . import inputs, versions
@@ -88,6 +89,8 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_caus
     if is_compiling():   # traced by torch.compile: the same call, run eagerly where the graph breaks
         return _eager(attention)(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa,
                                  version=version)
+    if is_autocast_enabled():
+        q, k, v = _autocast(q, k, v)
     if attn_mask is not None or dropout_p or enable_gqa:
         k, v = _sdpa_extras(q, k, v, attn_mask, dropout_p, enable_gqa)
     if _too_many_slices(q, 1):
@@ -102,6 +105,14 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_caus
             return O
     B, H, N_q, N_k, D = _sizes(q, k, v, 1)
     return _apply(fn, q, k, v, is_causal, B * H, N_q, N_k, D).view(B, H, N_q, D)
+
+
+def _autocast(q, k, v):
+    """Under CUDA autocast, its dtype for the CUDA tensors among q, k, v, as SDPA takes them there (a
+    lower-precision op in autocast's list); the others as they are."""
+    dtype = torch.get_autocast_dtype("cuda")
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_cuda and t.is_floating_point() else t
+                 for t in (q, k, v))
 
 
 def _sdpa_extras(q, k, v, attn_mask, dropout_p, enable_gqa):
@@ -186,6 +197,8 @@ def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | N
                                        window_size=window_size, version=version)
     if dropout_p:
         raise ValueError(f"dropout_p={dropout_p!r}: dropout is not implemented; pass 0.0")
+    if is_autocast_enabled():
+        q, k, v = _autocast(q, k, v)
     if _fewer_heads(q, k, 2):
         k, v = _grouped(q, k, v, 2)
     if _too_many_slices(q, 2):

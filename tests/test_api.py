@@ -350,3 +350,27 @@ def test_a_sliding_window_is_flash_attn_s_band(name, window_size, causal):
 def test_a_window_the_kernels_do_not_have_is_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         flash_attn_func(q4, q4, q4, **kwargs)
+
+
+def test_cuda_autocast_runs_q_k_v_in_its_dtype(monkeypatch):
+    """Under CUDA autocast SDPA runs in autocast's dtype, and so do attention() and flash_attn_func() (stood in for
+    here: this CPU build cannot enable CUDA autocast, so the flag and dtype are patched and CUDA tensors faked by
+    is_cuda); outside it the inputs keep their dtype."""
+    seen = []
+
+    class Recording(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, Q, K, V, is_causal):
+            seen.append((Q.dtype, K.dtype, V.dtype))
+            return torch.empty_like(Q)
+
+    monkeypatch.setitem(api._FUNCTIONS, "recording", Recording)
+    monkeypatch.setattr(api, "is_autocast_enabled", lambda: True)
+    monkeypatch.setattr(torch, "get_autocast_dtype", lambda device: torch.bfloat16)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
+    q = torch.randn(1, 2, 8, 16)
+    out = attention(q, q, q, version="recording")
+    flash = flash_attn_func(q, q, q, version="recording")
+    assert out.dtype == flash.dtype == torch.bfloat16 and seen == [(torch.bfloat16,) * 3] * 2
+    monkeypatch.setattr(api, "is_autocast_enabled", lambda: False)
+    assert attention(q, q, q, version="recording").dtype == torch.float32
