@@ -9,9 +9,9 @@ no views and no shape checks on a repeat, so the call costs the host what apply 
 own checks (fa2triton.inputs.validate_qkv) name a bad dtype, device or head dimension; here only what the 4-D layout
 adds is checked. A version's class is loaded on its first call and kept: each later call is one dict hit.
 Invariants: the mask is SDPA's is_causal (top-left aligned when N_q != N_k); the kernels use scale = 1/sqrt(D), and
-another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype). Under torch.compile each
-call is one opaque eager call (a graph break): dynamo cannot trace the lean path's caches or Triton's launcher, and
-eagerly the check costs one flag read. Under CUDA autocast q, k and v run in its dtype, as SDPA's do. A batch of more
+another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype). Under torch.compile the
+calls trace to two custom ops (fa2triton.compile_op: fullgraph works, and dynamo never enters the lean path's caches
+or Triton's launcher); eagerly the check costs one flag read. Under CUDA autocast q, k and v run in its dtype, as SDPA's do. A batch of more
 than fa2triton.inputs.MAX_SLICES (batch * heads) slices runs as several calls, concatenated.
 """
 
@@ -21,9 +21,9 @@ import math
 
 import torch
 from torch import is_autocast_enabled   # without a device type: CUDA's (55 ns here, the typed form 125)
-from torch.compiler import disable, is_compiling
+from torch.compiler import is_compiling
 
-from . import inputs, versions
+from . import compile_op, inputs, versions
 
 DEFAULT_VERSION = "v7_hopper"
 _FUNCTIONS: dict[str, type] = {}   # version name -> its FlashAttentionTriton, loaded on first use
@@ -70,8 +70,13 @@ def _scaled(q, scale, D: int):
     return q * (scale * math.sqrt(D))
 
 
-def _apply(fn, q, k, v, causal: bool, BH: int, N_q: int, N_k: int, D: int, *window):
-    """fn.apply on q, k, v (B, H, N, D) as (B * H, N, D): views where B and H share one stride, else copies."""
+def _apply(fn, q, k, v, causal: bool, BH: int, N_q: int, N_k: int, D: int, window: tuple = (),
+           traced: str | None = None):
+    """fn.apply on q, k, v (B, H, N, D) as (B * H, N, D): views where B and H share one stride, else copies. Under
+    torch.compile (`traced`: the version's name) the custom ops instead (fa2triton.compile_op)."""
+    if traced is not None:
+        q3, k3, v3 = q.reshape(BH, N_q, D), k.reshape(BH, N_k, D), v.reshape(BH, N_k, D)
+        return compile_op.attention_op(q3, k3, v3, causal, window[0] if window else 0, traced)
     try:
         q3, k3, v3 = q.view(BH, N_q, D), k.view(BH, N_k, D), v.view(BH, N_k, D)   # view: cheaper than reshape
     except RuntimeError:
@@ -86,25 +91,23 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_caus
     divides H, and k and v are repeated over their groups of q's heads (a copy). attn_mask and dropout_p are not
     implemented: anything but None and 0 is a ValueError. `version` names a round (fa2triton.VERSIONS)."""
     q, k, v = query, key, value
-    if is_compiling():   # traced by torch.compile: the same call, run eagerly where the graph breaks
-        return _eager(attention)(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa,
-                                 version=version)
+    traced = version if is_compiling() else None   # torch.compile: the custom ops, no lean path
     if is_autocast_enabled():
         q, k, v = _autocast(q, k, v)
     if attn_mask is not None or dropout_p or enable_gqa:
         k, v = _sdpa_extras(q, k, v, attn_mask, dropout_p, enable_gqa)
     if _too_many_slices(q, 1):
         return _in_batches(lambda *a: attention(*a, is_causal=is_causal, scale=scale, version=version), q, k, v, 1)
-    fn = _FUNCTIONS.get(version) or _function(version)
+    fn = None if traced is not None else _FUNCTIONS.get(version) or _function(version)   # (dynamo: no class)
     if scale is not None:
         q = _scaled(q, scale, _sizes(q, k, v, 1)[4])
-    heads = getattr(fn, "apply_heads", None)   # the lean versions, where no gradient is asked: (B, H, N, D) as it is
-    if heads is not None:
+    heads = None if fn is None else getattr(fn, "apply_heads", None)   # the lean versions, where no gradient is
+    if heads is not None:                                              # asked: (B, H, N, D) as it is
         O = heads(_check_heads, q, k, v, is_causal)
         if O is not None:
             return O
     B, H, N_q, N_k, D = _sizes(q, k, v, 1)
-    return _apply(fn, q, k, v, is_causal, B * H, N_q, N_k, D).view(B, H, N_q, D)
+    return _apply(fn, q, k, v, is_causal, B * H, N_q, N_k, D, traced=traced).view(B, H, N_q, D)
 
 
 def _autocast(q, k, v):
@@ -167,17 +170,6 @@ def _in_batches(call, q, k, v, heads_axis: int, *args):
                       for i in range(0, q.shape[0], per_call)])
 
 
-_EAGER: dict = {}   # a call -> itself behind torch.compiler.disable, made once (only torch.compile asks for it)
-
-
-def _eager(call):
-    """`call` as dynamo must see it: opaque, run eagerly (torch.compiler.disable), where is_compiling() is False."""
-    wrapped = _EAGER.get(call)
-    if wrapped is None:
-        wrapped = _EAGER[call] = disable(call)
-    return wrapped
-
-
 def _check_heads(q, k, v) -> None:
     """_sizes in SDPA's layout, for LeanApply.apply_heads: a signature's first call checks it, its repeats do not."""
     _sizes(q, k, v, 1)
@@ -192,9 +184,7 @@ def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | N
     (right 0, or causal), in the versions with a window (v6, v7; their backward by the Triton kernels, which mask the
     same band). dropout_p other than 0 is a ValueError, and so are a window that looks ahead and causal with
     N_q != N_k: flash-attn aligns that mask bottom-right, these kernels top-left (SDPA's)."""
-    if is_compiling():
-        return _eager(flash_attn_func)(q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                                       window_size=window_size, version=version)
+    traced = version if is_compiling() else None
     if dropout_p:
         raise ValueError(f"dropout_p={dropout_p!r}: dropout is not implemented; pass 0.0")
     if is_autocast_enabled():
@@ -204,13 +194,13 @@ def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | N
     if _too_many_slices(q, 2):
         return _in_batches(lambda *a: flash_attn_func(*a, softmax_scale=softmax_scale, causal=causal,
                                                       window_size=window_size, version=version), q, k, v, 2)
-    fn = _FUNCTIONS.get(version) or _function(version)
+    fn = None if traced is not None else _FUNCTIONS.get(version) or _function(version)
     window = ()
     if window_size != (-1, -1):
-        causal, window = _band(window_size, causal, fn, version)
+        causal, window = _band(window_size, causal, version, traced is None)
     if softmax_scale is not None:
         q = _scaled(q, softmax_scale, _sizes(q, k, v, 2)[4])
-    heads = getattr(fn, "apply_heads", None)   # as in attention(), on the (B, H, N, D) transposes
+    heads = None if fn is None else getattr(fn, "apply_heads", None)   # as in attention(), on the transposes
     if heads is not None:
         try:
             qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -223,15 +213,16 @@ def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | N
     B, H, N_q, N_k, D = _sizes(q, k, v, 2)
     if causal:
         _top_left_only(N_q, N_k)
-    O = _apply(fn, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, B * H, N_q, N_k, D, *window)
+    O = _apply(fn, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, B * H, N_q, N_k, D, window,
+               traced)
     return O.view(B, H, N_q, D).transpose(1, 2)
 
 
-def _band(window_size, causal: bool, fn, version: str) -> tuple[bool, tuple]:
+def _band(window_size, causal: bool, version: str, check: bool = True) -> tuple[bool, tuple]:
     """(causal, the version's window argument as a 1-tuple, or () for none) for flash-attn's window_size (left,
     right), -1 meaning unbounded: a band that looks back `left` keys is the kernels' causal window of left + 1 keys
     (query i sees keys i - left <= j <= i); right must be 0 unless causal (which sets it to 0). ValueError for a window
-    that looks ahead, and for a version whose forward takes no window."""
+    that looks ahead, and (`check`; under torch.compile the custom op checks) for a version without a window."""
     try:
         left, right = (int(w) for w in window_size)
     except (TypeError, ValueError):
@@ -245,22 +236,9 @@ def _band(window_size, causal: bool, fn, version: str) -> tuple[bool, tuple]:
         raise ValueError(f"window_size={tuple(window_size)!r}: left must be -1 (unbounded) or at least 0")
     if left == -1:
         return True, ()
-    if "window_size" not in _forward_parameters(fn):
-        raise ValueError(f"{version} has no sliding window; v6_longest_first and v7_hopper do")
+    if check:
+        versions.require_window(version)
     return True, (left + 1,)
-
-
-def _forward_parameters(fn) -> tuple:
-    """The names a version's FlashAttentionTriton.forward takes after ctx, read once per class."""
-    names = _PARAMETERS.get(fn)
-    if names is None:
-        import inspect
-
-        names = _PARAMETERS[fn] = tuple(inspect.signature(fn.forward).parameters)[1:]
-    return names
-
-
-_PARAMETERS: dict = {}
 
 
 def _top_left_only(N_q: int, N_k: int) -> None:

@@ -117,6 +117,20 @@ def load(name: str) -> ModuleType:
     return load_file(module_name(name), get(name).path)
 
 
+_WINDOWED: set = set()   # the versions require_window found a window in (asked once each)
+
+
+def require_window(name: str) -> None:
+    """ValueError unless version `name`'s FlashAttentionTriton.forward takes a sliding window (v6 and v7 do)."""
+    if name in _WINDOWED:
+        return
+    import inspect
+
+    if "window_size" not in inspect.signature(load(name).FlashAttentionTriton.forward).parameters:
+        raise ValueError(f"{get(name).name} has no sliding window; v6_longest_first and v7_hopper do")
+    _WINDOWED.add(name)
+
+
 def load_file(mod_name: str, path: Path) -> ModuleType:
     """Import the Python file at `path` as module `mod_name`, once per process (kept in sys.modules): a kernel
     file, or a script that is not part of a package (experiments/run.py, for its tests)."""

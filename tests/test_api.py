@@ -194,25 +194,39 @@ def test_a_zero_length_is_named_by_every_version(version, n_q, n_k):
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_torch_compile_runs_each_call_eagerly(backend):
-    """Inside torch.compile both calls are opaque (a graph break): the compiled function gives the eager output and
-    gradients (aot_eager compiles the pieces around the call with autograd). Dynamo traced into the lean path before,
-    and failed in Triton's launcher."""
+@pytest.mark.parametrize("name", ["v5_final", "v7_hopper"])
+def test_torch_compile_traces_both_calls_to_the_custom_ops(backend, name):
+    """With fullgraph=True (no graph break allowed) the compiled model gives the eager output and gradients: both
+    calls trace to fa2triton::attention_forward, whose registered backward runs the version's own (aot_eager
+    compiles it with autograd). Dynamo traced into the lean path before, and failed in Triton's launcher."""
     import torch._dynamo
 
+    window = (7, 0) if name == "v7_hopper" else (-1, -1)   # v7 with a sliding window, through the op too
+
     def model(q, k, v):
-        o = attention(q * 2.0, k, v, is_causal=True)
-        return (o + flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)).sum(-1)
+        o = attention(q * 2.0, k, v, is_causal=True, version=name)
+        flash = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), window_size=window,
+                                version=name)
+        return (o + flash.transpose(1, 2)).sum(-1)
 
     torch._dynamo.reset()
     inputs = [bhnd(1, 2, 40, 32, seed=s).requires_grad_() for s in (12, 13, 14)]
     want = model(*inputs)
     want_grads = torch.autograd.grad(want.sum(), inputs)
-    got = torch.compile(model, backend=backend)(*inputs)
-    assert torch.equal(got, want)
+    got = torch.compile(model, backend=backend, fullgraph=True)(*inputs)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
     for g, w in zip(torch.autograd.grad(got.sum(), inputs), want_grads):
         assert torch.allclose(g, w, rtol=1e-5, atol=1e-6)
     torch._dynamo.reset()
+
+
+def test_the_custom_ops_pass_torch_s_opcheck():
+    """torch.library.opcheck: the fake kernels' shapes, the autograd registration, no aliasing between outputs."""
+    from fa2triton import compile_op  # noqa: F401 - registers the ops
+
+    q, k, v = (bhnd(1, 3, 24, 16, seed=s).reshape(3, 24, 16).requires_grad_() for s in (33, 34, 35))
+    for version in ("v5_final", "v7_hopper"):
+        torch.library.opcheck(torch.ops.fa2triton.attention_forward.default, (q, k, v, True, 0, version))
 
 
 def _math64(q, k, v, is_causal):
