@@ -193,8 +193,8 @@ def test_a_zero_length_is_named_by_every_version(version, n_q, n_k):
             call()
 
 
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-@pytest.mark.parametrize("name", ["v5_final", "v7_hopper"])
+@pytest.mark.parametrize("backend,name", [("eager", "v5_final"), ("aot_eager", "v5_final"), ("eager", "v7_hopper"),
+                                          ("aot_eager", "v7_hopper"), ("inductor", "v7_hopper")])
 def test_torch_compile_traces_both_calls_to_the_custom_ops(backend, name):
     """With fullgraph=True (no graph break allowed) the compiled model gives the eager output and gradients: both
     calls trace to fa2triton::attention_forward, whose registered backward runs the version's own (aot_eager
