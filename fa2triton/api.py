@@ -56,9 +56,16 @@ def _sizes(q, k, v, heads_axis: int) -> tuple[int, int, int, int, int]:
                 raise ValueError(f"{name} must be a 4-D tensor {LAYOUTS[heads_axis]}, got {got}") from None
         raise
     if Bk != B or Bv != B or Hk != H or Hv != H or Dk != D or Dv != D or N_v != N_k:
-        raise ValueError(f"q, k and v must share batch, heads and head dimension, and k and v their length "
-                         f"{LAYOUTS[heads_axis]}; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+        only_heads = Bk == Bv == B and Dk == Dv == D and N_v == N_k and Hk == Hv
+        raise (GroupedHeads if only_heads else ValueError)(
+            f"q, k and v must share batch, heads and head dimension, and k and v their length {LAYOUTS[heads_axis]}; "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     return B, H, N_q, N_k, D
+
+
+class GroupedHeads(ValueError):
+    """k and v have other heads than q and match it otherwise: flash_attn_func repeats them (_grouped); attention()
+    only with enable_gqa, as SDPA."""
 
 
 def _scaled(q, scale, D: int):
@@ -96,8 +103,17 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_caus
         q, k, v = _autocast(q, k, v)
     if attn_mask is not None or dropout_p or enable_gqa:
         k, v = _sdpa_extras(q, k, v, attn_mask, dropout_p, enable_gqa)
-    if _too_many_slices(q, 1):
+    try:
+        if traced is not None and _too_many_slices(q, 1):   # eagerly the kernels' check says so, below
+            raise inputs.TooManySlices
+        return _attention(q, k, v, is_causal, scale, version, traced)
+    except inputs.TooManySlices:
         return _in_batches(lambda *a: attention(*a, is_causal=is_causal, scale=scale, version=version), q, k, v, 1)
+
+
+def _attention(q, k, v, is_causal: bool, scale, version: str, traced: str | None):
+    """attention() past its options: the lean path's repeat where no gradient is asked, else apply (or, traced, the
+    custom ops). TooManySlices comes from the kernels' checks on a signature's first call."""
     fn = None if traced is not None else _FUNCTIONS.get(version) or _function(version)   # (dynamo: no class)
     if scale is not None:
         q = _scaled(q, scale, _sizes(q, k, v, 1)[4])
@@ -189,11 +205,23 @@ def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | N
         raise ValueError(f"dropout_p={dropout_p!r}: dropout is not implemented; pass 0.0")
     if is_autocast_enabled():
         q, k, v = _autocast(q, k, v)
-    if _fewer_heads(q, k, 2):
+    if traced is not None and _fewer_heads(q, k, 2):   # eagerly _sizes says so on a signature's first call
         k, v = _grouped(q, k, v, 2)
-    if _too_many_slices(q, 2):
+    try:
+        if traced is not None and _too_many_slices(q, 2):
+            raise inputs.TooManySlices
+        return _flash(q, k, v, softmax_scale, causal, window_size, version, traced)
+    except GroupedHeads:
+        k, v = _grouped(q, k, v, 2)
+        return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                               version=version)
+    except inputs.TooManySlices:
         return _in_batches(lambda *a: flash_attn_func(*a, softmax_scale=softmax_scale, causal=causal,
                                                       window_size=window_size, version=version), q, k, v, 2)
+
+
+def _flash(q, k, v, softmax_scale, causal: bool, window_size, version: str, traced: str | None):
+    """flash_attn_func() past its options, as _attention; GroupedHeads comes from _sizes on a first call."""
     fn = None if traced is not None else _FUNCTIONS.get(version) or _function(version)
     window = ()
     if window_size != (-1, -1):

@@ -19,6 +19,10 @@ SUPPORTED_HEAD_DIMS = HEAD_DIMS
 MAX_SLICES = 65535
 
 
+class TooManySlices(ValueError):
+    """More (batch * heads) slices than one call takes (MAX_SLICES)."""
+
+
 def validate_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> None:
     """Raise TypeError or ValueError naming the problem with Q, K, V. Inputs that pass, under
     TRITON_INTERPRET: install the interpreter's workarounds (fa2triton.interpret.install_if_interpreting)."""
@@ -53,7 +57,7 @@ def validate_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> None:
     if Q.shape[1] == 0 or K.shape[1] == 0 or Q.shape[0] == 0:
         raise ValueError(f"empty input: Q {tuple(Q.shape)}, K {tuple(K.shape)}")
     if Q.shape[0] > MAX_SLICES:
-        raise ValueError(f"{Q.shape[0]} (batch * heads) slices: one call takes at most {MAX_SLICES}, a CUDA grid's "
+        raise TooManySlices(f"{Q.shape[0]} (batch * heads) slices: one call takes at most {MAX_SLICES}, a CUDA grid's "
                          "second axis; fa2triton.attention splits a larger batch into calls")
     install_if_interpreting()
 
