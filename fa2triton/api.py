@@ -33,7 +33,7 @@ def _function(version: str) -> type:
     """The FlashAttentionTriton of `version`, loaded once (ValueError naming the known versions otherwise)."""
     fn = _FUNCTIONS.get(version)
     if fn is None:
-        fn = _FUNCTIONS[version] = versions.load(versions.get(version).name).FlashAttentionTriton
+        fn = _FUNCTIONS[version] = versions.function(version)
     return fn
 
 
@@ -140,8 +140,12 @@ def _sdpa_extras(q, k, v, attn_mask, dropout_p, enable_gqa):
     if attn_mask is not None:
         raise ValueError("attn_mask is not implemented: pass None (is_causal=True gives the causal mask)")
     if dropout_p:
-        raise ValueError(f"dropout_p={dropout_p!r}: dropout is not implemented; pass 0.0")
+        raise _dropout_error(dropout_p)
     return _grouped(q, k, v, 1)
+
+
+def _dropout_error(dropout_p) -> ValueError:
+    return ValueError(f"dropout_p={dropout_p!r}: dropout is not implemented; pass 0.0")
 
 
 def _grouped(q, k, v, heads_axis: int):
@@ -156,14 +160,6 @@ def _grouped(q, k, v, heads_axis: int):
     if H_kv == 0 or H % H_kv:
         raise ValueError(f"grouped heads: k and v's {H_kv} heads must divide q's {H}")
     return k.repeat_interleave(H // H_kv, heads_axis), v.repeat_interleave(H // H_kv, heads_axis)
-
-
-def _fewer_heads(q, k, heads_axis: int) -> bool:
-    """Whether k has other heads than q along `heads_axis` (grouped heads; _grouped decides what to do)."""
-    try:
-        return k.shape[heads_axis] != q.shape[heads_axis]
-    except (AttributeError, IndexError, TypeError):
-        return False
 
 
 def _too_many_slices(q, heads_axis: int) -> bool:
@@ -202,10 +198,10 @@ def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | N
     N_q != N_k: flash-attn aligns that mask bottom-right, these kernels top-left (SDPA's)."""
     traced = version if is_compiling() else None
     if dropout_p:
-        raise ValueError(f"dropout_p={dropout_p!r}: dropout is not implemented; pass 0.0")
+        raise _dropout_error(dropout_p)
     if is_autocast_enabled():
         q, k, v = _autocast(q, k, v)
-    if traced is not None and _fewer_heads(q, k, 2):   # eagerly _sizes says so on a signature's first call
+    if traced is not None:   # eagerly _sizes says so on a signature's first call (GroupedHeads, below)
         k, v = _grouped(q, k, v, 2)
     try:
         if traced is not None and _too_many_slices(q, 2):

@@ -28,10 +28,6 @@ class _Saved:
         self.saved_tensors = tensors
 
 
-def _function(version: str):
-    return versions.load(versions.get(version).name).FlashAttentionTriton
-
-
 def _window_args(window: int, version: str) -> tuple:
     if not window:
         return ()
@@ -44,7 +40,7 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_caus
                       version: str) -> tuple[torch.Tensor, torch.Tensor]:
     """O (q's shape) and L (B * H, N_q) float32 of (B * H, N, D) q, k, v: the version's forward."""
     ctx = _Saved()
-    O = _function(version).forward(ctx, q, k, v, is_causal, *_window_args(window, version))
+    O = versions.function(version).forward(ctx, q, k, v, is_causal, *_window_args(window, version))
     return O, ctx.saved_tensors[4]
 
 
@@ -59,7 +55,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
                        version: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV: the version's backward on what attention_forward returned."""
     with torch.no_grad():   # the kernels' backward, not the recompute that records a graph
-        grads = _function(version).backward(_Saved(is_causal, window, (q, k, v, o, lse)), do.contiguous())
+        grads = versions.function(version).backward(_Saved(is_causal, window, (q, k, v, o, lse)), do.contiguous())
     return grads[0], grads[1], grads[2]
 
 

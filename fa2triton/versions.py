@@ -117,6 +117,11 @@ def load(name: str) -> ModuleType:
     return load_file(module_name(name), get(name).path)
 
 
+def function(name: str) -> type:
+    """Version `name`'s FlashAttentionTriton (its kernel file loaded once, by load)."""
+    return load(get(name).name).FlashAttentionTriton
+
+
 _WINDOWED: set = set()   # the versions require_window found a window in (asked once each)
 
 
@@ -126,7 +131,7 @@ def require_window(name: str) -> None:
         return
     import inspect
 
-    if "window_size" not in inspect.signature(load(name).FlashAttentionTriton.forward).parameters:
+    if "window_size" not in inspect.signature(function(name).forward).parameters:
         raise ValueError(f"{get(name).name} has no sliding window; v6_longest_first and v7_hopper do")
     _WINDOWED.add(name)
 
