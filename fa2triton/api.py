@@ -9,7 +9,8 @@ no views and no shape checks on a repeat, so the call costs the host what apply 
 own checks (fa2triton.inputs.validate_qkv) name a bad dtype, device or head dimension; here only what the 4-D layout
 adds is checked. A version's class is loaded on its first call and kept: each later call is one dict hit.
 Invariants: the mask is SDPA's is_causal (top-left aligned when N_q != N_k); the kernels use scale = 1/sqrt(D), and
-another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype). Under torch.compile the
+another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype). A call on tensors of a
+CUDA device other than the current one runs with theirs made current (Triton launches on the current device). Under torch.compile the
 calls trace to two custom ops (fa2triton.compile_op: fullgraph works, and dynamo never enters the lean path's caches
 or Triton's launcher); eagerly the check costs one flag read. Under CUDA autocast q, k and v run in its dtype, as SDPA's do. A batch of more
 than fa2triton.inputs.MAX_SLICES (batch * heads) slices runs as several calls, concatenated.
@@ -99,6 +100,10 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_caus
     implemented: anything but None and 0 is a ValueError. `version` names a round (fa2triton.VERSIONS)."""
     q, k, v = query, key, value
     traced = version if is_compiling() else None   # torch.compile: the custom ops, no lean path
+    if traced is None and (device := inputs.other_device(q)) >= 0:   # Triton launches on the current device
+        with torch.cuda.device(device):
+            return attention(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa,
+                             version=version)
     if is_autocast_enabled():
         q, k, v = _autocast(q, k, v)
     if attn_mask is not None or dropout_p or enable_gqa:
@@ -197,6 +202,10 @@ def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | N
     same band). dropout_p other than 0 is a ValueError, and so are a window that looks ahead and causal with
     N_q != N_k: flash-attn aligns that mask bottom-right, these kernels top-left (SDPA's)."""
     traced = version if is_compiling() else None
+    if traced is None and (device := inputs.other_device(q)) >= 0:   # as in attention()
+        with torch.cuda.device(device):
+            return flash_attn_func(q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                                   window_size=window_size, version=version)
     if dropout_p:
         raise _dropout_error(dropout_p)
     if is_autocast_enabled():

@@ -9,9 +9,11 @@ backward on what the forward saved (v6 and v7 their Triton and Gluon kernels, v0
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
-from . import versions
+from . import inputs, versions
 
 
 class _Saved:
@@ -28,6 +30,12 @@ class _Saved:
         self.saved_tensors = tensors
 
 
+def _on_device_of(t):
+    """A context making t's CUDA device current where it is not (Triton launches on the current one), else none."""
+    device = inputs.other_device(t)
+    return torch.cuda.device(device) if device >= 0 else contextlib.nullcontext()
+
+
 def _window_args(window: int, version: str) -> tuple:
     if not window:
         return ()
@@ -40,7 +48,8 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_caus
                       version: str) -> tuple[torch.Tensor, torch.Tensor]:
     """O (q's shape) and L (B * H, N_q) float32 of (B * H, N, D) q, k, v: the version's forward."""
     ctx = _Saved()
-    O = versions.function(version).forward(ctx, q, k, v, is_causal, *_window_args(window, version))
+    with _on_device_of(q):
+        O = versions.function(version).forward(ctx, q, k, v, is_causal, *_window_args(window, version))
     return O, ctx.saved_tensors[4]
 
 
@@ -54,7 +63,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
                        do: torch.Tensor, is_causal: bool, window: int,
                        version: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV: the version's backward on what attention_forward returned."""
-    with torch.no_grad():   # the kernels' backward, not the recompute that records a graph
+    with torch.no_grad(), _on_device_of(q):   # the kernels' backward, not the recompute that records a graph
         grads = versions.function(version).backward(_Saved(is_causal, window, (q, k, v, o, lse)), do.contiguous())
     return grads[0], grads[1], grads[2]
 

@@ -44,6 +44,10 @@ def validate_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> None:
     if device == "cpu" and not interpreting():
         raise ValueError(f"Q, K and V are on {Q.device}: the Triton kernel needs CUDA tensors "
                          "(or TRITON_INTERPRET=1 to run it on the CPU under the interpreter)")
+    if (index := other_device(Q)) >= 0:
+        raise ValueError(f"Q, K and V are on cuda:{index}, not the current device cuda:{torch.cuda.current_device()}: "
+                         "Triton launches on the current one; call under torch.cuda.device(Q.device), or through "
+                         "fa2triton.attention, which does")
     if not (Q.shape[0] == K.shape[0] == V.shape[0]):
         raise ValueError(f"batch sizes differ: Q {Q.shape[0]}, K {K.shape[0]}, V {V.shape[0]}")
     if K.shape[1] != V.shape[1]:
@@ -60,6 +64,18 @@ def validate_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> None:
         raise TooManySlices(f"{Q.shape[0]} (batch * heads) slices: one call takes at most {MAX_SLICES}, a CUDA grid's "
                          "second axis; fa2triton.attention splits a larger batch into calls")
     install_if_interpreting()
+
+
+def other_device(t) -> int:
+    """t's CUDA device index where that is not the current device, else -1 (also for a CPU tensor or a non-tensor).
+    Triton compiles for, and launches on, the current device whatever its arguments' device, so a launch on another
+    device's tensors would fault there: the library's calls switch to theirs (fa2triton.api), FlashAttentionTriton's
+    own checks refuse them (validate_qkv). Autograd runs a backward on its tensors' device already."""
+    try:
+        index = t.get_device()
+    except AttributeError:
+        return -1
+    return index if index >= 0 and index != torch.cuda.current_device() else -1
 
 
 def unit_stride(t: torch.Tensor) -> torch.Tensor:

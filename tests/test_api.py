@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import fa2triton
-from fa2triton import api, attention, flash_attn_func, versions
+from fa2triton import api, attention, compile_op, flash_attn_func, inputs, versions
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = [v.name for v in fa2triton.VERSIONS]
@@ -388,3 +388,44 @@ def test_cuda_autocast_runs_q_k_v_in_its_dtype(monkeypatch):
     assert out.dtype == flash.dtype == torch.bfloat16 and seen == [(torch.bfloat16,) * 3] * 2
     monkeypatch.setattr(api, "is_autocast_enabled", lambda: False)
     assert attention(q, q, q, version="recording").dtype == torch.float32
+
+
+def test_tensors_of_another_device_run_there(monkeypatch):
+    """Triton launches on the current CUDA device: attention() and flash_attn_func() (eagerly and as the custom op)
+    make the inputs' device current for the call and restore it; FlashAttentionTriton's own checks name the mismatch.
+    Stood in for (one device here): the inputs claim cuda:1 by get_device, the current device is a variable."""
+    current, seen = [0], []
+
+    class Recording(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, Q, K, V, is_causal):
+            seen.append(current[0])
+            return torch.empty_like(Q)
+
+    class Device:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            self.before, current[0] = current[0], self.index
+
+        def __exit__(self, *exc):
+            current[0] = self.before
+
+    monkeypatch.setitem(api._FUNCTIONS, "recording", Recording)
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda t: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current[0])
+    monkeypatch.setattr(torch.cuda, "device", Device)
+    q = torch.randn(1, 2, 8, 16)
+    attention(q, q, q, version="recording")
+    flash_attn_func(q, q, q, version="recording")
+    assert seen == [1, 1] and current == [0]
+    with compile_op._on_device_of(q):
+        assert current == [1]
+    assert current == [0]
+    with pytest.raises(ValueError, match=r"on cuda:1, not the current device cuda:0"):
+        inputs.validate_qkv(q[0], q[0], q[0])
+    current[0] = 1
+    with compile_op._on_device_of(q):   # already current: nothing to switch
+        assert current == [1]
+    inputs.validate_qkv(q[0], q[0], q[0])
