@@ -32,7 +32,7 @@ from .flash_backward_kernels import _bwd_dkdv_kernel, _bwd_dq_kernel, _bwd_fused
 from .gpu import facts, has_gpu, interpreting
 from .inputs import SUPPORTED_DTYPES, validate_qkv
 from .lean_path import LaunchCache, aligned_cuda, compiled_or_none, current_stream, run_compiled
-from . import tile_order
+from . import scratch, tile_order
 
 # How dQ is computed (flash_attention_backward's dq_mode; the harness, the sweep and the tasks offer the same): its
 # own kernel, atomics in the dK/dV kernel, or everything in one launch; and what a caller may ask for: a mode,
@@ -174,9 +174,9 @@ class BackwardLaunch:
         Delta (None in dq_mode "fused"), as backward_buffers gives them; `stream` is the current one (None: read it).
         The accumulator and Delta are scratch that no caller keeps, so a repeat reuses them: kept per CUDA stream and
         thread (the next call's launches then queue behind this one's, which read them; another thread's could
-        interleave with them), up to SCRATCH_KEPT_BYTES and not while a CUDA graph is being captured. Their
-        allocation cost a repeat more than its launches on the H200 (docs/worklogs/backward_hopper.md, "The
-        backward's host path")."""
+        interleave with them), up to SCRATCH_KEPT_BYTES, within fa2triton.scratch's budget (which may drop them:
+        drop_scratch), and not while a CUDA graph is being captured. Their allocation cost a repeat more than its
+        launches on the H200 (docs/worklogs/backward_hopper.md, "The backward's host path")."""
         dQ, dK, dV = gradient_buffers(Q, K, self.stack)
         if self.preprocess is None:
             return dQ, dK, dV, dQ, None
@@ -186,10 +186,14 @@ class BackwardLaunch:
         kept = self.scratch.get(key)
         if kept is None:
             kept = scratch_buffers(Q, self.acc_apart)
-            if kept[1].untyped_storage().nbytes() <= SCRATCH_KEPT_BYTES \
-                    and not (Q.is_cuda and torch.cuda.is_current_stream_capturing()):   # Delta's block holds both
+            nbytes = kept[1].untyped_storage().nbytes()   # Delta's block holds both
+            if nbytes <= SCRATCH_KEPT_BYTES and not (Q.is_cuda and torch.cuda.is_current_stream_capturing()) \
+                    and scratch.KEPT.keep(self, key, nbytes):
                 self.scratch[key] = kept
         return dQ, dK, dV, kept[0] if self.acc_apart else dQ, kept[1]
+
+    def drop_scratch(self, key) -> None:
+        self.scratch.pop(key, None)
 
     def run_delta(self, O, dO, Delta, acc, ranges=None, stream=None) -> None:
         """The preprocess: Delta, and in dq_mode "atomic" the accumulator zeroed."""

@@ -28,6 +28,7 @@ from typing import Callable
 
 import torch
 
+from . import scratch
 from .triton_compat import direct_launch, encode_descriptor, require_supported
 
 require_supported()   # every kernel imports this module (directly or through fa2triton.launch): one line, here
@@ -53,11 +54,17 @@ class KeptL:
     def scratch_l(self, Q) -> torch.Tensor:
         """Where the kernel writes L when nobody will read it (no gradient can be asked for: LeanApply's
         path): one buffer per recorded launch, allocated on first use and kept, instead of a fresh
-        allocation per call. Calls on other streams may write it at the same time; nothing reads it."""
+        allocation per call. Calls on other streams may write it at the same time; nothing reads it. Kept within
+        fa2triton.scratch's budget, which may drop it (drop_scratch)."""
         L = self.l_scratch
         if L is None:
-            L = self.l_scratch = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
+            L = torch.empty(self.l_shape, dtype=torch.float32, device=Q.device)
+            if scratch.KEPT.keep(self, None, L.numel() * 4):
+                self.l_scratch = L
         return L
+
+    def drop_scratch(self, key=None) -> None:
+        self.l_scratch = None
 
 
 @dataclass

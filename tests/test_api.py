@@ -222,8 +222,6 @@ def test_torch_compile_traces_both_calls_to_the_custom_ops(backend, name):
 
 def test_the_custom_ops_pass_torch_s_opcheck():
     """torch.library.opcheck: the fake kernels' shapes, the autograd registration, no aliasing between outputs."""
-    from fa2triton import compile_op  # noqa: F401 - registers the ops
-
     q, k, v = (bhnd(1, 3, 24, 16, seed=s).reshape(3, 24, 16).requires_grad_() for s in (33, 34, 35))
     for version in ("v5_final", "v7_hopper"):
         torch.library.opcheck(torch.ops.fa2triton.attention_forward.default, (q, k, v, True, 0, version))
