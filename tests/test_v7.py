@@ -395,7 +395,9 @@ def test_the_tl_autotuners_shortlist_is_raced_and_the_winner_config_kept(monkeyp
     timings = TUNER.configs_timings
     expected = race.shortlist((t[0], v7.config_label(c)) for c, t in timings.items())
     assert sorted(set(raced)) == sorted(expected if len(expected) > 1 else [])
-    assert len(raced) == race.RACE_ROUNDS * len(expected) * (len(expected) > 1)
+    per_round = len(expected) * (len(expected) > 1)   # a near-tie races RACE_ROUNDS more at a time (race.medians)
+    assert len(raced) % max(per_round * race.RACE_ROUNDS, 1) == 0
+    assert per_round * race.RACE_ROUNDS <= len(raced) <= per_round * race.MAX_RACE_ROUNDS
     key = next(k for k in TUNER.cache if 1344 in k)
     assert v7.LAST_PATH == "tma" and v7.LAST_CONFIG == v7.config_label(TUNER.cache[key])
     assert relative_error(O.cpu(), attention(Q.cpu(), K.cpu(), V.cpu(), True)[0]) < TOL[torch.bfloat16]
