@@ -10,10 +10,11 @@ own checks (fa2triton.inputs.validate_qkv) name a bad dtype, device or head dime
 adds is checked. A version's class is loaded on its first call and kept: each later call is one dict hit.
 Invariants: the mask is SDPA's is_causal (top-left aligned when N_q != N_k); the kernels use scale = 1/sqrt(D), and
 another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype). A call on tensors of a
-CUDA device other than the current one runs with theirs made current (Triton launches on the current device). Under torch.compile the
-calls trace to two custom ops (fa2triton.compile_op: fullgraph works, and dynamo never enters the lean path's caches
-or Triton's launcher); eagerly the check costs one flag read. Under CUDA autocast q, k and v run in its dtype, as SDPA's do. A batch of more
-than fa2triton.inputs.MAX_SLICES (batch * heads) slices runs as several calls, concatenated.
+CUDA device other than the current one runs with theirs made current (Triton launches on the current device). Under
+torch.compile the calls trace to two custom ops (fa2triton.compile_op: fullgraph works, and dynamo never enters the
+lean path's caches or Triton's launcher); eagerly the check costs one flag read. Under CUDA autocast q, k and v run in
+its dtype, as SDPA's do. A batch of more than fa2triton.inputs.MAX_SLICES (batch * heads) slices runs as several
+calls, concatenated.
 """
 
 from __future__ import annotations

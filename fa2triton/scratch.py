@@ -37,15 +37,18 @@ class Kept:
             return False
         with self.lock:
             while self.entries and self.used + nbytes > self.budget:
-                ref, old_key, old_bytes = self.entries.popitem(last=False)[1]
-                self.used -= old_bytes
-                old = ref()
-                if old is not None:
-                    old.drop_scratch(old_key)
+                self._drop_oldest()
             ref = weakref.ref(owner, self._forget)
             self.entries[id(ref)] = (ref, key, nbytes)
             self.used += nbytes
         return True
+
+    def _drop_oldest(self) -> None:
+        ref, key, nbytes = self.entries.popitem(last=False)[1]
+        self.used -= nbytes
+        owner = ref()
+        if owner is not None:
+            owner.drop_scratch(key)
 
     def _forget(self, ref) -> None:
         """An owner is gone, and with it what it kept."""
@@ -58,11 +61,7 @@ class Kept:
         """Drop every kept buffer (each owner allocates again on its next call)."""
         with self.lock:
             while self.entries:
-                ref, key, nbytes = self.entries.popitem(last=False)[1]
-                self.used -= nbytes
-                owner = ref()
-                if owner is not None:
-                    owner.drop_scratch(key)
+                self._drop_oldest()
 
 
 KEPT = Kept()
