@@ -33,7 +33,7 @@ def test_past_the_budget_the_longest_kept_go_first():
     a, b = Owner(), Owner()
     assert keep(pool, a, "s1", 40) and keep(pool, b, "s1", 40) and keep(pool, a, "s2", 20)
     assert pool.used == 100 and a.kept == {"s1": 40, "s2": 20} and b.kept == {"s1": 40}
-    assert keep(pool, b, "s2", 50)   # 40 + 20 (a's first, then b's first) make room for 50
+    assert keep(pool, b, "s2", 50)   # the two oldest (a's s1, then b's s1) make room for 50
     assert a.kept == {"s2": 20} and b.kept == {"s2": 50} and pool.used == 70
     assert not keep(pool, a, "big", 101) and pool.used == 70 and "big" not in a.kept
     pool.release()
