@@ -49,6 +49,13 @@ def gpu_slugs(results_root: str | Path | None = None) -> list[str]:
                   and any((p / m).is_dir() for m in measured))
 
 
+def harness_gpus(results_root: str | Path | None = None) -> list[str]:
+    """The measured GPUs with harness rows (bench/): the ones REPORT.md's sections and README's table can report.
+    The others hold only experiments, such as one comparison run on a GPU lent for an hour."""
+    base = root(results_root)
+    return [g for g in gpu_slugs(results_root) if any((base / g / "bench").glob("*.csv"))]
+
+
 def load(path: Path, required: tuple[str, ...] = ()) -> pd.DataFrame:
     """fa2lab.results.read_csv, with every failure (missing, malformed, columns, no rows) as ResultsError."""
     try:

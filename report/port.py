@@ -26,6 +26,11 @@ COMPARISONS = (   # (A, B, the page's title of B ÷ A, REPORT.md's column)
     (T39S, T39, "Triton 3.9: the forward's row maxima chained too ÷ its row sums alone", "3.9: + maxima ÷ sums"),
     (T39M, T39, "Triton 3.9: the forward's turn waits unsynced and its tl kernel's passes ÷ the commit before them",
      "3.9: turn waits, tl passes ÷ before"))
+TREES = {BEFORE: "the block-pointer kernels", PORT: "the pointer port", T39: "the same checkout",
+         T39P: "the commit before the Triton backward's fence and descriptor passes",
+         T39Q: "this checkout with Triton 3.9's legacy ptxas",
+         T39T: "the commit before the chained row sums", T39S: "the commit with the chained row sums alone",
+         T39M: "the commit before the turn-wait marks and the tl forward's passes"}
 TASK = ("python scripts/compare_trees.py --csv port_triton39.csv --kernel all --tree bp36=<block-pointer checkout> "
         "--tree t36=. --tree t39=. --env t39:PYTHONPATH=<Triton 3.9>")
 PAGE = "[its page](docs/report/compare_trees.md#the-triton-39-port)"
@@ -78,21 +83,34 @@ def comparison_table(df, a: str, b: str) -> str:
                      f"graph-replay ms {b} ÷ {a}", f"do_bench ms {b} ÷ {a}", f"% of cuDNN {b} ÷ {a}", "verdict"],
                     [[f"`{r['version']}`", r["mode"], r["N"], r["D"], "yes" if r["causal"] else "no", r["rounds"],
                       _us(paired, a, r, b), _us(paired, b, r, b), ct.gpu_cell(r), ct.cell(r["ms"]),
-                      ct.cell(r["pct_of_sdpa"]), ct.verdict(r, b)] for r in rows])
+                      ct.cell(r["pct_of_sdpa"]), ct.verdict(r, b)] for r in rows]) + launch_note(paired, a, b)
+
+
+def launch_note(df, a: str, b: str) -> str:
+    """Where v7 did not launch from its table (a race in each process, "tuned"), the shapes at which the two trees
+    ran different launches: there the ratio is the launches' as much as the Tritons'."""
+    if not {"path", "config", "choice"} <= set(df.columns):
+        return ""
+    mine, theirs = ct.launches(df, a), ct.launches(df, b)
+    raced = sorted({c for _, said in (*mine.values(), *theirs.values()) for c in said})
+    if not raced:
+        return ""
+    apart = [f"N = {k[2]}, D = {k[3]}, {'causal' if k[4] else 'non-causal'}" for k in mine
+             if k in theirs and mine[k][0] != theirs[k][0]]
+    return (f"\n\nv7's first calls chose their launches in each process (choice {', '.join(f'`{c}`' for c in raced)}, "
+            f"not its launch table's), and the trees ran different launches at {len(apart)} shapes"
+            + (f": {'; '.join(apart)}." if apart else "."))
 
 
 def section_port(gpu, root) -> str:
     df = _load(gpu, root)
     if df is None:
         return f"{NOT_YET}: `{TASK}` writes `{rel(path_of(gpu, root))}`."
-    parts = [f"Three or four trees, one fresh process per tree and round, the order rotating each round, each timing "
-             f"its own versions and cuDNN on the same inputs (B = 4, H = 8, bf16) by do_bench (L2 flushed) and by "
-             f"CUDA-graph replay: `{BEFORE}` the block-pointer kernels on Triton {_tritons(df, BEFORE)}, `{PORT}` the "
-             f"pointer port on Triton {_tritons(df, PORT)}, `{T39}` the same checkout on Triton {_tritons(df, T39)} "
-             f"(and, in the rounds that time them, on Triton 3.9: `{T39P}`, the commit before the Triton backward's "
-             f"fence and descriptor passes; `{T39Q}`, this checkout with Triton 3.9's legacy ptxas; `{T39T}`, the "
-             f"commit before the chained row sums; `{T39S}`, the commit with the chained row sums alone; `{T39M}`, the "
-             f"commit before the turn-wait marks and the tl forward's passes). µs: each "
+    trees = ", ".join(f"`{t}` {what} (Triton {_tritons(df, t)})" for t, what in TREES.items() if t in set(df.tree))
+    parts = [f"Trees timed in one fresh process per tree and round, the order rotating each round, each timing its "
+             f"own versions and cuDNN on the same inputs (B = 4, H = 8, bf16) by do_bench (L2 flushed) and by "
+             f"CUDA-graph replay: {trees}; a tree after the first three was timed only in the rounds that name "
+             f"it. µs: each "
              f"tree's median over the rounds a comparison pools (the brief table: its latest commit's), by graph "
              f"replay (the backward: its kernels' own GPU time where the rows have it, else do_bench); ratios: the "
              f"median (min–max) of the per-round ratios over the complete rounds. Verdict: within "

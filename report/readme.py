@@ -27,9 +27,10 @@ def markers(name: str) -> tuple[str, str]:
 
 
 def results_block(root=None) -> str:
-    gpu = data.gpu_slugs(root)[0] if data.gpu_slugs(root) else None
-    if gpu is None:
-        raise data.ResultsError(f"no measured GPU under {data.root(root)}: nothing to report")
+    gpus = data.harness_gpus(root)
+    if not gpus:
+        raise data.ResultsError(f"no GPU with harness rows under {data.root(root)}: nothing to report")
+    gpu = gpus[0]
     rows, pooling, _ = headline(gpu, root)
     out = [f"{gpu}, N = {HEADLINE_N}: every version against SDPA's default backend (cuDNN) and {PEER}, pooled over "
            f"{pooling}:", "", versions_table(rows), "", versions_legend()]

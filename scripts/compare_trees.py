@@ -279,6 +279,17 @@ def host_summary(path: Path) -> int:
     return 0
 
 
+def summary_path(results: Path, csv_name: str, gpu: str | None, error) -> Path:
+    """results/<gpu>/experiments/<csv_name>: the folder named, else the one GPU folder that holds the file."""
+    if gpu is not None:
+        return results / gpu / "experiments" / csv_name
+    held = sorted(p.parent.parent.name for p in results.glob(f"*/experiments/{csv_name}"))
+    if len(held) != 1:
+        error(f"{csv_name} is under {len(held)} GPU folders of {results} ({', '.join(held) or 'none'}): "
+              "name one with --gpu")
+    return results / held[0] / "experiments" / csv_name
+
+
 def summary(path: Path, a: str, b: str) -> int:
     """Print report.no_regression's table (the report's page prints the same)."""
     sys.path.insert(0, str(REPO))
@@ -311,6 +322,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sdpa-graphs", action="store_true",
                     help="also time cuDNN's forward by graph replay (the verdicts need only do_bench's)")
     ap.add_argument("--summary", action="store_true", help="print the ratios from the committed rows")
+    ap.add_argument("--gpu", help="with --summary: the GPU folder under results/ (default: the one holding --csv)")
     ap.add_argument("--labels", default="before,after",
                     help="with --summary: A,B (B / A is reported; race,table for launch_table.csv)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -329,7 +341,7 @@ def main(argv=None) -> int:
     if args.summary:
         from fa2lab.results import RESULTS
 
-        path = RESULTS / "nvidia-h200" / "experiments" / csv_name
+        path = summary_path(RESULTS, csv_name, args.gpu, ap.error)
         if host:
             return host_summary(path)
         a, b = args.labels.split(",")

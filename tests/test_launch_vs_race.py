@@ -188,3 +188,19 @@ def test_the_child_records_the_ptxas_its_triton_compiles_this_gpu_with(monkeypat
     assert script().child_ptxas() == get_ptxas(90).version
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (10, 0))
     assert script().child_ptxas() == get_ptxas(100).version
+
+
+def test_the_summary_reads_the_gpu_folder_that_holds_the_file(tmp_path):
+    """--summary's file: the folder named by --gpu, else the one GPU folder holding it; none or two is an error."""
+    find = script().summary_path
+
+    def error(message):
+        raise SystemExit(message)
+    with pytest.raises(SystemExit, match=r"under 0 GPU folders .* \(none\): name one with --gpu"):
+        find(tmp_path, "x.csv", None, error)
+    _write(tmp_path / "gpu-b" / "experiments" / "x.csv", [{"a": 1}])
+    assert find(tmp_path, "x.csv", None, error) == tmp_path / "gpu-b" / "experiments" / "x.csv"
+    _write(tmp_path / "gpu-a" / "experiments" / "x.csv", [{"a": 1}])
+    with pytest.raises(SystemExit, match=r"under 2 GPU folders .* \(gpu-a, gpu-b\)"):
+        find(tmp_path, "x.csv", None, error)
+    assert find(tmp_path, "x.csv", "gpu-a", error) == tmp_path / "gpu-a" / "experiments" / "x.csv"

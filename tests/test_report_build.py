@@ -224,3 +224,24 @@ def test_versions_table_gives_ms_tflops_and_a_legend_line_per_column(root):
 
 def test_readme_says_how_long_the_tests_take():
     assert "`invoke test` takes about" in (REPO / "README.md").read_text()
+
+
+def test_a_gpu_with_experiments_alone_is_reported_apart(root):
+    """A GPU folder with experiment rows and no harness rows (one comparison on a lent GPU): REPORT.md gives it one
+    line, the pages that have its rows show them under its heading, the others and README's table leave it out."""
+    from test_report_port import port_rows
+    other = "other-gpu"
+    _write(root / other / "experiments" / "port_triton39.csv", port_rows())
+    assert data.gpu_slugs(root) == sorted([GPU, other]) and data.harness_gpus(root) == [GPU]
+    files = build.build_all(root, width=None)
+    text = files["REPORT.md"]
+    assert f"(`results/{other}/`)\n" in text
+    assert ("No harness rows; experiments only (`port_triton39.csv`), shown on: [No-regression checks]"
+            "(docs/report/compare_trees.md). Nothing in the sections above pools them.") in text
+    page = files["docs/report/compare_trees.md"]
+    mine = page[page.index(f"(`results/{other}/`)"):]
+    assert "### Triton 3.9 ÷ Triton 3.6, the same checkout" in mine and "| `v5_final` | fwd | 4096 |" in mine
+    assert "v7's launch table against its race" not in mine   # a heading without its GPU's rows is left out
+    assert all(f"results/{other}/" not in t for k, t in files.items() if k not in ("REPORT.md", build.PAGES_DIR
+                                                                                  + "/compare_trees.md"))
+    assert other not in readme.results_block(root)

@@ -114,3 +114,20 @@ def test_a_later_run_of_b_without_a_keeps_the_comparison(root):
     line = next(ln for ln in table.splitlines() if ln.startswith("| `v5_final` | fwd | 4096 | 64 | no | 3 |"))
     us_before, us_t39 = (float(c) for c in line.split(" | ")[6:8])
     assert 1.04 < us_t39 / us_before < 1.06   # the paired rounds' times, not the later 3x ones
+
+
+def test_port_names_the_shapes_where_raced_launches_differ(root):
+    """Rows whose v7 chose its launches in each process (no launch table): the note names the shapes at which the two
+    trees ran different launches; rows from the table get no note."""
+    def launched(choice, t39_config):
+        return [dict(r, path="gluon", choice=choice if r["version"] == "v7_hopper" else "",
+                     config=t39_config if r["tree"] == port.T39 else "q1") for r in port_rows()]
+    _write(root / GPU / "experiments" / port.CSV, launched("tuned", "la"))
+    df = port._load(GPU, root)
+    text = port.comparison_table(df, port.PORT, port.T39)
+    assert "(choice `tuned`, not its launch table's), and the trees ran different launches at 2 shapes" in text
+    assert text.count("N = 4096, D = 64, non-causal") == 2   # v5's row and v7's: one key each
+    _write(root / GPU / "experiments" / port.CSV, launched("tuned", "q1"))
+    assert "different launches at 0 shapes." in port.comparison_table(port._load(GPU, root), port.PORT, port.T39)
+    _write(root / GPU / "experiments" / port.CSV, launched("table", "la"))
+    assert "choice" not in port.comparison_table(port._load(GPU, root), port.PORT, port.T39)
