@@ -382,6 +382,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    if str(REPO) not in sys.path:   # run as a script without the package installed; appended, so a tree comes first
+        sys.path.append(str(REPO))
     from fa2lab import cli
 
     cli.run(main)

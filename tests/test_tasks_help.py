@@ -118,3 +118,13 @@ def test_every_script_answers_help():
         if out.returncode != 0 or "usage:" not in out.stdout:
             bad.append(f"{path.relative_to(REPO)}: rc {out.returncode}, {(out.stdout + out.stderr).strip()[-200:]!r}")
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("script", ["compare_trees.py", "merge_rows.py", "gluon_smoke.py"])
+def test_every_script_answers_help_without_the_package_installed(script, tmp_path):
+    """python -S scripts/<script> --help from another folder: no site-packages, so nothing installed (the lab's fa2lab
+    included) is importable but what the script puts on its own path (the GPU machine runs the scripts that way)."""
+    out = subprocess.run([sys.executable, "-S", str(REPO / "scripts" / script), "--help"], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=120, env={k: v for k, v in os.environ.items()
+                                                                     if k != "PYTHONPATH"})
+    assert out.returncode == 0 and "usage:" in out.stdout, (out.stdout + out.stderr)[-300:]
