@@ -19,9 +19,9 @@ N and BH (batch times heads) are bucket tops (powers of two, fa2triton.buckets.b
 race timed with its median ms (null where the race had one launch), `launch` its winner.
 
 Invariants: `load` refuses a malformed or foreign-kernel file with one LaunchTableError naming the file and the
-field; `lookup` returns only a launch whose path is allowed and whose label is a candidate now, from this GPU's own
-section measured on its architecture and SM count (under this Triton, else the nearest Triton's, said in the reason);
-anything else is None with a one-line reason.
+field; `lookup` returns only a launch whose path is allowed and whose label is a candidate now, from a section
+measured on this GPU's architecture and SM count: its own (under this Triton, else the nearest Triton's), else another
+GPU's of the same architecture and SM count, each said in the reason; anything else is None with a one-line reason.
 """
 
 from __future__ import annotations
@@ -115,8 +115,9 @@ class Launch:
 
 @dataclass(frozen=True)
 class Choice:
-    launch: Launch | None   # None: race
-    reason: str             # one line: the rule that chose, or why nothing was chosen
+    launch: Launch | None        # None: race
+    reason: str                  # one line: the rule that chose, or why nothing was chosen
+    raced_on: str | None = None  # the GPU key whose race chose the launch (another GPU's: this one has no section)
 
 
 @dataclass
@@ -244,17 +245,23 @@ def _ordinal(triton: str) -> int:
 
 def section_of(table: Table, gpu: Gpu) -> tuple[str, dict] | None:
     """(key, section) raced on this GPU under its Triton, else under the nearest other Triton (the newer of two
-    equally near), else None."""
+    equally near); where this GPU has none, the same among the sections of other GPUs of its architecture and SM
+    count (the first by key among equals: an H100 SXM takes an H200's, both sm_90 with 132 SMs); else None."""
     mine = section_key(gpu.key, gpu.triton)
     if mine in table.gpus:
         return mine, table.gpus[mine]
     here = _ordinal(gpu.triton)
-    others = [(abs(_ordinal(m["triton"]) - here), -_ordinal(m["triton"]), k) for k in table.gpus
-              if (m := _SECTION_KEY.match(k)) and m["gpu"] == gpu.key]
-    if not others:
-        return None
-    key = min(others)[2]
-    return key, table.gpus[key]
+
+    def nearest(keys) -> str | None:
+        ranked = [(abs(_ordinal(m["triton"]) - here), -_ordinal(m["triton"]), k) for k in keys
+                  if (m := _SECTION_KEY.match(k))]
+        return min(ranked)[2] if ranked else None
+
+    key = nearest(k for k in table.gpus if _SECTION_KEY.match(k)["gpu"] == gpu.key)
+    if key is None:
+        key = nearest(k for k, s in table.gpus.items()
+                      if (s["provenance"]["arch"], s["provenance"]["sm_count"]) == (gpu.arch, gpu.sm_count))
+    return None if key is None else (key, table.gpus[key])
 
 
 def lookup(table: Table, sig: Signature, gpu: Gpu, allowed: tuple, known: dict) -> Choice:
@@ -262,7 +269,10 @@ def lookup(table: Table, sig: Signature, gpu: Gpu, allowed: tuple, known: dict) 
     candidates' labels now). Rules, in order, each a one-line reason:
     - this GPU's section under its Triton, else under the nearest Triton (said in the reason: a launch raced under
       another Triton beats a race at run time);
-    - no section for this GPU key, or one measured on another architecture or SM count: None (race);
+    - no section for this GPU key: another GPU's of the same architecture and SM count, the same way (said in the
+      reason and in `raced_on`: a race costs a cold first call seconds, and how often such a GPU's own race agrees
+      is in docs/configs.md);
+    - none, or one measured on another architecture or SM count: None (race);
     - a dtype other than bf16/fp16: None (the table's launches are 16-bit ones; one entry serves both);
     - entries with the same mask and a usable launch (allowed path, known label): the nearest by head dimension
       first, then by the summed log2 distances of the N_q, N_k and B·H buckets to the entry's, ties to the larger N
@@ -309,13 +319,16 @@ def lookup(table: Table, sig: Signature, gpu: Gpu, allowed: tuple, known: dict) 
         note = f"; its winner's {won['path']} path is not taken here, so its fastest {pick['path']} launch"
     mask = "causal" if e["causal"] else "non-causal"
     measured = f"D={e['D']} {mask} N<={e['N']} B·H<={e['BH']}"
+    named = _SECTION_KEY.match(key)
     if distance((e, ok))[:2] == (0, 0):
-        reason = f"raced on {gpu.key} at {measured}"
+        reason = f"raced on {named['gpu']} at {measured}"
     else:
-        reason = (f"the nearest bucket raced on {gpu.key}, {measured}, for D={sig.D} N_q<={bq} N_k<={bk} "
+        reason = (f"the nearest bucket raced on {named['gpu']}, {measured}, for D={sig.D} N_q<={bq} N_k<={bk} "
                   f"B·H<={bbh}")
     if sig.dtype != section.get("grid", {}).get("dtype", "bfloat16"):
         reason += f" (its {section.get('grid', {}).get('dtype', 'bfloat16')} race serves {sig.dtype})"
-    if key != section_key(gpu.key, gpu.triton):
+    if named["triton"] != gpu.triton:
         reason += f", under Triton {prov['triton']} (this process runs {gpu.triton}; `{task}` races under it)"
-    return Choice(Launch(pick["path"], pick["label"]), reason + note)
+    if named["gpu"] != gpu.key:
+        reason += f", a GPU of this one's architecture and SM count ({gpu.key}: `{task}` on it races its own)"
+    return Choice(Launch(pick["path"], pick["label"]), reason + note, named["gpu"])

@@ -126,7 +126,8 @@ def test_a_mask_the_table_never_raced_gives_no_launch():
 
 
 @pytest.mark.parametrize("gpu, why", [
-    (Gpu("nvidia-h100-80gb-hbm3", "sm_90", 132, "3.6"), "no launch table for nvidia-h100-80gb-hbm3 (sm_90)"),
+    (Gpu("nvidia-h100-pcie", "sm_90", 114, "3.6"), "no launch table for nvidia-h100-pcie (sm_90)"),
+    (Gpu("nvidia-b200", "sm_100", 132, "3.6"), "no launch table for nvidia-b200 (sm_100)"),
     (Gpu("nvidia-h200", "sm_100", 132, "3.6"), "measured on sm_90 with 132 SMs, this GPU is sm_100 with 132"),
     (Gpu("nvidia-h200", "sm_90", 114, "3.9"), "this GPU is sm_90 with 114"),
 ])
@@ -134,6 +135,27 @@ def test_a_gpu_without_its_own_section_gets_no_launch_and_the_task_that_writes_o
     choice = lookup(table(entry()), sig(), gpu, BOTH, KNOWN)
     assert choice.launch is None and why in choice.reason and "`invoke pick-launch --kernel v7_hopper`" in choice.reason
     assert "\n" not in choice.reason
+
+
+def test_a_gpu_without_a_section_takes_one_of_its_architecture_and_sm_count_and_says_whose():
+    """An H100 SXM (sm_90, 132 SMs) has no section: it launches the H200's race (nearest Triton first), says so in
+    the reason, and names the H200 in raced_on; its own section, once written, comes first."""
+    h100 = Gpu("nvidia-h100-80gb-hbm3", "sm_90", 132, "3.9")
+    data = file_with(entry(won=("gluon", "ws3")), triton="3.9")
+    data["gpus"].update(file_with(entry())["gpus"])                         # the H200's 3.6 race chose ws2
+    t = Table("v7_hopper", data["gpus"], Path("launch_table.json"))
+    choice = lookup(t, sig(), h100, BOTH, KNOWN)
+    assert choice.launch == Launch("gluon", "ws3") and choice.raced_on == "nvidia-h200"
+    assert choice.reason.startswith("raced on nvidia-h200 at D=64")
+    assert "a GPU of this one's architecture and SM count (nvidia-h100-80gb-hbm3: `invoke pick-launch" in choice.reason
+    assert "under Triton" not in choice.reason   # the same Triton: only the GPU differs
+    older = lookup(t, sig(), Gpu(h100.key, "sm_90", 132, "3.6"), BOTH, KNOWN)
+    assert older.launch == Launch("gluon", "ws2") and "under Triton" not in older.reason
+    mine = entry(won=("tma", "64,64,4,3/p0"), raced=(("tma", "64,64,4,3/p0", 0.09), ("gluon", "ws2", 0.10)))
+    data["gpus"].update(file_with(mine, gpu=h100)["gpus"])   # its own, under 3.9
+    own = lookup(Table("v7_hopper", data["gpus"], None), sig(), h100, BOTH, KNOWN)
+    assert own.launch == Launch("tma", "64,64,4,3/p0") and own.raced_on == h100.key
+    assert "architecture and SM count" not in own.reason
 
 
 def test_each_triton_reads_its_own_section_and_one_without_its_own_the_nearest_tritons():
@@ -300,7 +322,7 @@ def test_a_pinned_tl_configuration_runs_as_it_is_not_the_tables(fresh_v7, monkey
 @interpreted
 def test_a_gpu_without_a_table_races_and_says_so_once(fresh_v7, monkeypatch):
     fake = install(monkeypatch, v7)
-    monkeypatch.setattr(launch_table, "gpu_identity", lambda device=None: Gpu("nvidia-h100", "sm_90", 132, "3.6"))
+    monkeypatch.setattr(launch_table, "gpu_identity", lambda device=None: Gpu("nvidia-h100", "sm_90", 114, "3.6"))
     monkeypatch.setattr(FA, "LAUNCH_TABLE", table(entry()))   # the H200's only
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -338,3 +360,18 @@ def test_an_unknown_launch_choice_is_refused_by_name(fresh_v7, monkeypatch):
     monkeypatch.setattr(FA, "LAUNCH_FROM", "bucket")
     with pytest.raises(ValueError, match="LAUNCH_FROM must be 'table' or 'race', got 'bucket'"):
         FA.apply(*qkv(64, D=16), False)
+
+
+@interpreted
+def test_a_gpu_like_the_tables_launches_its_choice_untimed_and_says_whose_once(fresh_v7, monkeypatch):
+    fake = install(monkeypatch, v7)
+    monkeypatch.setattr(launch_table, "gpu_identity", lambda device=None: Gpu("nvidia-h100", "sm_90", 132, "3.6"))
+    monkeypatch.setattr(FA, "LAUNCH_TABLE", table(entry(N=512, BH=1, won=("gluon", "b"),
+                                                        raced=(("gluon", "b", 0.5), ("gluon", "a", 0.6)))))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = [FA.apply(*qkv(n), False) for n in (300, 700, 1500)]
+    said = [str(w.message) for w in caught if issubclass(w.category, LaunchTableWarning)]
+    assert said == ["v7_hopper: no launch table for nvidia-h100: its launches come from nvidia-h200's (sm_90, 132 SMs "
+                    "as here); `invoke pick-launch --kernel v7_hopper` on this GPU races its own"]
+    assert fake.raced == [] and [label_of(O) for O in outs] == ["b"] * 3 and v7.LAST_CHOICE == "table"

@@ -583,13 +583,17 @@ def _tune(Q, K, V, is_causal, window, route):
 def table_choice(Q, K, is_causal, route):
     """The launch table's Choice for these inputs among the route's paths and today's candidates, and those
     candidates (path -> label -> configuration); where it has none, its reason is warned once (not under the
-    interpreter, which times nothing) and the caller races."""
+    interpreter, which times nothing) and the caller races; a launch from another GPU's section is warned once too."""
     table, gpu = FlashAttentionTriton.LAUNCH_TABLE, launch_table.gpu_identity(Q.device.index)
     allowed = tuple(route.split("+"))   # "gluon+tma", "gluon" or "tma"
     known = {path: _candidates(path, Q) for path in allowed}
     choice = launch_table.lookup(table, launch_table.signature(Q, K, is_causal), gpu, allowed, known)
     if choice.launch is None and gpu.key != launch_table.INTERPRETER:
         table.warn_once(choice.reason)
+    elif choice.raced_on not in (None, gpu.key):   # once per GPU pair: the same message for every signature
+        table.warn_once(f"{table.kernel}: no launch table for {gpu.key}: its launches come from {choice.raced_on}'s "
+                        f"({gpu.arch}, {gpu.sm_count} SMs as here); `{launch_table.TASK.format(kernel=table.kernel)}` "
+                        f"on this GPU races its own")
     return choice, known
 
 
