@@ -257,7 +257,7 @@ def section_of(table: Table, gpu: Gpu) -> tuple[str, dict] | None:
                   if (m := _SECTION_KEY.match(k))]
         return min(ranked)[2] if ranked else None
 
-    key = nearest(k for k in table.gpus if _SECTION_KEY.match(k)["gpu"] == gpu.key)
+    key = nearest(k for k in table.gpus if (m := _SECTION_KEY.match(k)) and m["gpu"] == gpu.key)
     if key is None:
         key = nearest(k for k, s in table.gpus.items()
                       if (s["provenance"]["arch"], s["provenance"]["sm_count"]) == (gpu.arch, gpu.sm_count))
@@ -285,7 +285,7 @@ def lookup(table: Table, sig: Signature, gpu: Gpu, allowed: tuple, known: dict) 
         return Choice(None, f"{table.kernel}: no launch table for {gpu.key} ({gpu.arch}) in {where}, so each new input "
                             f"signature is raced; `{task}` on this GPU writes one")
     key, section = found
-    prov = section["provenance"]
+    prov, named = section["provenance"], _SECTION_KEY.match(key)
     if (prov["arch"], prov["sm_count"]) != (gpu.arch, gpu.sm_count):
         return Choice(None, f"{table.kernel}: {where}'s {key} section was measured on {prov['arch']} with "
                             f"{prov['sm_count']} SMs, this GPU is {gpu.arch} with {gpu.sm_count}: racing instead; "
@@ -301,7 +301,7 @@ def lookup(table: Table, sig: Signature, gpu: Gpu, allowed: tuple, known: dict) 
             usable.append((e, ok))
     if not usable:
         mask = "causal" if sig.causal else "non-causal"
-        return Choice(None, f"{table.kernel}: no {mask} launch in {where} for {gpu.key} is a candidate of the "
+        return Choice(None, f"{table.kernel}: no {mask} launch in {where} for {named['gpu']} is a candidate of the "
                             f"{'/'.join(allowed)} path now (stale): racing instead; `{task}` rewrites it")
     bq, bk, bbh = bucket(sig.n_q), bucket(sig.n_k), bucket(sig.bh)
 
@@ -319,7 +319,6 @@ def lookup(table: Table, sig: Signature, gpu: Gpu, allowed: tuple, known: dict) 
         note = f"; its winner's {won['path']} path is not taken here, so its fastest {pick['path']} launch"
     mask = "causal" if e["causal"] else "non-causal"
     measured = f"D={e['D']} {mask} N<={e['N']} B·H<={e['BH']}"
-    named = _SECTION_KEY.match(key)
     if distance((e, ok))[:2] == (0, 0):
         reason = f"raced on {named['gpu']} at {measured}"
     else:
