@@ -9,7 +9,9 @@ no views and no shape checks on a repeat, so the call costs the host what apply 
 own checks (fa2triton.inputs.validate_qkv) name a bad dtype, device or head dimension; here only what the 4-D layout
 adds is checked. A version's class is loaded on its first call and kept: each later call is one dict hit.
 Invariants: the mask is SDPA's is_causal (top-left aligned when N_q != N_k); the kernels use scale = 1/sqrt(D), and
-another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype). A call on tensors of a
+another `scale` multiplies q by scale * sqrt(D) first (one elementwise pass in q's dtype). A head dimension below 128
+that the kernels do not tile (versions.HEAD_DIMS) is zero-padded to the next one they do (copies of q, k and v, and
+the padded size's work), and O is the view of its first D columns. A call on tensors of a
 CUDA device other than the current one runs with theirs made current (Triton launches on the current device). Under
 torch.compile the calls trace to two custom ops (fa2triton.compile_op: fullgraph works, and dynamo never enters the
 lean path's caches or Triton's launcher); eagerly the check costs one flag read. Under CUDA autocast q, k and v run in
@@ -26,6 +28,7 @@ from torch import is_autocast_enabled   # without a device type: CUDA's (55 ns h
 from torch.compiler import is_compiling
 
 from . import compile_op, inputs, versions
+from .versions import HEAD_DIMS
 
 DEFAULT_VERSION = "v7_hopper"
 _FUNCTIONS: dict[str, type] = {}   # version name -> its FlashAttentionTriton, loaded on first use
@@ -109,6 +112,10 @@ def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_caus
         q, k, v = _autocast(q, k, v)
     if attn_mask is not None or dropout_p or enable_gqa:
         k, v = _sdpa_extras(q, k, v, attn_mask, dropout_p, enable_gqa)
+    if (padded := _padded_head_dim(q, k, v)) is not None:
+        D = q.shape[-1]
+        return attention(*_pad(padded, q, k, v), is_causal=is_causal, scale=_scale_of(scale, D),
+                         version=version)[..., :D]
     try:
         if traced is not None and _too_many_slices(q, 1):   # eagerly the kernels' check says so, below
             raise inputs.TooManySlices
@@ -130,6 +137,29 @@ def _attention(q, k, v, is_causal: bool, scale, version: str, traced: str | None
             return O
     B, H, N_q, N_k, D = _sizes(q, k, v, 1)
     return _apply(fn, q, k, v, is_causal, B * H, N_q, N_k, D, traced=traced).view(B, H, N_q, D)
+
+
+def _padded_head_dim(q, k, v) -> int | None:
+    """The head dimension that q, k and v's shared one is zero-padded to: the next of versions.HEAD_DIMS above it, for
+    one below the largest that is none of them; else None (as it is, or for the kernels' checks to name). Zero columns
+    add nothing to q k^T, and give O columns that are dropped, as flash-attn pads its head dimension."""
+    try:
+        D = q.shape[-1]   # every call asks: one lookup where D is tiled as it is
+        if D in HEAD_DIMS or not 0 < D < HEAD_DIMS[-1] or k.shape[-1] != D or v.shape[-1] != D:
+            return None
+    except (AttributeError, IndexError, TypeError):
+        return None
+    return next(d for d in HEAD_DIMS if d > D)
+
+
+def _pad(D: int, *ts) -> tuple:
+    """Each tensor's last dimension zero-padded to D (a copy)."""
+    return tuple(torch.nn.functional.pad(t, (0, D - t.shape[-1])) for t in ts)
+
+
+def _scale_of(scale, D: int) -> float:
+    """The softmax scale of a call at head dimension D: `scale`, else SDPA's and flash-attn's default 1/sqrt(D)."""
+    return 1.0 / math.sqrt(D) if scale is None else scale
 
 
 def _autocast(q, k, v):
@@ -213,6 +243,10 @@ def flash_attn_func(q, k, v, *, dropout_p: float = 0.0, softmax_scale: float | N
         q, k, v = _autocast(q, k, v)
     if traced is not None:   # eagerly _sizes says so on a signature's first call (GroupedHeads, below)
         k, v = _grouped(q, k, v, 2)
+    if (padded := _padded_head_dim(q, k, v)) is not None:
+        D = q.shape[-1]
+        return flash_attn_func(*_pad(padded, q, k, v), softmax_scale=_scale_of(softmax_scale, D), causal=causal,
+                               window_size=window_size, version=version)[..., :D]
     try:
         if traced is not None and _too_many_slices(q, 2):
             raise inputs.TooManySlices

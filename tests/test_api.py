@@ -69,6 +69,27 @@ def test_forward_and_gradients_match_sdpa(name):
         assert rel(g, w) < TOL[torch.float32], f"{name}: d{what}"
 
 
+@pytest.mark.parametrize("name,D", [("v7_hopper", 8), ("v7_hopper", 96), ("v5_final", 48)])
+def test_a_head_dimension_the_kernels_do_not_tile_is_padded(name, D):
+    """D below 128 and not 16, 32, 64 or 128: zero-padded to the next of those; the output, its gradients (each of
+    the inputs' own shape) and a scale match SDPA, in both layouts."""
+    q = bhnd(1, 2, 40, D, seed=11).requires_grad_()
+    k, v = (bhnd(1, 2, 40, D, seed=s).requires_grad_() for s in (12, 13))
+    out = attention(q, k, v, is_causal=True, version=name)
+    assert out.shape == (1, 2, 40, D)
+    qd, kd, vd = (t.detach().double().cpu().requires_grad_() for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True)
+    assert rel(out, ref.detach()) < TOL[torch.float32]
+    dO = bhnd(1, 2, 40, D, seed=14)
+    for g, w, what in zip(torch.autograd.grad(out, (q, k, v), dO),
+                          torch.autograd.grad(ref, (qd, kd, vd), dO.double().cpu()), "qkv"):
+        assert g.shape == w.shape and rel(g, w) < TOL[torch.float32], f"d{what}"
+    with torch.no_grad():
+        assert rel(attention(q, k, v, scale=0.3, version=name), sdpa64(q, k, v, False, 0.3)) < TOL[torch.float32]
+        flash = flash_attn_func(*(t.transpose(1, 2) for t in (q, k, v)), causal=True, version=name)
+        assert flash.shape == (1, 40, 2, D) and rel(flash.transpose(1, 2), ref.detach()) < TOL[torch.float32]
+
+
 @pytest.mark.parametrize("name", ["v5_final", "v7_hopper"])
 def test_other_strides_bf16_and_a_scale(name):
     """q, k, v as views of flash-attn's layout (the kernel gets them with rows 2 heads apart), bf16, non-causal, a
@@ -173,8 +194,8 @@ q4 = torch.randn(1, 2, 16, 32)
      r"causal with seqlen_q 2 != seqlen_k 3"),
     (lambda: attention(q4, q4, q4, scale=math.inf), r"scale must be a finite number, got inf"),
     (lambda: attention(q4.int(), q4.int(), q4.int()), r"Q has dtype torch.int32; supported: bfloat16, float16"),
-    (lambda: attention(*(torch.randn(1, 2, 16, 96, device=DEVICE) for _ in range(3))),
-     r"head dimension 96 cannot be tiled"),
+    (lambda: attention(*(torch.randn(1, 2, 16, 192, device=DEVICE) for _ in range(3))),
+     r"head dimension 192 cannot be tiled"),
     (lambda: attention(*(torch.empty(1, 2, 16, 32, device="meta") for _ in range(3))), r"on device 'meta'"),
 ])
 def test_bad_input_gets_one_clear_error(call, message):
