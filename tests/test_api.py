@@ -243,6 +243,25 @@ def test_torch_compile_traces_both_calls_to_the_custom_ops(backend, name):
     torch._dynamo.reset()
 
 
+def test_torch_compile_traces_a_padded_head_dimension():
+    """D = 48 under torch.compile (fullgraph): the padding and the slice trace around the custom op, and give the
+    eager output and gradients."""
+    import torch._dynamo
+
+    def model(q, k, v):
+        flash = flash_attn_func(*(t.transpose(1, 2) for t in (q, k, v)))
+        return attention(q, k, v, is_causal=True) + flash.transpose(1, 2)
+
+    torch._dynamo.reset()
+    inputs = [bhnd(1, 2, 24, 48, seed=s).requires_grad_() for s in (15, 16, 17)]
+    want = model(*inputs)
+    got = torch.compile(model, backend="aot_eager", fullgraph=True)(*inputs)
+    assert got.shape == (1, 2, 24, 48) and torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    for g, w in zip(torch.autograd.grad(got.sum(), inputs), torch.autograd.grad(want.sum(), inputs)):
+        assert torch.allclose(g, w, rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()
+
+
 def test_the_custom_ops_pass_torch_s_opcheck():
     """torch.library.opcheck: the fake kernels' shapes, the autograd registration, no aliasing between outputs."""
     q, k, v = (bhnd(1, 3, 24, 16, seed=s).reshape(3, 24, 16).requires_grad_() for s in (33, 34, 35))
