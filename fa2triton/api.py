@@ -142,7 +142,7 @@ def _attention(q, k, v, is_causal: bool, scale, version: str, traced: str | None
 def _padded_head_dim(q, k, v) -> int | None:
     """The head dimension that q, k and v's shared one is zero-padded to: the next of versions.HEAD_DIMS above it, for
     one below the largest that is none of them; else None (as it is, or for the kernels' checks to name). Zero columns
-    add nothing to q k^T, and give O columns that are dropped, as flash-attn pads its head dimension."""
+    add nothing to q k^T, and give O columns that are dropped (flash-attn zero-pads its own to a multiple of 8)."""
     try:
         D = q.shape[-1]   # every call asks: one lookup where D is tiled as it is
         if D in HEAD_DIMS or not 0 < D < HEAD_DIMS[-1] or k.shape[-1] != D or v.shape[-1] != D:
