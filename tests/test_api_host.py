@@ -31,7 +31,7 @@ def test_the_api_steps_call_apply_on_views_of_apply_s_own_inputs(monkeypatch):
     own step, and the same mask: the wrapper is all that the rows' difference can hold."""
     monkeypatch.setitem(api._FUNCTIONS, "v7_hopper", Recording)
     monkeypatch.setattr(Recording, "calls", [])
-    B, H, N, D = 2, 3, 16, 8
+    B, H, N, D = 2, 3, 16, 16  # a tiled head dimension: 8 would be padded, a copy
     q, k, v = (torch.randn(B * H, N, D) for _ in range(3))
     fns = host_steps.api_steps(Recording, "v7_hopper", q, k, v, True, B, H)
     assert set(fns) == {"apply", "attention", "flash_attn_func"}
@@ -63,7 +63,7 @@ def test_the_api_steps_refuse_when_the_api_would_time_another_class(monkeypatch)
         pass
 
     monkeypatch.setitem(api._FUNCTIONS, "v7_hopper", Other)
-    q = torch.randn(2, 16, 8)
+    q = torch.randn(2, 16, 16)
     with pytest.raises(RuntimeError, match="another class than apply"):
         host_steps.api_steps(Recording, "v7_hopper", q, q, q, False, 1, 2)
 
