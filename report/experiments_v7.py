@@ -96,24 +96,25 @@ COLDSTART_COLUMNS = ("variant", "N", "causal", "protocol", "ms")
 
 def section_coldstart(gpu, root) -> str:
     """What do_bench's flush costs v7 and SDPA (experiments/run.py coldstart): each kernel's own GPU duration
-    (timer = kernel, the latest run) per protocol, then every run's per-call event times (rows before the
-    timer column are event times)."""
+    (timer = kernel, the latest run per Triton) per protocol, then every run's per-call event times (rows before the
+    timer column are event times), each with the Triton it ran under, so that two Tritons' runs sit side by side."""
     path = data.root(root) / gpu / "experiments" / "coldstart.csv"
     df = optional(path, COLDSTART_COLUMNS)
     if df is None:
         return experiment_not_run("Cold start", "coldstart", path)
     df = numeric(df, path, ("N", "causal", "ms", "ms_min", "ms_max"))
     df["timer"] = df["timer"].fillna("events") if "timer" in df.columns else "events"
+    df["triton"] = df["triton"].fillna("?").astype(str) if "triton" in df.columns else "?"
     text = ["What do_bench's 256 MB flush costs each kernel, non-causal, in µs per call. "
             "Protocols: spin (a spin kernel only, nothing evicted), flush (do_bench's), flush_data (the flush, "
             "then Q, K, V read back into L2: code cold, data warm), flush_code (the flush, then the same call on "
             f"other inputs: code warm, data cold), graph (CUDA-graph replay). Source: `{rel(path)}`."]
     # v7's default kernels: a run with an FA2_V7_* switch away from its default is in the events table only
-    kernel = latest_rows(data.default_rows(df[df.timer == "kernel"]), ("variant", "N", "causal", "protocol"))
+    kernel = latest_rows(data.default_rows(df[df.timer == "kernel"]), ("triton", "variant", "N", "causal", "protocol"))
     if len(kernel):
         protocols = list(dict.fromkeys(kernel.protocol))
         rows = []
-        for (N, causal), g in kernel.groupby(["N", "causal"], sort=True):
+        for (N, causal, triton), g in kernel.groupby(["N", "causal", "triton"], sort=True):
             t = g.set_index(["variant", "protocol"]).ms * 1e3
             for v in dict.fromkeys(g.variant):
                 rows.append([int(N), "yes" if causal else "no", v]
@@ -121,12 +122,13 @@ def section_coldstart(gpu, root) -> str:
                             + [fmt(t.get((v, p), float("nan")) - t.get((data.SDPA, p), float("nan")), "+.2f")
                                if v != data.SDPA else "–" for p in protocols]
                             + [", ".join(dict.fromkeys(g[g.variant == v].git_commit.astype(str)))
-                               if "git_commit" in g else "?"])
+                               if "git_commit" in g else "?", triton])
         text += ["", f"The kernels alone: the sum over a call's kernels of their median GPU duration "
                  f"(torch.profiler), without events or launch latency, v7's default kernels (every FA2_V7_* "
-                 "switch at its default; the latest run per shape, whose commit is the last column); the columns before it "
-                 "are the difference from SDPA's kernel.", "",
-                 md_table(["N", "causal", "variant", *protocols, *(f"{p} − SDPA" for p in protocols), "commit"], rows)]
+                 "switch at its default; the latest run per shape and Triton, whose commit and Triton are the last "
+                 "columns); the columns before them are the difference from SDPA's kernel in the same run.", "",
+                 md_table(["N", "causal", "variant", *protocols, *(f"{p} − SDPA" for p in protocols), "commit",
+                           "Triton"], rows)]
     events = df[df.timer == "events"].copy()
     if len(events):
         protocols = list(dict.fromkeys(events.protocol))
@@ -134,16 +136,16 @@ def section_coldstart(gpu, root) -> str:
         events["run"] = events.git_commit.astype(str) + (
             events.switches.fillna("").map(lambda s: f" ({s})" if s else "") if "switches" in events else "")
         rows = []
-        for (run, N, causal), g in events.groupby(["run", "N", "causal"], sort=False):
+        for (run, triton, N, causal), g in events.groupby(["run", "triton", "N", "causal"], sort=False):
             g = g.set_index(["variant", "protocol"])
             for v in dict.fromkeys(g.index.get_level_values(0)):
-                rows.append([run, int(N), "yes" if causal else "no", v]
+                rows.append([run, triton, int(N), "yes" if causal else "no", v]
                             + [span(g.ms[(v, p)] * 1e3, g.ms_min[(v, p)] * 1e3, g.ms_max[(v, p)] * 1e3, ".1f")
                                if (v, p) in g.index else "–" for p in protocols])
         text += ["", "Per call between two CUDA events, after each protocol's preparation (median of the rounds, "
                  "min–max). These include the launch and the events, and the host wherever it fell behind the "
                  "preparation (a spin time far above the kernel's own says so).", "",
-                 md_table(["run", "N", "causal", "variant", *protocols], rows)]
+                 md_table(["run", "Triton", "N", "causal", "variant", *protocols], rows)]
     return "\n".join(text)
 
 

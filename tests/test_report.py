@@ -1025,7 +1025,7 @@ def test_coldstart_section_gives_each_kernels_own_time_and_the_difference_from_s
     assert "| 1024 | no | v7 | 23.65 | 23.10 | +0.51 | +0.41 |" in text
     assert "| 1024 | no | sdpa | 23.14 | 22.69 | – | – |" in text
     assert "| 1024 | no | v7 | 23.65 | 23.10 | +0.51 | +0.41 | bbbbbbb |" in text   # the latest run's commit
-    assert "| aaaaaaa | 1024 | no | v7 | 26.4 (26.4–27.4) |" in text
+    assert "| aaaaaaa | 3.6.0 | 1024 | no | v7 | 26.4 (26.4–27.4) |" in text
 
 
 def test_coldstart_section_keeps_runs_of_one_commit_with_different_switches_apart(tmp_path):
@@ -1038,8 +1038,8 @@ def test_coldstart_section_keeps_runs_of_one_commit_with_different_switches_apar
                             "ms_max": t, **PROV, "git_commit": "ccccccc", "date": "2026-11-30T02:00:00+00:00",
                             "switches": switch} for v, t in (("v7", ms), ("sdpa", 0.0231))])
     text = report.section_coldstart(GPU, tmp_path)
-    assert "| ccccccc (FA2_V7_ITEM_OVERLAP=0) | 1024 | no | v7 | 23.6 (23.6–23.6) |" in text
-    assert "| ccccccc (FA2_V7_ITEM_OVERLAP=1) | 1024 | no | v7 | 24.4 (24.4–24.4) |" in text
+    assert "| ccccccc (FA2_V7_ITEM_OVERLAP=0) | 3.6.0 | 1024 | no | v7 | 23.6 (23.6–23.6) |" in text
+    assert "| ccccccc (FA2_V7_ITEM_OVERLAP=1) | 3.6.0 | 1024 | no | v7 | 24.4 (24.4–24.4) |" in text
 
 
 def test_coldstart_kernels_alone_are_the_default_kernels_even_when_a_switched_run_came_last(tmp_path):
@@ -1053,7 +1053,27 @@ def test_coldstart_kernels_alone_are_the_default_kernels_even_when_a_switched_ru
                            for v, t in (("v7", ms), ("sdpa", 0.0230))])
     text = report.section_coldstart(GPU, tmp_path)
     assert "| 1024 | no | v7 | 23.10 | +0.10 |" in text and "29.90" not in text
-    assert "| 1024 | no | v7 | 23.10 | +0.10 | ddddddd |" in text   # the default kernels' run
+    assert "| 1024 | no | v7 | 23.10 | +0.10 | ddddddd | 3.6.0 |" in text   # the default kernels' run
+
+
+def test_coldstart_section_keeps_each_triton_s_latest_run_beside_the_other_s(tmp_path):
+    """The question it is run for under two Tritons (3.9's do_bench slower where its graph replay is not): the
+    later run under one Triton does not hide the other's, and each is set against SDPA from its own run."""
+    from fa2lab.results import append_rows
+
+    path = tmp_path / GPU / "experiments" / "coldstart.csv"
+    for triton, commit, hour, v7, sdpa in (("3.6.0", "eeeeee6", 4, 0.0242, 0.0240), ("3.9.0", "eeeeee9", 5, 0.0256, 0.0241)):
+        append_rows(path, [{"variant": v, "N": 1024, "causal": 0, "protocol": "flush", "ms": t, "timer": "kernel",
+                            **PROV, "triton": triton, "git_commit": commit, "date": f"2026-12-05T0{hour}:00:00+00:00"}
+                           for v, t in (("v7", v7), ("sdpa", sdpa))])
+        append_rows(path, [{"variant": "v7", "N": 1024, "causal": 0, "protocol": "flush", "ms": v7 + 0.002,
+                            "ms_min": v7, "ms_max": v7 + 0.003, **PROV, "triton": triton, "git_commit": commit,
+                            "date": f"2026-12-05T0{hour}:00:00+00:00"}])
+    text = report.section_coldstart(GPU, tmp_path)
+    assert "| 1024 | no | v7 | 24.20 | +0.20 | eeeeee6 | 3.6.0 |" in text
+    assert "| 1024 | no | v7 | 25.60 | +1.50 | eeeeee9 | 3.9.0 |" in text
+    assert "| eeeeee6 | 3.6.0 | 1024 | no | v7 | 26.2 (24.2–27.2) |" in text
+    assert "| eeeeee9 | 3.9.0 | 1024 | no | v7 | 27.6 (25.6–28.6) |" in text
 
 
 def test_dobench_section_gives_each_process_its_own_ratio(tmp_path):
