@@ -1062,7 +1062,8 @@ def test_coldstart_section_keeps_each_triton_s_latest_run_beside_the_other_s(tmp
     from fa2lab.results import append_rows
 
     path = tmp_path / GPU / "experiments" / "coldstart.csv"
-    for triton, commit, hour, v7, sdpa in (("3.6.0", "eeeeee6", 4, 0.0242, 0.0240), ("3.9.0", "eeeeee9", 5, 0.0256, 0.0241)):
+    runs = (("3.6.0", "eeeeee6", 4, 0.0242, 0.0240), ("3.9.0", "eeeeee9", 5, 0.0256, 0.0241))
+    for triton, commit, hour, v7, sdpa in runs:
         append_rows(path, [{"variant": v, "N": 1024, "causal": 0, "protocol": "flush", "ms": t, "timer": "kernel",
                             **PROV, "triton": triton, "git_commit": commit, "date": f"2026-12-05T0{hour}:00:00+00:00"}
                            for v, t in (("v7", v7), ("sdpa", sdpa))])
